@@ -1,0 +1,88 @@
+"""What every command shares: option types, output, exit codes, error handling."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from enum import Enum
+from typing import Annotated, TypeVar
+
+import typer
+
+from lrdoctor.errors import UnusableInput
+
+
+class FailOn(str, Enum):
+    info = "info"
+    warning = "warning"
+    error = "error"
+    never = "never"
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+    junit = "junit"
+    github = "github"
+
+
+FailOnOpt = Annotated[FailOn, typer.Option(
+    "--fail-on", help="Lowest severity that makes the exit code 1.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (same as --output-format json).")]
+OutputFormatOpt = Annotated[OutputFormat | None, typer.Option(
+    "--output-format", help="text, json, sarif, junit or github (default: text; github when GITHUB_ACTIONS=true).")]
+
+
+def resolve_format(json_flag: bool, output_format: OutputFormat | None) -> OutputFormat:
+    if json_flag:
+        return OutputFormat.json
+    if output_format is not None:
+        return output_format
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        return OutputFormat.github
+    return OutputFormat.text
+
+
+def die(message: str, code: int = 2) -> None:
+    """One line on stderr, then exit: never a traceback for bad input."""
+    print(f"lrdoctor: error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+T = TypeVar("T")
+
+
+def guarded(fn: Callable[[], T]) -> T:
+    """Run ``fn``; unusable input becomes one line and exit code 2."""
+    try:
+        return fn()
+    except UnusableInput as exc:
+        die(str(exc))
+    except KeyboardInterrupt:
+        die("interrupted", 130)
+    raise AssertionError("unreachable")
+
+
+def emit(reports, fmt: OutputFormat, fail_on: FailOn, render_text: Callable | None = None) -> int:
+    """Print ``reports`` (one Report or a list) in ``fmt`` and return the exit code."""
+    from lrdoctor.report import Report
+
+    if isinstance(reports, Report):
+        reports = [reports]
+    if fmt is OutputFormat.json:
+        import json
+
+        docs = [r.to_dict() for r in reports]
+        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, allow_nan=False))
+    elif fmt is OutputFormat.text:
+        if render_text is None:
+            from lrdoctor.render import render_findings as render_text
+        for r in reports:
+            render_text(r)
+    else:
+        from lrdoctor import output
+
+        print(output.render(reports, fmt.value))
+    return max((r.exit_code(fail_on.value) for r in reports), default=0)

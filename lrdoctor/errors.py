@@ -1,0 +1,23 @@
+"""Errors that become exit code 2 with a single line of text (never a traceback)."""
+
+from __future__ import annotations
+
+
+class UnusableInput(Exception):
+    """The input could not be used. ``str(exc)`` is the one line shown to the user."""
+
+    def __init__(self, message: str, path: str | None = None):
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class UnsafePickle(UnusableInput):
+    """A pickle asked for a global that is not on the allow-list."""
+
+    def __init__(self, path: str, global_name: str):
+        self.global_name = global_name
+        super().__init__(
+            f"refused to load: it asks for '{global_name}', which is not on lrdoctor's "
+            "allow-list of harmless classes (nothing was executed)",
+            path,
+        )

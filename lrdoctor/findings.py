@@ -1,0 +1,280 @@
+"""Findings with stable codes, like a linter's rules.
+
+One :class:`Rule` per code, registered in :data:`RULES`; ``docs/findings.md``
+is generated from this table (``python -m lrdoctor.findings > docs/findings.md``)
+and a test keeps the two in sync. Codes never change meaning once released.
+
+LRD1xx: checkpoint state (``inspect``); LRD2xx: replayed loop (``replay``);
+LRD3xx: configuration of lrdoctor itself (``check``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+
+class Severity(IntEnum):
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    severity: Severity
+    title: str
+    explanation: str
+    example: str
+    fix: str
+
+
+@dataclass
+class Finding:
+    code: str
+    severity: Severity
+    title: str
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    fix: str = ""
+    # The file (or config key) the finding is about, for SARIF/GitHub output.
+    location: str | None = None
+
+    @property
+    def rule(self) -> Rule:
+        return RULES[self.code]
+
+    def to_dict(self) -> dict[str, Any]:
+        from lrdoctor.model import _jsonable
+
+        d = {
+            "code": self.code,
+            "severity": str(self.severity),
+            "title": self.title,
+            "message": self.message,
+            "evidence": _jsonable(self.evidence),
+            "fix": self.fix,
+        }
+        if self.location:
+            d["location"] = self.location
+        return d
+
+
+def finding(code: str, message: str, evidence: dict[str, Any] | None = None, *,
+            fix: str | None = None, severity: Severity | None = None,
+            location: str | None = None) -> Finding:
+    """Build a finding from its rule; ``fix``/``severity`` override the rule's defaults."""
+    rule = RULES[code]
+    return Finding(
+        code=code,
+        severity=severity if severity is not None else rule.severity,
+        title=rule.title,
+        message=message,
+        evidence=evidence or {},
+        fix=fix if fix is not None else rule.fix,
+        location=location,
+    )
+
+
+FAIL_ON = {"info": Severity.INFO, "warning": Severity.WARNING, "error": Severity.ERROR,
+           "never": None}
+
+
+def exit_code(findings: list[Finding], fail_on: str) -> int:
+    """0 when nothing reaches the threshold, 1 otherwise (2 is for unusable input)."""
+    threshold = FAIL_ON[fail_on]
+    if threshold is None:
+        return 0
+    return 1 if any(f.severity >= threshold for f in findings) else 0
+
+
+_E, _W, _I = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+_RULES = [
+    # ---- checkpoint state (inspect) ------------------------------------
+    Rule("LRD101", "past-decay-horizon", _E,
+         "Scheduler is past its decay horizon before the planned end of training",
+         "The scheduler's progress exceeds the horizon it decays over (Megatron "
+         "`lr_decay_steps`, HF `num_training_steps`, torch `T_max`/`total_steps`) while "
+         "the trainer's own counters say training is not over. Megatron silently clamps "
+         "the LR to `min_lr` from there on, so the rest of the run trains at the floor.",
+         "ROLL checkpoint: `num_steps` 8429 vs `lr_decay_steps` 2400 at iteration 2400 "
+         "of 2400 planned updates: 72% of the progress happened at `min_lr`.",
+         "Make scheduler progress follow the nominal budget (`lrdoctor fix --policy "
+         "nominal`) or move the horizon to the real update count (`--policy "
+         "extend-horizon`); at the source, advance the scheduler by nominal/actual per "
+         "update or compute the budget from the real micro-batch count."),
+    Rule("LRD102", "min-lr-tail", _I,
+         "A min-LR tail is configured",
+         "The decay horizon ends before the planned end of training on purpose "
+         "(Megatron `lr_decay_iters` < `train_iters`): the remaining steps run at `min_lr`.",
+         "`lr_decay_iters` 800, `train_iters` 1000: the last 20% runs at `min_lr`.",
+         "Nothing to do if this is intended."),
+    Rule("LRD103", "scheduler-k-times-fast", _E,
+         "Scheduler progress is k times the optimizer's update count",
+         "The scheduler advanced k times per optimizer update: it is stepped on every "
+         "micro-batch of a gradient-accumulation window, or wrapped by accelerate's "
+         "`AcceleratedScheduler`, which steps `num_processes` times per call.",
+         "`scheduler.last_epoch` 400 while AdamW `step` is 100 and `global_step` 100: k = 4.",
+         "Step the scheduler only when the optimizer steps (inside the accumulation "
+         "branch), or divide the budget by k; repair the checkpoint with `lrdoctor fix "
+         "--policy rescale`."),
+    Rule("LRD104", "megatron-samples-mismatch", _E,
+         "Megatron scheduler `num_steps` differs from consumed minus skipped samples",
+         "Megatron increments `num_steps` by the global batch size per iteration, so it "
+         "must equal `consumed_train_samples - skipped_train_samples`.",
+         "`num_steps` 96000 but `consumed_train_samples` 48000, `skipped` 0.",
+         "Resume with `--override-opt_param-scheduler` after fixing the counter, or run "
+         "`lrdoctor fix --policy nominal`."),
+    Rule("LRD105", "optimizer-lr-mismatch", _W,
+         "Optimizer param-group `lr` disagrees with the schedule at the saved progress",
+         "The learning rate stored in the optimizer's param groups is not the LR the "
+         "schedule gives at the scheduler's saved progress: the schedule was changed, "
+         "the LR was set by hand, or a different scheduler drove the optimizer.",
+         "param group lr 1.0e-4, schedule says 3.0e-5 at `num_steps` 1200.",
+         "`lrdoctor fix` rewrites the param-group `lr` to the schedule's value."),
+    Rule("LRD106", "impossible-config", _E,
+         "The schedule's configuration is impossible",
+         "Warmup at or past the decay horizon, `min_lr` above `max_lr`, a non-positive "
+         "horizon or negative LRs: the schedule cannot do what was meant.",
+         "`lr_warmup_steps` 3000 >= `lr_decay_steps` 2400.",
+         "Correct the configuration."),
+    Rule("LRD107", "schedule-not-recoverable", _I,
+         "The intended schedule could not be recovered fully",
+         "The checkpoint does not save everything needed to rebuild the schedule "
+         "(LambdaLR saves no lambdas; HF keeps warmup in training_args.bin). lrdoctor "
+         "says where what it used came from.",
+         "LambdaLR in a plain torch checkpoint with no budget saved.",
+         "Give the schedule in a run config or on the command line."),
+    Rule("LRD108", "scheduler-behind", _W,
+         "Scheduler progress is behind the optimizer's update count",
+         "The scheduler advanced fewer times than the optimizer updated: steps skipped "
+         "on overflow or stepped once per rollout/epoch. By design in verl and NeMo-RL "
+         "(once per rollout step); a bug elsewhere.",
+         "DeepSpeed: `last_batch_iteration`+1 = 90, `global_steps` 100, `skipped_steps` 0.",
+         "Step the scheduler on every successful optimizer update."),
+    Rule("LRD109", "deepspeed-skip-mismatch", _E,
+         "DeepSpeed scheduler and step counters disagree",
+         "DeepSpeed's invariant `last_batch_iteration + 1 == global_steps - skipped_steps` "
+         "does not hold.",
+         "`last_batch_iteration` 119, `global_steps` 100, `skipped_steps` 0.",
+         "Repair the scheduler state with `lrdoctor fix --policy nominal`."),
+    Rule("LRD110", "lr-at-floor", _I,
+         "The learning rate is at its floor",
+         "The scheduler is at or past its horizon at the end of planned training.",
+         "Healthy run that finished its schedule.",
+         "Nothing to do."),
+    # ---- replayed loop (replay) ----------------------------------------
+    Rule("LRD201", "overshoot", _E,
+         "The loop takes more optimizer updates than the scheduler's budget",
+         "Dynamic micro-batching (or per-micro-step stepping) consumes more scheduler "
+         "progress per train step than the budget assumed: the LR reaches its floor early.",
+         "ROLL: budget 1024 updates, 2 updates per pipeline step: floor at step 512 of 1024.",
+         "Advance the scheduler by nominal/actual per update, or make the budget follow "
+         "the replayed update count."),
+    Rule("LRD202", "undershoot", _W,
+         "The loop takes fewer optimizer updates than the scheduler's budget",
+         "Short, densely packed sequences give fewer micro-batches than nominal: the "
+         "schedule never finishes its decay.",
+         "budget 1024 updates, 512 taken: the LR ends mid-curve.",
+         "Make the budget follow the replayed update count."),
+    Rule("LRD203", "progress-depends-on-memory-knob", _W,
+         "Scheduler progress depends on a memory knob",
+         "Changing a memory setting such as `max_tokens_per_microbatch` changes how many "
+         "optimizer updates a train step takes, and so the LR curve.",
+         "max_tokens 8192 -> 2 updates per step; 16384 -> 1 update per step.",
+         "Drive the scheduler by samples or nominal progress, not by update count."),
+    Rule("LRD204", "short-first-window", _E,
+         "The first accumulation window is short (off-by-one)",
+         "`global_step % k != 0` with `global_step` from 0 closes the first window after "
+         "one micro-batch and shifts every later window.",
+         "k=4: window sizes 1, 4, 4, ...",
+         "Use `(global_step + 1) % k == 0` as the optimizer-step condition."),
+    Rule("LRD205", "lr-changes-inside-window", _E,
+         "The LR changes inside an accumulation window",
+         "The scheduler is stepped per micro-batch, so micro-batches of one window see "
+         "different LRs and the schedule runs k times too fast.",
+         "k=4: LR changes 3 times inside each window.",
+         "Step the scheduler only when the optimizer steps; divide a micro-step budget by k."),
+    Rule("LRD206", "variable-updates-per-train-step", _W,
+         "The number of optimizer updates varies between train steps",
+         "Each train batch takes a different number of updates, so scheduler progress "
+         "per train step is data-dependent.",
+         "updates per pipeline step range 1..3.",
+         "Advance the scheduler by nominal/actual per update."),
+    Rule("LRD207", "inconsistent-loss-divisor", _E,
+         "The loss divisor is not the step's global document total",
+         "With a document target, each micro-batch must divide by the global document "
+         "count of the whole step; a per-micro-batch or per-rank divisor weights "
+         "documents unequally.",
+         "divisor 8 on one micro-batch, 32 on the step.",
+         "All-reduce the step's document count and broadcast it to every micro-batch."),
+    Rule("LRD208", "short-padding", _E,
+         "Padding to dp size comes up short",
+         "`tensor[:pad_size]` returns fewer rows than `pad_size` when `pad_size > "
+         "mb_size`, so the mini-batch is still not divisible by dp.",
+         "mb_size 2, dp 8: pad_size 6 but only 2 rows added.",
+         "Repeat rows until the pad is full (or pad with whole prompts)."),
+    Rule("LRD209", "token-cap-exceeded", _W,
+         "A micro-batch exceeds the token cap",
+         "Balanced partitioning (Karmarkar-Karp) keeps the partition count but can put "
+         "more tokens in one micro-batch than the cap.",
+         "max_token_len 8192, micro-batch of 9500 tokens.",
+         "Raise the cap or let the partition count grow."),
+    Rule("LRD210", "progress-depends-on-dp", _E,
+         "Scheduler progress depends on the data-parallel size",
+         "After a world-size change the scheduler advances a different amount per global "
+         "batch: its increment counts micro-batches per rank rather than samples.",
+         "dp 4 -> 8: scheduler advance per step halves.",
+         "Increment the scheduler by the global batch (samples) or once per update."),
+    Rule("LRD211", "stepped-on-failed-update", _W,
+         "The scheduler is stepped when an update fails",
+         "Skipped or failed updates (overflow, NaN) still advance the scheduler.",
+         "10 skipped updates advanced the scheduler 10 times.",
+         "Step the scheduler only after a successful optimizer step."),
+    Rule("LRD212", "budget-divisibility", _E,
+         "Mini-batch boundaries do not divide the train batch",
+         "With a variable number of sequences per prompt, fixed-size sequence mini-batches "
+         "crash on divisibility or take extra optimizer steps.",
+         "SkyRL step-wise: 37 sequences, mini-batch 16: 3 updates instead of 2.",
+         "Cut mini-batches at prompt boundaries."),
+    # ---- lrdoctor configuration (check) --------------------------------
+    Rule("LRD301", "unused-ignore", _W,
+         "An ignore in the lrdoctor configuration matched nothing",
+         "An ignored code produced no finding: the ignore is stale.",
+         "ignore LRD103 for ckpt/ but no LRD103 found there.",
+         "Remove the ignore."),
+    Rule("LRD302", "progress-ratio-exceeded", _E,
+         "Scheduler progress ratio exceeds the tolerated maximum",
+         "actual/nominal scheduler progress is above `max-progress-ratio`.",
+         "ratio 3.51 > 1.05.",
+         "Fix the step accounting, or raise the tolerance with a reason."),
+    Rule("LRD303", "check-input-unusable", _E,
+         "A checked input could not be used",
+         "A checkpoint or config named in the check configuration could not be read.",
+         "ckpt/missing: no such file.",
+         "Correct the path."),
+]
+
+RULES: dict[str, Rule] = {r.code: r for r in _RULES}
+
+
+def catalog_markdown() -> str:
+    """The findings catalog page (docs/findings.md)."""
+    out = ["# Findings catalog", "",
+           "Every finding lrdoctor reports has a stable code. Severity is the default; "
+           "`--fail-on` picks the threshold for exit code 1.", ""]
+    for r in _RULES:
+        out += [f"## {r.code} `{r.name}` ({r.severity})", "", f"**{r.title}**", "",
+                r.explanation, "", f"*Example:* {r.example}", "", f"*Fix:* {r.fix}", ""]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(catalog_markdown())

@@ -1,0 +1,55 @@
+"""Framework readers (and writers): one module per framework.
+
+Each module exposes::
+
+    NAME: str                              # "megatron", "roll", "hf", "torch", ...
+    def detect(path: Path) -> bool         # cheap: file names, no unpickling
+    def find_checkpoints(path: Path) -> list[Path]  # a run dir -> its checkpoints, oldest first
+    def read(path: Path) -> RunState       # one checkpoint -> normalized model
+
+and, for ``lrdoctor fix``, ``write(...)`` (see lrdoctor.repair).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+from lrdoctor.errors import UnusableInput
+
+# Order matters: the more specific layouts first.
+FORMAT_MODULES = ["megatron", "roll", "deepspeed", "hf", "lightning", "accelerate", "torchsave"]
+
+
+def get(name: str) -> ModuleType:
+    if name not in FORMAT_MODULES:
+        raise UnusableInput(f"unknown format {name!r} (known: {', '.join(FORMAT_MODULES)})")
+    return importlib.import_module(f"lrdoctor.formats.{name}")
+
+
+def available() -> list[ModuleType]:
+    mods = []
+    for name in FORMAT_MODULES:
+        try:
+            mods.append(importlib.import_module(f"lrdoctor.formats.{name}"))
+        except ModuleNotFoundError as exc:  # a format not written yet
+            if exc.name != f"lrdoctor.formats.{name}":
+                raise
+    return mods
+
+
+def detect(path: Path, forced: str | None = None) -> ModuleType:
+    """The format module for ``path`` (or the forced one)."""
+    if not path.exists():
+        raise UnusableInput("no such file or directory", str(path))
+    if forced:
+        return get(forced)
+    for mod in available():
+        if mod.detect(path):
+            return mod
+    raise UnusableInput(
+        "not a checkpoint lrdoctor recognises (use --format to force one of: "
+        + ", ".join(FORMAT_MODULES) + ")",
+        str(path),
+    )

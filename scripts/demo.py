@@ -1,0 +1,1 @@
+"""The README demo: diagnose and repair the bundled sample checkpoints."""
