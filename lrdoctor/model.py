@@ -75,6 +75,13 @@ class RunState:
     samples_per_update: float | None = None
     # Planned end of training (train_iters, max_steps, ...), in its own unit.
     planned_end: Counter | None = None
+    # The trainer's own notion of how far it is, in ``planned_end.unit``
+    # (Megatron iteration, HF global_step, ROLL pipeline step).
+    trainer_progress: Counter | None = None
+    # Where the scheduler *should* be according to the trainer's counters and the
+    # configured budget, in ``schedule.unit`` (Megatron: consumed - skipped samples;
+    # HF: global_step; torch loop: optimizer step). ``source`` says the formula.
+    nominal_progress: Counter | None = None
     # The optimizer's param-group learning rates as saved.
     optimizer_lrs: list[float] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
