@@ -84,5 +84,5 @@ def emit(reports, fmt: OutputFormat, fail_on: FailOn, render_text: Callable | No
     else:
         from lrdoctor import output
 
-        print(output.render(reports, fmt.value))
+        print(output.render(reports, fmt.value, fail_on=fail_on.value))
     return max((r.exit_code(fail_on.value) for r in reports), default=0)

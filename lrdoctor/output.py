@@ -1,0 +1,306 @@
+"""Machine formats for CI: SARIF 2.1.0, JUnit XML and GitHub Actions workflow commands.
+
+Every command's reports go through :func:`render`. Locations point at a real
+file (a checkpoint file, or the config file and the line of the key a finding
+is about) relative to the repository root, so code scanning and annotations
+land on something a reviewer can open.
+
+A report may carry its own threshold in ``report.extra["fail_on"]`` (``check``
+targets override the global one); it decides which findings count as JUnit
+failures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+from xml.etree import ElementTree as ET
+
+from lrdoctor import __version__
+from lrdoctor.findings import FAIL_ON, RULES, Finding, Severity
+
+if TYPE_CHECKING:
+    from lrdoctor.report import Report
+
+INFORMATION_URI = "https://pypi.org/project/lrdoctor/"
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_SARIF_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+_GH_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
+FORMATS = ("sarif", "junit", "github")
+
+
+def render(reports: list[Report], fmt: str, fail_on: str = "warning") -> str:
+    """The whole output document for ``reports`` in ``fmt`` (sarif, junit or github)."""
+    if fmt == "sarif":
+        return json.dumps(sarif(reports), indent=2, allow_nan=False)
+    if fmt == "junit":
+        return junit(reports, fail_on)
+    if fmt == "github":
+        return github(reports)
+    raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+# ---------------------------------------------------------------- locations
+
+class Location:
+    """A file (relative to the repo root when it is inside it) and a 1-based line."""
+
+    def __init__(self, path: str, line: int = 1):
+        self.path = path
+        self.line = line
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"Location({self.path!r}, {self.line})"
+
+
+def repo_root(start: str | os.PathLike | None = None) -> Path | None:
+    """The nearest directory holding ``.git`` above ``start`` (cwd by default).
+
+    ``GITHUB_WORKSPACE`` wins when set: that is what code scanning resolves against.
+    """
+    ws = os.environ.get("GITHUB_WORKSPACE")
+    if ws and Path(ws).is_dir():
+        return Path(ws).resolve()
+    here = Path(start or os.getcwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / ".git").exists():
+            return d
+    return None
+
+
+def _relative(path: str) -> str:
+    """``path`` relative to the repo root (POSIX), or absolute when outside it."""
+    p = Path(path)
+    absolute = p.resolve() if p.exists() or p.is_absolute() else (Path.cwd() / p).resolve()
+    root = repo_root()
+    if root is not None:
+        try:
+            return absolute.relative_to(root).as_posix()
+        except ValueError:
+            pass
+    try:
+        return absolute.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return absolute.as_posix()
+
+
+_LINE_SUFFIX = re.compile(r"^(?P<path>.+?):(?P<line>\d+)$")
+
+
+def key_line(path: str, key: str) -> int:
+    """1-based line where ``key`` (dotted; last part searched) is assigned in a text config.
+
+    Works for YAML (``key:``), TOML/INI (``key =``) and JSON (``"key":``). 1 when
+    the file cannot be read or the key is not found.
+    """
+    leaf = key.split(".")[-1]
+    pattern = re.compile(r"^\s*(?:-\s*)?[\"']?" + re.escape(leaf) + r"[\"']?\s*[:=]")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for n, text in enumerate(fh, start=1):
+                if pattern.match(text):
+                    return n
+    except OSError:
+        pass
+    return 1
+
+
+def _representative_file(target: str, report: Report | None) -> str:
+    """A file to annotate for ``target``: itself, or the first checkpoint file read from it."""
+    if not os.path.isdir(target):
+        return target
+    files = []
+    if report is not None:
+        files = list(report.state.get("files") or []) if isinstance(report.state, dict) else []
+    for f in files:
+        cand = f if os.path.isabs(f) else os.path.join(target, f)
+        if os.path.isfile(cand):
+            return cand
+        if os.path.isfile(f):
+            return f
+    for dirpath, _dirs, names in sorted(os.walk(target)):
+        for name in sorted(names):
+            return os.path.join(dirpath, name)
+    return target
+
+
+def locate(f: Finding, report: Report | None = None) -> Location:
+    """Where ``f`` points: ``finding.location`` (``path``, ``path:LINE`` or ``path#key``)
+    or else the report's target."""
+    raw = f.location or (report.target if report is not None else "") or "."
+    if "#" in raw:
+        path, key = raw.split("#", 1)
+        return Location(_relative(path), key_line(path, key))
+    m = _LINE_SUFFIX.match(raw)
+    if m and not os.path.exists(raw):
+        return Location(_relative(m["path"]), int(m["line"]))
+    return Location(_relative(_representative_file(raw, report)), 1)
+
+
+# -------------------------------------------------------------------- SARIF
+
+def _sarif_rule(code: str) -> dict:
+    r = RULES[code]
+    return {
+        "id": r.code,
+        "name": r.name,
+        "shortDescription": {"text": r.title},
+        "fullDescription": {"text": r.explanation},
+        "help": {
+            "text": f"{r.explanation}\n\nExample: {r.example}\n\nFix: {r.fix}",
+            "markdown": f"**{r.title}**\n\n{r.explanation}\n\n*Example:* {r.example}"
+                        f"\n\n*Fix:* {r.fix}",
+        },
+        "defaultConfiguration": {"level": _SARIF_LEVEL[r.severity]},
+        "properties": {"tags": ["lr-schedule", r.name]},
+    }
+
+
+def sarif(reports: list[Report]) -> dict:
+    """One SARIF 2.1.0 log, one run, every rule of the catalog in ``tool.driver.rules``."""
+    codes = list(RULES)
+    index = {c: i for i, c in enumerate(codes)}
+    results = []
+    for rep in reports:
+        for f in rep.findings:
+            loc = locate(f, rep)
+            text = f.message if not f.fix else f"{f.message} Fix: {f.fix}"
+            result = {
+                "ruleId": f.code,
+                "ruleIndex": index[f.code],
+                "level": _SARIF_LEVEL[f.severity],
+                "message": {"text": f"{f.title}: {text}"},
+                "locations": [{
+                    "physicalLocation": {
+                        "artifactLocation": _artifact(loc.path),
+                        "region": {"startLine": loc.line},
+                    },
+                }],
+                # Stable across runs so code scanning tracks one alert, not a new one each time.
+                "partialFingerprints": {"lrdoctorTarget/v1": f"{f.code}:{rep.command}:{loc.path}"},
+            }
+            if f.evidence:
+                from lrdoctor.model import _jsonable
+
+                result["properties"] = {"evidence": _jsonable(f.evidence), "command": rep.command,
+                                        "target": rep.target}
+            results.append(result)
+    run: dict = {
+        "tool": {"driver": {
+            "name": "lrdoctor",
+            "version": __version__,
+            "semanticVersion": __version__,
+            "informationUri": INFORMATION_URI,
+            "rules": [_sarif_rule(c) for c in codes],
+        }},
+        "results": results,
+        "columnKind": "unicodeCodePoints",
+    }
+    root = repo_root()
+    if root is not None:
+        run["originalUriBaseIds"] = {"%SRCROOT%": {"uri": root.as_uri() + "/"}}
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+def _artifact(path: str) -> dict:
+    if path.startswith("/"):
+        return {"uri": Path(path).as_uri()}
+    from urllib.parse import quote
+
+    return {"uri": quote(path), "uriBaseId": "%SRCROOT%"}
+
+
+# -------------------------------------------------------------------- JUnit
+
+def _threshold(report: Report, fail_on: str) -> Severity | None:
+    return FAIL_ON[report.extra.get("fail_on", fail_on) if isinstance(report.extra, dict)
+                   else fail_on]
+
+
+def junit(reports: list[Report], fail_on: str = "warning") -> str:
+    """JUnit XML: one testcase per checked target; it fails when a finding reaches the
+    threshold, and is an error when the input could not be used (LRD303)."""
+    suites: dict[str, list] = {}
+    for rep in reports:
+        suites.setdefault(rep.command, []).append(rep)
+    top = ET.Element("testsuites", name="lrdoctor")
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    for command, reps in suites.items():
+        suite = ET.SubElement(top, "testsuite", name=f"lrdoctor {command}")
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        for rep in reps:
+            counts["tests"] += 1
+            case = ET.SubElement(suite, "testcase", classname=f"lrdoctor.{command}",
+                                 name=rep.target, time="0")
+            threshold = _threshold(rep, fail_on)
+            unusable = [f for f in rep.findings if f.code == "LRD303"]
+            failing = [f for f in rep.findings if f.code != "LRD303"
+                       and threshold is not None and f.severity >= threshold]
+            if unusable:
+                counts["errors"] += 1
+                err = ET.SubElement(case, "error", type="LRD303",
+                                    message=unusable[0].message)
+                err.text = "\n".join(_finding_line(f, rep) for f in unusable)
+            elif failing:
+                counts["failures"] += 1
+                first = max(failing, key=lambda f: f.severity)
+                fail = ET.SubElement(
+                    case, "failure", type=first.code,
+                    message=f"{len(failing)} finding(s) at or above "
+                            f"{rep.extra.get('fail_on', fail_on)}: "
+                            + ", ".join(f.code for f in failing))
+                fail.text = "\n".join(_finding_line(f, rep) for f in failing)
+            shown = {id(f) for f in failing + unusable}
+            below = [f for f in rep.findings if id(f) not in shown]
+            if below:
+                out = ET.SubElement(case, "system-out")
+                out.text = "\n".join(_finding_line(f, rep) for f in below)
+        for k, v in counts.items():
+            suite.set(k, str(v))
+        suite.set("time", "0")
+        for k in totals:
+            totals[k] += counts[k]
+    for k, v in totals.items():
+        top.set(k, str(v))
+    ET.indent(top)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(top, encoding="unicode")
+
+
+def _finding_line(f: Finding, rep: Report) -> str:
+    loc = locate(f, rep)
+    line = f"{f.code} {f.severity} {loc.path}:{loc.line}: {f.title}: {f.message}"
+    return f"{line}\n  fix: {f.fix}" if f.fix else line
+
+
+# ------------------------------------------------------------ GitHub Actions
+
+def escape_data(s: str) -> str:
+    """Workflow-command message escaping (``%``, CR, LF), as the Actions toolkit does."""
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(s: str) -> str:
+    """Property escaping: the message escapes plus ``:`` and ``,``."""
+    return escape_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_line(f: Finding, rep: Report | None = None) -> str:
+    """``::error file=PATH,line=N,title=CODE TITLE::message`` for one finding."""
+    loc = locate(f, rep)
+    props = (f"file={escape_property(loc.path)},line={loc.line},"
+             f"title={escape_property(f'{f.code} {f.title}')}")
+    message = f.message if not f.fix else f"{f.message}\nFix: {f.fix}"
+    return f"::{_GH_LEVEL[f.severity]} {props}::{escape_data(message)}"
+
+
+def github(reports: list[Report]) -> str:
+    """One workflow command per finding; a plain log line for a clean target."""
+    lines = []
+    for rep in reports:
+        if not rep.findings:
+            lines.append(f"lrdoctor {rep.command} {rep.target}: no findings")
+        lines.extend(github_line(f, rep) for f in rep.findings)
+    return "\n".join(lines)
