@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.table import Table
 
 from lrdoctor.findings import Severity
 
@@ -13,13 +14,82 @@ def console() -> Console:
     return Console(highlight=False)
 
 
+def _num(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not x.is_integer():
+        return f"{x:.6g}"
+    return f"{int(x):,}" if isinstance(x, (int, float)) else str(x)
+
+
 def render_findings(report, con: Console | None = None) -> None:
     con = con or console()
     if not report.findings:
-        con.print("[green]No findings.[/green]")
+        con.print("[green]No findings: the scheduler and the trainer agree.[/green]")
         return
     for f in sorted(report.findings, key=lambda f: -f.severity):
         con.print(f"[{_STYLE[f.severity]}]{f.code} {f.severity}[/]: [bold]{f.title}[/bold]")
         con.print(f"  {f.message}")
         if f.fix:
             con.print(f"  [dim]fix:[/dim] {f.fix}")
+
+
+def render_inspect(report, con: Console | None = None) -> None:
+    con = con or console()
+    st = report.state
+    con.rule(f"[bold]{report.target}[/bold]  ({report.format})")
+    table = Table(title="Progress counters", title_justify="left", show_edge=False)
+    for col in ("counter", "value", "unit", "source"):
+        table.add_column(col, overflow="fold")
+    rows = []
+    if st.get("scheduler_progress"):
+        rows.append(("scheduler", st["scheduler_progress"]))
+    if st.get("nominal_progress"):
+        rows.append(("nominal (trainer)", st["nominal_progress"]))
+    rows += [("", c) for c in st.get("counters", [])]
+    if st.get("planned_end"):
+        rows.append(("planned end", st["planned_end"]))
+    for label, c in rows:
+        name = f"[bold]{c['name']}[/bold] ({label})" if label else c["name"]
+        table.add_row(name, _num(c["value"]), c["unit"], c.get("source", ""))
+    con.print(table)
+    spec, d = st.get("schedule"), st.get("derived", {})
+    if spec:
+        con.print(
+            f"schedule: [bold]{spec['family']} {spec['kind']}[/bold] max_lr {spec['max_lr']:g}, "
+            f"min_lr {spec['min_lr']:g}, warmup {_num(spec['warmup'])}, horizon "
+            f"{_num(spec['horizon'])} {spec['unit']}  [dim]({spec.get('source') or 'checkpoint'})[/dim]")
+        parts = []
+        if d.get("horizon_fraction") is not None:
+            parts.append(f"scheduler at {d['horizon_fraction']:.1%} of its horizon")
+        if d.get("lr_at_scheduler_progress") is not None:
+            parts.append(f"LR now {d['lr_at_scheduler_progress']:.6g}")
+        if d.get("lr_at_nominal_progress") is not None:
+            parts.append(f"LR intended at the trainer's progress {d['lr_at_nominal_progress']:.6g}")
+        if d.get("progress_ratio") is not None:
+            parts.append(f"scheduler/trainer ratio {d['progress_ratio']:.4g}")
+        if parts:
+            con.print("position: " + "; ".join(parts))
+    if st.get("optimizer_lrs"):
+        con.print("optimizer param-group lr: " + ", ".join(f"{x:.6g}" for x in st["optimizer_lrs"]))
+    for note in st.get("notes", []):
+        con.print(f"[dim]note: {note}[/dim]")
+    render_findings(report, con)
+
+
+def render_trend(reports, con: Console | None = None) -> None:
+    con = con or console()
+    table = Table(title="Trend over checkpoints", title_justify="left", show_edge=False)
+    for col in ("checkpoint", "scheduler", "nominal", "ratio", "horizon %", "LR", "worst"):
+        table.add_column(col)
+    for r in reports:
+        st, d = r.state, r.state.get("derived", {})
+        sp, nom = st.get("scheduler_progress"), st.get("nominal_progress")
+        worst = max((f.severity for f in r.findings), default=None)
+        table.add_row(
+            r.target, _num(sp["value"]) if sp else "-", _num(nom["value"]) if nom else "-",
+            _num(d.get("progress_ratio")),
+            f"{d['horizon_fraction']:.1%}" if d.get("horizon_fraction") is not None else "-",
+            _num(d.get("lr_at_scheduler_progress")),
+            f"[{_STYLE[worst]}]{worst}[/]" if worst else "[green]ok[/green]")
+    con.print(table)

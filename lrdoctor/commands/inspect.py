@@ -1,0 +1,74 @@
+"""``lrdoctor inspect``: what a saved checkpoint says about training progress."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lrdoctor.commands._common import (
+    FailOn,
+    FailOnOpt,
+    JsonOpt,
+    OutputFormat,
+    OutputFormatOpt,
+    emit,
+    guarded,
+    resolve_format,
+)
+
+HELP = """Read a checkpoint's optimizer and scheduler state and say whether they agree
+on how far training has gone.
+
+PATH is a run directory (the latest checkpoint is inspected; --all for each), one
+checkpoint directory, or one checkpoint file. Only metadata is read: no tensor
+payloads, no code from the pickle.
+
+Examples:
+
+  lrdoctor inspect runs/llama/                 # latest checkpoint of a run
+
+  lrdoctor inspect ckpt/checkpoint-400 --json  # one JSON document
+
+  lrdoctor inspect runs/ --all --fail-on warning --plot lr.png
+"""
+
+
+def inspect_cmd(
+    path: Annotated[Path, typer.Argument(help="Run directory, checkpoint directory or file.")],
+    format: Annotated[str | None, typer.Option(
+        "--format", help="Force a format: megatron, roll, hf, torchsave, deepspeed, "
+        "lightning, accelerate.")] = None,
+    all: Annotated[bool, typer.Option("--all", help="Inspect every checkpoint of a run, with a trend.")] = False,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write the LR curve and the checkpoint's position to this PNG.")] = None,
+    json_: JsonOpt = False,
+    output_format: OutputFormatOpt = None,
+    fail_on: FailOnOpt = FailOn.error,
+) -> None:
+    from lrdoctor.inspect_api import inspect_path
+
+    fmt = resolve_format(json_, output_format)
+    reports = guarded(lambda: inspect_path(path, format=format, all=all))
+    if plot is not None:
+        from lrdoctor.plots import plot_inspect
+
+        guarded(lambda: plot_inspect(reports, plot))
+    render = None
+    if fmt is OutputFormat.text:
+        from lrdoctor.render import render_inspect
+
+        def render(r):
+            render_inspect(r)
+        if all and len(reports) > 1:
+            from lrdoctor.render import render_trend
+
+            render_trend(reports)
+    code = emit(reports, fmt, fail_on, render_text=render)
+    if plot is not None and fmt is OutputFormat.text:
+        print(f"plot written to {plot}")
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("inspect", help=HELP)(inspect_cmd)

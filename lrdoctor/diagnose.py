@@ -1,0 +1,183 @@
+"""Diagnose a normalized :class:`RunState`: framework-blind rules, one per finding code.
+
+Each rule looks at the counters a reader filled in and either stays silent or
+returns findings with the numbers that prove them. A healthy checkpoint of
+any supported framework must produce no warning or error.
+"""
+
+from __future__ import annotations
+
+import math
+
+from lrdoctor.findings import Finding, Severity, finding
+from lrdoctor.model import RunState, Unit
+
+# Counters may legitimately differ by a rounding step; beyond this they disagree.
+REL_TOL = 0.01
+LR_RTOL = 1e-6
+# torch schedulers commonly stepped once per epoch, where "behind" is by design.
+_EPOCH_STYLE = {"StepLR", "MultiStepLR", "ExponentialLR", "ReduceLROnPlateau"}
+
+
+def diagnose(state: RunState) -> list[Finding]:
+    out: list[Finding] = []
+    for rule in (_config, _progress_ratio, _horizon, _optimizer_lr):
+        out.extend(rule(state))
+    return out
+
+
+def progress_ratio(state: RunState) -> float | None:
+    """Scheduler progress over the progress the trainer's counters imply."""
+    prog, nominal = state.scheduler_progress, state.nominal_progress
+    if prog is None or nominal is None or nominal.value <= 0:
+        return None
+    return prog.value / nominal.value
+
+
+def planned_end_in_schedule_units(state: RunState) -> float | None:
+    """The planned end of training converted to the scheduler's unit, if possible."""
+    end, spec = state.planned_end, state.schedule
+    if end is None or spec is None:
+        return None
+    if end.unit == spec.unit:
+        return end.value
+    spu = state.samples_per_update
+    if spu and end.unit == Unit.UPDATES and spec.unit == Unit.SAMPLES:
+        return end.value * spu
+    if spu and end.unit == Unit.SAMPLES and spec.unit == Unit.UPDATES:
+        return end.value / spu
+    return None
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.4g}"
+
+
+def _config(state: RunState) -> list[Finding]:
+    spec = state.schedule
+    if spec is None:
+        why = "; ".join(state.notes) or "the checkpoint does not save the schedule"
+        return [finding("LRD107", f"No schedule could be rebuilt: {why}.",
+                        {"format": state.format})]
+    from lrdoctor.schedules import problems
+
+    out = [finding("LRD106", msg, {"schedule": spec.kind, "source": spec.source})
+           for msg in problems(spec)]
+    if spec.source and "fitted" in spec.source:
+        out.append(finding("LRD107", f"Schedule {spec.kind!r} was {spec.source}; "
+                           "numbers below rest on that fit.", {"source": spec.source}))
+    return out
+
+
+def _progress_ratio(state: RunState) -> list[Finding]:
+    prog, nominal = state.scheduler_progress, state.nominal_progress
+    ratio = progress_ratio(state)
+    if ratio is None:
+        return []
+    ev = {"scheduler_progress": prog.value, "scheduler_counter": prog.name,
+          "nominal_progress": nominal.value, "nominal_from": nominal.source,
+          "unit": prog.unit.value, "ratio": round(ratio, 6)}
+    diff = prog.value - nominal.value
+    if state.format == "megatron" and diff != 0:
+        return [finding(
+            "LRD104",
+            f"{prog.name} is {_fmt(prog.value)} {prog.unit.value} but {nominal.source} is "
+            f"{_fmt(nominal.value)} ({ratio:.3g}x).", ev)]
+    if state.format == "deepspeed" and diff != 0:
+        return [finding(
+            "LRD109",
+            f"{prog.name} is {_fmt(prog.value)} but {nominal.source} is {_fmt(nominal.value)} "
+            f"({ratio:.3g}x).", ev)]
+    if abs(diff) <= max(1.0, REL_TOL * nominal.value):
+        return []
+    if ratio > 1:
+        k = round(ratio)
+        near_int = k >= 2 and abs(ratio - k) <= 0.02 * k
+        causes = ("the scheduler is stepped on every micro-batch of a gradient-accumulation "
+                  f"window of {k}, or accelerate's AcceleratedScheduler steps it "
+                  f"num_processes={k} times per call") if near_int else (
+                  "the scheduler is stepped per dynamic micro-batch window while the budget "
+                  "was computed from nominal batches")
+        ev["k"] = k if near_int else round(ratio, 4)
+        fix = None
+        if near_int:
+            fix = (f"Step the scheduler only when the optimizer steps (or divide its budget by "
+                   f"{k}); repair this checkpoint with `lrdoctor fix --policy rescale --k {k}`.")
+        return [finding(
+            "LRD103",
+            f"{prog.name} = {_fmt(prog.value)} is {ratio:.3g}x {nominal.source} = "
+            f"{_fmt(nominal.value)}: likely {causes}.", ev, fix=fix)]
+    severity = None
+    if state.schedule is not None and state.schedule.kind in _EPOCH_STYLE:
+        severity = Severity.INFO
+    return [finding(
+        "LRD108",
+        f"{prog.name} = {_fmt(prog.value)} is only {ratio:.3g}x {nominal.source} = "
+        f"{_fmt(nominal.value)}.", ev, severity=severity)]
+
+
+def _horizon(state: RunState) -> list[Finding]:
+    spec, prog = state.schedule, state.scheduler_progress
+    if spec is None or prog is None or not spec.horizon or spec.horizon <= 0:
+        return []
+    horizon = float(spec.horizon)
+    planned = planned_end_in_schedule_units(state)
+    ratio = progress_ratio(state)
+    consistent = ratio is not None and abs(ratio - 1) <= REL_TOL
+    unit = prog.unit.value
+    if planned is not None and horizon < planned * (1 - 1e-9) and (consistent or ratio is None):
+        tail = 1 - horizon / planned
+        return [finding(
+            "LRD102",
+            f"The decay horizon ({_fmt(horizon)} {unit}) ends before the planned end of "
+            f"training ({_fmt(planned)} {unit}): the last {tail:.0%} runs at min_lr "
+            f"{spec.min_lr:g} by configuration.",
+            {"horizon": horizon, "planned_end": planned, "tail_fraction": round(tail, 6)})]
+    if prog.value <= horizon:
+        return []
+    at_floor = (prog.value - horizon) / prog.value
+    ev = {"scheduler_progress": prog.value, "horizon": horizon, "unit": unit,
+          "progress_over_horizon": round(prog.value / horizon, 6),
+          "fraction_of_progress_at_min_lr": round(at_floor, 6), "min_lr": spec.min_lr}
+    if consistent and planned is not None:
+        # Trainer and scheduler agree; training simply ran past its plan.
+        return [finding("LRD110", f"{prog.name} {_fmt(prog.value)} is past the horizon "
+                        f"{_fmt(horizon)} {unit}, as are the trainer's counters.", ev)]
+    trainer = state.trainer_progress
+    where = ""
+    if trainer is not None and state.planned_end is not None and state.planned_end.value:
+        frac = trainer.value / state.planned_end.value
+        ev["training_fraction_done"] = round(frac, 6)
+        where = (f" at {trainer.name} {_fmt(trainer.value)} of {_fmt(state.planned_end.value)}"
+                 f" planned ({frac:.0%} of training)")
+        # Where in training the floor was reached, if progress grew linearly.
+        ev["floor_reached_at_training_fraction"] = round(frac * horizon / prog.value, 6)
+    if ratio is not None and ratio > 1:
+        ev["ratio_to_nominal"] = round(ratio, 6)
+    return [finding(
+        "LRD101",
+        f"{prog.name} = {_fmt(prog.value)} is {prog.value / horizon:.2f}x the decay horizon "
+        f"{_fmt(horizon)} {unit}{where}: {at_floor:.0%} of the scheduler's progress ran at "
+        f"min_lr {spec.min_lr:g}.", ev)]
+
+
+def _optimizer_lr(state: RunState) -> list[Finding]:
+    spec, prog = state.schedule, state.scheduler_progress
+    if spec is None or prog is None or not state.optimizer_lrs:
+        return []
+    try:
+        expected = spec.lr_at(prog.value)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return []
+    if not math.isfinite(expected):
+        return []
+    close = [math.isclose(lr, expected, rel_tol=LR_RTOL, abs_tol=1e-15)
+             for lr in state.optimizer_lrs]
+    if any(close):
+        return []
+    return [finding(
+        "LRD105",
+        f"The optimizer's param-group lr is {', '.join(f'{x:.6g}' for x in state.optimizer_lrs)} "
+        f"but the {spec.kind} schedule gives {expected:.6g} at {prog.name} = {_fmt(prog.value)}.",
+        {"optimizer_lrs": state.optimizer_lrs, "schedule_lr": expected,
+         "scheduler_progress": prog.value})]

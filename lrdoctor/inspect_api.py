@@ -1,0 +1,62 @@
+"""``inspect`` as a library call: read -> normalize -> diagnose -> Report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lrdoctor import formats
+from lrdoctor.diagnose import diagnose, planned_end_in_schedule_units, progress_ratio
+from lrdoctor.model import RunState
+from lrdoctor.report import Report
+
+
+def read_state(path: str | Path, format: str | None = None) -> RunState:
+    """Normalize one checkpoint (the latest one when ``path`` is a run directory)."""
+    path = Path(path)
+    mod = formats.detect(path, format)
+    ckpts = mod.find_checkpoints(path)
+    if not ckpts:
+        from lrdoctor.errors import UnusableInput
+
+        raise UnusableInput(f"no {mod.NAME} checkpoint found", str(path))
+    return mod.read(ckpts[-1])
+
+
+def inspect_path(path: str | Path, format: str | None = None,
+                 all: bool = False) -> list[Report]:
+    """One report per inspected checkpoint: the latest, or each with ``all``."""
+    path = Path(path)
+    mod = formats.detect(path, format)
+    ckpts = mod.find_checkpoints(path)
+    if not ckpts:
+        from lrdoctor.errors import UnusableInput
+
+        raise UnusableInput(f"no {mod.NAME} checkpoint found", str(path))
+    return [report_for(mod.read(c), c) for c in (ckpts if all else ckpts[-1:])]
+
+
+def report_for(state: RunState, target: Path | str) -> Report:
+    return Report(command="inspect", target=str(target), format=state.format,
+                  state=summarize(state), findings=diagnose(state))
+
+
+def summarize(state: RunState) -> dict[str, Any]:
+    """The RunState plus what a reader of the report wants computed."""
+    doc = state.to_dict()
+    spec, prog = state.schedule, state.scheduler_progress
+    derived: dict[str, Any] = {"progress_ratio": progress_ratio(state),
+                               "planned_end_in_schedule_units":
+                                   planned_end_in_schedule_units(state)}
+    if spec is not None:
+        try:
+            if prog is not None:
+                derived["lr_at_scheduler_progress"] = spec.lr_at(prog.value)
+                if spec.horizon:
+                    derived["horizon_fraction"] = prog.value / spec.horizon
+            if state.nominal_progress is not None:
+                derived["lr_at_nominal_progress"] = spec.lr_at(state.nominal_progress.value)
+        except (ValueError, ZeroDivisionError, OverflowError):
+            pass
+    doc["derived"] = derived
+    return doc
