@@ -1,0 +1,16 @@
+from pathlib import Path
+
+from lrdoctor.findings import RULES, catalog_markdown
+
+
+def test_docs_catalog_in_sync():
+    doc = Path(__file__).parents[1] / "docs" / "findings.md"
+    assert doc.read_text() == catalog_markdown() + "\n", (
+        "regenerate with: python -m lrdoctor.findings > docs/findings.md")
+
+
+def test_codes_are_stable_shape():
+    for code, rule in RULES.items():
+        assert code == rule.code and code.startswith("LRD") and len(code) == 6
+        assert rule.title and rule.fix and rule.example
+    assert len({r.name for r in RULES.values()}) == len(RULES)
