@@ -1,0 +1,276 @@
+"""The lrdoctor run config (YAML) for ``replay``, validated by pydantic.
+
+Every section forbids unknown keys, so a typo fails loudly with one line that
+names the key, the bad value and what is allowed (exit code 2), instead of a
+replay of a different loop than the one the user runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from lrdoctor.errors import UnusableInput
+
+STRATEGIES = ("static", "token_budget", "karmarkar_karp", "balanced_first_fit",
+              "prompt_unit", "doc_target")
+TOKEN_STRATEGIES = ("token_budget", "karmarkar_karp", "balanced_first_fit")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ScheduleCfg(_Section):
+    """The intended schedule (the fields of :class:`lrdoctor.model.ScheduleSpec`)."""
+
+    family: Literal["megatron", "hf", "torch", "deepspeed"] = "megatron"
+    kind: str = "cosine"
+    max_lr: float = Field(1.0e-6, gt=0)
+    min_lr: float = Field(0.0, ge=0)
+    init_lr: float = Field(0.0, ge=0)
+    warmup: float = Field(0.0, ge=0)
+    horizon: float | Literal["auto"] = "auto"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> ScheduleCfg:
+        if self.min_lr > self.max_lr:
+            raise ValueError(f"min_lr {self.min_lr} is above max_lr {self.max_lr}")
+        if self.horizon != "auto" and self.horizon <= 0:
+            raise ValueError(f"horizon must be > 0 or auto, got {self.horizon}")
+        return self
+
+
+class BudgetCfg(_Section):
+    """How the framework computed the horizon it handed the scheduler."""
+
+    formula: Literal["roll", "explicit", "nominal"] = "nominal"
+    total: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> BudgetCfg:
+        if self.formula == "explicit" and self.total is None:
+            raise ValueError("budget.formula explicit needs budget.total")
+        return self
+
+
+class TrainCfg(_Section):
+    steps: int = Field(..., ge=1)
+    samples_per_step: int | None = Field(None, ge=1)
+    epochs_per_step: int = Field(1, ge=1)
+    micro_batch_size: int = Field(1, ge=1)
+    gradient_accumulation: int = Field(1, ge=1)
+    mini_batch_size: int | None = Field(None, ge=1)
+
+
+class DpChange(_Section):
+    at_step: int = Field(..., ge=0)
+    size: int = Field(..., ge=1)
+
+
+class DpCfg(_Section):
+    size: int = Field(1, ge=1)
+    changes: list[DpChange] = Field(default_factory=list)
+
+    def size_at(self, step: int) -> int:
+        size = self.size
+        for ch in sorted(self.changes, key=lambda c: c.at_step):
+            if ch.at_step <= step:
+                size = ch.size
+        return size
+
+
+class BatchingCfg(_Section):
+    strategy: Literal["static", "token_budget", "karmarkar_karp", "balanced_first_fit",
+                      "prompt_unit", "doc_target"] = "static"
+    max_tokens_per_microbatch: int | None = Field(None, ge=1)
+    round_to: int = Field(1, ge=1)
+    num_micro_batches: int | None = Field(None, ge=1)
+    docs_per_step: int | None = Field(None, ge=1)
+    equal_size: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> BatchingCfg:
+        if self.strategy in ("token_budget", "balanced_first_fit") and \
+                self.max_tokens_per_microbatch is None:
+            raise ValueError(f"strategy {self.strategy} needs max_tokens_per_microbatch")
+        if self.strategy == "karmarkar_karp" and self.max_tokens_per_microbatch is None \
+                and self.num_micro_batches is None:
+            raise ValueError("strategy karmarkar_karp needs max_tokens_per_microbatch "
+                             "or num_micro_batches")
+        if self.strategy == "doc_target" and self.docs_per_step is None:
+            raise ValueError("strategy doc_target needs docs_per_step")
+        return self
+
+
+class AccumulationCfg(_Section):
+    rule: Literal["correct", "off_by_one"] = "correct"
+    # True: the micro-step counter restarts and a short last window is flushed at the
+    # end of every train step/epoch (ROLL, verl). False: one counter for the whole run
+    # (a plain pre-training loop, OneVision-Encoder).
+    flush_at_step_end: bool = True
+
+
+class SchedulerCfg(_Section):
+    step_on: Literal["update", "micro_step", "rollout_step"] = "update"
+    increment: float | Literal["samples", "micro_batches"] = 1.0
+    multiplier: int = Field(1, ge=1)
+    step_on_failed_update: bool = False
+    failed_updates: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> SchedulerCfg:
+        if not isinstance(self.increment, str) and self.increment <= 0:
+            raise ValueError(f"increment must be > 0, samples or micro_batches, "
+                             f"got {self.increment}")
+        if any(i < 0 for i in self.failed_updates):
+            raise ValueError("failed_updates holds update indices (>= 0)")
+        return self
+
+
+class DataCfg(_Section):
+    """Where the sample lengths come from when the command line does not say."""
+
+    batch_log: str | None = None
+    synthetic: str | None = None
+    seed: int = 0
+
+
+class RunConfig(_Section):
+    schedule: ScheduleCfg = Field(default_factory=ScheduleCfg)
+    budget: BudgetCfg = Field(default_factory=BudgetCfg)
+    train: TrainCfg
+    dp: DpCfg = Field(default_factory=DpCfg)
+    batching: BatchingCfg = Field(default_factory=BatchingCfg)
+    accumulation: AccumulationCfg = Field(default_factory=AccumulationCfg)
+    scheduler: SchedulerCfg = Field(default_factory=SchedulerCfg)
+    data: DataCfg = Field(default_factory=DataCfg)
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        if self.budget.formula == "roll" and self.train.samples_per_step is None:
+            raise ValueError("budget.formula roll needs train.samples_per_step")
+        for ch in self.dp.changes:
+            if ch.at_step >= self.train.steps:
+                raise ValueError(f"dp.changes at_step {ch.at_step} is past train.steps "
+                                 f"{self.train.steps}")
+        return self
+
+
+def _clean_loc(err: dict) -> list[str]:
+    # pydantic appends the union member it tried ("float", "literal['auto']"): drop it.
+    return [str(p) for p in err.get("loc", ()) if not (
+        str(p).startswith(("literal[", "function-")) or str(p) in ("float", "int", "str", "bool"))]
+
+
+def _allowed_phrase(msg: str) -> str:
+    msg = msg.removeprefix("Input should be ")
+    if msg.startswith("a valid number"):
+        return "a number"
+    if msg.startswith("a valid integer"):
+        return "an integer"
+    return msg
+
+
+def _describe(errs: list[dict], model: type[BaseModel] = RunConfig) -> str:
+    """One line for the first pydantic error: the key, the bad value, what is allowed."""
+    err = errs[0]
+    parts = _clean_loc(err)
+    loc = ".".join(parts)
+    kind = err.get("type", "")
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(parts[:-1], model)
+        return (f"unknown key '{loc}'" + (f" (allowed: {', '.join(allowed)})" if allowed else ""))
+    if kind == "missing":
+        return f"missing key '{loc}'"
+    if isinstance(value, dict) or not loc:
+        where = f"{loc}: " if loc else ""
+        return where + err.get("msg", "invalid").removeprefix("Value error, ")
+    # A union reports one error per member at the same key: merge them.
+    same = [e for e in errs if _clean_loc(e) == parts]
+    if len(same) > 1:
+        allowed = " or ".join(_allowed_phrase(e.get("msg", "")) for e in same)
+        return f"key '{loc}': got {value!r}; allowed: {allowed}"
+    msg = err.get("msg", "invalid").removeprefix("Value error, ")
+    return f"key '{loc}': got {value!r}; {msg[0].lower() + msg[1:]}"
+
+
+def _allowed_keys(parts: list[str], model: type[BaseModel]) -> list[str]:
+    m: Any = model
+    for p in parts:
+        field = m.model_fields.get(p) if hasattr(m, "model_fields") else None
+        if field is None:
+            return []
+        ann = field.annotation
+        m = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+        if m is None:
+            return []
+    return list(m.model_fields)
+
+
+def config_from_dict(data: Any, source: str | None = None) -> RunConfig:
+    """Validate a mapping; bad input becomes one :class:`UnusableInput` line."""
+    if not isinstance(data, dict):
+        raise UnusableInput("the run config must be a YAML mapping", source)
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        errs = exc.errors()
+        first = _clean_loc(errs[0])
+        others = sum(1 for e in errs if _clean_loc(e) != first)
+        more = f" (and {others} more)" if others else ""
+        raise UnusableInput(_describe(errs) + more, source) from None
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read an lrdoctor run config, or ROLL's own YAML (translated)."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UnusableInput(f"cannot read: {exc.strerror or exc}", str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise UnusableInput(f"not valid YAML{where}", str(path)) from None
+    if isinstance(data, dict) and not set(data) & set(RunConfig.model_fields):
+        try:
+            from lrdoctor.replay import roll_yaml
+        except ImportError:  # pragma: no cover - the inputs helper's module
+            roll_yaml = None
+        if roll_yaml is not None and roll_yaml.looks_like_roll(data):
+            return roll_yaml.to_config(data, str(path))
+    return config_from_dict(data, str(path))
+
+
+def parse_value(text: str) -> Any:
+    """A sweep value as YAML would read it (``4096`` -> int, ``off_by_one`` -> str)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def with_key(cfg: RunConfig, key: str, value: Any, source: str | None = None) -> RunConfig:
+    """A copy of ``cfg`` with the dotted ``key`` set to ``value`` (for ``--sweep``)."""
+    data = cfg.model_dump()
+    node: Any = data
+    parts = key.split(".")
+    for p in parts[:-1]:
+        if not isinstance(node, dict) or p not in node:
+            raise UnusableInput(f"--sweep: unknown key '{key}'", source)
+        node = node[p]
+    if not isinstance(node, dict) or parts[-1] not in node:
+        raise UnusableInput(f"--sweep: unknown key '{key}'", source)
+    node[parts[-1]] = value
+    return config_from_dict(data, source or "--sweep")
