@@ -1,0 +1,206 @@
+"""Helpers shared by the checkpoint readers (no torch import here).
+
+Readers see checkpoints only through :func:`lrdoctor.safeload.load`, so the
+objects here are plain dicts/lists/numbers plus ``TensorRef`` and ``Opaque``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.errors import UnusableInput
+
+CHECKPOINT_N = re.compile(r"^checkpoint-(\d+)$")
+
+
+def load(path: Path) -> Any:
+    """Unpickle a checkpoint file metadata-only; every failure is one line naming it."""
+    from lrdoctor import safeload
+
+    if not path.is_file():
+        raise UnusableInput("missing file", str(path))
+    try:
+        return safeload.load(path)
+    except UnusableInput:
+        raise
+    except Exception as exc:  # noqa: BLE001 - corrupt input must not give a traceback
+        line = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise UnusableInput(f"cannot read: {line}", str(path)) from None
+
+
+def load_dict(path: Path, what: str = "a dict") -> dict:
+    obj = load(path)
+    if not isinstance(obj, dict):
+        raise UnusableInput(f"expected {what}, found {type(obj).__name__}", str(path))
+    return obj
+
+
+def read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise UnusableInput("missing file", str(path))
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UnusableInput(f"not valid JSON: {str(exc).splitlines()[0]}", str(path)) from None
+    if not isinstance(obj, dict):
+        raise UnusableInput("expected a JSON object", str(path))
+    return obj
+
+
+def as_fields(obj: Any) -> dict | None:
+    """The attribute dict of a pickled object (argparse.Namespace, a dataclass), or None."""
+    from lrdoctor.safeload import Opaque
+
+    if isinstance(obj, dict):
+        return obj
+    if isinstance(obj, Opaque):
+        state = obj.state
+        # setstate may be (dict, slots) for classes with __slots__.
+        if isinstance(state, tuple) and state and isinstance(state[0], dict):
+            state = state[0]
+        if isinstance(state, dict):
+            return state
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        return dict(vars(obj))
+    return None
+
+
+def plain(value: Any) -> Any:
+    """An enum-like pickled value (Opaque with one arg) as its plain value."""
+    from lrdoctor.safeload import Opaque
+
+    if isinstance(value, Opaque):
+        if value.args and len(value.args) == 1 and isinstance(value.args[0], (str, int, float)):
+            return value.args[0]
+        if isinstance(value.state, (str, int, float)):
+            return value.state
+        return None
+    if hasattr(value, "value") and not isinstance(value, (str, int, float, bool)):
+        return value.value  # a live enum, if a loader ever returns one
+    return value
+
+
+def number(value: Any) -> float | None:
+    """A scalar from a checkpoint: int/float, or a tiny tensor read through read_values."""
+    from lrdoctor.safeload import TensorRef
+
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, TensorRef):
+        if value.numel != 1:
+            return None
+        vals = tensor_values(value)
+        return vals[0] if vals else None
+    return None
+
+
+def tensor_values(ref: Any) -> list[float] | None:
+    from lrdoctor import safeload
+
+    try:
+        return list(safeload.read_values(ref))
+    except NotImplementedError:  # the interim loader keeps no values
+        return None
+
+
+# ---------------------------------------------------------------- optimizers
+
+def torch_optimizer_dicts(obj: Any, depth: int = 0) -> list[dict]:
+    """Every torch-optimizer-like state dict (has ``param_groups``) nested in ``obj``.
+
+    Megatron wraps the torch dict as ``{"optimizer": {...}, "grad_scaler": ...}``
+    and chains several as a list; DeepSpeed and others nest one more level.
+    """
+    if depth > 4:
+        return []
+    if isinstance(obj, dict):
+        if isinstance(obj.get("param_groups"), list):
+            return [obj]
+        found: list[dict] = []
+        for key in ("optimizer", "optimizer_state_dict", "base_optimizer_state", "state"):
+            if key in obj:
+                found += torch_optimizer_dicts(obj[key], depth + 1)
+        return found
+    if isinstance(obj, (list, tuple)):
+        found = []
+        for item in obj:
+            found += torch_optimizer_dicts(item, depth + 1)
+        return found
+    return []
+
+
+def optimizer_summary(opt_sd: Any) -> dict[str, Any]:
+    """Param-group LRs and the optimizer step of a (possibly wrapped) optimizer state.
+
+    ``step`` is the max over per-parameter ``state[i]["step"]`` (AdamW keeps a
+    0-d tensor) and param-group ``step`` (Megatron's distributed optimizer and
+    Apex/TE FusedAdam keep it there). ``step_known`` is False when the only
+    steps are tensors the loader could not read.
+    """
+    lrs: list[float] = []
+    initial_lrs: list[float] = []
+    steps: list[float] = []
+    unreadable = 0
+    n_state = 0
+    dicts = torch_optimizer_dicts(opt_sd)
+    for d in dicts:
+        for g in d.get("param_groups") or []:
+            if not isinstance(g, dict):
+                continue
+            lr = number(g.get("lr"))
+            if lr is not None:
+                lrs.append(float(lr))
+            ilr = number(g.get("initial_lr"))
+            if ilr is not None:
+                initial_lrs.append(float(ilr))
+            if "step" in g:
+                s = number(g["step"])
+                if s is not None:
+                    steps.append(float(s))
+        state = d.get("state")
+        if isinstance(state, dict):
+            for pstate in state.values():
+                if isinstance(pstate, dict) and "step" in pstate:
+                    n_state += 1
+                    s = number(pstate["step"])
+                    if s is None:
+                        unreadable += 1
+                    else:
+                        steps.append(float(s))
+    return {
+        "found": bool(dicts),
+        "lrs": lrs,
+        "initial_lrs": initial_lrs,
+        "step": max(steps) if steps else None,
+        "steps_distinct": sorted(set(steps)),
+        "unreadable_steps": unreadable,
+        "params_with_state": n_state,
+    }
+
+
+# ---------------------------------------------------------------- run dirs
+
+def checkpoint_n_dirs(path: Path, marker: str | Iterable[str]) -> list[Path]:
+    """``checkpoint-N`` subdirectories of ``path`` holding ``marker``, by N ascending."""
+    markers = [marker] if isinstance(marker, str) else list(marker)
+    out = []
+    try:
+        children = list(path.iterdir())
+    except OSError:
+        return []
+    for child in children:
+        m = CHECKPOINT_N.match(child.name)
+        if m and child.is_dir() and any((child / mk).exists() for mk in markers):
+            out.append((int(m.group(1)), child))
+    return [p for _, p in sorted(out)]
+
+
+def checkpoint_number(path: Path) -> int | None:
+    m = CHECKPOINT_N.match(path.name)
+    return int(m.group(1)) if m else None

@@ -1,0 +1,328 @@
+"""Megatron-LM checkpoints in the ``torch`` format (and ``common.pt`` of torch_dist).
+
+Layout::
+
+    <save>/latest_checkpointed_iteration.txt      # "1200" or "release"
+    <save>/iter_0001200/mp_rank_00[_000[_000]]/model_optim_rng.pt
+    <save>/iter_0001200/common.pt                 # torch_dist: the non-sharded state
+
+``model_optim_rng.pt`` holds ``args`` (argparse.Namespace), ``iteration``,
+``opt_param_scheduler`` (``lr_scheduler`` in old checkpoints), ``optimizer``,
+``model``, ``rng_state``, ``checkpoint_version``. The scheduler counts
+**samples**: Megatron calls ``step(increment=global_batch_size)`` after every
+successful update, so ``num_steps == consumed_train_samples -
+skipped_train_samples`` minus one global batch per unsuccessful (overflowed)
+update.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.errors import UnusableInput
+from lrdoctor.formats import _common
+from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
+
+NAME = "megatron"
+
+TRACKER = "latest_checkpointed_iteration.txt"
+RANK_FILE = "model_optim_rng.pt"
+COMMON_FILE = "common.pt"  # torch_dist: non-sharded part of the state
+ITER_DIR = re.compile(r"^(iter_(\d{7,})|release)$")
+RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?$")
+# Files that make a Megatron-looking directory a ROLL (mcore_adapter) checkpoint instead.
+ROLL_MARKERS = ("scheduler.pt", "mca_config.json")
+
+# Current scheduler key -> older names megatron-core's load_state_dict still accepts.
+SCHEDULER_KEYS: dict[str, tuple[str, ...]] = {
+    "max_lr": ("max_lr", "start_lr"),
+    "min_lr": ("min_lr",),
+    "lr_warmup_steps": ("lr_warmup_steps", "warmup_iter", "warmup_steps"),
+    "lr_decay_steps": ("lr_decay_steps", "end_iter", "decay_steps"),
+    "lr_decay_style": ("lr_decay_style", "decay_style"),
+    "num_steps": ("num_steps", "num_iters"),
+}
+# Names from before Megatron counted samples (the scheduler then counted iterations).
+ITERATION_ERA_KEYS = ("num_iters", "end_iter", "warmup_iter")
+
+ARGS_KEPT = (
+    "train_iters", "train_samples", "lr_decay_iters", "lr_decay_samples",
+    "lr_warmup_iters", "lr_warmup_samples", "lr_warmup_fraction", "lr_warmup_init",
+    "lr_wsd_decay_iters", "lr_wsd_decay_samples", "lr_wsd_decay_style",
+    "lr", "min_lr", "lr_decay_style", "global_batch_size", "micro_batch_size",
+    "data_parallel_size", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+    "rampup_batch_size", "consumed_train_samples", "skipped_train_samples",
+    "consumed_valid_samples", "use_checkpoint_opt_param_scheduler",
+    "override_opt_param_scheduler", "ckpt_format", "use_distributed_optimizer",
+)
+
+
+# ---------------------------------------------------------------- layout
+
+def _is_roll(d: Path) -> bool:
+    return any((d / m).exists() for m in ROLL_MARKERS)
+
+
+def _iter_dirs(run: Path) -> list[Path]:
+    found = []
+    for child in run.iterdir():
+        m = ITER_DIR.match(child.name)
+        if m and child.is_dir():
+            found.append((int(m.group(2)) if m.group(2) else -1, child))
+    # "release" first (it is the starting point), then by iteration.
+    return [p for _, p in sorted(found)]
+
+
+def rank_files(ckpt: Path) -> list[Path]:
+    """The ``mp_rank_*/model_optim_rng.pt`` files of one ``iter_*`` directory, rank 0 first."""
+    files = []
+    for child in ckpt.iterdir():
+        m = RANK_DIR.match(child.name)
+        if m and (child / RANK_FILE).is_file():
+            key = tuple(int(g) if g else 0 for g in m.groups())
+            files.append((key, child / RANK_FILE))
+    return [f for _, f in sorted(files)]
+
+
+def _is_iter_dir(d: Path) -> bool:
+    return bool(ITER_DIR.match(d.name)) and (bool(rank_files(d)) or (d / COMMON_FILE).is_file())
+
+
+def detect(path: Path) -> bool:
+    path = Path(path)
+    if path.is_file():
+        return path.name in (RANK_FILE, COMMON_FILE) and not _is_roll(path.parent.parent.parent)
+    if not path.is_dir() or _is_roll(path):
+        return False
+    if RANK_DIR.match(path.name) and (path / RANK_FILE).is_file():
+        return not _is_roll(path.parent.parent)
+    if _is_iter_dir(path):
+        return not _is_roll(path.parent)
+    if (path / TRACKER).is_file():
+        return True
+    return any(_is_iter_dir(d) for d in _iter_dirs(path))
+
+
+def find_checkpoints(path: Path) -> list[Path]:
+    path = Path(path)
+    if path.is_file() or RANK_DIR.match(path.name) or _is_iter_dir(path):
+        return [path]
+    ckpts = [d for d in _iter_dirs(path) if _is_iter_dir(d)]
+    if not ckpts:
+        raise UnusableInput("no iter_*/mp_rank_*/model_optim_rng.pt checkpoints here", str(path))
+    return ckpts
+
+
+def read_tracker(run: Path) -> int | str | None:
+    """``latest_checkpointed_iteration.txt``: an iteration, ``"release"``, or None if absent."""
+    f = run / TRACKER
+    if not f.is_file():
+        return None
+    text = f.read_text(errors="replace").strip()
+    if text == "release":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise UnusableInput(f"expected an iteration number or 'release', found {text[:40]!r}",
+                            str(f)) from None
+
+
+def _resolve(path: Path) -> tuple[Path | None, list[Path]]:
+    """(iter dir or None, rank files to read) for any accepted input path."""
+    if path.is_file():
+        return (path.parent.parent if RANK_DIR.match(path.parent.name) else path.parent), [path]
+    if RANK_DIR.match(path.name):
+        return path.parent, [path / RANK_FILE]
+    if not _is_iter_dir(path):  # a run dir: the tracked checkpoint, else the newest
+        tracked = read_tracker(path)
+        ckpts = find_checkpoints(path)
+        pick = ckpts[-1]
+        if tracked is not None:
+            name = "release" if tracked == "release" else f"iter_{tracked:07d}"
+            if (path / name).is_dir():
+                pick = path / name
+        path = pick
+    files = rank_files(path)
+    if not files:
+        files = [path / COMMON_FILE]
+    return path, files
+
+
+def scheduler_state(sd: dict) -> dict | None:
+    """The scheduler dict of a Megatron state (current or pre-2021 key)."""
+    for key in ("opt_param_scheduler", "lr_scheduler"):
+        if isinstance(sd.get(key), dict):
+            return sd[key]
+    return None
+
+
+def scheduler_field(sched: dict, name: str) -> Any:
+    for key in SCHEDULER_KEYS[name]:
+        if key in sched:
+            return sched[key]
+    return None
+
+
+# ---------------------------------------------------------------- read
+
+def read(path: Path) -> RunState:
+    path = Path(path)
+    ckpt, files = _resolve(path)
+    main = files[0]
+    sd = _common.load_dict(main, "a Megatron checkpoint dict")
+    sched = scheduler_state(sd)
+    if sched is None:
+        raise UnusableInput("no 'opt_param_scheduler' (or 'lr_scheduler') in the checkpoint; "
+                            "saved with --no-save-optim?", str(main))
+    args = _common.as_fields(sd.get("args")) or {}
+    st = RunState(format=NAME, path=str(ckpt or path), files=[str(main)])
+    src = str(main)
+
+    missing = [k for k in ("max_lr", "min_lr", "lr_warmup_steps", "lr_decay_steps",
+                           "lr_decay_style", "num_steps") if scheduler_field(sched, k) is None]
+    if missing:
+        raise UnusableInput(f"scheduler state lacks {', '.join(missing)}", str(main))
+
+    iteration_era = any(k in sched for k in ITERATION_ERA_KEYS)
+    unit = Unit.UPDATES if iteration_era else Unit.SAMPLES
+    if iteration_era:
+        st.notes.append("scheduler uses pre-2021 key names (num_iters/end_iter): it counts "
+                        "iterations, not samples")
+
+    gbs = _common.number(args.get("global_batch_size"))
+    style = str(_common.plain(scheduler_field(sched, "lr_decay_style")))
+    params: dict[str, Any] = {}
+    wsd = sched.get("wsd_decay_steps")
+    if wsd is None:
+        if args.get("train_iters") and args.get("lr_wsd_decay_iters") is not None and gbs:
+            wsd = args["lr_wsd_decay_iters"] * (1 if iteration_era else gbs)
+        elif args.get("lr_wsd_decay_samples") is not None:
+            wsd = args["lr_wsd_decay_samples"]
+    if wsd is not None:
+        params["wsd_decay_steps"] = wsd
+    wsd_style = sched.get("lr_wsd_decay_style", args.get("lr_wsd_decay_style"))
+    if wsd_style is not None:
+        params["lr_wsd_decay_style"] = wsd_style
+    for k in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style"):
+        if k in sched:
+            params[k] = sched[k]
+    init_lr = sched.get("init_lr", args.get("lr_warmup_init", 0.0)) or 0.0
+
+    st.schedule = ScheduleSpec(
+        family="megatron", kind=style,
+        max_lr=float(scheduler_field(sched, "max_lr")),
+        min_lr=float(scheduler_field(sched, "min_lr")),
+        init_lr=float(init_lr),
+        warmup=float(scheduler_field(sched, "lr_warmup_steps")),
+        horizon=float(scheduler_field(sched, "lr_decay_steps")),
+        unit=unit, params=params,
+        source=f"{src}:opt_param_scheduler" + ("" if "init_lr" in sched else " + args.lr_warmup_init"),
+    )
+    st.scheduler_progress = Counter("scheduler.num_steps",
+                                    float(scheduler_field(sched, "num_steps")), unit, src)
+
+    # Counters.
+    iteration = sd.get("iteration", sd.get("total_iters"))
+    if isinstance(iteration, int):
+        st.counters.append(Counter("megatron.iteration", iteration, Unit.UPDATES, f"{src}:iteration"))
+    for k in ("consumed_train_samples", "skipped_train_samples", "consumed_valid_samples"):
+        v = _common.number(args.get(k))
+        if v is not None:
+            st.counters.append(Counter(k, v, Unit.SAMPLES, f"{src}:args.{k}"))
+    opt = _common.optimizer_summary(sd.get("optimizer"))
+    if opt["step"] is not None:
+        st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, f"{src}:optimizer"))
+    elif opt["unreadable_steps"]:
+        st.notes.append("optimizer step tensors could not be read")
+    st.optimizer_lrs = opt["lrs"]
+    if not opt["found"]:
+        st.notes.append("no optimizer state in this file (distributed optimizer or --no-save-optim)")
+
+    if gbs:
+        st.samples_per_update = float(gbs)
+    if args.get("rampup_batch_size"):
+        st.notes.append(f"batch-size ramp-up {args['rampup_batch_size']!r}: early iterations used "
+                        "smaller global batches, so samples != iterations x global_batch_size")
+
+    # Budget and the trainer's own progress.
+    consumed = st.counter("consumed_train_samples")
+    skipped = st.counter("skipped_train_samples")
+    it_counter = st.counter("megatron.iteration")
+    if args.get("train_iters"):
+        st.planned_end = Counter("train_iters", args["train_iters"], Unit.UPDATES,
+                                 f"{src}:args.train_iters")
+        if it_counter:
+            st.trainer_progress = Counter("megatron.iteration", it_counter.value, Unit.UPDATES,
+                                          it_counter.source)
+    elif args.get("train_samples"):
+        st.planned_end = Counter("train_samples", args["train_samples"], Unit.SAMPLES,
+                                 f"{src}:args.train_samples")
+        if consumed:
+            st.trainer_progress = Counter("consumed_train_samples", consumed.value, Unit.SAMPLES,
+                                          consumed.source)
+
+    if unit is Unit.SAMPLES and consumed:
+        skip = skipped.value if skipped else 0
+        st.nominal_progress = Counter(
+            "consumed_train_samples - skipped_train_samples", consumed.value - skip, Unit.SAMPLES,
+            "args.consumed_train_samples - args.skipped_train_samples")
+    elif unit is Unit.UPDATES and it_counter:
+        st.nominal_progress = Counter("megatron.iteration", it_counter.value, Unit.UPDATES,
+                                      "iteration (iteration-era scheduler)")
+
+    st.extras = {k: args[k] for k in ARGS_KEPT if k in args}
+    st.extras["checkpoint_version"] = sd.get("checkpoint_version")
+    expected = _expected_from_args(args)
+    if expected:
+        st.extras["expected_from_args"] = expected
+    if ckpt is not None:
+        tracked = read_tracker(ckpt.parent) if (ckpt.parent / TRACKER).is_file() else None
+        if tracked is not None:
+            st.extras["tracker"] = tracked
+            st.files.append(str(ckpt.parent / TRACKER))
+    st.extras["rank_files"] = len(files)
+    _check_ranks(st, sd, sched, files)
+    return st
+
+
+def _expected_from_args(args: dict) -> dict[str, float]:
+    """What Megatron's get_optimizer_param_scheduler would build from these args (samples)."""
+    gbs = args.get("global_batch_size")
+    out: dict[str, float] = {}
+    if args.get("train_iters") and gbs:
+        decay_iters = args.get("lr_decay_iters") or args["train_iters"]
+        out["lr_decay_steps"] = decay_iters * gbs
+        if args.get("lr_warmup_fraction") is not None:
+            out["lr_warmup_steps"] = args["lr_warmup_fraction"] * out["lr_decay_steps"]
+        elif args.get("lr_warmup_iters") is not None:
+            out["lr_warmup_steps"] = args["lr_warmup_iters"] * gbs
+    elif args.get("train_samples"):
+        out["lr_decay_steps"] = args.get("lr_decay_samples") or args["train_samples"]
+        if args.get("lr_warmup_fraction") is not None:
+            out["lr_warmup_steps"] = args["lr_warmup_fraction"] * out["lr_decay_steps"]
+        elif args.get("lr_warmup_samples") is not None:
+            out["lr_warmup_steps"] = args["lr_warmup_samples"]
+    return out
+
+
+def _check_ranks(st: RunState, sd: dict, sched: dict, files: list[Path]) -> None:
+    """Every rank must carry the same scheduler state and iteration; record any that do not."""
+    disagree = []
+    for f in files[1:]:
+        other = _common.load_dict(f, "a Megatron checkpoint dict")
+        o_sched = scheduler_state(other) or {}
+        diffs = {k: (sched.get(k), o_sched.get(k)) for k in set(sched) | set(o_sched)
+                 if sched.get(k) != o_sched.get(k)}
+        if other.get("iteration") != sd.get("iteration"):
+            diffs["iteration"] = (sd.get("iteration"), other.get("iteration"))
+        if diffs:
+            disagree.append({"file": str(f), "differs": diffs})
+        st.files.append(str(f))
+    st.extras["ranks_agree"] = not disagree
+    if disagree:
+        st.extras["rank_disagreement"] = disagree
+        st.notes.append(f"{len(disagree)} of {len(files)} rank files disagree with "
+                        f"{files[0].parent.name} on scheduler state or iteration")
