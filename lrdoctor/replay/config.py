@@ -91,6 +91,12 @@ class BatchingCfg(_Section):
     num_micro_batches: int | None = Field(None, ge=1)
     docs_per_step: int | None = Field(None, ge=1)
     equal_size: bool = False
+    # Framework details read by lrdoctor.replay.packing (see docs/replay-frameworks.md).
+    flavor: Literal["verl", "openrlhf"] = "verl"  # karmarkar_karp: count rule and weights
+    balance_dp: bool = True  # karmarkar_karp: verl balance_batch over dp ranks
+    prompts_per_mini_batch: int | None = Field(None, ge=1)  # prompt_unit
+    pad_mode: Literal["copy", "slice"] = "copy"  # prompt_unit: slice = tensor[:pad_size]
+    inner: Literal["static", "balanced_first_fit"] = "static"  # prompt_unit micro-batches
 
     @model_validator(mode="after")
     def _check(self) -> BatchingCfg:
