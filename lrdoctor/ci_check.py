@@ -1,0 +1,204 @@
+"""``lrdoctor check``'s engine: run every target of a :class:`CheckConfig`, apply
+thresholds and ignores, and return one report per checked thing.
+
+Rules the gate adds on top of ``inspect``/``replay``:
+
+- LRD302 when actual/nominal scheduler progress exceeds ``max-progress-ratio``;
+- LRD303 when a named input is missing or unreadable (exit code 2 after output);
+- LRD301 for every ignore that matched no finding (a stale suppression).
+
+Each report carries its effective threshold in ``extra["fail_on"]`` and the
+findings it suppressed (with their reasons) in ``extra["ignored"]``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable
+from typing import Any
+
+from lrdoctor.ci_config import CheckConfig, Ignore, Target
+from lrdoctor.errors import UnusableInput
+from lrdoctor.findings import Finding, exit_code, finding
+from lrdoctor.report import Report
+
+InspectFn = Callable[..., list[Report]]
+ReplayFn = Callable[..., Report]
+
+
+def _default_inspect(path: str, format: str | None = None, all: bool = False) -> list[Report]:
+    from lrdoctor.inspect_api import inspect_path
+
+    return inspect_path(path, format=format, all=all)
+
+
+def _default_replay(config: str, batch_log: str | None = None, synthetic: str | None = None,
+                    **options: Any) -> Report:
+    from lrdoctor import replay
+
+    return replay.run(config, batch_log=batch_log, synthetic=synthetic, **options)
+
+
+def progress_ratio(report: Report) -> float | None:
+    """actual/nominal scheduler progress a report states, wherever its command put it."""
+    st = report.state if isinstance(report.state, dict) else {}
+    derived = st.get("derived") or {}
+    r = derived.get("progress_ratio")
+    if isinstance(r, (int, float)):
+        return float(r)
+    for holder in (report.extra.get("summary") or {}, report.extra, st):
+        if not isinstance(holder, dict):
+            continue
+        for key in ("progress_ratio", "ratio"):
+            if isinstance(holder.get(key), (int, float)) and not isinstance(holder[key], bool):
+                return float(holder[key])
+        for a, n in (("actual_updates", "nominal_updates"), ("actual", "nominal"),
+                     ("actual_progress", "nominal_progress")):
+            av, nv = holder.get(a), holder.get(n)
+            if isinstance(av, (int, float)) and isinstance(nv, (int, float)) and nv > 0:
+                return float(av) / float(nv)
+    sp, nom = st.get("scheduler_progress"), st.get("nominal_progress")
+    if isinstance(sp, dict) and isinstance(nom, dict) and (nom.get("value") or 0) > 0:
+        return float(sp["value"]) / float(nom["value"])
+    return None
+
+
+def _unusable(cfg: CheckConfig, target: Target, message: str, label: str) -> Report:
+    loc = f"{cfg.source}:{target.line}" if cfg.source else None
+    f = finding("LRD303", message, {"target": label, "config_key": target.key}, location=loc)
+    return Report(command=target.kind, target=label, format=target.format, findings=[f])
+
+
+def _expand(cfg: CheckConfig, pattern: str) -> list[str]:
+    full = cfg.resolve(pattern)
+    if glob.has_magic(pattern):
+        return sorted(glob.glob(full))
+    return [full]
+
+
+def _run_target(cfg: CheckConfig, t: Target, inspect_fn: InspectFn,
+                replay_fn: ReplayFn) -> list[Report]:
+    if t.kind == "inspect":
+        paths = _expand(cfg, t.path)
+        if not paths:
+            return [_unusable(cfg, t, f"{t.path!r} matches nothing (from {cfg.label})", t.path)]
+        reports: list[Report] = []
+        for p in paths:
+            try:
+                reports.extend(inspect_fn(p, format=t.format, all=t.all))
+            except UnusableInput as exc:
+                reports.append(_unusable(cfg, t, str(exc), p))
+        return reports
+    config = cfg.resolve(t.path)
+    kwargs: dict[str, Any] = dict(t.options)
+    kwargs["batch_log"] = cfg.resolve(t.batch_log) if t.batch_log else None
+    kwargs["synthetic"] = t.synthetic
+    try:
+        rep = replay_fn(config, **kwargs)
+    except UnusableInput as exc:
+        return [_unusable(cfg, t, str(exc), config)]
+    if not rep.target:
+        rep.target = config
+    return [rep]
+
+
+def _ratio_finding(rep: Report, limit: float, t: Target | None) -> Finding | None:
+    ratio = progress_ratio(rep)
+    if ratio is None or ratio <= limit:
+        return None
+    return finding(
+        "LRD302",
+        f"scheduler progress is {ratio:.3g}x the nominal progress, above the tolerated "
+        f"max-progress-ratio {limit:g}",
+        {"progress_ratio": ratio, "max_progress_ratio": limit,
+         "config_key": t.key if t else None},
+        location=None)
+
+
+def _apply_ignores(rep: Report, ignores: list[Ignore]) -> None:
+    kept, dropped = [], []
+    for f in rep.findings:
+        hit = next((i for i in ignores if i.matches(f.code, rep.target)), None)
+        if hit is None:
+            kept.append(f)
+        else:
+            hit.used += 1
+            dropped.append({"code": f.code, "message": f.message, "reason": hit.reason,
+                            "config_key": hit.key})
+    rep.findings = kept
+    if dropped:
+        rep.extra.setdefault("ignored", []).extend(dropped)
+
+
+def _unused(cfg: CheckConfig, i: Ignore) -> Finding:
+    where = f" for {i.path!r}" if i.path else ""
+    return finding(
+        "LRD301",
+        f"{i.key}: ignore of {i.code}{where} matched no finding (reason given: {i.reason!r})",
+        {"code": i.code, "config_key": i.key, "reason": i.reason},
+        location=f"{cfg.source}:{i.line}" if cfg.source else None)
+
+
+def run_check(cfg: CheckConfig, *, fail_on: str | None = None,
+              inspect_fn: InspectFn | None = None,
+              replay_fn: ReplayFn | None = None) -> list[Report]:
+    """Every target of ``cfg``, gated. ``fail_on`` (the command-line flag) wins over
+    the config's thresholds."""
+    inspect_fn = inspect_fn or _default_inspect
+    replay_fn = replay_fn or _default_replay
+    out: list[Report] = []
+    for t in cfg.targets:
+        reports = _run_target(cfg, t, inspect_fn, replay_fn)
+        limit = t.max_progress_ratio or cfg.max_progress_ratio
+        threshold = fail_on or t.fail_on or cfg.fail_on
+        for rep in reports:
+            if limit is not None and not any(f.code == "LRD303" for f in rep.findings):
+                extra = _ratio_finding(rep, limit, t)
+                if extra is not None:
+                    rep.findings.append(extra)
+            _apply_ignores(rep, t.ignores + cfg.ignores)
+            rep.extra["fail_on"] = threshold
+            rep.extra["check_key"] = t.key
+        # Stale ignores belong to the target that declares them.
+        for i in t.ignores:
+            if not i.used and reports:
+                reports[0].findings.append(_unused(cfg, i))
+        out.extend(reports)
+    stale = [_unused(cfg, i) for i in cfg.ignores if not i.used]
+    if stale:
+        out.append(Report(command="check", target=cfg.label, format=None, findings=stale,
+                          extra={"fail_on": fail_on or cfg.fail_on}))
+    return out
+
+
+def check_exit_code(reports: list[Report]) -> int:
+    """2 when an input could not be used, else 1 when a report's findings reach its own
+    threshold, else 0."""
+    if any(f.code == "LRD303" for r in reports for f in r.findings):
+        return 2
+    return max((exit_code(r.findings, r.extra.get("fail_on", "warning")) for r in reports),
+               default=0)
+
+
+def config_from_flags(cfg: CheckConfig, inspect: list[str], replay: list[str],
+                      batch_log: str | None, synthetic: str | None,
+                      max_progress_ratio: float | None) -> CheckConfig:
+    """Command-line targets replace the config's; thresholds and ignores stay."""
+    if inspect or replay:
+        # Paths on the command line are relative to the working directory.
+        cfg.targets = []
+        for n, p in enumerate(inspect):
+            cfg.targets.append(Target(kind="inspect", key=f"--inspect[{n}]", line=1,
+                                      path=os.path.abspath(p)))
+        for n, p in enumerate(replay):
+            cfg.targets.append(Target(kind="replay", key=f"--replay[{n}]", line=1,
+                                      path=os.path.abspath(p),
+                                      batch_log=os.path.abspath(batch_log) if batch_log else None,
+                                      synthetic=synthetic))
+    if max_progress_ratio is not None:
+        cfg.max_progress_ratio = max_progress_ratio
+    return cfg
+
+
+__all__ = ["run_check", "check_exit_code", "progress_ratio", "config_from_flags"]

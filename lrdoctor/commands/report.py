@@ -1,0 +1,79 @@
+"""``lrdoctor report``: an HTML page with figures for checkpoints and replays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lrdoctor.commands._common import FailOn, FailOnOpt, guarded
+
+HELP = """Write a self-contained HTML report (index.html, figures embedded, PNGs alongside).
+
+TARGETS are checkpoint paths (inspected) and run configs ending in .yaml/.yml
+(replayed with --batch-log or --synthetic). With no TARGETS, the targets of
+[tool.lrdoctor] are used (as `lrdoctor check` would run them, ignores applied).
+
+Examples:
+
+  lrdoctor report runs/llama/ --out lrdoctor-report/
+
+  lrdoctor report configs/run.yaml --synthetic lognormal:mean=2000 --out report/
+
+  lrdoctor report --out report/          # everything [tool.lrdoctor] names
+
+Exit code: 0 (or 1 with --fail-on when findings reach it), 2 unusable input.
+"""
+
+_REPLAY_SUFFIXES = (".yaml", ".yml")
+
+
+def report_cmd(
+    targets: Annotated[list[str] | None, typer.Argument(
+        help="Checkpoint paths and/or run configs (.yaml) to report on.")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write into.")] = Path(
+        "lrdoctor-report"),
+    config: Annotated[Path | None, typer.Option(
+        "--config", help="Configuration file when no TARGETS are given.")] = None,
+    format: Annotated[str | None, typer.Option(
+        "--format", help="Force the checkpoint format.")] = None,
+    all: Annotated[bool, typer.Option("--all", help="Every checkpoint of a run.")] = False,
+    batch_log: Annotated[str | None, typer.Option(
+        "--batch-log", help="Batch log for the replayed configs.")] = None,
+    synthetic: Annotated[str | None, typer.Option(
+        "--synthetic", help="Synthetic lengths for the replayed configs.")] = None,
+    title: Annotated[str, typer.Option("--title", help="Page title.")] = "lrdoctor report",
+    fail_on: FailOnOpt = FailOn.never,
+) -> None:
+    from lrdoctor import ci_check, ci_config
+    from lrdoctor.findings import exit_code
+    from lrdoctor.htmlreport import write_report
+
+    if targets:
+        insp = [t for t in targets if not t.lower().endswith(_REPLAY_SUFFIXES)]
+        repl = [t for t in targets if t.lower().endswith(_REPLAY_SUFFIXES)]
+        cfg = ci_config.CheckConfig(source=None, root=Path.cwd(), fail_on=fail_on.value)
+        cfg = ci_check.config_from_flags(cfg, insp, repl, batch_log, synthetic, None)
+        for t in cfg.targets:
+            t.format = format if t.kind == "inspect" else None
+            t.all = all
+    else:
+        cfg = guarded(lambda: ci_config.load(config, required=config is not None))
+        if not cfg.targets:
+            from lrdoctor.commands._common import die
+
+            die(f"{cfg.source or 'pyproject.toml'}: nothing to report on: give TARGETS or "
+                "add [[tool.lrdoctor.inspect]] / [[tool.lrdoctor.replay]]")
+    reports = guarded(lambda: ci_check.run_check(cfg, fail_on=fail_on.value if targets else None))
+    index = guarded(lambda: write_report(reports, out, title=title))
+    pngs = sorted(p.name for p in Path(out).glob("*.png"))
+    print(f"report written to {index} ({len(reports)} target(s), {len(pngs)} figure(s))")
+    if any(f.code == "LRD303" for r in reports for f in r.findings):
+        raise typer.Exit(2)
+    code = max((exit_code(r.findings, fail_on.value) for r in reports), default=0)
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report", help=HELP)(report_cmd)

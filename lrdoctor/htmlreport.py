@@ -1,0 +1,230 @@
+"""A self-contained HTML report: one page, figures embedded as base64 PNGs and also
+written alongside it, so it can be attached to a CI run or opened from a laptop.
+
+Figures come from the commands' own plot functions (:mod:`lrdoctor.plots` for
+inspect, :mod:`lrdoctor.replay.plots` for replay) so the page shows exactly
+what ``--plot`` shows. matplotlib is imported only by those functions.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lrdoctor import __version__
+from lrdoctor.errors import UnusableInput
+from lrdoctor.findings import Severity, exit_code
+from lrdoctor.report import Report
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;
+max-width:1100px;padding:0 1rem;color:#1b1f24}
+h1{font-size:1.5rem;margin-bottom:.2rem} h2{font-size:1.15rem;margin-top:2.2rem;
+border-bottom:1px solid #d0d7de;padding-bottom:.3rem} .meta{color:#57606a}
+table{border-collapse:collapse;width:100%;margin:.6rem 0} th,td{text-align:left;
+padding:.35rem .5rem;border-bottom:1px solid #eaeef2;vertical-align:top}
+th{background:#f6f8fa} code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}
+.error{color:#cf222e;font-weight:600} .warning{color:#9a6700;font-weight:600}
+.info{color:#0969da} .fail{background:#ffebe9;color:#cf222e;font-weight:600;padding:0 .4rem;
+border-radius:4px} .ok{background:#dafbe1;color:#1a7f37;font-weight:600;padding:0 .4rem;
+border-radius:4px} figure{margin:1rem 0} figure img{max-width:100%;border:1px solid #d0d7de}
+figcaption{color:#57606a;font-size:.9rem} details pre{background:#f6f8fa;padding:.5rem;
+overflow:auto;max-height:20rem}
+"""
+
+_NUMBERS = (  # (label, getter on report.state) shown for inspect reports
+    ("scheduler progress", lambda s: _counter(s.get("scheduler_progress"))),
+    ("nominal progress (trainer's counters)", lambda s: _counter(s.get("nominal_progress"))),
+    ("progress ratio (actual / nominal)", lambda s: (s.get("derived") or {}).get("progress_ratio")),
+    ("decay horizon", lambda s: (s.get("schedule") or {}).get("horizon")),
+    ("LR at scheduler progress", lambda s: (s.get("derived") or {}).get("lr_at_scheduler_progress")),
+    ("LR at nominal progress", lambda s: (s.get("derived") or {}).get("lr_at_nominal_progress")),
+    ("optimizer param-group LRs", lambda s: s.get("optimizer_lrs") or None),
+)
+
+
+def _counter(c: Any) -> Any:
+    if isinstance(c, dict) and "value" in c:
+        unit = c.get("unit") or ""
+        return f"{_num(c['value'])} {unit}".strip()
+    return None
+
+
+def _num(x: Any) -> str:
+    if isinstance(x, bool) or x is None:
+        return str(x)
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) < 1e15):
+        return f"{int(x):,}"
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    if isinstance(x, list):
+        return ", ".join(_num(v) for v in x)
+    return str(x)
+
+
+def _slug(text: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", text.strip("/")).strip("-.")
+    return (s[-60:] or "target").lstrip("-.")
+
+
+def _figures_inspect(rep: Report, out: Path, stem: str) -> list[tuple[str, Path]]:
+    if not (isinstance(rep.state, dict) and rep.state.get("schedule")):
+        return []
+    from lrdoctor.plots import plot_inspect
+
+    png = plot_inspect([rep], out / f"{stem}-lr.png")
+    return [("Intended LR schedule, where the trainer's counters say training is and where "
+             "the scheduler actually is", png)]
+
+
+def _figures_replay(rep: Report, out: Path, stem: str) -> list[tuple[str, Path]]:
+    try:
+        from lrdoctor.replay import plots as rplots
+    except ModuleNotFoundError:
+        return []
+    fn = getattr(rplots, "report_figures", None)
+    if fn is None:
+        return []
+    return [(caption, Path(p)) for caption, p in fn(rep, out, stem)]
+
+
+FIGURES: dict[str, Callable[[Report, Path, str], list[tuple[str, Path]]]] = {
+    "inspect": _figures_inspect,
+    "replay": _figures_replay,
+}
+
+
+def figures_for(rep: Report, out: Path, stem: str) -> tuple[list[tuple[str, Path]], str | None]:
+    """The report's figures, and a one-line note when they could not be drawn."""
+    fn = FIGURES.get(rep.command)
+    if fn is None:
+        return [], None
+    try:
+        return fn(rep, out, stem), None
+    except UnusableInput as exc:
+        return [], str(exc)
+    except (ValueError, KeyError, TypeError, ZeroDivisionError, OverflowError) as exc:
+        return [], f"figure not drawn: {type(exc).__name__}: {exc}"
+
+
+def _esc(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def render_html(reports: list[Report], figures: dict[int, list[tuple[str, Path]]],
+                notes: dict[int, str], title: str = "lrdoctor report") -> str:
+    """The page; ``figures[i]`` are (caption, png) for ``reports[i]``, embedded inline."""
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    failing = [exit_code(r.findings, r.extra.get("fail_on", "warning")) for r in reports]
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_esc(title)}</h1>",
+        f'<p class="meta">lrdoctor {_esc(__version__)} &middot; {now} &middot; '
+        f"{len(reports)} target(s), {sum(failing)} failing</p>",
+        "<table><thead><tr><th>target</th><th>command</th><th>format</th><th>threshold</th>"
+        "<th>findings</th><th>verdict</th></tr></thead><tbody>",
+    ]
+    for i, (rep, bad) in enumerate(zip(reports, failing, strict=True)):
+        counts = {s: sum(1 for f in rep.findings if f.severity == s) for s in Severity}
+        summary = ", ".join(f'<span class="{s}">{n} {s}</span>'
+                            for s, n in sorted(counts.items(), reverse=True) if n) or "none"
+        verdict = '<span class="fail">FAIL</span>' if bad else '<span class="ok">ok</span>'
+        parts.append(
+            f'<tr><td><a href="#t{i}"><code>{_esc(rep.target)}</code></a></td>'
+            f"<td>{_esc(rep.command)}</td><td>{_esc(rep.format or '')}</td>"
+            f"<td>{_esc(rep.extra.get('fail_on', 'warning'))}</td><td>{summary}</td>"
+            f"<td>{verdict}</td></tr>")
+    parts.append("</tbody></table>")
+    for i, rep in enumerate(reports):
+        parts += _section(i, rep, figures.get(i, []), notes.get(i))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _section(i: int, rep: Report, figs: list[tuple[str, Path]], note: str | None) -> list[str]:
+    import json
+
+    out = [f'<h2 id="t{i}">{_esc(rep.command)} <code>{_esc(rep.target)}</code></h2>']
+    st = rep.state if isinstance(rep.state, dict) else {}
+    rows = []
+    if rep.command == "inspect":
+        for label, get in _NUMBERS:
+            try:
+                v = get(st)
+            except (AttributeError, TypeError):
+                v = None
+            if v is not None:
+                rows.append((label, v if isinstance(v, str) else _num(v)))
+    summary = rep.extra.get("summary")
+    if isinstance(summary, dict):
+        rows += [(k.replace("_", " "), _num(v)) for k, v in summary.items()
+                 if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
+    if rows:
+        out.append("<table><tbody>" + "".join(
+            f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
+            + "</tbody></table>")
+    if rep.findings:
+        out.append("<table><thead><tr><th>code</th><th>severity</th><th>finding</th>"
+                   "<th>fix</th></tr></thead><tbody>")
+        for f in sorted(rep.findings, key=lambda f: -f.severity):
+            ev = ""
+            if f.evidence:
+                from lrdoctor.model import _jsonable
+
+                ev = ("<details><summary>evidence</summary><pre>"
+                      + _esc(json.dumps(_jsonable(f.evidence), indent=2)) + "</pre></details>")
+            out.append(
+                f"<tr><td><code>{_esc(f.code)}</code></td>"
+                f'<td class="{f.severity}">{f.severity}</td>'
+                f"<td><b>{_esc(f.title)}</b><br>{_esc(f.message)}{ev}</td>"
+                f"<td>{_esc(f.fix)}</td></tr>")
+        out.append("</tbody></table>")
+    else:
+        out.append('<p><span class="ok">No findings.</span></p>')
+    for ig in rep.extra.get("ignored", []) or []:
+        out.append(f'<p class="meta">ignored <code>{_esc(ig.get("code"))}</code>: '
+                   f'{_esc(ig.get("reason"))} ({_esc(ig.get("config_key"))})</p>')
+    for caption, png in figs:
+        data = base64.b64encode(Path(png).read_bytes()).decode("ascii")
+        out.append(f'<figure><img alt="{_esc(caption)}" src="data:image/png;base64,{data}">'
+                   f"<figcaption>{_esc(caption)} (<code>{_esc(Path(png).name)}</code>)"
+                   "</figcaption></figure>")
+    if note:
+        out.append(f'<p class="meta">{_esc(note)}</p>')
+    return out
+
+
+def write_report(reports: list[Report], out_dir: Path, title: str = "lrdoctor report") -> Path:
+    """Write ``index.html`` and its PNGs into ``out_dir``; returns the page's path."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UnusableInput(f"cannot create the report directory ({exc.strerror})",
+                            str(out_dir)) from None
+    figures: dict[int, list[tuple[str, Path]]] = {}
+    notes: dict[int, str] = {}
+    for i, rep in enumerate(reports):
+        figs, note = figures_for(rep, out_dir, f"{i:02d}-{rep.command}-{_slug(rep.target)}")
+        figures[i] = figs
+        if note:
+            notes[i] = note
+    page = render_html(reports, figures, notes, title)
+    index = out_dir / "index.html"
+    fd, tmp = tempfile.mkstemp(prefix=".index.", suffix=".html", dir=out_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(page)
+    os.replace(tmp, index)
+    return index
+
+
+__all__ = ["write_report", "render_html", "figures_for", "FIGURES"]
