@@ -1,0 +1,166 @@
+"""``lrdoctor fix``: read -> diagnose -> policy -> per-format plan -> atomic write -> verify."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lrdoctor import __version__
+from lrdoctor.errors import UnusableInput
+from lrdoctor.findings import Finding
+from lrdoctor.model import RunState
+from lrdoctor.repair.policies import Refusal, Target, make_target
+from lrdoctor.repair.writer import Change, Written, sha256, tree_files, write_output
+
+
+class FixFailed(UnusableInput):
+    """The written copy did not pass verification; nothing was left behind."""
+
+
+@dataclass
+class FormatPlan:
+    """What one format's writer decided: the checkpoint root, its files, the edits."""
+
+    root: Path  # a directory or a single file
+    files: list[str] | None = None  # relative to root; None: every file under it
+    changes: list[Change] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FixPlan:
+    path: Path
+    format: str
+    state: RunState
+    findings: list[Finding]
+    target: Target | None
+    root: Path | None = None
+    files: list[str] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def noop(self) -> bool:
+        return self.target is None or not self.changes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"policy": self.target.policy if self.target else None,
+                "target": self.target.to_dict() if self.target else None,
+                "changes": [c.to_dict() for c in self.changes],
+                "notes": self.notes, "noop": self.noop}
+
+
+def read_state(path: Path, format: str | None = None) -> tuple[str, RunState, list[Finding]]:
+    """The format name, normalized state and findings of ``path``."""
+    from lrdoctor import formats
+
+    mod = formats.detect(path, format)
+    name = mod.__name__.rsplit(".", 1)[-1]
+    try:
+        from lrdoctor.inspect_api import inspect_path
+    except ImportError:
+        inspect_path = None
+    if inspect_path is not None:
+        state, findings = inspect_path(path, format=name)
+    else:
+        from lrdoctor.diagnose import diagnose
+
+        state = mod.read(path)
+        findings = diagnose(state)
+    return name, state, list(findings)
+
+
+def plan_fix(path: str | Path, *, policy: str | None = None, k: float | None = None,
+             progress: float | None = None, replay: str | Path | None = None,
+             format: str | None = None) -> FixPlan:
+    """Decide every field a fix changes, without writing anything."""
+    path = Path(path)
+    name, state, findings = read_state(path, format)
+    target = make_target(state, findings, policy=policy, k=k, progress=progress,
+                         replay=Path(replay) if replay else None)
+    plan = FixPlan(path=path, format=name, state=state, findings=findings, target=target)
+    if target is None:
+        plan.notes.append("nothing to fix: no finding calls for a repair")
+        return plan
+    try:
+        writer = importlib.import_module(f"lrdoctor.repair.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"lrdoctor.repair.{name}":
+            raise
+        raise Refusal(f"`fix` cannot write the {name} format yet", str(path)) from None
+    fp: FormatPlan = writer.plan(path, state, target)
+    plan.root = fp.root
+    plan.files = fp.files if fp.files is not None else tree_files(fp.root)
+    plan.changes = [c for c in fp.changes if not _equal(c.before, c.after)]
+    plan.notes += target.reasons + fp.notes
+    if not plan.changes:
+        plan.notes.append("already repaired: every field already holds its target value")
+    return plan
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    return a == b
+
+
+@dataclass
+class FixResult:
+    plan: FixPlan
+    written: Written | None
+    after_findings: list[Finding] = field(default_factory=list)
+
+
+def manifest(plan: FixPlan) -> dict[str, Any]:
+    inputs = {}
+    for rel in sorted({c.file for c in plan.changes}):
+        src = plan.root if plan.root.is_file() else plan.root / rel
+        inputs[rel] = sha256(src)
+    return {"lrdoctor": __version__, "command": "fix", "input": str(plan.path),
+            "format": plan.format, "policy": plan.target.policy if plan.target else None,
+            "target": plan.target.to_dict() if plan.target else None,
+            "changes": [c.to_dict() for c in plan.changes],
+            "input_sha256": [{"file": f, "sha256": h} for f, h in inputs.items()],
+            "notes": plan.notes}
+
+
+def write_fix(plan: FixPlan, out: str | Path, *, force: bool = False, progress: Any = None,
+              verify: bool = True) -> FixResult:
+    """Write the repaired copy to ``out`` (atomically), verified by re-reading it."""
+    out = Path(out)
+    if plan.noop:
+        return FixResult(plan, None)
+    result = FixResult(plan, None)
+
+    def check(tmp: Path) -> None:
+        result.after_findings = _verify(plan, tmp)
+
+    result.written = write_output(plan.root, out, plan.files, plan.changes, manifest(plan),
+                                  force=force, verify=check if verify else None,
+                                  progress=progress)
+    return result
+
+
+def _verify(plan: FixPlan, tmp: Path) -> list[Finding]:
+    """Inspect the written copy: the motivating findings must be gone, progress as planned."""
+    target = plan.target
+    assert target is not None
+    try:
+        _, state, findings = read_state(tmp, plan.format)
+    except UnusableInput as exc:
+        raise FixFailed(f"verification: the written copy cannot be read back: {exc}") from None
+    left = [f.code for f in findings if f.code in target.motivated_by]
+    if left:
+        raise FixFailed("verification: the written copy still shows "
+                        f"{', '.join(sorted(set(left)))}; no output was written")
+    sp = state.scheduler_progress
+    if sp is None or not math.isclose(sp.value, target.progress, rel_tol=1e-9, abs_tol=1e-9):
+        raise FixFailed(f"verification: the written copy holds scheduler progress "
+                        f"{sp.value if sp else None}, planned {target.progress}; "
+                        "no output was written")
+    return findings

@@ -1,0 +1,284 @@
+"""Repair policies: what the scheduler state *should* be, decided on the RunState alone.
+
+Framework-blind on purpose: a policy turns a :class:`RunState` (plus what the user
+said) into a :class:`Target` — new scheduler progress, maybe a new horizon, the LR
+the schedule gives there. The per-format writers (``lrdoctor.repair.<format>``)
+only translate a Target into concrete fields. When the checkpoint cannot say what
+was intended, the policy refuses with the option to give; it never guesses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.errors import UnusableInput
+from lrdoctor.findings import Finding
+from lrdoctor.model import RunState, ScheduleSpec, Unit
+
+POLICIES = ("nominal", "rescale", "extend-horizon")
+
+# Which policy each finding calls for (None: the finding alone leaves a choice).
+SUGGESTED = {
+    "LRD101": None,  # nominal or extend-horizon: the user decides
+    "LRD103": "rescale",
+    "LRD104": "nominal",
+    "LRD109": "nominal",
+    "LRD105": "sync-lr",
+}
+# Findings a fix is meant to make disappear (checked on the written output).
+MOTIVATING = tuple(SUGGESTED)
+
+
+class Refusal(UnusableInput):
+    """The intent is ambiguous or impossible; the message says which option to give."""
+
+
+@dataclass
+class Target:
+    """The scheduler state the output checkpoint must hold."""
+
+    policy: str  # nominal | rescale | extend-horizon | sync-lr
+    progress_before: float
+    progress: float  # new scheduler progress, in ``unit``
+    unit: Unit | None
+    horizon_before: float | None = None
+    horizon: float | None = None  # None: horizon unchanged
+    k: float | None = None
+    schedule: ScheduleSpec | None = None  # the schedule *after* the fix
+    lr_before: float | None = None  # what the schedule gave at the old progress
+    lr: float | None = None  # what it gives at the new progress (None: unknown)
+    motivated_by: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def scale(self) -> float | None:
+        """progress / progress_before, for formats that scale sibling counters."""
+        return self.progress / self.progress_before if self.progress_before else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy, "unit": self.unit.value if self.unit else None,
+            "progress_before": self.progress_before, "progress": self.progress,
+            "horizon_before": self.horizon_before, "horizon": self.horizon, "k": self.k,
+            "lr_before": self.lr_before, "lr": self.lr,
+            "motivated_by": self.motivated_by, "reasons": self.reasons,
+        }
+
+
+def lr_or_none(spec: ScheduleSpec | None, progress: float) -> float | None:
+    """The schedule's LR at ``progress``; None when the schedule is not known."""
+    if spec is None:
+        return None
+    try:
+        return float(spec.lr_at(progress))
+    except (ValueError, ImportError, KeyError, ZeroDivisionError, TypeError):
+        return None
+
+
+def group_lr(spec: ScheduleSpec | None, progress: float, group: dict[str, Any]) -> float | None:
+    """The LR one optimizer param group gets at ``progress``.
+
+    Megatron reads per-group ``max_lr``/``min_lr``; torch schedules start each group
+    from its own ``initial_lr``; HF/DeepSpeed lambdas multiply each group's base LR.
+    """
+    if spec is None:
+        return None
+    if spec.family == "megatron":
+        per = replace(spec, max_lr=float(group.get("max_lr", spec.max_lr)),
+                      min_lr=float(group.get("min_lr", spec.min_lr)))
+        return lr_or_none(per, progress)
+    base = group.get("initial_lr")
+    if base is None or not isinstance(base, (int, float)) or float(base) == spec.max_lr:
+        return lr_or_none(spec, progress)
+    if spec.family == "torch":
+        return lr_or_none(replace(spec, max_lr=float(base)), progress)
+    lr = lr_or_none(spec, progress)
+    if lr is None or spec.max_lr == 0:
+        return None
+    return float(base) * lr / spec.max_lr
+
+
+def read_replay(path: Path) -> tuple[float, float]:
+    """(nominal, actual) scheduler progress from ``lrdoctor replay --json``."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise UnusableInput(f"cannot read replay report: {exc}", str(path)) from None
+    if isinstance(doc, list) and doc:
+        doc = doc[0]
+    summary = doc.get("summary") if isinstance(doc, dict) else None
+    if not isinstance(summary, dict):
+        raise UnusableInput("no 'summary' object (expected the output of "
+                            "`lrdoctor replay --json`)", str(path))
+    nominal = _first_number(summary, ("nominal_progress", "nominal_updates", "nominal",
+                                      "nominal_steps", "budget"))
+    actual = _first_number(summary, ("actual_progress", "actual_updates", "actual",
+                                     "actual_steps", "scheduler_progress"))
+    if nominal is None or actual is None or nominal <= 0 or actual <= 0:
+        raise UnusableInput("summary has no positive nominal/actual progress "
+                            f"(keys: {', '.join(sorted(summary))})", str(path))
+    return nominal, actual
+
+
+def _first_number(d: dict[str, Any], keys: tuple[str, ...]) -> float | None:
+    for key in keys:
+        v = d.get(key)
+        if isinstance(v, dict):  # {"value": N, ...}
+            v = v.get("value")
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def _integral(x: float) -> float | int:
+    """Counters are integers in every framework; keep floats only when they are not."""
+    r = round(x)
+    return int(r) if abs(x - r) < 1e-9 * max(1.0, abs(x)) else x
+
+
+def choose_policy(findings: list[Finding], policy: str | None) -> tuple[str | None, list[str]]:
+    """The policy to run and the finding codes that motivate it.
+
+    Returns (None, []) when nothing calls for a fix. Raises Refusal when the
+    findings leave a choice the user must make.
+    """
+    codes = [f.code for f in findings if f.code in MOTIVATING]
+    if policy is not None:
+        return policy, codes
+    if not codes:
+        return None, []
+    suggested = {SUGGESTED[c] for c in codes if SUGGESTED[c] is not None}
+    strong = suggested - {"sync-lr"}
+    if len(strong) == 1:
+        return strong.pop(), codes
+    if len(strong) > 1:
+        raise Refusal(f"findings {', '.join(codes)} call for different repairs "
+                      f"({', '.join(sorted(strong))}): give --policy")
+    if "LRD101" in codes:
+        raise Refusal("LRD101 (past the decay horizon) can be repaired two ways: "
+                      "--policy nominal (move scheduler progress back to the trainer's count) "
+                      "or --policy extend-horizon (keep progress, move the horizon to the "
+                      "planned end); give one")
+    return "sync-lr", codes
+
+
+def make_target(state: RunState, findings: list[Finding], *, policy: str | None = None,
+                k: float | None = None, progress: float | None = None,
+                replay: Path | None = None) -> Target | None:
+    """Decide the Target; None when nothing calls for a fix (already healthy)."""
+    if policy is not None and policy not in POLICIES:
+        raise Refusal(f"unknown policy {policy!r} (one of {', '.join(POLICIES)})")
+    if progress is not None and replay is not None:
+        raise Refusal("give --progress or --from-replay, not both")
+    if k is not None and policy not in (None, "rescale"):
+        raise Refusal("--k only goes with --policy rescale")
+    if progress is not None and policy is None:
+        policy = "nominal"
+    if k is not None and policy is None:
+        policy = "rescale"
+    ratio = None
+    if replay is not None:
+        nominal, actual = read_replay(replay)
+        ratio = actual / nominal
+        if policy is None:
+            policy = "nominal"
+    chosen, codes = choose_policy(findings, policy)
+    if chosen is None:
+        return None
+    sp = state.scheduler_progress
+    if sp is None:
+        raise Refusal("the checkpoint holds no scheduler progress to repair", state.path)
+    spec = state.schedule
+    horizon = spec.horizon if spec is not None else None
+    t = Target(policy=chosen, progress_before=sp.value, progress=sp.value, unit=sp.unit,
+               horizon_before=horizon, schedule=spec, motivated_by=codes,
+               lr_before=lr_or_none(spec, sp.value))
+
+    if chosen == "sync-lr":
+        t.reasons.append("param-group lr set to the schedule's value at the saved progress")
+    elif chosen == "nominal":
+        if progress is not None:
+            t.progress = _integral(float(progress))
+            t.reasons.append(f"scheduler progress set to --progress {t.progress}")
+        elif ratio is not None:
+            t.progress = _integral(sp.value / ratio)
+            t.reasons.append(f"replay: actual/nominal progress = {ratio:.6g}; "
+                             f"scheduler progress divided by it")
+        elif state.nominal_progress is not None:
+            t.progress = _integral(state.nominal_progress.value)
+            src = state.nominal_progress.source or state.nominal_progress.name
+            t.reasons.append(f"scheduler progress set to the nominal progress ({src})")
+        else:
+            raise Refusal("the checkpoint does not say where the scheduler should be: give "
+                          "--progress N or --from-replay report.json", state.path)
+    elif chosen == "rescale":
+        t.k = k if k is not None else _infer_k(state, findings)
+        if t.k is None or t.k <= 0:
+            raise Refusal("cannot tell how many times too fast the scheduler ran: give --k N",
+                          state.path)
+        t.progress = _integral(sp.value / t.k)
+        t.reasons.append(f"scheduler counters divided by k = {t.k:g}")
+    elif chosen == "extend-horizon":
+        t.horizon = _extended_horizon(state, ratio)
+        if spec is not None:
+            t.schedule = replace(spec, horizon=t.horizon)
+        t.reasons.append(f"horizon moved {horizon:g} -> {t.horizon:g} so the remaining "
+                         "schedule ends at the planned end")
+    t.lr = lr_or_none(t.schedule, t.progress)
+    if t.progress < 0:
+        raise Refusal(f"the repaired progress would be negative ({t.progress})", state.path)
+    return t
+
+
+def _infer_k(state: RunState, findings: list[Finding]) -> float | None:
+    """k from the LRD103 evidence, or progress / nominal when that is a clean integer."""
+    for f in findings:
+        if f.code == "LRD103":
+            v = f.evidence.get("k")
+            if isinstance(v, (int, float)) and v >= 2 and float(v).is_integer():
+                return float(v)
+    sp, nom = state.scheduler_progress, state.nominal_progress
+    if sp is None or nom is None or nom.value <= 0:
+        return None
+    ratio = sp.value / nom.value
+    if ratio >= 2 and abs(ratio - round(ratio)) < 1e-9:
+        return float(round(ratio))
+    return None
+
+
+def _extended_horizon(state: RunState, ratio: float | None) -> float:
+    """progress + remaining planned work (converted to the schedule's unit) x observed pace."""
+    spec, sp = state.schedule, state.scheduler_progress
+    if spec is None or spec.horizon is None:
+        raise Refusal("the checkpoint's schedule has no horizon to move (use --policy "
+                      "nominal, or change the horizon in the training config)", state.path)
+    if state.planned_end is None or state.trainer_progress is None:
+        raise Refusal("the checkpoint does not say where training is planned to end: "
+                      "use --policy nominal with --progress N", state.path)
+    remaining = state.planned_end.value - state.trainer_progress.value
+    if remaining <= 0:
+        raise Refusal(f"training is at its planned end ({state.trainer_progress.value:g} of "
+                      f"{state.planned_end.value:g}): no horizon to extend", state.path)
+    unit_from, unit_to = state.planned_end.unit, spec.unit
+    if unit_from != unit_to:
+        if (unit_from == Unit.UPDATES and unit_to == Unit.SAMPLES
+                and state.samples_per_update):
+            remaining *= state.samples_per_update
+        elif not (unit_from in (Unit.UPDATES, Unit.ROLLOUT_STEPS, Unit.SCHEDULER_CALLS)
+                  and unit_to in (Unit.UPDATES, Unit.SCHEDULER_CALLS)):
+            raise Refusal(f"cannot convert the planned end ({unit_from.value}) to the "
+                          f"schedule's unit ({unit_to.value}): use --policy nominal with "
+                          "--progress N", state.path)
+    pace = ratio
+    if pace is None and state.nominal_progress is not None and state.nominal_progress.value > 0:
+        pace = sp.value / state.nominal_progress.value
+    pace = pace if pace and math.isfinite(pace) else 1.0
+    new = sp.value + remaining * pace
+    if new <= spec.warmup:
+        raise Refusal(f"the extended horizon {new:g} would not pass the warmup "
+                      f"{spec.warmup:g}", state.path)
+    return float(_integral(round(new)))

@@ -1,0 +1,349 @@
+"""Writing a repaired copy: field edits, atomic output, manifest.
+
+Format-blind. A fix is a list of :class:`Change` (file, key path, before, after);
+this module copies the checkpoint to a temporary sibling of the output, rewrites
+only the files that hold a change (every other key kept), and renames the
+result into place, so a crash leaves either no output or a complete one. The
+input is only ever opened for reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.errors import UnusableInput
+
+MANIFEST = "lrdoctor-fix.json"
+_CHUNK = 8 << 20
+
+Key = tuple[Any, ...]
+
+
+@dataclass
+class Change:
+    """One field of one file: ``file`` is relative to the checkpoint root."""
+
+    file: str
+    key: Key
+    before: Any
+    after: Any
+    kind: str = "pickle"  # "pickle" (torch.save) or "json"
+    why: str = ""
+
+    @property
+    def key_str(self) -> str:
+        return key_str(self.key)
+
+    def to_dict(self) -> dict[str, Any]:
+        from lrdoctor.model import _jsonable
+
+        return {"file": self.file, "key": self.key_str, "before": _jsonable(self.before),
+                "after": _jsonable(self.after), "why": self.why}
+
+
+def key_str(key: Key) -> str:
+    out = ""
+    for k in key:
+        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    return out
+
+
+# ---------------------------------------------------------------- key paths
+def get_at(obj: Any, key: Key) -> Any:
+    for k in key:
+        obj = getattr(obj, k) if isinstance(obj, argparse.Namespace) else obj[k]
+    return obj
+
+
+def set_at(obj: Any, key: Key, value: Any) -> None:
+    parent = get_at(obj, key[:-1])
+    last = key[-1]
+    if isinstance(parent, argparse.Namespace):
+        setattr(parent, last, value)
+    elif isinstance(parent, tuple):
+        raise TypeError(f"cannot set inside a tuple at {key_str(key)}")
+    else:
+        parent[last] = value
+
+
+def walk(obj: Any, key: Key = (), depth: int = 12) -> Iterator[tuple[Key, Any]]:
+    """Every (key path, value) of nested dicts/lists/Namespaces; tensors not entered."""
+    yield key, obj
+    if depth == 0:
+        return
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(k, (str, int)):
+                yield from walk(v, key + (k,), depth - 1)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from walk(v, key + (i,), depth - 1)
+    elif isinstance(obj, argparse.Namespace):
+        for k, v in vars(obj).items():
+            yield from walk(v, key + (k,), depth - 1)
+
+
+# ---------------------------------------------------------------- loading
+def safe_globals() -> list[Any]:
+    """Harmless classes the write path lets torch rebuild (no code can run)."""
+    allowed: list[Any] = [argparse.Namespace]
+    try:  # Megatron args hold these enums
+        from megatron.core.enums import ModelType  # type: ignore[import-not-found]
+
+        allowed.append(ModelType)
+    except Exception:  # noqa: BLE001 - optional
+        pass
+    return allowed
+
+
+def load_pickle(path: Path) -> Any:
+    """torch.load with weights_only and an allow-list; mmap so big files stream."""
+    import torch
+
+    try:
+        with torch.serialization.safe_globals(safe_globals()):
+            return torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - one line for the user
+        first = str(exc).strip().splitlines()
+        msg = next((line for line in first if "GLOBAL" in line or "Unsupported" in line),
+                   first[0] if first else type(exc).__name__)
+        raise UnusableInput(f"cannot load for rewriting: {msg.strip()[:240]}", str(path)) from None
+
+
+def load_file(path: Path, kind: str) -> Any:
+    if kind == "json":
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise UnusableInput(f"cannot read JSON: {exc}", str(path)) from None
+    return load_pickle(path)
+
+
+def same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return float(a) == float(b)
+        except (TypeError, ValueError):
+            return False
+    return bool(a == b)
+
+
+def apply_changes(obj: Any, changes: list[Change], path: Path) -> None:
+    """Set every change in ``obj``; the current value must be the planned 'before'."""
+    for c in changes:
+        try:
+            current = get_at(obj, c.key)
+        except (KeyError, IndexError, AttributeError, TypeError):
+            raise UnusableInput(f"no field {c.key_str}", str(path)) from None
+        if not _same_value(current, c.before):
+            raise UnusableInput(f"field {c.key_str} is {current!r}, expected {c.before!r} "
+                                "(changed since planning?)", str(path))
+        set_at(obj, c.key, c.after)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    return same(a, b)
+
+
+# ---------------------------------------------------------------- files
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_files(root: Path) -> list[str]:
+    """Relative paths of every file under ``root`` (a file root: its own name)."""
+    if root.is_file():
+        return [root.name]
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                  if p.is_file() and not p.is_symlink())
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def copy_file(src: Path, dst: Path, advance: Callable[[int], None] | None = None) -> None:
+    """shutil.copy2 in chunks, so a progress bar can follow big files."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        while chunk := fi.read(_CHUNK):
+            fo.write(chunk)
+            if advance:
+                advance(len(chunk))
+        fo.flush()
+        os.fsync(fo.fileno())
+    shutil.copystat(src, dst)
+
+
+def write_pickle(obj: Any, dst: Path) -> None:
+    import torch
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(obj, dst)
+    _fsync_file(dst)
+
+
+def write_json(obj: Any, dst: Path, like: Path | None = None) -> None:
+    """JSON in the layout the frameworks use (indent 2, sorted as loaded)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(obj, indent=2, sort_keys=False) + "\n"
+    if like is not None:  # keep the original's indentation and trailing newline
+        orig = like.read_text()
+        text = json.dumps(obj, indent=_guess_indent(orig)) + ("\n" if orig.endswith("\n") else "")
+    dst.write_text(text)
+    _fsync_file(dst)
+
+
+def _guess_indent(text: str) -> int | None:
+    for line in text.splitlines()[1:3]:
+        stripped = line.lstrip(" ")
+        if stripped and len(line) != len(stripped):
+            return len(line) - len(stripped)
+    return None if "\n" not in text.strip() else 2
+
+
+def check_output(src: Path, out: Path, force: bool) -> None:
+    """Refuse to write into the input, or over an existing output without --force."""
+    src_r, out_r = src.resolve(), out.resolve()
+    if out_r == src_r:
+        raise UnusableInput("--out is the input itself; lrdoctor never modifies its input",
+                            str(out))
+    if src.is_dir() and out_r.is_relative_to(src_r):
+        raise UnusableInput("--out lies inside the input checkpoint", str(out))
+    if src.is_dir() and src_r.is_relative_to(out_r):
+        raise UnusableInput("--out contains the input checkpoint", str(out))
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise UnusableInput("output exists (give --force to replace it)", str(out))
+    if not out_r.parent.is_dir():
+        raise UnusableInput("the output's parent directory does not exist", str(out.parent))
+
+
+@dataclass
+class Written:
+    out: Path
+    manifest: Path
+    changed: dict[str, str] = field(default_factory=dict)  # rel file -> sha256
+    copied: int = 0
+    bytes_copied: int = 0
+
+
+def write_output(src: Path, out: Path, files: list[str], changes: list[Change],
+                 manifest: dict[str, Any], *, force: bool = False,
+                 verify: Callable[[Path], None] | None = None,
+                 progress: Any = None) -> Written:
+    """Build the output in a temporary sibling, verify it there, rename it into place.
+
+    ``files``: what the output holds (relative to ``src``; a file root: its name).
+    ``verify(tmp_path)`` may raise to abort; the temporary copy is then removed.
+    ``progress``: a rich Progress to show copies on (optional).
+    """
+    check_output(src, out, force)
+    single = src.is_file()
+    by_file: dict[str, list[Change]] = {}
+    for c in changes:
+        by_file.setdefault(c.file, []).append(c)
+    unknown = set(by_file) - set(files)
+    if unknown:
+        raise UnusableInput(f"planned change in a file outside the checkpoint: {sorted(unknown)}")
+
+    parent = out.parent
+    # A hidden holder dir next to the output; inside it the output under its final
+    # name, so verification reads exactly what will be renamed into place.
+    holder = Path(tempfile.mkdtemp(prefix=f".{out.name}.lrdoctor-tmp-", dir=parent))
+    tmp = holder / out.name
+    if not single:
+        tmp.mkdir()
+    written = Written(out=out, manifest=(out / MANIFEST) if not single
+                      else out.with_name(out.name + "." + MANIFEST))
+    try:
+        total = sum((src / f if not single else src).stat().st_size
+                    for f in files if f not in by_file)
+        task = progress.add_task("copying", total=total) if progress is not None else None
+
+        def advance(n: int) -> None:
+            if progress is not None:
+                progress.update(task, advance=n)
+
+        for rel in files:
+            s = src if single else src / rel
+            d = tmp if single else tmp / rel
+            if rel in by_file:
+                kind = by_file[rel][0].kind
+                obj = load_file(s, kind)
+                apply_changes(obj, by_file[rel], s)
+                if kind == "json":
+                    write_json(obj, d, like=s)
+                else:
+                    write_pickle(obj, d)
+                del obj
+                shutil.copystat(s, d)
+                written.changed[rel] = sha256(d)
+            else:
+                copy_file(s, d, advance)
+                written.copied += 1
+                written.bytes_copied += s.stat().st_size
+        doc = dict(manifest)
+        doc["changed_files"] = [{"file": f, "sha256": h} for f, h in written.changed.items()]
+        mtext = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+        if not single:
+            (tmp / MANIFEST).write_text(mtext)
+            _fsync_file(tmp / MANIFEST)
+        if verify is not None:
+            verify(tmp)
+        if out.exists() or out.is_symlink():  # --force checked above
+            _remove(out)
+        os.replace(tmp, out)
+        _fsync_dir(parent)
+        holder.rmdir()
+        if single:
+            mtmp = written.manifest.with_name("." + written.manifest.name + ".tmp")
+            mtmp.write_text(mtext)
+            _fsync_file(mtmp)
+            os.replace(mtmp, written.manifest)
+    except BaseException:
+        _remove(holder)
+        raise
+    return written
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
