@@ -97,6 +97,9 @@ class BatchingCfg(_Section):
     prompts_per_mini_batch: int | None = Field(None, ge=1)  # prompt_unit
     pad_mode: Literal["copy", "slice"] = "copy"  # prompt_unit: slice = tensor[:pad_size]
     inner: Literal["static", "balanced_first_fit"] = "static"  # prompt_unit micro-batches
+    # doc_target: what each micro-batch divides its loss by. step_total is right;
+    # micro_batch reproduces a loop dividing by its own micro-batch's documents (LRD207).
+    loss_divisor: Literal["step_total", "micro_batch"] = "step_total"
 
     @model_validator(mode="after")
     def _check(self) -> BatchingCfg:
