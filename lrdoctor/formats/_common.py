@@ -145,6 +145,7 @@ def optimizer_summary(opt_sd: Any) -> dict[str, Any]:
     """
     lrs: list[float] = []
     initial_lrs: list[float] = []
+    extra: dict[str, list[float]] = {"group_max_lr": [], "group_min_lr": []}
     steps: list[float] = []
     unreadable = 0
     n_state = 0
@@ -159,6 +160,10 @@ def optimizer_summary(opt_sd: Any) -> dict[str, Any]:
             ilr = number(g.get("initial_lr"))
             if ilr is not None:
                 initial_lrs.append(float(ilr))
+            for key in ("max_lr", "min_lr"):  # OneCycleLR, Megatron per-group overrides
+                v = number(g.get(key))
+                if v is not None:
+                    extra[f"group_{key}"].append(float(v))
             if "step" in g:
                 s = number(g["step"])
                 if s is not None:
@@ -181,6 +186,7 @@ def optimizer_summary(opt_sd: Any) -> dict[str, Any]:
         "steps_distinct": sorted(set(steps)),
         "unreadable_steps": unreadable,
         "params_with_state": n_state,
+        **extra,
     }
 
 

@@ -1,0 +1,255 @@
+"""Hugging Face ``transformers.Trainer`` checkpoints.
+
+Layout::
+
+    <output_dir>/checkpoint-N/          # N = TrainerState.global_step at save time
+        trainer_state.json              # global_step, max_steps, log_history, ...
+        scheduler.pt                    # LambdaLR.state_dict(): last_epoch == global_step
+        optimizer.pt                    # torch optimizer state_dict (AdamW: state[i]["step"])
+        training_args.bin               # torch.save(TrainingArguments): a pickle
+        rng_state[_R].pth
+
+The scheduler is built by ``get_scheduler(lr_scheduler_type, num_warmup_steps=
+args.get_warmup_steps(max_steps), num_training_steps=max_steps,
+scheduler_specific_kwargs=lr_scheduler_kwargs)`` and stepped once per optimizer
+update. ``training_args.bin`` is read only through lrdoctor's allow-listed
+unpickler; when it is missing or refused, the schedule type and warmup are
+fitted to ``log_history[].learning_rate`` instead (``source`` says which).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.errors import UnusableInput
+from lrdoctor.formats import _common
+from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
+
+NAME = "hf"
+
+TRAINER_STATE = "trainer_state.json"
+SCHEDULER_FILE = "scheduler.pt"
+OPTIMIZER_FILES = ("optimizer.pt", "optimizer.bin")
+TRAINING_ARGS = "training_args.bin"
+# Kinds tried when fitting log_history (the ones whose lambdas need no extra kwargs).
+FIT_KINDS = ("linear", "cosine", "constant_with_warmup", "constant")
+FIT_TOLERANCE = 1e-6  # relative; logged LRs are floats rounded by JSON, so near-exact
+
+
+# ---------------------------------------------------------------- layout
+
+def detect(path: Path) -> bool:
+    path = Path(path)
+    if path.is_file():
+        return path.name == TRAINER_STATE
+    if not path.is_dir():
+        return False
+    return (path / TRAINER_STATE).is_file() or bool(_common.checkpoint_n_dirs(path, TRAINER_STATE))
+
+
+def find_checkpoints(path: Path) -> list[Path]:
+    path = Path(path)
+    if path.is_file():
+        return [path.parent]
+    if (path / TRAINER_STATE).is_file():
+        return [path]
+    ckpts = _common.checkpoint_n_dirs(path, TRAINER_STATE)
+    if not ckpts:
+        raise UnusableInput("no checkpoint-N/trainer_state.json here", str(path))
+    return ckpts
+
+
+def scheduler_file(ckpt: Path) -> Path:
+    return ckpt / SCHEDULER_FILE
+
+
+def optimizer_file(ckpt: Path) -> Path | None:
+    return next((ckpt / n for n in OPTIMIZER_FILES if (ckpt / n).is_file()), None)
+
+
+def training_args(ckpt: Path) -> tuple[dict | None, str | None]:
+    """(TrainingArguments fields, None) or (None, why they could not be used)."""
+    f = ckpt / TRAINING_ARGS
+    if not f.is_file():
+        return None, f"{TRAINING_ARGS} missing"
+    try:
+        obj = _common.load(f)
+    except UnusableInput as exc:
+        return None, str(exc)
+    fields = _common.as_fields(obj)
+    if fields is None:
+        return None, f"{f}: not a TrainingArguments object"
+    return fields, None
+
+
+def resolved_warmup(args: dict, max_steps: int) -> int:
+    """``TrainingArguments.get_warmup_steps``: 4.x (warmup_steps/warmup_ratio) and 5.x
+    (warmup_steps < 1 is a ratio) rules."""
+    ws = args.get("warmup_steps") or 0
+    ratio = args.get("warmup_ratio")
+    if ws >= 1:
+        return int(ws)
+    if ws > 0:  # 5.x: a float below 1 is a ratio
+        return math.ceil(max_steps * ws)
+    if ratio:
+        return math.ceil(max_steps * ratio)
+    return 0
+
+
+# ---------------------------------------------------------------- read
+
+def read(path: Path) -> RunState:
+    path = Path(path)
+    ckpt = find_checkpoints(path)[-1]
+    state_file = ckpt / TRAINER_STATE
+    ts = _common.read_json(state_file)
+    st = RunState(format=NAME, path=str(ckpt), files=[str(state_file)])
+    ssrc = str(state_file)
+
+    global_step = ts.get("global_step")
+    max_steps = ts.get("max_steps")
+    if not isinstance(global_step, int):
+        raise UnusableInput("trainer_state.json has no integer global_step", ssrc)
+    st.counters.append(Counter("trainer.global_step", global_step, Unit.UPDATES,
+                               f"{ssrc}:global_step"))
+    st.trainer_progress = Counter("trainer.global_step", global_step, Unit.UPDATES,
+                                  f"{ssrc}:global_step")
+    st.nominal_progress = Counter("trainer.global_step", global_step, Unit.UPDATES,
+                                  "trainer_state.global_step")
+    if isinstance(max_steps, int) and max_steps > 0:
+        st.planned_end = Counter("trainer.max_steps", max_steps, Unit.UPDATES, f"{ssrc}:max_steps")
+    if isinstance(ts.get("epoch"), (int, float)):
+        st.counters.append(Counter("trainer.epoch", ts["epoch"], Unit.EPOCHS, f"{ssrc}:epoch"))
+    n = _common.checkpoint_number(ckpt)
+    if n is not None and n != global_step:
+        st.notes.append(f"{ckpt.name} but trainer_state.global_step is {global_step}")
+
+    # Scheduler.
+    sched: dict | None = None
+    sfile = scheduler_file(ckpt)
+    if sfile.is_file():
+        sched = _common.load_dict(sfile, "a scheduler state dict")
+        st.files.append(str(sfile))
+        last_epoch = _common.number(sched.get("last_epoch"))
+        if last_epoch is not None:
+            st.scheduler_progress = Counter("scheduler.last_epoch", last_epoch, Unit.UPDATES,
+                                            str(sfile))
+        st.extras["scheduler_state"] = {k: v for k, v in sched.items()
+                                        if k in ("last_epoch", "_step_count", "base_lrs",
+                                                 "_last_lr")}
+    else:
+        st.notes.append(f"no {SCHEDULER_FILE}: scheduler progress unknown")
+
+    # Optimizer.
+    ofile = optimizer_file(ckpt)
+    opt = None
+    if ofile is not None:
+        opt = _common.optimizer_summary(_common.load(ofile))
+        st.files.append(str(ofile))
+        st.optimizer_lrs = opt["lrs"]
+        if opt["step"] is not None:
+            st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, str(ofile)))
+        elif opt["unreadable_steps"]:
+            st.notes.append("optimizer step tensors could not be read")
+
+    base_lrs = (sched or {}).get("base_lrs") or (opt or {}).get("initial_lrs") or []
+    base_lr = float(base_lrs[0]) if base_lrs else None
+
+    # Schedule: from training_args.bin, else fitted to log_history.
+    args, why = training_args(ckpt)
+    history = _lr_history(ts)
+    st.extras["logged_lr_points"] = len(history)
+    if args is not None:
+        st.files.append(str(ckpt / TRAINING_ARGS))
+        st.schedule = _schedule_from_args(args, max_steps, base_lr, str(ckpt / TRAINING_ARGS))
+        for k in ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
+                  "warmup_steps", "warmup_ratio", "max_steps", "num_train_epochs",
+                  "lr_scheduler_type", "lr_scheduler_kwargs"):
+            if k in args:
+                st.extras[k] = _common.plain(args[k]) if k == "lr_scheduler_type" else args[k]
+    else:
+        st.notes.append(f"training_args.bin not used ({why}); schedule fitted from log_history")
+        if base_lr is None and history:
+            base_lr = max(lr for _, lr in history)
+            st.notes.append("initial LR unknown; the fit takes the largest logged LR")
+        if base_lr is not None and isinstance(max_steps, int):
+            st.schedule = fit_schedule(history, base_lr, max_steps)
+            if st.schedule is None:
+                st.notes.append("no schedule type fits log_history; schedule unknown")
+    if base_lr is not None:
+        st.extras["base_lr"] = base_lr
+    for k in ("train_batch_size", "num_train_epochs", "logging_steps", "save_steps",
+              "num_input_tokens_seen"):
+        if k in ts:
+            st.extras[k] = ts[k]
+    return st
+
+
+def _schedule_from_args(args: dict, max_steps: Any, base_lr: float | None,
+                        src: str) -> ScheduleSpec:
+    kind = str(_common.plain(args.get("lr_scheduler_type")) or "linear")
+    horizon = max_steps if isinstance(max_steps, int) and max_steps > 0 else None
+    warmup = resolved_warmup(args, horizon or 0)
+    lr = args.get("learning_rate")
+    kwargs = args.get("lr_scheduler_kwargs")
+    if isinstance(kwargs, str):  # a JSON string in some versions' CLI parsing
+        import json
+
+        try:
+            kwargs = json.loads(kwargs or "{}")
+        except ValueError:
+            kwargs = {}
+    return ScheduleSpec(
+        family="hf", kind=kind,
+        max_lr=float(lr if isinstance(lr, (int, float)) else (base_lr or 0.0)),
+        unit=Unit.UPDATES, warmup=float(warmup),
+        horizon=float(horizon) if horizon is not None else None,
+        params=dict(kwargs) if isinstance(kwargs, dict) else {},
+        source="training_args.bin",
+    )
+
+
+def _lr_history(ts: dict) -> list[tuple[int, float]]:
+    out = []
+    for entry in ts.get("log_history") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("step"), int) \
+                and isinstance(entry.get("learning_rate"), (int, float)):
+            out.append((entry["step"], float(entry["learning_rate"])))
+    return out
+
+
+def fit_schedule(history: list[tuple[int, float]], max_lr: float,
+                 max_steps: int) -> ScheduleSpec | None:
+    """The HF schedule (kind, warmup) that reproduces the logged LRs, or None.
+
+    The logged LR at step s is ``max_lr * lambda(s)`` (logged after the
+    scheduler stepped). Warmup is searched only around the logged peak, where it
+    must lie; with no point past the peak, the smallest warmup that fits wins.
+    """
+    from lrdoctor.schedules import hf as hf_sched
+
+    if not history or max_lr <= 0:
+        return None
+    steps = [s for s, _ in history]
+    peak_i = max(range(len(history)), key=lambda i: history[i][1])
+    lo = steps[peak_i - 1] + 1 if peak_i > 0 else 0
+    hi = steps[peak_i + 1] if peak_i + 1 < len(steps) else steps[peak_i]
+    candidates = sorted({0, *range(lo, max(hi, steps[peak_i]) + 1)})
+    best: tuple[float, str, int] | None = None
+    for kind in FIT_KINDS:
+        for w in candidates:
+            spec = ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
+                                warmup=float(w), horizon=float(max_steps))
+            err = max(abs(max_lr * hf_sched.factor(spec, s) - lr) for s, lr in history) / max_lr
+            if best is None or err < best[0] - 1e-15:
+                best = (err, kind, w)
+    assert best is not None
+    err, kind, w = best
+    if err > FIT_TOLERANCE:
+        return None
+    return ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
+                        warmup=float(w), horizon=float(max_steps),
+                        source=f"fitted from log_history ({len(history)} points, "
+                               f"max rel. error {err:.1e})")
