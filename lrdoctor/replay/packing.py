@@ -1,0 +1,768 @@
+"""Micro-batching strategies, re-implemented from each framework's algorithm.
+
+The replay needs the *number and shape* of micro-batches a framework builds from
+one train step's samples, because that count is what the optimizer and the
+scheduler consume. Each strategy below follows the framework's own rules
+(sort order, rank assignment, cap test, cross-rank synchronisation), written
+from reading their code, so the replayed count matches what the run did.
+
+``frame`` is one train step's samples as a dict of numpy arrays (``tokens``
+required; ``prompt_id``, ``docs``, ``rank`` optional); a pandas DataFrame is
+accepted too and converted. Row indices in the plan are positions in that frame.
+``batching_cfg`` and ``train_cfg`` may be pydantic models, plain objects or dicts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lrdoctor.errors import UnusableInput
+
+STRATEGIES = (
+    "static",
+    "token_budget",
+    "karmarkar_karp",
+    "balanced_first_fit",
+    "prompt_unit",
+    "doc_target",
+)
+
+
+@dataclass
+class MicroBatch:
+    ranks: list[list[int]]  # per dp rank: row indices in this micro-batch (may be empty)
+    padded_len: list[int]  # per rank: padded (rounded) length; shape = (len(rows), padded_len)
+    tokens: list[int]  # per rank: real token count
+
+    @property
+    def size(self) -> int:
+        return sum(len(r) for r in self.ranks)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.tokens)
+
+
+@dataclass
+class StepPlan:
+    micro_batches: list[MicroBatch]
+    # None: the accumulation rule decides windows; else an optimizer step closes
+    # after each of these micro-batch indices (0-based, ascending).
+    boundaries: list[int] | None = None
+    # doc_target: the divisor each micro-batch's loss is scaled by.
+    loss_divisors: list[float] | None = None
+    notes: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    if cfg is None:
+        return default
+    if isinstance(cfg, dict):
+        val = cfg.get(key, default)
+    else:
+        val = getattr(cfg, key, default)
+    return default if val is None else val
+
+
+def as_frame(frame: Any) -> dict[str, np.ndarray]:
+    """One step's samples as a dict of numpy arrays (accepts a DataFrame)."""
+    if isinstance(frame, dict):
+        out = {k: np.asarray(v) for k, v in frame.items()}
+    elif hasattr(frame, "columns"):
+        out = {str(c): frame[c].to_numpy() for c in frame.columns}
+    else:
+        raise TypeError(
+            f"frame must be a dict of arrays or a DataFrame, got {type(frame).__name__}"
+        )
+    if "tokens" not in out:
+        raise UnusableInput("batch frame has no 'tokens' column")
+    out["tokens"] = out["tokens"].astype(np.int64, copy=False)
+    return out
+
+
+def split_steps(df: Any) -> list[tuple[int, dict[str, np.ndarray]]]:
+    """Split a whole batch log into per-step frames (ordered by step, rows in log order).
+
+    Vectorised: one stable argsort, then array slices; far cheaper than a
+    DataFrame groupby when there are 10,000 steps.
+    """
+    cols = as_frame(df)
+    step = cols["step"].astype(np.int64, copy=False)
+    order = np.argsort(step, kind="stable")
+    s_sorted = step[order]
+    cuts = np.flatnonzero(np.diff(s_sorted)) + 1
+    starts = np.concatenate(([0], cuts))
+    ends = np.concatenate((cuts, [len(step)]))
+    sorted_cols = {k: v[order] for k, v in cols.items() if k != "step"}
+    out = []
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=False):
+        out.append((int(s_sorted[a]), {k: v[a:b] for k, v in sorted_cols.items()}))
+    return out
+
+
+def _round_up(x: np.ndarray | int, r: int):
+    if r <= 1:
+        return x
+    return ((x + r - 1) // r) * r
+
+
+def _rank_shards(fr: dict[str, np.ndarray], dp: int, notes: dict) -> list[np.ndarray]:
+    """Rows of each dp rank: the log's own ``rank`` column, else contiguous chunks.
+
+    Contiguous equal chunks is how ROLL's DataProto.chunk and SkyRL's dispatch hand a
+    batch to dp ranks when nothing rebalances it.
+    """
+    n = len(fr["tokens"])
+    if "rank" in fr:
+        rk = fr["rank"].astype(np.int64, copy=False)
+        if len(rk) and (rk.min() < 0 or rk.max() >= dp):
+            notes["rank_out_of_range"] = {"max_rank": int(rk.max()), "dp": dp}
+            rk = rk % dp
+        order = np.argsort(rk, kind="stable")
+        counts = np.bincount(rk, minlength=dp)
+        bounds = np.concatenate(([0], np.cumsum(counts)))
+        return [order[bounds[i] : bounds[i + 1]] for i in range(dp)]
+    if n % dp:
+        notes["not_divisible_by_dp"] = {"samples": n, "dp": dp}
+    per = math.ceil(n / dp) if n else 0
+    return [np.arange(min(i * per, n), min((i + 1) * per, n)) for i in range(dp)]
+
+
+def _note_over_cap(notes: dict, lens: np.ndarray, cap: int | None) -> None:
+    if cap and len(lens):
+        big = int(lens.max())
+        if big > cap:
+            rec = notes.setdefault("sequence_over_cap", {"count": 0, "max_len": 0, "cap": cap})
+            rec["count"] += int((lens > cap).sum())
+            rec["max_len"] = max(rec["max_len"], big)
+
+
+def _mb_from_rank_lists(
+    per_rank: list[list[np.ndarray]], tokens: np.ndarray, round_to: int
+) -> list[MicroBatch]:
+    """Zip per-rank micro-batch lists into synchronised micro-steps.
+
+    Ranks with fewer micro-batches get empty ones (frameworks pad the count
+    to the max across dp so collectives line up).
+    """
+    count = max((len(x) for x in per_rank), default=0)
+    out: list[MicroBatch] = []
+    for i in range(count):
+        ranks, pl, tk = [], [], []
+        for lst in per_rank:
+            if i < len(lst):
+                rows = lst[i]
+                lens = tokens[rows]
+                ranks.append(rows.tolist())
+                if len(lens):
+                    pl.append(int(_round_up(int(lens.max()), round_to)))
+                    tk.append(int(lens.sum()))
+                else:
+                    pl.append(0)
+                    tk.append(0)
+            else:
+                ranks.append([])
+                pl.append(0)
+                tk.append(0)
+        out.append(MicroBatch(ranks, pl, tk))
+    return out
+
+
+def _mini_batches_per_rank(shards: list[np.ndarray], mini_per_rank: int | None):
+    """Split each rank's rows into consecutive mini-batches of ``mini_per_rank`` rows."""
+    if not mini_per_rank:
+        return [[s] for s in shards]
+    return [
+        [s[i : i + mini_per_rank] for i in range(0, len(s), mini_per_rank)] or [s] for s in shards
+    ]
+
+
+def _mini_per_rank(train_cfg: Any, dp: int, notes: dict) -> int | None:
+    mbs = _get(train_cfg, "mini_batch_size")
+    if not mbs:
+        return None
+    mbs = int(mbs)
+    if mbs % dp:
+        notes["mini_batch_not_divisible_by_dp"] = {"mini_batch_size": mbs, "dp": dp}
+    return max(1, mbs // dp)
+
+
+def _assemble_minis(
+    per_rank_minis: list[list[list[np.ndarray]]], tokens: np.ndarray, round_to: int
+) -> tuple[list[MicroBatch], list[int]]:
+    """Per mini-batch index: synchronise ranks, concatenate, record the closing index."""
+    n_minis = max(len(m) for m in per_rank_minis)
+    mbs: list[MicroBatch] = []
+    bounds: list[int] = []
+    for j in range(n_minis):
+        lists = [m[j] if j < len(m) else [] for m in per_rank_minis]
+        part = _mb_from_rank_lists(lists, tokens, round_to)
+        if part:
+            mbs.extend(part)
+            bounds.append(len(mbs) - 1)
+    return mbs, bounds
+
+
+# --------------------------------------------------------------------------- static
+
+
+def plan_static(fr, dp, micro_batch_size, round_to=1) -> StepPlan:
+    """Fixed ``micro_batch_size`` sequences per rank, in order, from contiguous rank chunks."""
+    notes: dict = {}
+    tokens = fr["tokens"]
+    shards = _rank_shards(fr, dp, notes)
+    m = max(1, int(micro_batch_size))
+    per_rank = [[s[i : i + m] for i in range(0, len(s), m)] for s in shards]
+    counts = [len(p) for p in per_rank]
+    if len(set(counts)) > 1:
+        notes["uneven_micro_batch_counts"] = counts
+    return StepPlan(_mb_from_rank_lists(per_rank, tokens, round_to), None, None, notes)
+
+
+# --------------------------------------------------------------------------- ROLL / NeMo-RL
+
+
+def plan_token_budget(fr, dp, max_tokens, round_to=1) -> StepPlan:
+    """ROLL's dynamic batching shard (NeMo-RL's dynamic batching has the same shape).
+
+    Sort all lengths ascending (stable), deal them round-robin so rank r holds
+    sorted[r::dp], then walk the shard position j: the position's length is the
+    max over ranks rounded up to ``round_to``; a micro-batch grows while
+    ``count * running_max <= max_tokens`` (the running max starts at
+    ``round_to``). Boundaries are shared by every rank, so all ranks run the
+    same number of micro-batches. ROLL asserts when one rounded sequence is over
+    the cap; here it is put alone in a micro-batch and reported in notes.
+    """
+    notes: dict = {}
+    tokens = fr["tokens"]
+    n = len(tokens)
+    r = max(1, int(round_to))
+    cap = int(max_tokens)
+    if n == 0:
+        return StepPlan([], None, None, notes)
+    order = np.argsort(tokens, kind="stable")
+    srt = tokens[order]
+    shard_size = math.ceil(n / dp)
+    if n % dp:
+        notes["not_divisible_by_dp"] = {"samples": n, "dp": dp}
+    # Ascending sort => the max at shard position j is the last element of group j.
+    last = np.minimum((np.arange(shard_size) + 1) * dp, n) - 1
+    pos_len = _round_up(srt[last], r)
+    over = pos_len > cap
+    if over.any():
+        notes["sequence_over_cap"] = {
+            "count": int(over.sum()),
+            "max_len": int(pos_len.max()),
+            "cap": cap,
+            "note": "ROLL asserts on this; replayed as one sequence per micro-batch",
+        }
+    # Greedy walk (tight python over shard positions: ~n/dp iterations).
+    starts: list[int] = [0]
+    lens_out: list[int] = []
+    run_max = r
+    size = 0
+    for j, ln in enumerate(pos_len.tolist()):
+        cand = run_max if run_max > ln else ln
+        if (size + 1) * cand <= cap:
+            size += 1
+            run_max = cand
+        else:
+            if size == 0:  # first position itself over the cap: it opens the first batch
+                size = 1
+                run_max = cand
+                continue
+            lens_out.append(run_max)
+            starts.append(j)
+            size = 1
+            run_max = ln
+    lens_out.append(run_max)
+    starts.append(shard_size)
+    # Per rank rows: rank k holds order[k::dp]; shard position j of rank k is order[j*dp + k].
+    mbs: list[MicroBatch] = []
+    for i in range(len(lens_out)):
+        a, b = starts[i], starts[i + 1]
+        seg = order[a * dp : min(b * dp, n)]
+        seg_len = srt[a * dp : min(b * dp, n)]
+        ranks, tk = [], []
+        for k in range(dp):
+            rows = seg[k::dp]
+            ranks.append(rows.tolist())
+            tk.append(int(seg_len[k::dp].sum()))
+        mbs.append(MicroBatch(ranks, [int(lens_out[i])] * dp, tk))
+    notes["max_padded_tokens"] = max(len(m.ranks[0]) * m.padded_len[0] for m in mbs)
+    return StepPlan(mbs, None, None, notes)
+
+
+# --------------------------------------------------------------------------- Karmarkar-Karp
+
+
+class _KKSet:
+    __slots__ = ("total", "items")
+
+    def __init__(self, total: int, items: list[tuple[int, int]]):
+        self.total = total
+        self.items = items
+
+    def key(self):
+        return (self.total, len(self.items), self.items)
+
+
+class _KKState:
+    """k partial sets, kept largest first; heap order = largest spread first."""
+
+    __slots__ = ("sets",)
+
+    def __init__(self, sets: list[_KKSet]):
+        sets.sort(key=_KKSet.key, reverse=True)
+        self.sets = sets
+
+    def spread(self) -> int:
+        return self.sets[0].total - self.sets[-1].total
+
+    def __lt__(self, other: _KKState) -> bool:
+        a, b = self.spread(), other.spread()
+        if a != b:
+            return a > b
+        return self.sets[0].key() > other.sets[0].key()
+
+
+def karmarkar_karp(values, k: int, equal_size: bool = False) -> list[list[int]]:
+    """Largest differencing method for k-way balanced partitioning.
+
+    Same procedure and tie-breaking as verl / OpenRLHF (items sorted ascending;
+    with ``equal_size`` each initial state takes k consecutive sorted items;
+    repeatedly merge the two states of largest spread, pairing the largest set
+    of one with the smallest of the other). Returns k sorted index lists.
+    """
+    vals = [int(v) for v in values]
+    n = len(vals)
+    if n < k:
+        raise ValueError(f"{n} items cannot fill {k} partitions")
+    ordered = sorted((v, i) for i, v in enumerate(vals))
+    heap: list[_KKState] = []
+    if equal_size:
+        if n % k:
+            raise ValueError(f"equal_size needs {n} divisible by {k}")
+        for off in range(0, n, k):
+            heap.append(_KKState([_KKSet(v, [(i, v)]) for v, i in ordered[off : off + k]]))
+    else:
+        for v, i in ordered:
+            heap.append(_KKState([_KKSet(v, [(i, v)])] + [_KKSet(0, []) for _ in range(k - 1)]))
+    heapq.heapify(heap)
+    while len(heap) > 1:
+        s0 = heapq.heappop(heap)
+        s1 = heapq.heappop(heap)
+        merged = []
+        for a, b in zip(s0.sets, reversed(s1.sets), strict=False):
+            merged.append(_KKSet(a.total + b.total, a.items + b.items))
+        heapq.heappush(heap, _KKState(merged))
+    parts = [sorted(i for i, _ in s.items) for s in heap[0].sets]
+    if any(not p for p in parts):
+        raise ValueError("an empty partition")
+    return parts
+
+
+def verl_workload(lens: np.ndarray) -> np.ndarray:
+    """verl's attention-aware cost per sequence (7B calibration): 24576*s + s^2."""
+    lens = lens.astype(np.int64)
+    return 24576 * lens + lens * lens
+
+
+def first_fit_count(lens, cap: int) -> int:
+    """OpenRLHF's micro-batch count: first-fit in log order, no sorting."""
+    bins: list[int] = []
+    for ln in lens:
+        for i, b in enumerate(bins):
+            if b + ln <= cap:
+                bins[i] = b + ln
+                break
+        else:
+            bins.append(ln)
+    return len(bins)
+
+
+def plan_karmarkar_karp(
+    fr,
+    dp,
+    max_tokens,
+    *,
+    num_micro_batches=None,
+    equal_size=False,
+    flavor="verl",
+    mini_per_rank=None,
+    balance_dp=True,
+    round_to=1,
+) -> StepPlan:
+    """verl / OpenRLHF dynamic batch size: balanced partitions, not a hard cap.
+
+    dp split: the log's ``rank`` column, else (verl's balance_batch) a KK
+    equal-size partition of the step over dp ranks by length, else contiguous
+    chunks. Each rank's mini-batch is split into N micro-batches by KK, where N is
+    ``ceil(sum/max_tokens)`` capped at the row count (verl) or OpenRLHF's
+    first-fit count, then the max over dp ranks. Balanced sums can exceed the
+    cap: the largest micro-batch token sum is reported in notes.
+    """
+    notes: dict = {}
+    tokens = fr["tokens"]
+    n = len(tokens)
+    cap = int(max_tokens)
+    if n == 0:
+        return StepPlan([], None, None, notes)
+    if "rank" in fr:
+        shards = _rank_shards(fr, dp, notes)
+    elif balance_dp and n >= dp and n % dp == 0 and dp > 1:
+        parts = karmarkar_karp(tokens.tolist(), dp, equal_size=True)
+        shards = [np.asarray(p, dtype=np.int64) for p in parts]
+    else:
+        shards = _rank_shards(fr, dp, notes)
+    minis = _mini_batches_per_rank(shards, mini_per_rank)
+    n_minis = max(len(m) for m in minis)
+    mbs: list[MicroBatch] = []
+    bounds: list[int] = []
+    worst = 0
+    for j in range(n_minis):
+        rows_j = [m[j] if j < len(m) else np.zeros(0, np.int64) for m in minis]
+        counts = []
+        for rows in rows_j:
+            lens = tokens[rows]
+            if num_micro_batches:
+                c = int(num_micro_batches)
+            elif flavor == "openrlhf":
+                c = first_fit_count(lens.tolist(), cap)
+            else:
+                c = -(-int(lens.sum()) // cap) if len(lens) else 0
+            counts.append(min(c, len(lens)) if len(lens) else 0)
+        c_all = max(counts)
+        per_rank: list[list[np.ndarray]] = []
+        for rows in rows_j:
+            if len(rows) == 0:
+                per_rank.append([])
+                continue
+            k = min(c_all, len(rows))
+            lens = tokens[rows]
+            weights = verl_workload(lens) if flavor == "verl" else lens
+            parts = karmarkar_karp(
+                weights.tolist(), k, equal_size=equal_size and len(rows) % k == 0
+            )
+            if flavor == "verl":
+                # verl orders micro-batches by workload, heaviest in the middle.
+                w = weights.tolist()
+                parts.sort(key=lambda p: (sum(w[i] for i in p), p[0]), reverse=True)
+                parts = parts[::2][::-1] + parts[1::2]
+            per_rank.append([rows[np.asarray(p, dtype=np.int64)] for p in parts])
+        part = _mb_from_rank_lists(per_rank, tokens, round_to)
+        for mb in part:
+            worst = max(worst, max(mb.tokens))
+        mbs.extend(part)
+        bounds.append(len(mbs) - 1)
+    notes["max_micro_batch_tokens"] = worst
+    if cap and worst > cap:
+        notes["token_cap_exceeded"] = {
+            "max_tokens": worst,
+            "cap": cap,
+            "micro_batches_over": sum(1 for mb in mbs if max(mb.tokens) > cap),
+        }
+    _note_over_cap(notes, tokens, cap)
+    return StepPlan(mbs, bounds if mini_per_rank else None, None, notes)
+
+
+# --------------------------------------------------------------------------- SkyRL
+
+
+def balanced_first_fit(lens, cap: int) -> list[list[int]]:
+    """SkyRL's balanced packer: longest first, into the least-loaded bin if it fits.
+
+    Stable descending sort; a sequence that does not fit the least-loaded bin
+    opens a new bin (so an over-cap sequence sits alone; the cap is soft).
+    """
+    lens = [int(x) for x in lens]
+    order = sorted(range(len(lens)), key=lambda i: lens[i], reverse=True)
+    bins: list[list[int]] = []
+    heap: list[tuple[int, int]] = []
+    for i in order:
+        ln = lens[i]
+        if heap and heap[0][0] + ln <= cap:
+            tot, b = heap[0]
+            bins[b].append(i)
+            heapq.heapreplace(heap, (tot + ln, b))
+        else:
+            bins.append([i])
+            heapq.heappush(heap, (ln, len(bins) - 1))
+    return bins
+
+
+def plan_balanced_first_fit(fr, dp, max_tokens, *, mini_per_rank=None, round_to=1) -> StepPlan:
+    """SkyRL token-based micro-batches: each rank packs its own chunk, count synced to the max.
+
+    Ranks with fewer bins run padding micro-batches (loss-masked); they appear
+    here as empty rank lists and are counted in notes.
+    """
+    notes: dict = {}
+    tokens = fr["tokens"]
+    cap = int(max_tokens)
+    if len(tokens) == 0:
+        return StepPlan([], None, None, notes)
+    shards = _rank_shards(fr, dp, notes)
+    minis = _mini_batches_per_rank(shards, mini_per_rank)
+    per_rank_minis = []
+    for m in minis:
+        lst = []
+        for rows in m:
+            bins = balanced_first_fit(tokens[rows].tolist(), cap)
+            lst.append([rows[np.asarray(b, dtype=np.int64)] for b in bins])
+        per_rank_minis.append(lst)
+    mbs, bounds = _assemble_minis(per_rank_minis, tokens, round_to)
+    pads = sum(1 for mb in mbs for r in mb.ranks if not r)
+    if pads:
+        notes["padding_micro_batches"] = pads
+    _note_over_cap(notes, tokens, cap)
+    return StepPlan(mbs, bounds if mini_per_rank else None, None, notes)
+
+
+def prompt_runs(prompt_id: np.ndarray) -> tuple[np.ndarray, list]:
+    """End offsets of consecutive equal prompt ids; non-contiguous repeats are an error."""
+    n = len(prompt_id)
+    if n == 0:
+        return np.zeros(0, np.int64), []
+    change = np.flatnonzero(prompt_id[1:] != prompt_id[:-1]) + 1
+    ends = np.concatenate((change, [n]))
+    firsts = prompt_id[np.concatenate(([0], change))]
+    if len(set(firsts.tolist())) != len(firsts):
+        seen: set = set()
+        for pos, p in zip(np.concatenate(([0], change)).tolist(), firsts.tolist(), strict=False):
+            if p in seen:
+                raise UnusableInput(
+                    f"prompt_id {p!r} appears again at step row {pos + 1} after other prompts: "
+                    "a prompt's sequences must be contiguous"
+                )
+            seen.add(p)
+    return ends, firsts.tolist()
+
+
+def plan_prompt_unit(
+    fr,
+    dp,
+    micro_batch_size,
+    *,
+    prompts_per_mini_batch=None,
+    samples_per_step=None,
+    mini_batch_size=None,
+    pad_mode="copy",
+    max_tokens=None,
+    inner="static",
+    round_to=1,
+) -> StepPlan:
+    """SkyRL step-wise training: mini-batches end on prompt boundaries.
+
+    Each mini-batch spans ``prompts_per_mini_batch`` whole prompts (default:
+    prompts in the step / (samples_per_step / mini_batch_size), the nominal
+    number of mini-batches). It is padded to a multiple of dp, then chunked
+    contiguously over ranks, then into micro-batches. ``pad_mode='slice'``
+    reproduces padding by ``tensor[:pad_size]``, which yields only
+    ``min(pad_size, mb_size)`` rows: short whenever ``pad_size > mb_size``.
+    """
+    notes: dict = {}
+    tokens = fr["tokens"]
+    n = len(tokens)
+    if n == 0:
+        return StepPlan([], [], None, notes)
+    if "prompt_id" not in fr:
+        raise UnusableInput("strategy prompt_unit needs a prompt_id column in the batch log")
+    ends, _ = prompt_runs(np.asarray(fr["prompt_id"]))
+    n_prompts = len(ends)
+    if not prompts_per_mini_batch:
+        if samples_per_step and mini_batch_size:
+            n_minis = max(1, int(samples_per_step) // int(mini_batch_size))
+            if n_prompts % n_minis:
+                notes["prompts_not_divisible"] = {"prompts": n_prompts, "mini_batches": n_minis}
+            prompts_per_mini_batch = max(1, math.ceil(n_prompts / n_minis))
+        else:
+            prompts_per_mini_batch = n_prompts
+    ppm = int(prompts_per_mini_batch)
+    notes["prompts"] = n_prompts
+    notes["prompts_per_mini_batch"] = ppm
+    if mini_batch_size and n % int(mini_batch_size):
+        # Fixed-size sequence mini-batches (the pre-fix code) would not divide this step.
+        notes["fixed_size_not_divisible"] = {
+            "sequences": n,
+            "mini_batch_size": int(mini_batch_size),
+        }
+    starts_p = np.concatenate(([0], ends))
+    mbs: list[MicroBatch] = []
+    bounds: list[int] = []
+    pad_all = []
+    short = []
+    m = max(1, int(micro_batch_size))
+    for pi in range(0, n_prompts, ppm):
+        a = int(starts_p[pi])
+        b = int(starts_p[min(pi + ppm, n_prompts)])
+        mb_size = b - a
+        pad = (-mb_size) % dp
+        rows = np.arange(a, b)
+        got = pad if pad_mode != "slice" else min(pad, mb_size)
+        if pad:
+            pad_all.append({"mini_batch": len(bounds), "mb_size": mb_size, "pad_size": pad})
+            if pad > mb_size:
+                rec = {
+                    "mini_batch": len(bounds),
+                    "mb_size": mb_size,
+                    "pad_size": pad,
+                    "dp": dp,
+                    "rows_after_padding": mb_size + got,
+                    "needed": mb_size + pad,
+                }
+                if pad_mode == "slice":
+                    short.append(rec)
+        total = mb_size + got
+        # Padding rows are loss-masked copies; they take rank slots but are not samples.
+        padded_rows = np.concatenate((rows, np.full(got, -1, dtype=np.int64)))
+        chunk = math.ceil(total / dp)
+        per_rank = []
+        for k in range(dp):
+            rk = padded_rows[k * chunk : (k + 1) * chunk]
+            rk = rk[rk >= 0]
+            if inner == "balanced_first_fit" and max_tokens:
+                bins = balanced_first_fit(tokens[rk].tolist(), int(max_tokens))
+                per_rank.append([rk[np.asarray(bb, dtype=np.int64)] for bb in bins])
+            else:
+                per_rank.append([rk[i : i + m] for i in range(0, len(rk), m)])
+        part = _mb_from_rank_lists(per_rank, tokens, round_to)
+        if part:
+            mbs.extend(part)
+            bounds.append(len(mbs) - 1)
+    if pad_all:
+        notes["padding"] = pad_all
+    if short:
+        notes["short_padding"] = short
+    notes["mini_batches"] = len(bounds)
+    return StepPlan(mbs, bounds, None, notes)
+
+
+# --------------------------------------------------------------------------- Fast-LLM
+
+
+def plan_doc_target(fr, dp, micro_batch_size, docs_per_step, round_to=1) -> StepPlan:
+    """Fast-LLM ``docs_per_step``: accumulate until the global document count reaches the target.
+
+    Micro-batches are taken one micro-step at a time (``micro_batch_size`` rows on
+    every rank), the step's document count is summed over ranks, and the
+    optimizer step closes as soon as it is >= ``docs_per_step`` (overshoot
+    allowed). Every micro-batch in the window divides its loss by the window's
+    global document total. Micro-batches left at the end of the train step
+    close a short window (reported in notes).
+    """
+    notes: dict = {}
+    tokens = fr["tokens"]
+    docs = fr["docs"].astype(np.int64) if "docs" in fr else np.ones(len(tokens), np.int64)
+    target = int(docs_per_step)
+    if target <= 0:
+        raise UnusableInput("batching.docs_per_step must be a positive integer")
+    plan = plan_static(fr, dp, micro_batch_size, round_to)
+    mbs = plan.micro_batches
+    notes.update(plan.notes)
+    bounds: list[int] = []
+    divisors: list[float] = []
+    acc = 0
+    start = 0
+    overshoot = []
+    for i, mb in enumerate(mbs):
+        acc += int(
+            sum(int(docs[r].sum()) for r in (np.asarray(x, dtype=np.int64) for x in mb.ranks))
+        )
+        if acc >= target:
+            bounds.append(i)
+            divisors.extend([float(acc)] * (i - start + 1))
+            if acc > target:
+                overshoot.append(acc - target)
+            acc = 0
+            start = i + 1
+    if start < len(mbs):
+        bounds.append(len(mbs) - 1)
+        divisors.extend([float(acc)] * (len(mbs) - start))
+        notes["partial_tail"] = {"docs": acc, "target": target, "micro_batches": len(mbs) - start}
+    if overshoot:
+        notes["overshoot"] = {
+            "windows": len(overshoot),
+            "max": max(overshoot),
+            "total": sum(overshoot),
+        }
+    notes["docs_per_step"] = target
+    return StepPlan(mbs, bounds, divisors, notes)
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def plan_step(batching_cfg: Any, train_cfg: Any, frame: Any, dp: int) -> StepPlan:
+    """Plan one train step's micro-batches with the configured framework strategy."""
+    fr = frame if isinstance(frame, dict) and "tokens" in frame else as_frame(frame)
+    if isinstance(fr, dict) and fr["tokens"].dtype != np.int64:
+        fr = as_frame(fr)
+    dp = int(dp)
+    if dp < 1:
+        raise UnusableInput(f"dp size must be >= 1, got {dp}")
+    strategy = _get(batching_cfg, "strategy", "static")
+    round_to = int(_get(batching_cfg, "round_to", 1))
+    cap = _get(batching_cfg, "max_tokens_per_microbatch")
+    mbs = int(_get(train_cfg, "micro_batch_size", 1))
+    if strategy == "static":
+        return plan_static(fr, dp, mbs, round_to)
+    if strategy in ("token_budget", "balanced_first_fit") and not cap:
+        raise UnusableInput(
+            f"batching.max_tokens_per_microbatch is required for strategy {strategy}"
+        )
+    if strategy == "token_budget":
+        return plan_token_budget(fr, dp, int(cap), round_to)
+    if strategy == "karmarkar_karp":
+        if not cap and not _get(batching_cfg, "num_micro_batches"):
+            raise UnusableInput(
+                "strategy karmarkar_karp needs batching.max_tokens_per_microbatch or num_micro_batches"
+            )
+        notes: dict = {}
+        plan = plan_karmarkar_karp(
+            fr,
+            dp,
+            int(cap or 0),
+            num_micro_batches=_get(batching_cfg, "num_micro_batches"),
+            equal_size=bool(_get(batching_cfg, "equal_size", False)),
+            flavor=str(_get(batching_cfg, "flavor", "verl")),
+            mini_per_rank=_mini_per_rank(train_cfg, dp, notes),
+            balance_dp=bool(_get(batching_cfg, "balance_dp", True)),
+            round_to=round_to,
+        )
+        plan.notes.update(notes)
+        return plan
+    if strategy == "balanced_first_fit":
+        notes = {}
+        plan = plan_balanced_first_fit(
+            fr, dp, int(cap), mini_per_rank=_mini_per_rank(train_cfg, dp, notes), round_to=round_to
+        )
+        plan.notes.update(notes)
+        return plan
+    if strategy == "prompt_unit":
+        return plan_prompt_unit(
+            fr,
+            dp,
+            mbs,
+            prompts_per_mini_batch=_get(batching_cfg, "prompts_per_mini_batch"),
+            samples_per_step=_get(train_cfg, "samples_per_step"),
+            mini_batch_size=_get(train_cfg, "mini_batch_size"),
+            pad_mode=str(_get(batching_cfg, "pad_mode", "copy")),
+            max_tokens=cap,
+            inner=str(_get(batching_cfg, "inner", "static")),
+            round_to=round_to,
+        )
+    if strategy == "doc_target":
+        dps = _get(batching_cfg, "docs_per_step")
+        if not dps:
+            raise UnusableInput("batching.docs_per_step is required for strategy doc_target")
+        return plan_doc_target(fr, dp, mbs, int(dps), round_to)
+    raise UnusableInput(f"batching.strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
