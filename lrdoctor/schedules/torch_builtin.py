@@ -1,0 +1,390 @@
+"""torch.optim.lr_scheduler built-ins as pure functions of ``last_epoch``.
+
+Why not closed forms everywhere: torch's chainable schedulers (LinearLR,
+CosineAnnealingLR, ...) compute each LR from the *previous* ``group["lr"]``,
+so the value after n ``step()`` calls differs in the last bits from the
+textbook formula, and CosineAnnealingLR past ``T_max`` climbs back up through
+a special restart branch. We therefore replay the recursion operation for
+operation (bit-identical) for up to ``EXACT_STEPS`` steps, and beyond that
+use a telescoped form of the same recursion: the ``1 + cos(...)`` factors of
+consecutive CosineAnnealingLR steps are identical floats and cancel exactly,
+so only per-step rounding (about sqrt(n) * 1e-16 relative) separates it from
+the real class; each restart branch is applied explicitly. StepLR, MultiStepLR
+and ConstantLR are always replayed exactly (their work is per milestone).
+
+ScheduleSpec mapping (family ``"torch"``; readers rely on it):
+
+- ``kind``    = class name: "LinearLR", "CosineAnnealingLR", "OneCycleLR",
+  "SequentialLR", "StepLR", "MultiStepLR", "ExponentialLR", "ConstantLR",
+  "PolynomialLR"
+- ``max_lr``  = the param group's ``initial_lr`` (= ``base_lrs[0]``; for
+  OneCycleLR that is ``max_lr / div_factor``, the starting LR). ``base_lrs``
+  inside params is not read.
+- ``horizon`` = ``total_iters`` / ``T_max`` / ``total_steps`` (used only when
+  params lack the field)
+- ``params``  = the scheduler's ``state_dict()`` verbatim. OneCycleLR keeps
+  its peak and floor in the param group, not the state dict: put the group's
+  ``max_lr`` / ``min_lr`` into params (else ``div_factor`` /
+  ``final_div_factor``, default 25 / 1e4, rebuild them). SequentialLR:
+  ``_milestones`` and ``_schedulers`` = child state dicts, each with an added
+  ``"kind"`` = child class name.
+- progress    = ``last_epoch`` (= calls to ``step()``); fractions are floored.
+  OneCycleLR past ``total_steps`` (torch raises) gives its value at
+  ``total_steps``.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lrdoctor.model import ScheduleSpec
+
+KINDS = ("LinearLR", "CosineAnnealingLR", "OneCycleLR", "SequentialLR", "StepLR",
+         "MultiStepLR", "ExponentialLR", "ConstantLR", "PolynomialLR")
+CHAINABLE = ("LinearLR", "CosineAnnealingLR", "StepLR", "MultiStepLR", "ExponentialLR",
+             "ConstantLR", "PolynomialLR")
+HORIZON_FIELD = {"LinearLR": "total_iters", "ConstantLR": "total_iters",
+                 "PolynomialLR": "total_iters", "CosineAnnealingLR": "T_max",
+                 "OneCycleLR": "total_steps"}
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "LinearLR": {"start_factor": 1.0 / 3, "end_factor": 1.0, "total_iters": 5},
+    "ConstantLR": {"factor": 1.0 / 3, "total_iters": 5},
+    "PolynomialLR": {"total_iters": 5, "power": 1.0},
+    "CosineAnnealingLR": {"eta_min": 0.0},
+    "StepLR": {"gamma": 0.1},
+    "MultiStepLR": {"gamma": 0.1},
+    "OneCycleLR": {"pct_start": 0.3, "anneal_strategy": "cos", "div_factor": 25.0,
+                   "final_div_factor": 1e4, "three_phase": False},
+}
+EXACT_STEPS = 2000
+EXACT_POW_STEPS = 100_000
+
+
+class _View:
+    """One scheduler's knobs: state-dict fields, then horizon, then torch defaults."""
+
+    def __init__(self, kind: str, params: dict[str, Any], base: float,
+                 horizon: float | None) -> None:
+        self.kind, self.p, self.base, self.horizon = kind, params, base, horizon
+
+    def __getitem__(self, name: str) -> Any:
+        if self.p.get(name) is not None:
+            return self.p[name]
+        if HORIZON_FIELD.get(self.kind) == name and self.horizon is not None:
+            return self.horizon
+        if name in DEFAULTS.get(self.kind, {}):
+            return DEFAULTS[self.kind][name]
+        raise ValueError(f"torch {self.kind} needs {name!r} in params")
+
+    def milestones(self) -> dict[int, int]:
+        ms = self.p.get("milestones", {})
+        if isinstance(ms, dict):
+            return {int(k): int(v) for k, v in ms.items()}
+        out: dict[int, int] = {}
+        for m in ms:
+            out[int(m)] = out.get(int(m), 0) + 1
+        return out
+
+
+def lr_at(spec: ScheduleSpec, progress: float) -> float:
+    """LR after ``progress`` calls to ``step()`` on a freshly built scheduler."""
+    k = max(0, int(math.floor(progress)))
+    if spec.kind == "SequentialLR":
+        return _sequential(spec, k)
+    view = _View(spec.kind, spec.params, spec.max_lr, spec.horizon)
+    if spec.kind == "OneCycleLR":
+        return _one_cycle(view, k)
+    if spec.kind in CHAINABLE:
+        return _advance(view, _start(view, closed=False), k)
+    raise ValueError(f"torch scheduler {spec.kind!r} is not supported")
+
+
+def _sequential(spec: ScheduleSpec, k: int) -> float:
+    milestones = list(spec.params.get("_milestones", []))
+    children = spec.params.get("_schedulers", [])
+    idx = bisect_right(milestones, k)
+    child = children[idx]
+    view = _View(child.get("kind", ""), child, spec.max_lr, None)
+    local = k - milestones[idx - 1] if idx > 0 else k
+    if view.kind == "OneCycleLR":
+        return _one_cycle(view, local)
+    if view.kind not in CHAINABLE:
+        raise ValueError(f"torch SequentialLR child {view.kind!r} is not supported")
+    # Child 0 starts with its constructor step; later children enter through
+    # ``_update_lr(0)``, i.e. their closed form at epoch 0.
+    return _advance(view, _start(view, closed=idx > 0), local)
+
+
+def _start(v: _View, closed: bool) -> float:
+    """group["lr"] at last_epoch 0 (constructor step, or closed form in SequentialLR)."""
+    b, kind = v.base, v.kind
+    if kind == "LinearLR":
+        if closed:
+            t = v["total_iters"]
+            sf, ef = v["start_factor"], v["end_factor"]
+            return b * (sf + (ef - sf) * min(t, 0) / t)
+        return b * v["start_factor"]
+    if kind == "ConstantLR":
+        if closed:
+            f = v["factor"]
+            return b * (f + (0 >= v["total_iters"]) * (1 - f))
+        return b * v["factor"]
+    if kind == "MultiStepLR":
+        ms = v.milestones()
+        if closed:
+            return b * v["gamma"] ** bisect_right(sorted(_elements(ms)), 0)
+        return b * v["gamma"] ** ms[0] if 0 in ms else b
+    if kind in ("StepLR", "ExponentialLR"):
+        return b * v["gamma"] ** 0 if closed else b
+    if kind == "PolynomialLR":
+        return b * (1.0 - min(v["total_iters"], 0) / v["total_iters"]) ** v["power"] if closed else b
+    if kind == "CosineAnnealingLR":
+        eta = v["eta_min"]
+        return eta + (b - eta) * (1 + math.cos(math.pi * 0 / v["T_max"])) / 2 if closed else b
+    raise ValueError(f"torch scheduler {kind!r} is not supported")
+
+
+def _elements(ms: dict[int, int]) -> list[int]:
+    return [m for m, c in ms.items() for _ in range(c)]
+
+
+def _step(v: _View, k: int, lr: float) -> float:
+    """One chainable ``get_lr`` at new ``last_epoch == k >= 1`` from ``group["lr"] == lr``."""
+    kind = v.kind
+    if kind == "LinearLR":
+        t, sf, ef = v["total_iters"], v["start_factor"], v["end_factor"]
+        if k > t:
+            return lr
+        return lr * (1.0 + (ef - sf) / (t * sf + (k - 1) * (ef - sf)))
+    if kind == "CosineAnnealingLR":
+        t, eta = v["T_max"], v["eta_min"]
+        if (k - 1 - t) % (2 * t) == 0:
+            return lr + (v.base - eta) * (1 - math.cos(math.pi / t)) / 2
+        return ((1 + math.cos(math.pi * k / t)) / (1 + math.cos(math.pi * (k - 1) / t))
+                * (lr - eta) + eta)
+    if kind == "ExponentialLR":
+        return lr * v["gamma"]
+    if kind == "PolynomialLR":
+        t = v["total_iters"]
+        if k > t:
+            return lr
+        return lr * ((1.0 - k / t) / (1.0 - (k - 1) / t)) ** v["power"]
+    raise ValueError(f"torch scheduler {kind!r} has no per-step rule here")
+
+
+def _advance(v: _View, lr0: float, k: int) -> float:
+    """group["lr"] after the scheduler moves from last_epoch 0 to ``k``."""
+    kind = v.kind
+    if k == 0:
+        return lr0
+    if kind == "StepLR":
+        step, gamma = v["step_size"], v["gamma"]
+        lr = lr0
+        for _ in range(k // step):
+            lr = lr * gamma
+        return lr
+    if kind == "MultiStepLR":
+        gamma, lr = v["gamma"], lr0
+        for m, count in sorted(v.milestones().items()):
+            if 1 <= m <= k:
+                lr = lr * gamma ** count
+        return lr
+    if kind == "ConstantLR":
+        t = v["total_iters"]
+        return lr0 * (1.0 / v["factor"]) if 1 <= t <= k else lr0
+    if kind == "ExponentialLR" and k <= EXACT_POW_STEPS:
+        lr, gamma = lr0, v["gamma"]
+        for _ in range(k):
+            lr = lr * gamma
+        return lr
+    if kind in ("LinearLR", "PolynomialLR"):
+        k = min(k, max(int(v["total_iters"]), 0))  # flat past total_iters
+        if k == 0:
+            return lr0
+    if k <= EXACT_STEPS:
+        lr = lr0
+        for i in range(1, k + 1):
+            lr = _step(v, i, lr)
+        return lr
+    return _jump(v, lr0, k)
+
+
+def _jump(v: _View, lr0: float, k: int) -> float:
+    """Telescoped recursion for many steps (see module docstring)."""
+    kind = v.kind
+    if kind == "ExponentialLR":
+        return lr0 * v["gamma"] ** k
+    if kind == "LinearLR":
+        t, sf, ef = v["total_iters"], v["start_factor"], v["end_factor"]
+        return lr0 * ((t * sf + k * (ef - sf)) / (t * sf))
+    if kind == "PolynomialLR":
+        return lr0 * (1.0 - k / v["total_iters"]) ** v["power"]
+    # CosineAnnealingLR: closed segments between restart-branch steps.
+    t, eta, b = v["T_max"], v["eta_min"], v.base
+
+    def c(x: int) -> float:
+        return 1 + math.cos(math.pi * x / t)
+
+    seg, lr = 0, lr0
+    restart = t + 1
+    while restart <= k:
+        before = eta + (lr - eta) * (c(restart - 1) / c(seg))
+        lr = before + (b - eta) * (1 - math.cos(math.pi / t)) / 2
+        seg, restart = restart, restart + 2 * t
+    if k == seg:
+        return lr
+    return eta + (lr - eta) * (c(k) / c(seg))
+
+
+def _one_cycle_groups(v: _View) -> dict[str, float]:
+    init = v.base
+    peak = v.p.get("max_lr")
+    if peak is None:
+        peak = init * v["div_factor"]
+    floor = v.p.get("min_lr")
+    if floor is None:
+        floor = init / v["final_div_factor"]
+    return {"initial_lr": init, "max_lr": peak, "min_lr": floor}
+
+
+def _one_cycle_phases(v: _View) -> list[tuple[float, str, str]]:
+    phases = v.p.get("_schedule_phases")
+    if phases:
+        return [(ph["end_step"], ph["start_lr"], ph["end_lr"]) for ph in phases]
+    total, pct = v["total_steps"], v["pct_start"]
+    if v["three_phase"]:
+        return [(float(pct * total) - 1, "initial_lr", "max_lr"),
+                (float(2 * pct * total) - 2, "max_lr", "initial_lr"),
+                (total - 1, "initial_lr", "min_lr")]
+    return [(float(pct * total) - 1, "initial_lr", "max_lr"),
+            (total - 1, "max_lr", "min_lr")]
+
+
+def _one_cycle(v: _View, k: int) -> float:
+    k = min(k, v["total_steps"])
+    groups = _one_cycle_groups(v)
+    phases = _one_cycle_phases(v)
+    strategy = v.p.get("_anneal_func_type") or v["anneal_strategy"]
+    start_step = 0.0
+    for i, (end_step, start_key, end_key) in enumerate(phases):
+        if k <= end_step or i == len(phases) - 1:
+            pct = (k - start_step) / (end_step - start_step)
+            start, end = groups[start_key], groups[end_key]
+            if strategy == "cos":
+                return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+            return (end - start) * pct + start
+        start_step = end_step
+    raise AssertionError("unreachable: the last phase always matches")
+
+
+def floor_progress(spec: ScheduleSpec) -> float | None:
+    """Progress where the LR first reaches its lowest value for good (None: never)."""
+    if spec.kind == "SequentialLR":
+        children = spec.params.get("_schedulers", [])
+        milestones = list(spec.params.get("_milestones", []))
+        if not children:
+            return None
+        last = children[-1]
+        sub = _floor(_View(last.get("kind", ""), last, spec.max_lr, None))
+        if sub is None:
+            return None
+        return float(sub + (milestones[-1] if milestones else 0))
+    return _floor(_View(spec.kind, spec.params, spec.max_lr, spec.horizon))
+
+
+def _floor(v: _View) -> float | None:
+    try:
+        if v.kind == "LinearLR":
+            return float(v["total_iters"]) if v["end_factor"] < v["start_factor"] else None
+        if v.kind == "PolynomialLR":
+            return float(v["total_iters"])
+        if v.kind == "CosineAnnealingLR":
+            return float(v["T_max"])  # torch climbs back up after T_max
+        if v.kind == "OneCycleLR":
+            return float(v["total_steps"] - 1)
+        if v.kind == "MultiStepLR":
+            ms = [m for m in v.milestones() if m >= 1]
+            return float(max(ms)) if ms and v["gamma"] < 1 else None
+    except ValueError:
+        return None
+    return None
+
+
+def problems(spec: ScheduleSpec) -> list[str]:
+    """Settings torch refuses, or that make the schedule meaningless."""
+    if spec.max_lr < 0:
+        return [f"initial_lr={spec.max_lr} is negative"] + _problems(
+            _View(spec.kind, spec.params, abs(spec.max_lr), spec.horizon))
+    if spec.kind == "SequentialLR":
+        return _sequential_problems(spec)
+    return _problems(_View(spec.kind, spec.params, spec.max_lr, spec.horizon))
+
+
+def _sequential_problems(spec: ScheduleSpec) -> list[str]:
+    milestones = list(spec.params.get("_milestones", []))
+    children = spec.params.get("_schedulers", [])
+    out: list[str] = []
+    if not children:
+        return ["SequentialLR has no _schedulers"]
+    if len(milestones) != len(children) - 1:
+        out.append(f"SequentialLR has {len(children)} _schedulers but {len(milestones)} "
+                   f"_milestones (needs {len(children) - 1})")
+    if any(b <= a for a, b in zip(milestones, milestones[1:], strict=False)) or any(m <= 0 for m in milestones):
+        out.append(f"SequentialLR _milestones={milestones} are not positive and increasing")
+    for i, child in enumerate(children):
+        kind = child.get("kind", "")
+        for line in _problems(_View(kind, child, spec.max_lr, None)):
+            out.append(f"_schedulers[{i}] ({kind}): {line}")
+    return out
+
+
+def _problems(v: _View) -> list[str]:
+    if v.kind in ("LambdaLR", "MultiplicativeLR"):
+        return [f"{v.kind} does not save its lambda: its schedule cannot be rebuilt"]
+    if v.kind not in KINDS or v.kind == "SequentialLR":
+        return [f"torch scheduler kind={v.kind!r} is not one of {', '.join(KINDS)}"]
+    out: list[str] = []
+    try:
+        _kind_problems(v, out)
+    except ValueError as exc:
+        out.append(str(exc))
+    return out
+
+
+def _kind_problems(v: _View, out: list[str]) -> None:
+    kind = v.kind
+    horizon = HORIZON_FIELD.get(kind)
+    if horizon and v[horizon] <= 0:
+        out.append(f"{kind} {horizon}={v[horizon]} is not positive")
+    if kind == "LinearLR":
+        if not 0 < v["start_factor"] <= 1:
+            out.append(f"LinearLR start_factor={v['start_factor']} is outside (0, 1]")
+        if not 0 <= v["end_factor"] <= 1:
+            out.append(f"LinearLR end_factor={v['end_factor']} is outside [0, 1]")
+    elif kind == "ConstantLR":
+        if not 0 <= v["factor"] <= 1:
+            out.append(f"ConstantLR factor={v['factor']} is outside [0, 1]")
+    elif kind == "CosineAnnealingLR":
+        if v["eta_min"] < 0:
+            out.append(f"CosineAnnealingLR eta_min={v['eta_min']} is negative")
+        if v["eta_min"] > v.base:
+            out.append(f"CosineAnnealingLR eta_min={v['eta_min']} exceeds initial_lr={v.base}")
+    elif kind == "StepLR":
+        if v["step_size"] <= 0:
+            out.append(f"StepLR step_size={v['step_size']} is not positive")
+    elif kind == "OneCycleLR":
+        g = _one_cycle_groups(v)
+        if g["max_lr"] < g["initial_lr"] or g["min_lr"] > g["initial_lr"]:
+            out.append(f"OneCycleLR min_lr={g['min_lr']} <= initial_lr={g['initial_lr']} "
+                       f"<= max_lr={g['max_lr']} does not hold")
+        strategy = v.p.get("_anneal_func_type") or v["anneal_strategy"]
+        if strategy not in ("cos", "linear"):
+            out.append(f"OneCycleLR anneal_strategy={strategy!r} is not 'cos' or 'linear'")
+        pct = v.p.get("pct_start")
+        if pct is not None and not 0 <= pct <= 1:
+            out.append(f"OneCycleLR pct_start={pct} is outside [0, 1]")
+    if kind in ("StepLR", "MultiStepLR", "ExponentialLR") and v["gamma"] < 0:
+        out.append(f"{kind} gamma={v['gamma']} is negative")

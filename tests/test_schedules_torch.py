@@ -1,0 +1,171 @@
+"""lrdoctor's torch built-in schedules against the real torch.optim.lr_scheduler classes."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from lrdoctor.model import ScheduleSpec, Unit
+from lrdoctor.schedules import floor_progress, lr_at, problems, torch_builtin
+
+torch = pytest.importorskip("torch")
+S = torch.optim.lr_scheduler
+
+pytestmark = pytest.mark.frameworks
+
+
+def close(a: float, b: float) -> bool:
+    return abs(a - b) <= max(1e-12 * max(abs(a), abs(b)), 1e-15)
+
+
+def make_opt(lr):
+    return torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr, momentum=0.9)
+
+
+def spec_from(sched, opt):
+    """What a reader builds from a saved scheduler + optimizer param group."""
+    group = opt.param_groups[0]
+    params = dict(sched.state_dict())
+    kind = type(sched).__name__
+    if kind == "SequentialLR":
+        params["_schedulers"] = [dict(sd, kind=type(ch).__name__)
+                                 for sd, ch in zip(params["_schedulers"], sched._schedulers)]
+    if kind == "OneCycleLR":
+        params["max_lr"], params["min_lr"] = group["max_lr"], group["min_lr"]
+    horizon = params.get("total_iters", params.get("T_max", params.get("total_steps")))
+    return ScheduleSpec(family="torch", kind=kind, max_lr=group["initial_lr"],
+                        unit=Unit.SCHEDULER_CALLS, horizon=horizon, params=params)
+
+
+BUILDERS = {
+    "linear-warmup": lambda o: S.LinearLR(o, start_factor=0.01, end_factor=1.0, total_iters=97),
+    "linear-decay": lambda o: S.LinearLR(o, start_factor=1.0, end_factor=0.0, total_iters=150),
+    "linear-default": lambda o: S.LinearLR(o),
+    "cosine": lambda o: S.CosineAnnealingLR(o, T_max=100),
+    "cosine-eta": lambda o: S.CosineAnnealingLR(o, T_max=77, eta_min=1e-5),
+    "cosine-short": lambda o: S.CosineAnnealingLR(o, T_max=3, eta_min=1e-4),
+    "onecycle": lambda o: S.OneCycleLR(o, max_lr=1e-2, total_steps=300),
+    "onecycle-linear-3": lambda o: S.OneCycleLR(o, max_lr=[3e-3], total_steps=251, pct_start=0.25,
+                                                anneal_strategy="linear", three_phase=True,
+                                                div_factor=10.0, final_div_factor=100.0),
+    "step": lambda o: S.StepLR(o, step_size=30, gamma=0.5),
+    "multistep": lambda o: S.MultiStepLR(o, milestones=[50, 120, 120, 200], gamma=0.3),
+    "exponential": lambda o: S.ExponentialLR(o, gamma=0.99),
+    "constant": lambda o: S.ConstantLR(o, factor=0.25, total_iters=40),
+    "polynomial": lambda o: S.PolynomialLR(o, total_iters=180, power=2.0),
+    "polynomial-half": lambda o: S.PolynomialLR(o, total_iters=90, power=0.5),
+    "seq-warmup-cosine": lambda o: S.SequentialLR(
+        o, [S.LinearLR(o, start_factor=1e-3, total_iters=50),
+            S.CosineAnnealingLR(o, T_max=250, eta_min=1e-6)], milestones=[50]),
+    "seq-three": lambda o: S.SequentialLR(
+        o, [S.ConstantLR(o, factor=0.1, total_iters=20), S.ExponentialLR(o, gamma=0.98),
+            S.PolynomialLR(o, total_iters=100, power=1.5)], milestones=[30, 130]),
+    "seq-step-multistep": lambda o: S.SequentialLR(
+        o, [S.StepLR(o, step_size=7, gamma=0.9), S.MultiStepLR(o, milestones=[0, 10, 60])],
+        milestones=[40]),
+    "seq-linear-linear": lambda o: S.SequentialLR(
+        o, [S.LinearLR(o, start_factor=0.1, total_iters=25),
+            S.LinearLR(o, start_factor=1.0, end_factor=0.05, total_iters=200)], milestones=[25]),
+}
+STEPS = {"onecycle": 300, "onecycle-linear-3": 251}
+
+
+def run_case(name, lr=3e-3, steps=None):
+    opt = make_opt(lr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sched = BUILDERS[name](opt)
+        spec = spec_from(sched, opt)
+        seen = []
+        for n in range((steps or STEPS.get(name, 420)) + 1):
+            seen.append((n, lr_at(spec, n), opt.param_groups[0]["lr"]))
+            opt.step()
+            if n < (steps or STEPS.get(name, 420)):
+                sched.step()
+    return spec, seen
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_exact_replay_matches_torch(name):
+    spec, seen = run_case(name)
+    bad = [(n, got, want) for n, got, want in seen if got != want]
+    assert not bad[:3], bad[:3]  # bit-identical within EXACT_STEPS
+    assert problems(spec) == []
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_telescoped_form_matches_torch(name, monkeypatch):
+    monkeypatch.setattr(torch_builtin, "EXACT_STEPS", 0)
+    monkeypatch.setattr(torch_builtin, "EXACT_POW_STEPS", 0)
+    _, seen = run_case(name, lr=0.7)
+    bad = [(n, got, want) for n, got, want in seen if not close(got, want)]
+    assert not bad[:3], bad[:3]
+
+
+def test_cosine_many_cycles_long_run():
+    """Past T_max torch climbs back up; many restarts, beyond EXACT_STEPS."""
+    opt = make_opt(1e-3)
+    sched = S.CosineAnnealingLR(opt, T_max=700, eta_min=1e-5)
+    spec = spec_from(sched, opt)
+    for n in range(1, 7001):
+        opt.step()
+        sched.step()
+        if n % 37 == 0 or n in (700, 701, 702, 1400, 1401, 2101, 2102):
+            got, want = lr_at(spec, n), opt.param_groups[0]["lr"]
+            assert close(got, want), (n, got, want)
+    assert lr_at(spec, 700) == pytest.approx(1e-5, rel=1e-12)
+    assert lr_at(spec, 1400) == pytest.approx(1e-3, rel=1e-9)
+
+
+def test_progress_is_floored_and_floor_progress():
+    spec, _ = run_case("linear-decay", steps=1)
+    assert lr_at(spec, 10.9) == lr_at(spec, 10)
+    assert floor_progress(spec) == 150
+    assert lr_at(spec, 150) == 0.0
+    seq, _ = run_case("seq-warmup-cosine", steps=1)
+    assert floor_progress(seq) == 300
+    assert lr_at(seq, 300) == pytest.approx(1e-6, rel=1e-9)
+    one, _ = run_case("onecycle", steps=1)
+    assert floor_progress(one) == 299
+    assert lr_at(one, 10_000) == lr_at(one, 300)  # torch raises past total_steps
+    exp, _ = run_case("exponential", steps=1)
+    assert floor_progress(exp) is None
+
+
+def test_onecycle_without_group_values_uses_div_factors():
+    spec, seen = run_case("onecycle")
+    del spec.params["max_lr"], spec.params["min_lr"]
+    for n, _, want in seen:
+        assert close(lr_at(spec, n), want)
+
+
+def spec(kind, lr=1e-3, horizon=None, **params):
+    return ScheduleSpec(family="torch", kind=kind, max_lr=lr, unit=Unit.SCHEDULER_CALLS,
+                        horizon=horizon, params=params)
+
+
+@pytest.mark.parametrize("bad,needle", [
+    (spec("CosineAnnealingLR", T_max=0), "T_max=0 is not positive"),
+    (spec("CosineAnnealingLR", T_max=10, eta_min=1e-2), "eta_min=0.01 exceeds initial_lr=0.001"),
+    (spec("LinearLR", start_factor=0.0, total_iters=10), "start_factor=0.0 is outside (0, 1]"),
+    (spec("LinearLR", end_factor=2.0, total_iters=10), "end_factor=2.0 is outside [0, 1]"),
+    (spec("LinearLR", horizon=-5), "total_iters=-5 is not positive"),
+    (spec("StepLR", step_size=0), "step_size=0 is not positive"),
+    (spec("OneCycleLR", total_steps=100, max_lr=1e-4, min_lr=1e-6), "does not hold"),
+    (spec("ExponentialLR", lr=-1.0, gamma=0.9), "initial_lr=-1.0 is negative"),
+    (spec("LambdaLR"), "does not save its lambda"),
+    (spec("CyclicLR"), "kind='CyclicLR' is not one of"),
+    (spec("SequentialLR", _milestones=[10, 5],
+          _schedulers=[{"kind": "ConstantLR"}, {"kind": "StepLR", "step_size": 3},
+                       {"kind": "CosineAnnealingLR", "T_max": 0}]),
+     "_milestones=[10, 5] are not positive and increasing"),
+    (spec("SequentialLR", _milestones=[10],
+          _schedulers=[{"kind": "ConstantLR"}, {"kind": "CosineAnnealingLR", "T_max": 0}]),
+     "_schedulers[1] (CosineAnnealingLR): CosineAnnealingLR T_max=0 is not positive"),
+    (spec("SequentialLR", _milestones=[10, 20], _schedulers=[{"kind": "ConstantLR"}]),
+     "has 1 _schedulers but 2 _milestones"),
+])
+def test_problems(bad, needle):
+    found = problems(bad)
+    assert any(needle in line for line in found), found
