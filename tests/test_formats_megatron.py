@@ -1,0 +1,161 @@
+"""Megatron-LM reader against checkpoints written with megatron-core's own scheduler."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import pytest
+from conftest import megatron_run, values_kept
+
+from lrdoctor.errors import UnusableInput
+from lrdoctor.formats import megatron
+from lrdoctor.model import Unit
+
+
+def test_detect_and_find(megatron_run_dir):
+    root = megatron_run_dir.root
+    assert megatron.detect(root)
+    ckpts = megatron.find_checkpoints(root)
+    assert [p.name for p in ckpts] == ["iter_0000010", "iter_0000020"]
+    assert megatron.detect(ckpts[0])
+    assert megatron.detect(ckpts[0] / "mp_rank_00" / "model_optim_rng.pt")
+    assert megatron.find_checkpoints(ckpts[0]) == [ckpts[0]]
+    assert not megatron.detect(root.parent)
+
+
+def test_read_matches_live_scheduler(megatron_run_dir):
+    truth = megatron_run_dir
+    for saved in truth.saves:
+        st = megatron.read(saved.path)
+        sch = saved.scheduler
+        spec = st.schedule
+        assert (spec.family, spec.kind, spec.unit) == ("megatron", "cosine", Unit.SAMPLES)
+        assert spec.max_lr == sch["max_lr"] and spec.min_lr == sch["min_lr"]
+        assert spec.warmup == sch["lr_warmup_steps"] == 4 * 16
+        assert spec.horizon == sch["lr_decay_steps"] == 40 * 16
+        assert st.scheduler_progress.value == sch["num_steps"]
+        assert st.scheduler_progress.unit is Unit.SAMPLES
+        c = saved.counters
+        assert st.counter("megatron.iteration").value == c["iteration"]
+        assert st.counter("consumed_train_samples").value == c["consumed_train_samples"]
+        assert st.counter("consumed_train_samples").unit is Unit.SAMPLES
+        assert st.nominal_progress.value == c["consumed_train_samples"] - c["skipped_train_samples"]
+        assert st.nominal_progress.value == sch["num_steps"]  # healthy: the invariant holds
+        assert st.samples_per_update == 16
+        assert (st.planned_end.name, st.planned_end.value, st.planned_end.unit) == (
+            "train_iters", 40, Unit.UPDATES)
+        assert st.trainer_progress.value == c["iteration"]
+        assert st.optimizer_lrs == pytest.approx(saved.lrs, rel=0, abs=0)
+        assert st.extras["expected_from_args"]["lr_decay_steps"] == sch["lr_decay_steps"]
+        assert st.extras["ranks_agree"] is True
+
+
+def test_schedule_reproduces_live_lr(megatron_run_dir):
+    """The spec lrdoctor rebuilds gives the LR the live scheduler set."""
+    pytest.importorskip("lrdoctor.schedules.megatron")
+    saved = megatron_run_dir.last
+    st = megatron.read(saved.path)
+    assert math.isclose(st.schedule.lr_at(st.scheduler_progress.value), saved.lrs[0],
+                        rel_tol=1e-12)
+
+
+@pytest.mark.skipif(not values_kept(), reason="interim safeload keeps no tensor values")
+def test_optimizer_step(megatron_run_dir):
+    saved = megatron_run_dir.last
+    st = megatron.read(saved.path)
+    assert st.counter("optimizer.step").value == saved.optimizer_step == 20
+    assert st.counter("optimizer.step").unit is Unit.UPDATES
+
+
+def test_run_dir_reads_tracked_iteration(megatron_run_dir):
+    st = megatron.read(megatron_run_dir.root)
+    assert st.extras["tracker"] == 20
+    assert st.counter("megatron.iteration").value == 20
+    assert st.path.endswith("iter_0000020")
+
+
+def test_many_ranks_fp16_wrapper_and_overflow(tmp_path):
+    """tp=2 pp=2 layout, Float16 optimizer wrapper, one overflowed update."""
+    truth = megatron_run(tmp_path / "ck", save_at=(6,), tp=2, pp=2, overflow_iters=(3,),
+                         fp16_wrapper=True, train_iters=12, lr_decay_style="linear",
+                         global_batch_size=8)
+    saved = truth.last
+    files = megatron.rank_files(saved.path)
+    assert [f.parent.name for f in files] == ["mp_rank_00_000", "mp_rank_00_001",
+                                              "mp_rank_01_000", "mp_rank_01_001"]
+    st = megatron.read(saved.path)
+    assert st.extras["rank_files"] == 4 and st.extras["ranks_agree"]
+    # The overflowed update did not step the scheduler, but consumed samples grew.
+    assert st.scheduler_progress.value == saved.scheduler["num_steps"] == 5 * 8
+    assert st.nominal_progress.value == 6 * 8
+    assert st.optimizer_lrs == saved.lrs
+    assert st.schedule.kind == "linear"
+
+
+def test_rank_disagreement_is_reported(tmp_path):
+    import torch
+
+    truth = megatron_run(tmp_path / "ck", save_at=(4,), tp=2, train_iters=10)
+    f = truth.last.path / "mp_rank_01" / "model_optim_rng.pt"
+    sd = torch.load(f, weights_only=False)
+    sd["opt_param_scheduler"]["num_steps"] += 16
+    torch.save(sd, f)
+    st = megatron.read(truth.last.path)
+    assert st.extras["ranks_agree"] is False
+    assert st.extras["rank_disagreement"][0]["differs"]["num_steps"] == (64, 80)
+
+
+def test_wsd_and_sample_based(tmp_path):
+    truth = megatron_run(tmp_path / "ck", save_at=(5,), train_iters=None, train_samples=320,
+                         lr_decay_style="WSD", lr_wsd_decay_samples=96,
+                         lr_wsd_decay_style="minus_sqrt", lr_warmup_samples=32)
+    st = megatron.read(truth.last.path)
+    assert st.schedule.kind == "WSD"
+    assert st.schedule.params["wsd_decay_steps"] == 96
+    assert st.schedule.params["lr_wsd_decay_style"] == "minus_sqrt"
+    assert st.schedule.warmup == 32 and st.schedule.horizon == 320
+    assert (st.planned_end.name, st.planned_end.unit) == ("train_samples", Unit.SAMPLES)
+    assert st.trainer_progress.name == "consumed_train_samples"
+    assert st.trainer_progress.value == 5 * 16
+
+
+def test_legacy_keys(tmp_path):
+    """Pre-2021 names (lr_scheduler, start_lr, end_iter, num_iters) still read, in iterations."""
+    import torch
+
+    d = tmp_path / "iter_0000100" / "mp_rank_00"
+    d.mkdir(parents=True)
+    torch.save({"args": argparse.Namespace(global_batch_size=8, train_iters=200),
+                "iteration": 100,
+                "lr_scheduler": {"start_lr": 1e-4, "min_lr": 1e-5, "warmup_iter": 10,
+                                 "end_iter": 200, "decay_style": "linear", "num_iters": 100}},
+               d / "model_optim_rng.pt")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("100")
+    st = megatron.read(tmp_path)
+    assert st.schedule.unit is Unit.UPDATES and st.schedule.horizon == 200
+    assert st.scheduler_progress.value == 100 and st.nominal_progress.value == 100
+
+
+def test_unusable_inputs(tmp_path):
+    import torch
+
+    d = tmp_path / "iter_0000001" / "mp_rank_00"
+    d.mkdir(parents=True)
+    (d / "model_optim_rng.pt").write_bytes(b"not a zip")
+    with pytest.raises(UnusableInput, match="model_optim_rng.pt"):
+        megatron.read(tmp_path / "iter_0000001")
+    torch.save({"iteration": 1, "model": {}}, d / "model_optim_rng.pt")
+    with pytest.raises(UnusableInput, match="opt_param_scheduler"):
+        megatron.read(tmp_path / "iter_0000001")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("banana")
+    with pytest.raises(UnusableInput, match="latest_checkpointed_iteration.txt"):
+        megatron.read(tmp_path)
+
+
+def test_roll_checkpoint_is_not_megatron(roll_run_dir):
+    ck = roll_run_dir.last.path
+    assert not megatron.detect(ck)
+    assert not megatron.detect(ck / "iter_0000001")
+    assert not megatron.detect(Path(ck / "iter_0000001" / "mp_rank_00" / "model_optim_rng.pt"))
