@@ -1,0 +1,246 @@
+"""``lrdoctor check``: the CI gate over [tool.lrdoctor], on real Megatron checkpoints."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+from typer.testing import CliRunner
+
+from lrdoctor import ci_check, ci_config
+from lrdoctor.cli import app
+from lrdoctor.errors import UnusableInput
+from lrdoctor.findings import finding
+from lrdoctor.report import Report
+
+HERE = Path(__file__).resolve().parent
+PROJECTS = HERE / "projects"
+SCHEMA = json.loads((HERE / "data" / "sarif-2.1.0.json").read_text())
+runner = CliRunner()
+
+
+def project(name: str, tmp_path: Path, monkeypatch, config: str | None = None) -> Path:
+    """A copy of tests/projects/<name> as a repo of its own, made the working directory."""
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)
+    dst = tmp_path / name
+    shutil.copytree(PROJECTS / name, dst)
+    (dst / ".git").mkdir()
+    if config is not None:
+        (dst / "pyproject.toml").write_text(config)
+    monkeypatch.chdir(dst)
+    return dst
+
+
+def codes(doc) -> list[str]:
+    docs = doc if isinstance(doc, list) else [doc]
+    return sorted(f["code"] for d in docs for f in d["findings"])
+
+
+def test_ok_project_passes(tmp_path, monkeypatch):
+    project("ok", tmp_path, monkeypatch)
+    res = runner.invoke(app, ["check", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["command"] == "inspect" and doc["findings"] == []
+    # The LR-by-hand finding is suppressed, with its reason kept in the document.
+    assert doc["ignored"][0]["code"] == "LRD105"
+    assert doc["ignored"][0]["reason"] == "LR set by hand on resume"
+    assert doc["fail_on"] == "warning"
+
+
+def test_bad_project_fails_with_the_drift(tmp_path, monkeypatch):
+    root = project("bad", tmp_path, monkeypatch)
+    res = runner.invoke(app, ["check", "--json"])
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.stdout)
+    assert {"LRD104", "LRD302", "LRD301"} <= set(codes(doc))
+    f302 = next(f for f in doc["findings"] if f["code"] == "LRD302")
+    assert f302["evidence"]["progress_ratio"] == pytest.approx(4.0)
+    assert f302["evidence"]["max_progress_ratio"] == 1.05
+    # The ignore of LRD105 matched nothing here (no LR was set by hand): stale.
+    f301 = next(f for f in doc["findings"] if f["code"] == "LRD301")
+    assert "tool.lrdoctor.inspect[0].ignore[0]" in f301["message"]
+    line = next(n for n, t in enumerate((root / "pyproject.toml").read_text().splitlines(), 1)
+                if "LRD105" in t)
+    assert f301["location"] == f"{root / 'pyproject.toml'}:{line}"
+
+
+def test_text_output_and_summary(tmp_path, monkeypatch):
+    project("bad", tmp_path, monkeypatch)
+    res = runner.invoke(app, ["check"])
+    assert res.exit_code == 1
+    assert "FAIL inspect checkpoints/run-a/iter_0000050" in res.stdout
+    assert "1 target(s), 1 failing" in res.stdout
+
+
+def test_max_progress_ratio_flag_and_fail_on_flag(tmp_path, monkeypatch):
+    project("bad", tmp_path, monkeypatch)
+    # A tolerance above the drift removes LRD302, the other errors remain.
+    res = runner.invoke(app, ["check", "--json", "--max-progress-ratio", "5"])
+    assert "LRD302" not in codes(json.loads(res.stdout)) and res.exit_code == 1
+    res = runner.invoke(app, ["check", "--json", "--fail-on", "never"])
+    assert res.exit_code == 0 and "LRD302" in codes(json.loads(res.stdout))
+
+
+def test_per_target_fail_on_override(tmp_path, monkeypatch):
+    cfg = """[tool.lrdoctor]
+fail-on = "warning"
+[[tool.lrdoctor.inspect]]
+path = "checkpoints/run-a"
+fail-on = "{}"
+"""
+    project("ok", tmp_path, monkeypatch, cfg.format("warning"))
+    res = runner.invoke(app, ["check", "--json"])
+    assert res.exit_code == 1 and codes(json.loads(res.stdout)) == ["LRD105"]
+    (Path.cwd() / "pyproject.toml").write_text(cfg.format("error"))
+    res = runner.invoke(app, ["check", "--json"])
+    assert res.exit_code == 0 and codes(json.loads(res.stdout)) == ["LRD105"]
+
+
+def test_ignore_without_reason_is_a_config_error(tmp_path, monkeypatch):
+    project("ok", tmp_path, monkeypatch, """[tool.lrdoctor]
+[[tool.lrdoctor.inspect]]
+path = "checkpoints/run-a"
+ignore = [{code = "LRD105"}]
+""")
+    res = runner.invoke(app, ["check"])
+    assert res.exit_code == 2
+    err = res.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in res.output
+    assert "pyproject.toml: tool.lrdoctor.inspect[0].ignore[0].reason: required" in err
+
+
+@pytest.mark.parametrize("body, key", [
+    ('fail-on = "sometimes"\n', "tool.lrdoctor.fail-on"),
+    ('max-progress-ratio = -1\n', "tool.lrdoctor.max-progress-ratio"),
+    ('fial-on = "error"\n', "tool.lrdoctor.fial-on"),
+    ('[[tool.lrdoctor.inspect]]\nformat = "hf"\n', "tool.lrdoctor.inspect[0].path"),
+    ('[[tool.lrdoctor.inspect]]\npath = "x"\nignore = [{code = "LRD999", reason = "r"}]\n',
+     "tool.lrdoctor.inspect[0].ignore[0].code"),
+    ('[[tool.lrdoctor.replay]]\nconfig = "r.yaml"\nbatch-log = "a"\nsynthetic = "b"\n',
+     "tool.lrdoctor.replay[0].synthetic"),
+])
+def test_config_errors_name_the_key(tmp_path, body, key):
+    p = tmp_path / "pyproject.toml"
+    p.write_text("[tool.lrdoctor]\n" + body)
+    with pytest.raises(ci_config.ConfigError) as exc:
+        ci_config.load(p)
+    assert exc.value.key == key
+    assert str(exc.value).startswith(f"{p}: {key}: ")
+
+
+def test_invalid_toml_is_one_line(tmp_path, monkeypatch):
+    project("ok", tmp_path, monkeypatch, "[tool.lrdoctor\n")
+    res = runner.invoke(app, ["check", "--config", "pyproject.toml"])
+    assert res.exit_code == 2 and "not valid TOML" in res.stderr
+
+
+def test_missing_path_is_lrd303_and_exit_2(tmp_path, monkeypatch):
+    project("ok", tmp_path, monkeypatch, """[tool.lrdoctor]
+[[tool.lrdoctor.inspect]]
+path = "checkpoints/run-z*/"
+""")
+    res = runner.invoke(app, ["check", "--output-format", "junit"])
+    assert res.exit_code == 2
+    root = ET.fromstring(res.stdout)
+    assert root.get("errors") == "1"
+    assert "matches nothing" in root.find(".//error").get("message")
+
+
+def test_no_config_at_all(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".git").mkdir()
+    res = runner.invoke(app, ["check"])
+    assert res.exit_code == 2 and "nothing to check" in res.stderr
+
+
+def test_lrdoctor_toml_and_flags(tmp_path, monkeypatch):
+    root = project("bad", tmp_path, monkeypatch)
+    (root / "pyproject.toml").unlink()
+    (root / "lrdoctor.toml").write_text('fail-on = "error"\nmax-progress-ratio = 3.5\n'
+                                        '[[inspect]]\npath = "checkpoints/*"\n')
+    res = runner.invoke(app, ["check", "--json"])
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 1 and "LRD302" in codes(doc)  # 4.0 > 3.5
+    # --inspect replaces the config's targets; the thresholds stay.
+    ok_ckpt = str(PROJECTS / "ok" / "checkpoints" / "run-a")
+    res = runner.invoke(app, ["check", "--json", "--inspect", ok_ckpt])
+    assert res.exit_code == 0 and codes(json.loads(res.stdout)) == ["LRD105"]  # a warning
+
+
+def test_sarif_to_file(tmp_path, monkeypatch):
+    root = project("bad", tmp_path, monkeypatch)
+    res = runner.invoke(app, ["check", "--output-format", "sarif", "-o", "out/lrdoctor.sarif"])
+    assert res.exit_code == 1 and res.stdout == ""
+    doc = json.loads((root / "out" / "lrdoctor.sarif").read_text())
+    jsonschema.Draft7Validator(SCHEMA).validate(doc)
+    by_rule = {r["ruleId"]: r for r in doc["runs"][0]["results"]}
+    pl = by_rule["LRD301"]["locations"][0]["physicalLocation"]
+    assert pl["artifactLocation"]["uri"] == "pyproject.toml"
+    assert pl["region"]["startLine"] == 14
+    assert (by_rule["LRD302"]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+            == "checkpoints/run-a/iter_0000050/mp_rank_00/model_optim_rng.pt")
+
+
+# ------------------------------------------------- the engine, on its own
+
+def _cfg(tmp_path: Path, text: str) -> ci_config.CheckConfig:
+    p = tmp_path / "lrdoctor.toml"
+    p.write_text(text)
+    return ci_config.load(p)
+
+
+def test_engine_top_level_ignore_by_path_and_replay_ratio(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    cfg = _cfg(tmp_path, """max-progress-ratio = 1.05
+ignore = [{code = "LRD110", reason = "run a finished", path = "*a"},
+          {code = "LRD207", reason = "not this one"}]
+[[inspect]]
+path = "[ab]"
+[[replay]]
+config = "run.yaml"
+synthetic = "lognormal:mean=7"
+options = {device = "cpu"}
+""")
+    seen = {}
+
+    def fake_inspect(path, format=None, all=False):
+        return [Report("inspect", path, "torchsave",
+                       findings=[finding("LRD110", "at the floor")])]
+
+    def fake_replay(config, batch_log=None, synthetic=None, **kw):
+        seen.update(config=config, synthetic=synthetic, **kw)
+        return Report("replay", config, None, findings=[],
+                      extra={"summary": {"nominal_updates": 100, "actual_updates": 180}})
+
+    reps = ci_check.run_check(cfg, inspect_fn=fake_inspect, replay_fn=fake_replay)
+    by_target = {Path(r.target).name: r for r in reps}
+    assert [f.code for f in by_target["a"].findings] == []
+    assert [f.code for f in by_target["b"].findings] == ["LRD110"]
+    assert [f.code for f in by_target["run.yaml"].findings] == ["LRD302"]
+    assert seen["synthetic"] == "lognormal:mean=7" and seen["device"] == "cpu"
+    assert len(reps) == 4
+    stale = next(r for r in reps if r.command == "check")
+    assert [f.code for f in stale.findings] == ["LRD301"]
+    assert "LRD207" in stale.findings[0].message
+    assert stale.findings[0].location.endswith("lrdoctor.toml:3")
+    assert ci_check.check_exit_code(reps) == 1
+
+
+def test_engine_unusable_input_becomes_lrd303(tmp_path):
+    cfg = _cfg(tmp_path, '[[replay]]\nconfig = "run.yaml"\n')
+
+    def broken(config, **kw):
+        raise UnusableInput("train.steps: field required", config)
+
+    reps = ci_check.run_check(cfg, replay_fn=broken)
+    assert [f.code for f in reps[0].findings] == ["LRD303"]
+    assert "train.steps" in reps[0].findings[0].message
+    assert reps[0].findings[0].location.endswith("lrdoctor.toml:2")
+    assert ci_check.check_exit_code(reps) == 2
