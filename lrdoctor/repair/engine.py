@@ -56,20 +56,13 @@ class FixPlan:
 def read_state(path: Path, format: str | None = None) -> tuple[str, RunState, list[Finding]]:
     """The format name, normalized state and findings of ``path``."""
     from lrdoctor import formats
+    from lrdoctor.diagnose import diagnose
+    from lrdoctor.inspect_api import read_state as read_one
 
     mod = formats.detect(path, format)
     name = mod.__name__.rsplit(".", 1)[-1]
-    try:
-        from lrdoctor.inspect_api import inspect_path
-    except ImportError:
-        inspect_path = None
-    if inspect_path is not None:
-        state, findings = inspect_path(path, format=name)
-    else:
-        from lrdoctor.diagnose import diagnose
-
-        state = mod.read(path)
-        findings = diagnose(state)
+    state = read_one(path, name)
+    findings = diagnose(state)
     return name, state, list(findings)
 
 

@@ -29,8 +29,14 @@ SUGGESTED = {
     "LRD109": "nominal",
     "LRD105": "sync-lr",
 }
-# Findings a fix is meant to make disappear (checked on the written output).
 MOTIVATING = tuple(SUGGESTED)
+# Findings each policy must make disappear (checked on the written output).
+RESOLVES = {
+    "nominal": ("LRD101", "LRD103", "LRD104", "LRD105", "LRD108", "LRD109"),
+    "rescale": ("LRD103", "LRD105"),
+    "extend-horizon": ("LRD101", "LRD105"),
+    "sync-lr": ("LRD105",),
+}
 
 
 class Refusal(UnusableInput):
@@ -148,13 +154,14 @@ def choose_policy(findings: list[Finding], policy: str | None) -> tuple[str | No
     """
     codes = [f.code for f in findings if f.code in MOTIVATING]
     if policy is not None:
-        return policy, codes
+        return policy, [f.code for f in findings if f.code in RESOLVES[policy]]
     if not codes:
         return None, []
     suggested = {SUGGESTED[c] for c in codes if SUGGESTED[c] is not None}
     strong = suggested - {"sync-lr"}
     if len(strong) == 1:
-        return strong.pop(), codes
+        chosen = strong.pop()
+        return chosen, [c for c in codes if c in RESOLVES[chosen]]
     if len(strong) > 1:
         raise Refusal(f"findings {', '.join(codes)} call for different repairs "
                       f"({', '.join(sorted(strong))}): give --policy")

@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -93,30 +94,53 @@ def walk(obj: Any, key: Key = (), depth: int = 12) -> Iterator[tuple[Key, Any]]:
 
 
 # ---------------------------------------------------------------- loading
-def safe_globals() -> list[Any]:
-    """Harmless classes the write path lets torch rebuild (no code can run)."""
-    allowed: list[Any] = [argparse.Namespace]
-    try:  # Megatron args hold these enums
-        from megatron.core.enums import ModelType  # type: ignore[import-not-found]
+# Modules whose Enum classes may be rebuilt (an Enum is rebuilt from its value; it runs
+# no code of the checkpoint's choosing). Megatron's args hold a few (AttnBackend, ...).
+ENUM_MODULES = ("megatron.core.", "megatron.training.", "mcore_adapter.", "deepspeed.",
+                "transformers.", "accelerate.")
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
 
-        allowed.append(ModelType)
-    except Exception:  # noqa: BLE001 - optional
-        pass
-    return allowed
+
+def _allowed_enum(name: str) -> Any:
+    """The Enum class ``name`` if it lives in a known framework module, else None."""
+    import enum
+    import importlib
+
+    module, _, qual = name.rpartition(".")
+    if not module.startswith(ENUM_MODULES):
+        return None
+    try:
+        obj = getattr(importlib.import_module(module), qual)
+    except (ImportError, AttributeError):
+        return None
+    return obj if isinstance(obj, type) and issubclass(obj, enum.Enum) else None
 
 
 def load_pickle(path: Path) -> Any:
     """torch.load with weights_only and an allow-list; mmap so big files stream."""
     import torch
 
-    try:
-        with torch.serialization.safe_globals(safe_globals()):
-            return torch.load(path, weights_only=True, mmap=True, map_location="cpu")
-    except Exception as exc:  # noqa: BLE001 - one line for the user
-        first = str(exc).strip().splitlines()
-        msg = next((line for line in first if "GLOBAL" in line or "Unsupported" in line),
-                   first[0] if first else type(exc).__name__)
-        raise UnusableInput(f"cannot load for rewriting: {msg.strip()[:240]}", str(path)) from None
+    allowed: list[Any] = [argparse.Namespace]
+    for _ in range(8):
+        try:
+            with torch.serialization.safe_globals(allowed):
+                return torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+        except Exception as exc:  # noqa: BLE001 - one line for the user
+            text = str(exc)
+            m = _GLOBAL.search(text)
+            enum_cls = _allowed_enum(m.group(1)) if m else None
+            if enum_cls is not None and enum_cls not in allowed:
+                allowed.append(enum_cls)
+                continue
+            if m:
+                msg = (f"it asks for {m.group(1)!r}, which is not on the allow-list of "
+                       "harmless classes (nothing was executed)")
+            else:
+                lines = text.strip().splitlines()
+                msg = lines[0] if lines else type(exc).__name__
+            raise UnusableInput(f"cannot load for rewriting: {msg.strip()[:240]}",
+                                str(path)) from None
+    raise UnusableInput("cannot load for rewriting: too many classes requested", str(path))
 
 
 def load_file(path: Path, kind: str) -> Any:

@@ -1,0 +1,68 @@
+"""``lrdoctor fix``: a thin CLI over :mod:`lrdoctor.repair`."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lrdoctor.commands._common import JsonOpt, guarded
+
+HELP = """Write a repaired copy of a checkpoint a run can resume from (the input is never touched).
+
+The policy follows the finding (LRD103 -> rescale, LRD104/LRD109 -> nominal) or is given:
+
+  nominal         scheduler progress := the trainer's own count (or --progress / --from-replay)
+
+  rescale         scheduler counters ran k times too fast: divide them by k (--k)
+
+  extend-horizon  keep progress, move the decay horizon so the schedule ends at the planned end
+
+The optimizer's param-group lr is set to what the schedule gives at the new progress.
+The output is written to a temporary sibling, verified by inspecting it again, and renamed
+into place; lrdoctor-fix.json in it records every changed field.
+
+Examples:
+
+  lrdoctor fix ckpt/ --out ckpt-fixed/ --dry-run
+
+  lrdoctor fix ckpt/ --out ckpt-fixed/ --policy extend-horizon
+
+  lrdoctor fix run/checkpoint-800 --out run/checkpoint-800-fixed --policy rescale --k 4
+
+  lrdoctor fix ckpt.pt --out ckpt-fixed.pt --from-replay replay.json
+
+Exit codes: 0 written (or nothing to fix), 2 unusable input or ambiguous intent.
+"""
+
+
+class Policy(str, Enum):
+    nominal = "nominal"
+    rescale = "rescale"
+    extend_horizon = "extend-horizon"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("fix", help=HELP)
+    def fix(
+        path: Annotated[Path, typer.Argument(help="Checkpoint (file, checkpoint dir or run dir).")],
+        out: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write the repaired copy.")] = None,
+        policy: Annotated[Policy | None, typer.Option("--policy", help="nominal, rescale or extend-horizon (default: from the finding).")] = None,
+        k: Annotated[float | None, typer.Option("--k", help="rescale: how many times too fast the scheduler ran.")] = None,
+        progress: Annotated[float | None, typer.Option("--progress", help="nominal: the scheduler progress to set, in the schedule's unit.")] = None,
+        from_replay: Annotated[Path | None, typer.Option("--from-replay", help="Use nominal/actual progress from `lrdoctor replay --json` output.")] = None,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")] = False,
+        force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
+        format: Annotated[str | None, typer.Option("--format", help="Force the checkpoint format.")] = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        def run() -> int:
+            from lrdoctor.repair.cli import run_fix
+
+            return run_fix(path, out=out, policy=policy.value if policy else None, k=k,
+                           progress=progress, replay=from_replay, dry_run=dry_run,
+                           force=force, format=format, json_out=json_out)
+
+        raise typer.Exit(guarded(run))
