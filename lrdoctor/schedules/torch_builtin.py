@@ -9,8 +9,10 @@ operation (bit-identical) for up to ``EXACT_STEPS`` steps, and beyond that
 use a telescoped form of the same recursion: the ``1 + cos(...)`` factors of
 consecutive CosineAnnealingLR steps are identical floats and cancel exactly,
 so only per-step rounding (about sqrt(n) * 1e-16 relative) separates it from
-the real class; each restart branch is applied explicitly. StepLR, MultiStepLR
-and ConstantLR are always replayed exactly (their work is per milestone).
+the real class; each restart branch is applied explicitly. Repeated gamma
+products (ExponentialLR, StepLR) are replayed up to ``EXACT_POW_STEPS``
+multiplications, then taken as ``gamma ** m`` (measured: 3.5e-14 relative
+worst over 3e5 steps). MultiStepLR and ConstantLR are always exact.
 
 ScheduleSpec mapping (family ``"torch"``; readers rely on it):
 
@@ -60,7 +62,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                    "final_div_factor": 1e4, "three_phase": False},
 }
 EXACT_STEPS = 2000
-EXACT_POW_STEPS = 100_000
+EXACT_POW_STEPS = 5000
 
 
 class _View:
@@ -182,6 +184,8 @@ def _advance(v: _View, lr0: float, k: int) -> float:
         return lr0
     if kind == "StepLR":
         step, gamma = v["step_size"], v["gamma"]
+        if k // step > EXACT_POW_STEPS:
+            return lr0 * gamma ** (k // step)
         lr = lr0
         for _ in range(k // step):
             lr = lr * gamma
