@@ -224,9 +224,10 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
                  max_steps: int) -> ScheduleSpec | None:
     """The HF schedule (kind, warmup) that reproduces the logged LRs, or None.
 
-    The logged LR at step s is ``max_lr * lambda(s)`` (logged after the
-    scheduler stepped). Warmup is searched only around the logged peak, where it
-    must lie; with no point past the peak, the smallest warmup that fits wins.
+    transformers 5 logs at step s the LR that update s used, ``max_lr *
+    lambda(s - 1)``; older versions logged after the scheduler stepped,
+    ``lambda(s)``. Both offsets are tried. Warmup is searched only around the
+    logged peak, where it must lie; ties go to the first kind in FIT_KINDS.
     """
     from lrdoctor.schedules import hf as hf_sched
 
@@ -234,22 +235,25 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
         return None
     steps = [s for s, _ in history]
     peak_i = max(range(len(history)), key=lambda i: history[i][1])
-    lo = steps[peak_i - 1] + 1 if peak_i > 0 else 0
-    hi = steps[peak_i + 1] if peak_i + 1 < len(steps) else steps[peak_i]
-    candidates = sorted({0, *range(lo, max(hi, steps[peak_i]) + 1)})
-    best: tuple[float, str, int] | None = None
-    for kind in FIT_KINDS:
-        for w in candidates:
-            spec = ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
-                                warmup=float(w), horizon=float(max_steps))
-            err = max(abs(max_lr * hf_sched.factor(spec, s) - lr) for s, lr in history) / max_lr
-            if best is None or err < best[0] - 1e-15:
-                best = (err, kind, w)
+    lo = steps[peak_i - 1] if peak_i > 0 else 0
+    hi = steps[peak_i + 1] + 1 if peak_i + 1 < len(steps) else steps[peak_i] + 1
+    candidates = sorted({0, *range(max(0, lo - 1), hi + 1)})
+    best: tuple[float, str, int, int] | None = None
+    for offset in (1, 0):
+        for kind in FIT_KINDS:
+            for w in candidates:
+                spec = ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
+                                    warmup=float(w), horizon=float(max_steps))
+                err = max(abs(max_lr * hf_sched.factor(spec, s - offset) - lr)
+                          for s, lr in history) / max_lr
+                if best is None or err < best[0] - 1e-15:
+                    best = (err, kind, w, offset)
     assert best is not None
-    err, kind, w = best
+    err, kind, w, offset = best
     if err > FIT_TOLERANCE:
         return None
+    when = "lambda(step - 1)" if offset else "lambda(step)"
     return ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
                         warmup=float(w), horizon=float(max_steps),
-                        source=f"fitted from log_history ({len(history)} points, "
-                               f"max rel. error {err:.1e})")
+                        source=f"fitted from log_history ({len(history)} points logged as "
+                               f"{when}, max rel. error {err:.1e})")
