@@ -223,6 +223,9 @@ def write_report(reports: list[Report], out_dir: Path, title: str = "lrdoctor re
     fd, tmp = tempfile.mkstemp(prefix=".index.", suffix=".html", dir=out_dir)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(page)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a report is for sharing
     os.replace(tmp, index)
     return index
 
