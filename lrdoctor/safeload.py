@@ -15,6 +15,7 @@ non-zip torch format (metadata and small values), plain pickles
 
 from __future__ import annotations
 
+import _compat_pickle
 import io
 import os
 import pickle
@@ -465,10 +466,11 @@ class _Unpickler(pickle.Unpickler):
         self._storage_ref = storage_ref
 
     def find_class(self, module: str, name: str) -> Any:
-        if module == "__builtin__":
-            module = "builtins"
-        elif module == "copy_reg":
-            module = "copyreg"
+        # py2-era names (protocol < 3 pickles), mapped as the stdlib unpickler does
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        elif module in _compat_pickle.IMPORT_MAPPING:
+            module = _compat_pickle.IMPORT_MAPPING[module]
         key = f"{module}.{name}"
         try:
             return _allowed()[key]
