@@ -21,7 +21,7 @@ from typing import Any
 
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
-from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.model import Counter, RunState, Unit
 
 NAME = "torch"
 
@@ -49,11 +49,6 @@ BUDGET_KEYS: dict[str, Unit] = {
     "train_steps": Unit.UPDATES, "total_updates": Unit.UPDATES,
     "num_epochs": Unit.EPOCHS, "epochs": Unit.EPOCHS, "max_epochs": Unit.EPOCHS,
 }
-# Scheduler state fields that are bookkeeping, not schedule knobs.
-BOOKKEEPING = ("last_epoch", "_step_count", "_last_lr", "_get_lr_called_within_step",
-               "_is_initial", "verbose", "base_lrs")
-# Schedulers whose LR does not depend on progress alone.
-NOT_PURE = ("LambdaLR", "ReduceLROnPlateau", "ChainedScheduler")
 
 
 # ---------------------------------------------------------------- layout
@@ -124,50 +119,9 @@ def scheduler_state(sd: dict) -> tuple[str | None, Any]:
 
 def identify(sched: dict) -> str:
     """The torch LRScheduler class whose ``state_dict()`` has these keys."""
-    k = set(sched)
-    if "_schedulers" in k:
-        return "SequentialLR" if "_milestones" in k else "ChainedScheduler"
-    if "lr_lambdas" in k:
-        return "LambdaLR"  # MultiplicativeLR saves the same keys
-    if "patience" in k:
-        return "ReduceLROnPlateau"
-    if "T_0" in k:
-        return "CosineAnnealingWarmRestarts"
-    if "T_max" in k:
-        return "CosineAnnealingLR"
-    if "_schedule_phases" in k or ("total_steps" in k and "_anneal_func_type" in k):
-        return "OneCycleLR"
-    if "max_lrs" in k and "total_size" in k:
-        return "CyclicLR"
-    if {"start_factor", "end_factor", "total_iters"} <= k:
-        return "LinearLR"
-    if {"power", "total_iters"} <= k:
-        return "PolynomialLR"
-    if {"factor", "total_iters"} <= k:
-        return "ConstantLR"
-    if "step_size" in k:
-        return "StepLR"
-    if "milestones" in k:
-        return "MultiStepLR"
-    if "gamma" in k:
-        return "ExponentialLR"
-    return "unknown"
+    from lrdoctor.formats.accelerate import torch_scheduler_kind
 
-
-def _horizon(kind: str, sched: dict) -> float | None:
-    if kind == "SequentialLR":
-        children = sched.get("_schedulers") or []
-        milestones = sched.get("_milestones") or []
-        if children and len(milestones) == len(children) - 1:
-            last = _horizon(identify(children[-1]), children[-1]) if isinstance(
-                children[-1], dict) else None
-            if last is not None:
-                return float(milestones[-1]) + last
-        return None
-    for key in ("T_max", "total_iters", "total_steps"):
-        if isinstance(sched.get(key), (int, float)):
-            return float(sched[key])
-    return None
+    return torch_scheduler_kind(sched) or "unknown"
 
 
 # ---------------------------------------------------------------- read
@@ -179,8 +133,10 @@ def read(path: Path) -> RunState:
     sd = _common.load_dict(f, "a dict of training state")
     st = RunState(format=NAME, path=src, files=[src])
 
+    from lrdoctor.formats.accelerate import optimizer_info
+
     okey, ostate = optimizer_state(sd)
-    opt = _common.optimizer_summary(ostate) if okey else None
+    opt = optimizer_info(ostate) if okey else None
     if opt is not None:
         st.optimizer_lrs = opt["lrs"]
         if opt["step"] is not None:
@@ -229,44 +185,13 @@ def read(path: Path) -> RunState:
 
 
 def _read_scheduler(st: RunState, sched: dict, src: str, opt: dict | None) -> None:
-    kind = identify(sched)
-    last_epoch = _common.number(sched.get("last_epoch"))
-    if last_epoch is not None:
-        st.scheduler_progress = Counter("scheduler.last_epoch", last_epoch, Unit.UPDATES, src)
-    st.extras["scheduler_class"] = kind
+    """Schedule spec and progress through the one shared torch-scheduler converter."""
+    from lrdoctor.formats.accelerate import torch_scheduler
+
+    st.extras["scheduler_class"] = identify(sched)
     for k in ("_step_count", "_last_lr", "base_lrs"):
         if k in sched:
             st.extras[f"scheduler.{k}"] = sched[k]
-    if kind == "LambdaLR":
-        st.notes.append("LambdaLR/MultiplicativeLR: the lambda is not saved, so the intended "
-                        "schedule cannot be rebuilt from the checkpoint")
-        return
-    if kind == "unknown":
-        st.notes.append(f"unrecognised scheduler state (keys: {', '.join(map(str, sched))})")
-        return
-    base = sched.get("base_lrs") or (opt or {}).get("initial_lrs") or []
-    params = {k: v for k, v in sched.items() if k not in BOOKKEEPING}
-    if kind == "SequentialLR":
-        params["_scheduler_kinds"] = [identify(c) if isinstance(c, dict) else "unknown"
-                                      for c in sched.get("_schedulers") or []]
-    max_lr = float(base[0]) if base else None
-    if kind == "OneCycleLR":
-        # base_lrs hold max_lr/div_factor; the peak lives in the param groups.
-        params["initial_lr"] = max_lr
-        groups_max = _group_field(opt, "max_lr")
-        max_lr = groups_max[0] if groups_max else max_lr
-        params["min_lr"] = _group_field(opt, "min_lr")[:1] or None
-    if max_lr is None:
-        st.notes.append(f"{kind}: initial LR unknown (no base_lrs nor optimizer initial_lr)")
-        return
-    min_lr = float(sched.get("eta_min", 0.0) or 0.0)
-    st.schedule = ScheduleSpec(
-        family="torch", kind=kind, max_lr=max_lr, min_lr=min_lr, unit=Unit.UPDATES,
-        horizon=_horizon(kind, sched), params=params, source=src,
-    )
-    if kind in NOT_PURE:
-        st.notes.append(f"{kind}: the LR does not follow from progress alone")
-
-
-def _group_field(opt: dict | None, name: str) -> list[float]:
-    return [] if opt is None else opt.get(f"group_{name}", [])
+    spec, progress, notes = torch_scheduler(sched, unit=Unit.UPDATES, source=src, opt=opt)
+    st.schedule, st.scheduler_progress = spec, progress
+    st.notes.extend(notes)
