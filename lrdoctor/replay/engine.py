@@ -1,0 +1,447 @@
+"""The fast replay path: the loop's step accounting in vectorised numpy, no torch.
+
+Why a second path next to :mod:`.torch_exec`: a real optimizer costs about a
+millisecond per micro-batch, while a long run has millions; this path derives
+the same trace (windows, updates, scheduler progress, LR per micro-batch)
+arithmetically, and a test proves both paths agree.
+
+Pipeline: :func:`load_samples` (batch log / synthetic / fixed) ->
+:func:`plan_steps` (the framework's micro-batching per train step, via
+``packing.plan_step``) -> :func:`simulate` (windows, scheduler events, LRs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lrdoctor.errors import UnusableInput
+from lrdoctor.model import ScheduleSpec, Unit
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from lrdoctor.replay.config import RunConfig
+
+
+# ---------------------------------------------------------------- samples
+
+
+def load_samples(cfg: RunConfig, batch_log: str | None = None, synthetic: str | None = None,
+                 seed: int | None = None) -> pd.DataFrame:
+    """One row per sample (``step``, ``tokens`` and optional ``prompt_id``/``docs``/``rank``)."""
+    import pandas as pd
+
+    batch_log = batch_log or cfg.data.batch_log
+    synthetic = synthetic or cfg.data.synthetic
+    seed = cfg.data.seed if seed is None else seed
+    if batch_log and synthetic:
+        raise UnusableInput("give either a batch log or a synthetic distribution, not both")
+    if batch_log:
+        from lrdoctor.replay import batchlog
+
+        return batchlog.read_batch_log(batch_log)
+    if synthetic:
+        from lrdoctor.replay import batchlog
+
+        sps = cfg.train.samples_per_step
+        if sps is None:
+            raise UnusableInput("--synthetic needs train.samples_per_step in the config")
+        return batchlog.synthetic(synthetic, cfg.train.steps, sps, seed=seed)
+    if cfg.batching.strategy not in ("static",):
+        raise UnusableInput(f"batching.strategy {cfg.batching.strategy} needs sample lengths: "
+                            "give --batch-log or --synthetic (or data.batch_log / "
+                            "data.synthetic in the config)")
+    sps = cfg.train.samples_per_step
+    if sps is None:
+        raise UnusableInput("train.samples_per_step is needed when there is no batch log")
+    # Without lengths a static loop only needs the sample count; one token each.
+    steps = np.repeat(np.arange(cfg.train.steps, dtype=np.int64), sps)
+    return pd.DataFrame({"step": steps, "tokens": np.ones_like(steps)})
+
+
+@dataclass
+class StepFrame:
+    """One train step's samples as numpy arrays (the ``frame`` given to ``plan_step``)."""
+
+    step: int
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.columns["tokens"])
+
+
+def iter_step_frames(samples: pd.DataFrame, steps: int,
+                     notes: dict | None = None) -> Iterator[StepFrame]:
+    """Yield ``steps`` step frames; a shorter log is cycled (and ``notes`` says so)."""
+    order = np.argsort(samples["step"].to_numpy(), kind="stable")
+    cols = {c: samples[c].to_numpy()[order] for c in samples.columns}
+    step_col = cols["step"]
+    uniq, starts = np.unique(step_col, return_index=True)
+    if len(uniq) == 0:
+        raise UnusableInput("the batch log holds no samples")
+    ends = np.append(starts[1:], len(step_col))
+    if notes is not None:
+        notes["logged_steps"] = int(len(uniq))
+        if len(uniq) < steps:
+            notes["cycled"] = f"the batch log holds {len(uniq)} steps; cycled over {steps}"
+    for s in range(steps):
+        i = s % len(uniq)
+        sl = slice(int(starts[i]), int(ends[i]))
+        yield StepFrame(s, {c: v[sl] for c, v in cols.items()})
+
+
+# ---------------------------------------------------------------- planning
+
+
+@dataclass
+class StepInfo:
+    step: int
+    dp: int
+    plan: Any  # packing.StepPlan
+    samples: int
+    docs: int | None = None
+    mb_docs: list[float] | None = None  # documents per micro-batch, all ranks
+
+
+Planner = Callable[[Any, Any, Any, int], Any]
+
+
+def default_planner() -> Planner:
+    from lrdoctor.replay import packing
+
+    return packing.plan_step
+
+
+def plan_steps(cfg: RunConfig, samples: pd.DataFrame, planner: Planner | None = None,
+               progress: Callable[[int], None] | None = None,
+               notes: dict | None = None) -> list[StepInfo]:
+    """Run the framework's micro-batching once per train step."""
+    planner = planner or default_planner()
+    out: list[StepInfo] = []
+    for frame in iter_step_frames(samples, cfg.train.steps, notes):
+        dp = cfg.dp.size_at(frame.step)
+        plan = planner(cfg.batching, cfg.train, frame.columns, dp)
+        docs = frame.columns.get("docs")
+        mb_docs = None
+        if docs is not None:
+            mb_docs = [float(sum(docs[r].sum() for r in mb.ranks if len(r)))
+                       for mb in plan.micro_batches]
+        out.append(StepInfo(frame.step, dp, plan, len(frame),
+                            int(docs.sum()) if docs is not None else None, mb_docs))
+        if progress is not None:
+            progress(frame.step)
+    return out
+
+
+# ---------------------------------------------------------------- budget
+
+
+def samples_per_step(cfg: RunConfig, infos: list[StepInfo] | None = None) -> float:
+    if cfg.train.samples_per_step is not None:
+        return float(cfg.train.samples_per_step)
+    if infos:
+        return float(np.mean([i.samples for i in infos]))
+    raise UnusableInput("train.samples_per_step is not set and there is no batch log")
+
+
+def nominal_k(cfg: RunConfig, dp: int) -> int:
+    """Micro-batches per optimizer update the loop is configured for at this dp size."""
+    t = cfg.train
+    if t.mini_batch_size is not None and cfg.batching.strategy == "static":
+        # RLinf / SkyRL: the accumulation count is recomputed from the global batch.
+        return max(1, math.ceil(t.mini_batch_size / (t.micro_batch_size * dp)))
+    return t.gradient_accumulation
+
+
+def nominal_samples_per_update(cfg: RunConfig, dp: int | None = None) -> float:
+    t = cfg.train
+    if t.mini_batch_size is not None:
+        return float(t.mini_batch_size)
+    return float(t.micro_batch_size * t.gradient_accumulation * (dp or cfg.dp.size))
+
+
+def nominal_updates(cfg: RunConfig, sps: float) -> float:
+    """Optimizer updates the configuration promises with nominal (static) batches."""
+    t = cfg.train
+    if t.mini_batch_size is not None:
+        per = math.ceil(sps / t.mini_batch_size)
+    else:
+        per = math.ceil(sps / cfg.dp.size / t.micro_batch_size / t.gradient_accumulation)
+    return float(t.steps * t.epochs_per_step * per)
+
+
+def budget_updates(cfg: RunConfig, sps: float) -> float:
+    """The update count the framework handed its scheduler (``budget.formula``)."""
+    t = cfg.train
+    if cfg.budget.formula == "roll":
+        return float(int(t.steps * sps * t.epochs_per_step)
+                     // (t.micro_batch_size * t.gradient_accumulation) // cfg.dp.size)
+    return nominal_updates(cfg, sps)
+
+
+def horizon(cfg: RunConfig, sps: float) -> float:
+    """The scheduler's horizon in its own unit (``schedule.horizon`` or derived)."""
+    if cfg.schedule.horizon != "auto":
+        return float(cfg.schedule.horizon)
+    if cfg.budget.formula == "explicit":
+        return float(cfg.budget.total)
+    inc = cfg.scheduler.increment
+    if cfg.scheduler.step_on == "rollout_step":
+        if inc == "samples":
+            per = sps
+        elif inc == "micro_batches":
+            per = math.ceil(sps / cfg.dp.size / cfg.train.micro_batch_size)
+        else:
+            per = float(inc)
+        return float(cfg.train.steps * per)
+    if inc == "samples":
+        per = nominal_samples_per_update(cfg)
+    elif inc == "micro_batches":
+        per = float(nominal_k(cfg, cfg.dp.size))
+    else:
+        per = float(inc)
+    return budget_updates(cfg, sps) * per
+
+
+def schedule_unit(cfg: RunConfig) -> Unit:
+    if cfg.scheduler.increment == "samples":
+        return Unit.SAMPLES
+    return {"update": Unit.UPDATES, "micro_step": Unit.MICRO_STEPS,
+            "rollout_step": Unit.ROLLOUT_STEPS}[cfg.scheduler.step_on]
+
+
+def schedule_spec(cfg: RunConfig, sps: float) -> ScheduleSpec:
+    s = cfg.schedule
+    spec = ScheduleSpec(family=s.family, kind=s.kind, max_lr=s.max_lr, unit=schedule_unit(cfg),
+                        min_lr=s.min_lr, init_lr=s.init_lr, warmup=s.warmup,
+                        horizon=horizon(cfg, sps), params=dict(s.params), source="run config")
+    check_spec(spec)
+    return spec
+
+
+def check_spec(spec: ScheduleSpec) -> None:
+    """A schedule the family cannot build is unusable input, not a traceback."""
+    import importlib
+
+    mod_name = {"torch": "torch_builtin"}.get(spec.family, spec.family)
+    try:
+        mod = importlib.import_module(f"lrdoctor.schedules.{mod_name}")
+    except ImportError:
+        return
+    probs = getattr(mod, "problems", lambda _s: [])(spec)
+    if probs:
+        raise UnusableInput(f"schedule: {probs[0]}")
+    try:
+        from lrdoctor.schedules import lr_at
+
+        lr_at(spec, 0.0)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UnusableInput(f"schedule: {exc}") from None
+
+
+def floor_progress(spec: ScheduleSpec) -> float | None:
+    """Scheduler progress from which the LR stays at its floor (None: never)."""
+    import importlib
+
+    mod_name = {"torch": "torch_builtin"}.get(spec.family, spec.family)
+    try:
+        mod = importlib.import_module(f"lrdoctor.schedules.{mod_name}")
+        fn = getattr(mod, "floor_progress", None)
+    except ImportError:
+        fn = None
+    if fn is not None:
+        return fn(spec)
+    return spec.horizon
+
+
+# ---------------------------------------------------------------- the fast path
+
+
+@dataclass
+class Replay:
+    """A replayed run: the per-micro-batch trace plus what the analysis needs."""
+
+    cfg: Any
+    spec: ScheduleSpec
+    trace: dict[str, np.ndarray]
+    infos: list[StepInfo]
+    nominal_updates: float
+    budget_updates: float
+    engine: str = "fast"
+    device: str = "cpu"
+    notes: dict = field(default_factory=dict)
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(self.trace)
+
+
+def micro_batch_table(cfg: RunConfig, infos: list[StepInfo]) -> dict[str, np.ndarray]:
+    """Flatten every (step, epoch, micro-batch) into columns, in execution order."""
+    cols: dict[str, list] = {k: [] for k in (
+        "train_step", "epoch", "micro_index", "rows", "padded_len", "tokens", "samples",
+        "max_rank_tokens", "dp", "k", "boundary", "last_in_epoch", "last_in_step",
+        "loss_divisor", "docs")}
+    epochs = cfg.train.epochs_per_step
+    for info in infos:
+        plan = info.plan
+        mbs = plan.micro_batches
+        n = len(mbs)
+        if n == 0:
+            continue
+        rows0 = [len(mb.ranks[0]) if mb.ranks else 0 for mb in mbs]
+        pad0 = [mb.padded_len[0] if mb.padded_len else 0 for mb in mbs]
+        toks = [int(sum(mb.tokens)) for mb in mbs]
+        samp = [sum(len(r) for r in mb.ranks) for mb in mbs]
+        maxrt = [max((len(r) * p for r, p in zip(mb.ranks, mb.padded_len, strict=False)),
+                     default=0) for mb in mbs]
+        bset = set(plan.boundaries) if plan.boundaries is not None else None
+        bound = [bset is not None and i in bset for i in range(n)]
+        divs = (list(plan.loss_divisors) if getattr(plan, "loss_divisors", None) is not None
+                else [math.nan] * n)
+        docs = info.mb_docs if info.mb_docs is not None else [math.nan] * n
+        if cfg.batching.loss_divisor == "micro_batch" and info.mb_docs is not None and \
+                plan.loss_divisors is not None:
+            divs = list(info.mb_docs)
+        k = nominal_k(cfg, info.dp)
+        for e in range(epochs):
+            cols["train_step"] += [info.step] * n
+            cols["epoch"] += [e] * n
+            cols["micro_index"] += range(n)
+            cols["rows"] += rows0
+            cols["padded_len"] += pad0
+            cols["tokens"] += toks
+            cols["samples"] += samp
+            cols["max_rank_tokens"] += maxrt
+            cols["dp"] += [info.dp] * n
+            cols["k"] += [k] * n
+            cols["boundary"] += bound if bset is not None else [False] * n
+            cols["last_in_epoch"] += [False] * (n - 1) + [True]
+            cols["last_in_step"] += [False] * (n - 1) + [e == epochs - 1]
+            cols["loss_divisor"] += divs
+            cols["docs"] += docs
+    out = {k: np.asarray(v) for k, v in cols.items()}
+    out["has_boundaries"] = np.zeros(len(out["rows"]), dtype=bool)
+    # Per-row flag: did this step's plan close windows itself?
+    if len(out["rows"]):
+        flags = []
+        for info in infos:
+            n = len(info.plan.micro_batches)
+            flags += [info.plan.boundaries is not None] * (n * epochs)
+        out["has_boundaries"] = np.asarray(flags, dtype=bool)
+    return out
+
+
+def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = None,
+             notes: dict | None = None) -> Replay:
+    """Windows, updates, scheduler progress and the LR each micro-batch sees."""
+    sps = samples_per_step(cfg, infos)
+    spec = spec or schedule_spec(cfg, sps)
+    t = micro_batch_table(cfg, infos)
+    n = len(t["rows"])
+    acc, sch = cfg.accumulation, cfg.scheduler
+    k = t["k"].astype(np.int64)
+    last = t["last_in_epoch"].astype(bool)
+
+    # Which micro-batch closes a window (the optimizer-step condition).
+    if acc.flush_at_step_end:
+        j = t["micro_index"].astype(np.int64)
+        close = ((j + 1) % k == 0) if acc.rule == "correct" else (j % k == 0)
+        close = close | last
+    else:
+        g = np.arange(n, dtype=np.int64)
+        close = ((g + 1) % k == 0) if acc.rule == "correct" else (g % k == 0)
+    hb = t["has_boundaries"]
+    close = np.where(hb, t["boundary"] | last, close)
+
+    ncl = np.cumsum(close)
+    window = ncl - close
+    wsize = np.bincount(window, minlength=int(window.max(initial=-1)) + 1)[window] if n else \
+        np.zeros(0, dtype=np.int64)
+    applied = window < (ncl[-1] if n else 0)
+    update_index = np.where(close, window, -1)
+    failed = close & np.isin(update_index, np.asarray(sch.failed_updates, dtype=np.int64))
+
+    # Loss weight: this micro-batch's share of a nominal update.
+    samp = t["samples"].astype(float)
+    div = t["loss_divisor"].astype(float)
+    docs = t["docs"].astype(float)
+    nominal = np.array([nominal_samples_per_update(cfg, int(d)) for d in t["dp"]]) if n else \
+        np.zeros(0)
+    weight = np.where(np.isnan(div), samp / nominal, np.where(np.isnan(docs), samp, docs) / div)
+    wsamp = np.bincount(window, weights=samp)[window] if n else np.zeros(0)
+
+    # Scheduler events: how far the scheduler moves after each micro-batch.
+    inc = sch.increment
+    mult = float(sch.multiplier)
+    if sch.step_on == "micro_step":
+        per = samp if inc == "samples" else np.ones(n) if inc == "micro_batches" else \
+            np.full(n, float(inc))
+        events = per * mult
+    elif sch.step_on == "update":
+        per = wsamp if inc == "samples" else wsize.astype(float) if inc == "micro_batches" \
+            else np.full(n, float(inc))
+        fire = close & (~failed | sch.step_on_failed_update)
+        events = np.where(fire, per * mult, 0.0)
+    else:  # rollout_step: once per train step, after its last micro-batch
+        ls = t["last_in_step"].astype(bool)
+        if inc == "samples":
+            step_samp = {i.step: i.samples for i in infos}
+            per = np.array([step_samp[s] for s in t["train_step"]], dtype=float)
+        elif inc == "micro_batches":
+            step_mb = {i.step: len(i.plan.micro_batches) for i in infos}
+            per = np.array([step_mb[s] for s in t["train_step"]], dtype=float)
+        else:
+            per = np.full(n, float(inc))
+        events = np.where(ls, per * mult, 0.0)
+    after = np.cumsum(events)
+    before = after - events
+
+    uniq, inv = np.unique(before, return_inverse=True)
+    from lrdoctor.schedules import lr_at
+
+    lr_u = np.array([lr_at(spec, float(p)) for p in uniq])
+    lr = lr_u[inv] if n else np.zeros(0)
+
+    trace = {
+        "train_step": t["train_step"].astype(np.int64),
+        "epoch": t["epoch"].astype(np.int64),
+        "micro_index": t["micro_index"].astype(np.int64),
+        "rows": t["rows"].astype(np.int64),
+        "padded_len": t["padded_len"].astype(np.int64),
+        "tokens": t["tokens"].astype(np.int64),
+        "samples": t["samples"].astype(np.int64),
+        "max_rank_tokens": t["max_rank_tokens"].astype(np.int64),
+        "window": window.astype(np.int64),
+        "window_size": wsize.astype(np.int64),
+        "is_update": close.astype(bool),
+        "applied": applied.astype(bool),
+        "update_index": update_index.astype(np.int64),
+        "failed": failed.astype(bool),
+        "scheduler_progress": after,
+        "lr": lr,
+        "dp": t["dp"].astype(np.int64),
+        "loss_weight": weight,
+        "loss_divisor": div,
+        "docs": docs,
+        "window_weight_sum": (np.bincount(window, weights=weight)[window] if n else np.zeros(0)),
+        "peak_mem_bytes": np.full(n, np.nan),
+    }
+    return Replay(cfg=cfg, spec=spec, trace=trace, infos=infos,
+                  nominal_updates=nominal_updates(cfg, sps),
+                  budget_updates=(float(cfg.budget.total) if cfg.budget.formula == "explicit"
+                                  else budget_updates(cfg, sps)),
+                  notes=dict(notes or {}))
+
+
+def replay_fast(cfg: RunConfig, samples: pd.DataFrame, planner: Planner | None = None,
+                progress: Callable[[int], None] | None = None) -> Replay:
+    notes: dict = {}
+    infos = plan_steps(cfg, samples, planner, progress, notes)
+    return simulate(cfg, infos, notes=notes)
