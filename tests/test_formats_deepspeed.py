@@ -1,0 +1,226 @@
+"""DeepSpeed checkpoints written by a real engine on the CPU, read back metadata-only.
+
+The engine runs in a subprocess (it initialises torch.distributed and global
+accelerator state); the truth it saw is written next to each checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lrdoctor.errors import UnusableInput
+from lrdoctor.formats import deepspeed as ds_fmt
+from lrdoctor.model import Unit
+from lrdoctor.schedules import lr_at
+
+pytestmark = pytest.mark.frameworks
+
+GEN = textwrap.dedent("""
+    import json, sys, torch, deepspeed
+    from pathlib import Path
+    out = Path(sys.argv[1])
+    torch.manual_seed(0)
+
+    def run(name, cfg, steps, inf_at=(), client=None, extra_sched_calls=False, saves=(None,)):
+        m = torch.nn.Linear(4, 2)
+        kw = {}
+        if client == "cosine":
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+            kw = dict(optimizer=opt, lr_scheduler=torch.optim.lr_scheduler.CosineAnnealingLR(
+                opt, T_max=40))
+        eng, opt, _, sch = deepspeed.initialize(model=m, model_parameters=m.parameters(),
+                                                config=cfg, **kw)
+        ga = cfg.get("gradient_accumulation_steps", 1)
+        for i in range(steps * ga):
+            x = torch.randn(2, 4, dtype=next(eng.module.parameters()).dtype)
+            loss = eng(x).float().pow(2).mean()
+            if i // ga in inf_at:
+                loss = loss * float("inf")
+            eng.backward(loss)
+            eng.step()
+            if extra_sched_calls:  # the bug: a scheduler step per micro-batch on top of DeepSpeed's
+                sch.step()
+            if i + 1 == steps * ga or (i + 1) // ga in saves and (i + 1) % ga == 0:
+                eng.save_checkpoint(str(out / name))
+        base = opt.optimizer if hasattr(opt, "optimizer") else opt
+        steps_seen = [float(s["step"]) for s in base.state.values() if "step" in s]
+        lbi = getattr(sch, "last_batch_iteration", None)
+        (out / name / "truth.json").write_text(json.dumps({
+            "global_steps": eng.global_steps, "global_samples": eng.global_samples,
+            "skipped_steps": eng.skipped_steps, "last_batch_iteration": lbi,
+            "last_epoch": getattr(sch, "last_epoch", None),
+            "lr": [g["lr"] for g in opt.param_groups],
+            "opt_step": max(steps_seen) if steps_seen else None}))
+
+    adam = {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}
+    run("decay", {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2,
+                  "gradient_accumulation_steps": 2, "optimizer": adam,
+                  "scheduler": {"type": "WarmupDecayLR", "params": {
+                      "warmup_min_lr": 0, "warmup_max_lr": 1e-3, "warmup_num_steps": 3,
+                      "total_num_steps": 20}}},
+        steps=5, saves=(3,))
+    run("fp16", {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2,
+                 "fp16": {"enabled": True, "initial_scale_power": 4},
+                 "zero_optimization": {"stage": 1}, "optimizer": adam,
+                 "scheduler": {"type": "WarmupCosineLR", "params": {
+                     "warmup_min_ratio": 0.0, "warmup_num_steps": 3, "total_num_steps": 20,
+                     "cos_min_ratio": 0.1, "warmup_type": "linear"}}},
+        steps=7, inf_at=(2, 4))
+    run("client", {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2,
+                   "zero_optimization": {"stage": 2},
+                   "zero_allow_untested_optimizer": True}, steps=4, client="cosine")
+    run("permicro", {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+                     "gradient_accumulation_steps": 4, "optimizer": adam,
+                     "scheduler": {"type": "WarmupLR", "params": {
+                         "warmup_min_lr": 0, "warmup_max_lr": 1e-3, "warmup_num_steps": 50,
+                         "warmup_type": "linear"}}},
+        steps=3, extra_sched_calls=True)
+""")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("deepspeed")
+    (out / "gen.py").write_text(GEN)
+    env = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+               CUDA_VISIBLE_DEVICES="")
+    r = subprocess.run([sys.executable, str(out / "gen.py"), str(out)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+def truth(d: Path) -> dict:
+    return json.loads((d / "truth.json").read_text())
+
+
+def test_warmup_decay_healthy(saved):
+    run = saved / "decay"
+    t = truth(run)
+    assert ds_fmt.detect(run)
+    st = ds_fmt.read(run)  # the run dir: follows `latest`
+    assert st.extras["tag"] == "global_step5" == st.extras["latest"]
+    assert st.counter("deepspeed.global_steps").value == t["global_steps"] == 5
+    assert st.counter("deepspeed.global_samples").value == t["global_samples"] == 20
+    assert st.counter("deepspeed.global_samples").unit is Unit.SAMPLES
+    assert st.counter("deepspeed.skipped_steps").value == t["skipped_steps"] == 0
+    assert st.counter("optimizer.step").value == t["opt_step"] == 5
+    assert st.scheduler_progress.value == t["last_batch_iteration"] + 1
+    assert st.scheduler_progress.value == st.nominal_progress.value  # healthy
+    s = st.schedule
+    assert (s.family, s.kind, s.max_lr, s.horizon, s.warmup) == (
+        "deepspeed", "WarmupDecayLR", 1e-3, 20, 3)
+    assert s.params == {"warmup_min_lr": 0, "warmup_max_lr": 1e-3, "warmup_num_steps": 3,
+                        "total_num_steps": 20}
+    assert st.planned_end.value == 20 and st.trainer_progress.value == 5
+    assert st.samples_per_update == 4
+    assert st.optimizer_lrs == pytest.approx(t["lr"])
+    # The rebuilt schedule gives the LR the live optimizer had.
+    assert lr_at(s, st.scheduler_progress.value) == pytest.approx(t["lr"][0], rel=1e-12)
+
+
+def test_checkpoints_listed_oldest_first(saved):
+    run = saved / "decay"
+    assert [p.name for p in ds_fmt.find_checkpoints(run)] == ["global_step3", "global_step5"]
+    old = ds_fmt.read(run / "global_step3")
+    assert old.counter("deepspeed.global_steps").value == 3
+    assert old.scheduler_progress.value == old.nominal_progress.value == 3
+    f = run / "global_step3" / "mp_rank_00_model_states.pt"
+    assert ds_fmt.detect(f) and ds_fmt.read(f).path == str(run / "global_step3")
+
+
+def test_fp16_overflow_skips_scheduler_but_counts_global_steps(saved):
+    run = saved / "fp16"
+    t = truth(run)
+    st = ds_fmt.read(run)
+    assert t["skipped_steps"] == 2 and t["global_steps"] == 7
+    assert st.counter("deepspeed.skipped_steps").value == 2
+    assert st.counter("deepspeed.global_steps").value == 7
+    assert st.scheduler_progress.value == t["last_batch_iteration"] + 1 == 5
+    assert st.nominal_progress.value == 5  # global - skipped: healthy
+    # ZeRO-1: the optimizer lives in the partition file, loss scaler pickled inside.
+    assert st.counter("optimizer.step").value == t["opt_step"] == 5
+    assert any("optim_states" in f for f in st.files)
+    assert st.extras["zero_stage"] == 1 and st.extras["precision"] == "fp16"
+    assert st.extras["loss_scaler"]["last_overflow_iter"] == 4
+    s = st.schedule
+    assert s.kind == "WarmupCosineLR" and s.max_lr == 1e-3 and s.min_lr == pytest.approx(1e-4)
+    assert lr_at(s, st.scheduler_progress.value) == pytest.approx(t["lr"][0], rel=1e-12)
+
+
+def test_client_torch_scheduler(saved):
+    st = ds_fmt.read(saved / "client")
+    t = truth(saved / "client")
+    assert st.schedule.family == "torch" and st.schedule.kind == "CosineAnnealingLR"
+    assert st.schedule.horizon == 40
+    assert st.scheduler_progress.name == "scheduler.last_epoch"
+    assert st.scheduler_progress.value == t["last_epoch"] == 4
+    assert st.scheduler_progress.value == st.nominal_progress.value
+    assert st.planned_end.value == 40
+
+
+def test_scheduler_stepped_per_micro_batch_disagrees(saved):
+    st = ds_fmt.read(saved / "permicro")
+    t = truth(saved / "permicro")
+    # 3 updates x 4 micro-batches: DeepSpeed's own 3 steps + 12 extra calls.
+    assert st.nominal_progress.value == 3
+    assert st.scheduler_progress.value == t["last_batch_iteration"] + 1 == 15
+    assert st.schedule.kind == "WarmupLR" and st.schedule.horizon is None
+
+
+def test_sibling_ds_config_json_when_the_checkpoint_lacks_it(saved, tmp_path):
+    import torch
+
+    src = saved / "decay" / "global_step5"
+    sd = torch.load(src / "mp_rank_00_model_states.pt", weights_only=True)
+    cfg = sd.pop("ds_config")
+    tag = tmp_path / "run" / "global_step5"
+    tag.mkdir(parents=True)
+    torch.save(sd, tag / "mp_rank_00_model_states.pt")
+    st = ds_fmt.read(tag)
+    assert st.schedule is None and st.scheduler_progress.value == 5
+    assert any("ds_config" in n for n in st.notes)
+    (tmp_path / "run" / "ds_config.json").write_text(json.dumps(cfg))
+    st = ds_fmt.read(tmp_path / "run")
+    assert st.schedule.kind == "WarmupDecayLR" and st.schedule.horizon == 20
+    assert str(tmp_path / "run" / "ds_config.json") in st.files
+
+
+def test_hf_checkpoint_dirs_are_left_to_the_hf_reader(saved, tmp_path):
+    ck = tmp_path / "checkpoint-5"
+    (ck / "global_step5").mkdir(parents=True)
+    (ck / "global_step5" / "mp_rank_00_model_states.pt").write_bytes(
+        (saved / "decay" / "global_step5" / "mp_rank_00_model_states.pt").read_bytes())
+    (ck / "trainer_state.json").write_text("{}")
+    assert not ds_fmt.detect(ck)
+    assert not ds_fmt.detect(tmp_path)
+
+
+def test_bad_inputs(tmp_path):
+    assert not ds_fmt.detect(tmp_path)
+    with pytest.raises(UnusableInput, match="no DeepSpeed checkpoints"):
+        ds_fmt.read(tmp_path)
+    tag = tmp_path / "global_step1"
+    tag.mkdir()
+    (tag / "mp_rank_00_model_states.pt").write_bytes(b"garbage")
+    with pytest.raises(UnusableInput) as e:
+        ds_fmt.read(tmp_path)
+    assert "mp_rank_00_model_states.pt" in str(e.value) and "\n" not in str(e.value)
+    (tmp_path / "latest").write_text("global_step9")
+    with pytest.raises(UnusableInput, match="latest"):
+        ds_fmt.read(tmp_path)
