@@ -31,9 +31,11 @@ def spec_from(sched, opt):
     if kind == "SequentialLR":
         params["_schedulers"] = [dict(sd, kind=type(ch).__name__)
                                  for sd, ch in zip(params["_schedulers"], sched._schedulers)]
-    if kind == "OneCycleLR":
-        params["max_lr"], params["min_lr"] = group["max_lr"], group["min_lr"]
     horizon = params.get("total_iters", params.get("T_max", params.get("total_steps")))
+    if kind == "OneCycleLR":  # its LRs live in the param group
+        return ScheduleSpec(family="torch", kind=kind, max_lr=group["max_lr"],
+                            init_lr=group["initial_lr"], min_lr=group["min_lr"],
+                            unit=Unit.SCHEDULER_CALLS, horizon=horizon, params=params)
     return ScheduleSpec(family="torch", kind=kind, max_lr=group["initial_lr"],
                         unit=Unit.SCHEDULER_CALLS, horizon=horizon, params=params)
 
@@ -135,9 +137,26 @@ def test_progress_is_floored_and_floor_progress():
 
 def test_onecycle_without_group_values_uses_div_factors():
     spec, seen = run_case("onecycle")
-    del spec.params["max_lr"], spec.params["min_lr"]
+    spec.init_lr = spec.min_lr = 0.0
     for n, _, want in seen:
-        assert close(lr_at(spec, n), want)
+        assert lr_at(spec, n) == want
+
+
+def test_onecycle_group_values_in_params():
+    spec, seen = run_case("onecycle-linear-3")
+    spec.params.update(initial_lr=spec.init_lr, min_lr=[spec.min_lr])
+    spec.init_lr = spec.min_lr = 0.0
+    for n, _, want in seen:
+        assert lr_at(spec, n) == want
+
+
+def test_sequential_kinds_as_parallel_list():
+    spec, seen = run_case("seq-three")
+    children = spec.params["_schedulers"]
+    spec.params["_scheduler_kinds"] = [c.pop("kind") for c in children]
+    for n, _, want in seen:
+        assert lr_at(spec, n) == want
+    assert floor_progress(spec) == 230
 
 
 def spec(kind, lr=1e-3, horizon=None, **params):
@@ -152,7 +171,7 @@ def spec(kind, lr=1e-3, horizon=None, **params):
     (spec("LinearLR", end_factor=2.0, total_iters=10), "end_factor=2.0 is outside [0, 1]"),
     (spec("LinearLR", horizon=-5), "total_iters=-5 is not positive"),
     (spec("StepLR", step_size=0), "step_size=0 is not positive"),
-    (spec("OneCycleLR", total_steps=100, max_lr=1e-4, min_lr=1e-6), "does not hold"),
+    (spec("OneCycleLR", lr=1e-4, total_steps=100, initial_lr=1e-3), "does not hold"),
     (spec("ExponentialLR", lr=-1.0, gamma=0.9), "initial_lr=-1.0 is negative"),
     (spec("LambdaLR"), "does not save its lambda"),
     (spec("CyclicLR"), "kind='CyclicLR' is not one of"),

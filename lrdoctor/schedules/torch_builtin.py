@@ -19,17 +19,19 @@ ScheduleSpec mapping (family ``"torch"``; readers rely on it):
 - ``kind``    = class name: "LinearLR", "CosineAnnealingLR", "OneCycleLR",
   "SequentialLR", "StepLR", "MultiStepLR", "ExponentialLR", "ConstantLR",
   "PolynomialLR"
-- ``max_lr``  = the param group's ``initial_lr`` (= ``base_lrs[0]``; for
-  OneCycleLR that is ``max_lr / div_factor``, the starting LR). ``base_lrs``
-  inside params is not read.
+- ``max_lr``  = the param group's ``initial_lr`` (= ``base_lrs[0]``);
+  ``base_lrs`` inside params is not read.
 - ``horizon`` = ``total_iters`` / ``T_max`` / ``total_steps`` (used only when
   params lack the field)
-- ``params``  = the scheduler's ``state_dict()`` verbatim. OneCycleLR keeps
-  its peak and floor in the param group, not the state dict: put the group's
-  ``max_lr`` / ``min_lr`` into params (else ``div_factor`` /
-  ``final_div_factor``, default 25 / 1e4, rebuild them). SequentialLR:
+- ``params``  = the scheduler's ``state_dict()`` verbatim. SequentialLR:
   ``_milestones`` and ``_schedulers`` = child state dicts, each with an added
-  ``"kind"`` = child class name.
+  ``"kind"`` = child class name (or a parallel ``_scheduler_kinds`` list).
+- OneCycleLR keeps its LRs in the param group, not the state dict, so there
+  ``max_lr`` = the group's peak ``max_lr``, ``init_lr`` = the group's
+  ``initial_lr`` (= ``base_lrs[0]``) and ``min_lr`` = the group's ``min_lr``;
+  params ``initial_lr`` / ``max_lr`` / ``min_lr`` win when present, and
+  missing ones are rebuilt from ``div_factor`` / ``final_div_factor``
+  (default 25 / 1e4).
 - progress    = ``last_epoch`` (= calls to ``step()``); fractions are floored.
   OneCycleLR past ``total_steps`` (torch raises) gives its value at
   ``total_steps``.
@@ -69,8 +71,9 @@ class _View:
     """One scheduler's knobs: state-dict fields, then horizon, then torch defaults."""
 
     def __init__(self, kind: str, params: dict[str, Any], base: float,
-                 horizon: float | None) -> None:
+                 horizon: float | None, init_lr: float = 0.0, min_lr: float = 0.0) -> None:
         self.kind, self.p, self.base, self.horizon = kind, params, base, horizon
+        self.init_lr, self.min_lr = init_lr, min_lr
 
     def __getitem__(self, name: str) -> Any:
         if self.p.get(name) is not None:
@@ -96,7 +99,7 @@ def lr_at(spec: ScheduleSpec, progress: float) -> float:
     k = max(0, int(math.floor(progress)))
     if spec.kind == "SequentialLR":
         return _sequential(spec, k)
-    view = _View(spec.kind, spec.params, spec.max_lr, spec.horizon)
+    view = _spec_view(spec)
     if spec.kind == "OneCycleLR":
         return _one_cycle(view, k)
     if spec.kind in CHAINABLE:
@@ -104,12 +107,23 @@ def lr_at(spec: ScheduleSpec, progress: float) -> float:
     raise ValueError(f"torch scheduler {spec.kind!r} is not supported")
 
 
+def _spec_view(spec: ScheduleSpec) -> _View:
+    return _View(spec.kind, spec.params, spec.max_lr, spec.horizon, spec.init_lr, spec.min_lr)
+
+
+def _children(spec: ScheduleSpec) -> list[_View]:
+    kinds = list(spec.params.get("_scheduler_kinds") or [])
+    out = []
+    for i, child in enumerate(spec.params.get("_schedulers") or []):
+        kind = child.get("kind") or (kinds[i] if i < len(kinds) else "")
+        out.append(_View(kind, child, spec.max_lr, None))
+    return out
+
+
 def _sequential(spec: ScheduleSpec, k: int) -> float:
     milestones = list(spec.params.get("_milestones", []))
-    children = spec.params.get("_schedulers", [])
     idx = bisect_right(milestones, k)
-    child = children[idx]
-    view = _View(child.get("kind", ""), child, spec.max_lr, None)
+    view = _children(spec)[idx]
     local = k - milestones[idx - 1] if idx > 0 else k
     if view.kind == "OneCycleLR":
         return _one_cycle(view, local)
@@ -243,14 +257,14 @@ def _jump(v: _View, lr0: float, k: int) -> float:
     return eta + (lr - eta) * (c(k) / c(seg))
 
 
+def _scalar(value: Any) -> Any:
+    return value[0] if isinstance(value, (list, tuple)) and value else value
+
+
 def _one_cycle_groups(v: _View) -> dict[str, float]:
-    init = v.base
-    peak = v.p.get("max_lr")
-    if peak is None:
-        peak = init * v["div_factor"]
-    floor = v.p.get("min_lr")
-    if floor is None:
-        floor = init / v["final_div_factor"]
+    peak = _scalar(v.p.get("max_lr")) or v.base
+    init = _scalar(v.p.get("initial_lr")) or v.init_lr or peak / v["div_factor"]
+    floor = _scalar(v.p.get("min_lr")) or v.min_lr or init / v["final_div_factor"]
     return {"initial_lr": init, "max_lr": peak, "min_lr": floor}
 
 
@@ -287,16 +301,15 @@ def _one_cycle(v: _View, k: int) -> float:
 def floor_progress(spec: ScheduleSpec) -> float | None:
     """Progress where the LR first reaches its lowest value for good (None: never)."""
     if spec.kind == "SequentialLR":
-        children = spec.params.get("_schedulers", [])
+        children = _children(spec)
         milestones = list(spec.params.get("_milestones", []))
         if not children:
             return None
-        last = children[-1]
-        sub = _floor(_View(last.get("kind", ""), last, spec.max_lr, None))
+        sub = _floor(children[-1])
         if sub is None:
             return None
         return float(sub + (milestones[-1] if milestones else 0))
-    return _floor(_View(spec.kind, spec.params, spec.max_lr, spec.horizon))
+    return _floor(_spec_view(spec))
 
 
 def _floor(v: _View) -> float | None:
@@ -319,17 +332,15 @@ def _floor(v: _View) -> float | None:
 
 def problems(spec: ScheduleSpec) -> list[str]:
     """Settings torch refuses, or that make the schedule meaningless."""
-    if spec.max_lr < 0:
-        return [f"initial_lr={spec.max_lr} is negative"] + _problems(
-            _View(spec.kind, spec.params, abs(spec.max_lr), spec.horizon))
+    out = [f"initial_lr={spec.max_lr} is negative"] if spec.max_lr < 0 else []
     if spec.kind == "SequentialLR":
-        return _sequential_problems(spec)
-    return _problems(_View(spec.kind, spec.params, spec.max_lr, spec.horizon))
+        return out + _sequential_problems(spec)
+    return out + _problems(_spec_view(spec))
 
 
 def _sequential_problems(spec: ScheduleSpec) -> list[str]:
     milestones = list(spec.params.get("_milestones", []))
-    children = spec.params.get("_schedulers", [])
+    children = _children(spec)
     out: list[str] = []
     if not children:
         return ["SequentialLR has no _schedulers"]
@@ -339,9 +350,8 @@ def _sequential_problems(spec: ScheduleSpec) -> list[str]:
     if any(b <= a for a, b in zip(milestones, milestones[1:], strict=False)) or any(m <= 0 for m in milestones):
         out.append(f"SequentialLR _milestones={milestones} are not positive and increasing")
     for i, child in enumerate(children):
-        kind = child.get("kind", "")
-        for line in _problems(_View(kind, child, spec.max_lr, None)):
-            out.append(f"_schedulers[{i}] ({kind}): {line}")
+        for line in _problems(child):
+            out.append(f"_schedulers[{i}] ({child.kind}): {line}")
     return out
 
 
