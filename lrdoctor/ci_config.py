@@ -141,7 +141,8 @@ def load(path: str | os.PathLike | None = None, *, required: bool = False) -> Ch
         found = find_config()
         if found is None:
             return CheckConfig(source=None, root=Path.cwd())
-        path = found
+        rel = os.path.relpath(found)
+        path = Path(rel) if not rel.startswith("..") else found
     p = Path(path)
     if not p.is_file():
         raise UnusableInput("no such configuration file", str(p))

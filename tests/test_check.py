@@ -67,7 +67,7 @@ def test_bad_project_fails_with_the_drift(tmp_path, monkeypatch):
     assert "tool.lrdoctor.inspect[0].ignore[0]" in f301["message"]
     line = next(n for n, t in enumerate((root / "pyproject.toml").read_text().splitlines(), 1)
                 if "LRD105" in t)
-    assert f301["location"] == f"{root / 'pyproject.toml'}:{line}"
+    assert f301["location"] == f"pyproject.toml:{line}"
 
 
 def test_text_output_and_summary(tmp_path, monkeypatch):

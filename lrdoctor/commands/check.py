@@ -33,7 +33,7 @@ Examples:
 
   lrdoctor check --inspect 'ckpt/run-*/' --max-progress-ratio 1.05
 
-  lrdoctor check --report lrdoctor-report/         # also write the HTML report
+  lrdoctor check --report lrdoctor-report/    # and write the HTML report
 
 Exit codes: 0 clean, 1 findings at/above the threshold, 2 unusable input or config.
 """
@@ -43,9 +43,9 @@ def check_cmd(
     config: Annotated[Path | None, typer.Option(
         "--config", help="Configuration file (pyproject.toml or lrdoctor.toml).")] = None,
     inspect: Annotated[list[str] | None, typer.Option(
-        "--inspect", help="Checkpoint path or glob to inspect (repeatable).")] = None,
+        "--inspect", metavar="PATH", help="Checkpoint path or glob to inspect (repeatable).")] = None,
     replay: Annotated[list[str] | None, typer.Option(
-        "--replay", help="Run config to replay (repeatable).")] = None,
+        "--replay", metavar="CONFIG", help="Run config to replay (repeatable).")] = None,
     batch_log: Annotated[str | None, typer.Option(
         "--batch-log", help="Batch log for the --replay configs.")] = None,
     synthetic: Annotated[str | None, typer.Option(

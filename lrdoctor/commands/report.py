@@ -31,7 +31,7 @@ _REPLAY_SUFFIXES = (".yaml", ".yml")
 
 def report_cmd(
     targets: Annotated[list[str] | None, typer.Argument(
-        help="Checkpoint paths and/or run configs (.yaml) to report on.")] = None,
+        metavar="TARGET", help="Checkpoint paths and/or run configs (.yaml).")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write into.")] = Path(
         "lrdoctor-report"),
     config: Annotated[Path | None, typer.Option(
