@@ -244,3 +244,18 @@ def test_engine_unusable_input_becomes_lrd303(tmp_path):
     assert "train.steps" in reps[0].findings[0].message
     assert reps[0].findings[0].location.endswith("lrdoctor.toml:2")
     assert ci_check.check_exit_code(reps) == 2
+
+
+def test_pre_commit_hook_definition():
+    import re
+
+    import yaml
+
+    hooks = yaml.safe_load((HERE.parent / ".pre-commit-hooks.yaml").read_text())
+    hook = next(h for h in hooks if h["id"] == "lrdoctor-check")
+    assert hook["entry"] == "lrdoctor check" and hook["pass_filenames"] is False
+    files = re.compile(hook["files"])
+    for path in ("pyproject.toml", "sub/lrdoctor.toml", "configs/run.yaml", "logs/b.parquet"):
+        assert files.search(path), path
+    for path in ("README.md", "lrdoctor/cli.py", "mypyproject.toml"):
+        assert not files.search(path), path
