@@ -259,3 +259,24 @@ def test_pre_commit_hook_definition():
         assert files.search(path), path
     for path in ("README.md", "lrdoctor/cli.py", "mypyproject.toml"):
         assert not files.search(path), path
+
+
+def test_installed_entry_point_on_github_actions(tmp_path, monkeypatch):
+    """The real ``lrdoctor`` script, as a workflow step runs it."""
+    import os
+    import subprocess
+    import sys
+
+    root = project("bad", tmp_path, monkeypatch)
+    exe = Path(sys.executable).with_name("lrdoctor")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "lrdoctor"]
+    env = {**os.environ, "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(root)}
+    proc = subprocess.run(cmd + ["check"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(ln.startswith("::error file=checkpoints/run-a/iter_0000050/mp_rank_00/"
+                             "model_optim_rng.pt,line=1,title=LRD302 ") for ln in lines)
+    assert any(ln.startswith("::warning file=pyproject.toml,line=14,title=LRD301 ")
+               for ln in lines)
+    assert proc.stderr == ""
