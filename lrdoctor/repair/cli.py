@@ -50,10 +50,15 @@ def render(plan: FixPlan, *, dry_run: bool, out: Path | None,
     assert t is not None
     table = Table(title=f"lrdoctor fix --policy {t.policy}"
                   + (f" (for {', '.join(t.motivated_by)})" if t.motivated_by else ""))
-    for col in ("file", "field", "before", "after"):
-        table.add_column(col, overflow="fold")
+    table.add_column("field", no_wrap=True)
+    table.add_column("before", no_wrap=True)
+    table.add_column("after", no_wrap=True)
+    current = None
     for c in plan.changes:
-        table.add_row(c.file, c.key_str, _fmt(c.before), f"[bold]{_fmt(c.after)}[/bold]")
+        if c.file != current:
+            current = c.file
+            table.add_row(f"[dim]{c.file}[/dim]", "", "")
+        table.add_row("  " + c.key_str, _fmt(c.before), f"[bold]{_fmt(c.after)}[/bold]")
     con.print(table)
     unit = t.unit.value if t.unit else ""
     con.print(f"scheduler progress {_fmt(t.progress_before)} -> {_fmt(t.progress)} {unit}")
