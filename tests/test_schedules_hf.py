@@ -112,3 +112,9 @@ def test_problems(kind, warmup, total, kw, needle):
 def test_negative_lr_is_a_problem():
     assert any("learning_rate=-0.1 is negative" in x
                for x in problems(spec_of("constant", -0.1, 0, None)))
+
+
+def test_missing_horizon_is_a_clear_error():
+    with pytest.raises(ValueError, match="needs num_training_steps"):
+        lr_at(spec_of("cosine", 1e-4, 10, None), 20)
+    assert lr_at(spec_of("cosine", 1e-4, 10, None), 5) == pytest.approx(5e-5)

@@ -71,6 +71,8 @@ def _wsd_stable(spec: ScheduleSpec) -> float:
 def factor(spec: ScheduleSpec, step: float) -> float:
     """The LambdaLR multiplier at ``last_epoch == step``."""
     kind, w, t, p = spec.kind, spec.warmup, spec.horizon, spec.params
+    if kind in NEEDS_HORIZON and t is None and step >= w:
+        raise ValueError(f"hf {kind} schedule needs num_training_steps (horizon)")
     if kind == "constant":
         return 1
     if kind == "constant_with_warmup":
