@@ -1,0 +1,390 @@
+"""What a replay means: the summary (nominal vs actual progress) and findings LRD201-LRD212.
+
+Framework-blind: it reads only the trace and the plans' notes, so the fast
+and the torch path are judged by the same rules.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lrdoctor.findings import Finding, finding
+
+if TYPE_CHECKING:
+    from lrdoctor.replay.engine import Replay
+
+REL_TOL = 1e-6
+
+
+def _f(x: float) -> str:
+    """Short human number: 1024, 0.5, 1e-06."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if float(x).is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return f"{x:.4g}"
+
+
+def per_step(rep: Replay) -> dict[str, np.ndarray]:
+    """One row per train step: updates, scheduler advance, LR at its start."""
+    t = rep.trace
+    steps = rep.cfg.train.steps
+    ts = t["train_step"]
+    updates = np.bincount(ts, weights=t["is_update"].astype(float), minlength=steps)
+    mbs = np.bincount(ts, minlength=steps)
+    end = np.full(steps, np.nan)
+    first_lr = np.full(steps, np.nan)
+    if len(ts):
+        last_idx = np.flatnonzero(np.r_[ts[1:] != ts[:-1], True])
+        first_idx = np.r_[0, last_idx[:-1] + 1]
+        end[ts[last_idx]] = t["scheduler_progress"][last_idx]
+        first_lr[ts[first_idx]] = t["lr"][first_idx]
+    end = _ffill(end)
+    start = np.r_[0.0, end[:-1]]
+    dp = np.array([rep.cfg.dp.size_at(s) for s in range(steps)])
+    return {"train_step": np.arange(steps), "updates": updates, "micro_batches": mbs,
+            "progress_end": end, "advance": end - start, "lr": first_lr, "dp": dp}
+
+
+def _ffill(a: np.ndarray) -> np.ndarray:
+    out = a.copy()
+    last = 0.0
+    for i, v in enumerate(out):
+        if np.isnan(v):
+            out[i] = last
+        else:
+            last = v
+    return out
+
+
+def summarize(rep: Replay) -> dict[str, Any]:
+    """Nominal vs actual updates, where the LR reaches its floor, the corrected budget."""
+    from lrdoctor.replay.engine import floor_progress, nominal_k
+
+    cfg, spec, t = rep.cfg, rep.spec, rep.trace
+    steps = cfg.train.steps
+    ps = per_step(rep)
+    n_up = int(t["is_update"].sum())
+    n_failed = int(t["failed"].sum())
+    end = float(t["scheduler_progress"][-1]) if len(t["lr"]) else 0.0
+    hz = float(spec.horizon) if spec.horizon else math.nan
+    ratio = end / hz if hz else math.nan
+    fp = floor_progress(spec)
+    floor_step = None
+    if fp is not None:
+        reached = np.flatnonzero(ps["progress_end"] >= fp - 1e-9 * max(1.0, abs(fp)))
+        floor_step = int(reached[0]) + 1 if len(reached) else None
+    from lrdoctor.schedules import lr_at
+
+    lr_end = lr_at(spec, end)
+    up = ps["updates"]
+    closes = t["is_update"]
+    wsizes = t["window_size"][closes]
+    k0 = nominal_k(cfg, cfg.dp.size)
+    ruled = ~_has_boundaries(rep)
+    short = int(((wsizes < k0) & ruled[closes]).sum()) if len(wsizes) else 0
+    corrected_inc = (hz / end) if end > 0 else None
+    inc = cfg.scheduler.increment
+    s: dict[str, Any] = {
+        "engine": rep.engine,
+        "device": rep.device,
+        "train_steps": steps,
+        "micro_batches": int(len(t["lr"])),
+        "scheduler_unit": spec.unit.value,
+        "horizon": hz,
+        "budget_updates": rep.budget_updates,
+        "nominal_updates": rep.nominal_updates,
+        "nominal_updates_per_step": rep.nominal_updates / steps,
+        "actual_updates": n_up,
+        "failed_updates": n_failed,
+        "unapplied_micro_batches": int((~t["applied"]).sum()),
+        "updates_per_step": {"min": float(up.min()), "mean": float(up.mean()),
+                             "max": float(up.max())},
+        "update_ratio": n_up / rep.nominal_updates if rep.nominal_updates else None,
+        "scheduler_progress_end": end,
+        "progress_ratio": ratio,
+        "floor_progress": fp,
+        "floor_step": floor_step,
+        "floor_fraction": floor_step / steps if floor_step is not None else None,
+        "lr_end": lr_end,
+        "min_lr": spec.min_lr,
+        "max_lr": spec.max_lr,
+        "window_sizes": {"first": int(wsizes[0]) if len(wsizes) else None,
+                         "min": int(wsizes.min()) if len(wsizes) else None,
+                         "max": int(wsizes.max()) if len(wsizes) else None,
+                         "nominal": k0, "short": short},
+        "lr_changes_inside_windows": _lr_changes_inside(t),
+        "max_rank_tokens": int(t["max_rank_tokens"].max()) if len(t["lr"]) else 0,
+        "corrected": {
+            # ROLL issue 442's direction: nominal/actual per update, or budget = actual.
+            "progress_scale": corrected_inc,
+            "per_update_increment": (float(inc) * corrected_inc
+                                     if corrected_inc and not isinstance(inc, str) else None),
+            "budget_updates": float(n_up - n_failed * (not cfg.scheduler.step_on_failed_update)),
+            "horizon": end,
+        },
+    }
+    if not np.all(np.isnan(t["peak_mem_bytes"])):
+        s["peak_memory_bytes"] = int(np.nanmax(t["peak_mem_bytes"]))
+    for key in ("scheduler_class", "micro_batches_per_second", "torch_seconds", "cycled",
+                "logged_steps"):
+        if key in rep.notes:
+            s[key] = rep.notes[key]
+    return s
+
+
+def _has_boundaries(rep: Replay) -> np.ndarray:
+    epochs = rep.cfg.train.epochs_per_step
+    flags = [np.full(len(i.plan.micro_batches) * epochs, i.plan.boundaries is not None)
+             for i in rep.infos]
+    return np.concatenate(flags) if flags else np.zeros(0, dtype=bool)
+
+
+def _lr_changes_inside(t: dict[str, np.ndarray]) -> int:
+    if len(t["lr"]) < 2:
+        return 0
+    same_window = t["window"][1:] == t["window"][:-1]
+    lr = t["lr"]
+    changed = np.abs(lr[1:] - lr[:-1]) > 1e-12 * np.maximum(np.abs(lr[1:]), 1e-300)
+    return int((same_window & changed).sum())
+
+
+def _notes(rep: Replay, key: str) -> list[tuple[int, Any]]:
+    return [(i.step, i.plan.notes[key]) for i in rep.infos if key in (i.plan.notes or {})]
+
+
+def findings(rep: Replay, summary: dict[str, Any] | None = None,
+             knob: dict[str, Any] | None = None) -> list[Finding]:
+    """LRD201-LRD212 from one replay (``knob``: a memory-knob comparison, for LRD203)."""
+    cfg, spec, t = rep.cfg, rep.spec, rep.trace
+    s = summary or summarize(rep)
+    out: list[Finding] = []
+    steps = cfg.train.steps
+    unit = spec.unit.value
+    hz, end, ratio = s["horizon"], s["scheduler_progress_end"], s["progress_ratio"]
+    scale = s["corrected"]["progress_scale"]
+    inc = cfg.scheduler.increment
+    fix_tail = (f"Advance the scheduler by nominal/actual = {_f(scale)} x its increment per "
+                f"step (ROLL issue 442's direction)"
+                + (f", i.e. increment {_f(s['corrected']['per_update_increment'])}"
+                   if s["corrected"]["per_update_increment"] is not None else "")
+                + f", or set the scheduler's horizon to the replayed {_f(end)} {unit}"
+                + ("." if spec.unit.value == "optimizer updates" else
+                   f" (about {_f(s['corrected']['budget_updates'])} optimizer updates).")) \
+        if scale else ""
+    ev_core = {"horizon": hz, "scheduler_progress_end": end, "ratio": ratio,
+               "nominal_updates": s["nominal_updates"], "budget_updates": s["budget_updates"],
+               "actual_updates": s["actual_updates"], "updates_per_step": s["updates_per_step"],
+               "floor_step": s["floor_step"], "train_steps": steps,
+               "corrected_progress_scale": scale,
+               "corrected_increment": s["corrected"]["per_update_increment"],
+               "corrected_horizon": end}
+
+    if ratio > 1 + REL_TOL:
+        where = (f"; the LR reaches its floor ({_f(spec.min_lr)}) after train step "
+                 f"{s['floor_step']} of {steps} ({s['floor_fraction']:.0%})"
+                 if s["floor_step"] is not None else "")
+        out.append(finding(
+            "LRD201",
+            f"The replayed loop advances the scheduler to {_f(end)} {unit}, {ratio:.3g}x its "
+            f"horizon of {_f(hz)} ({s['actual_updates']} optimizer updates vs "
+            f"{_f(s['budget_updates'])} budgeted, {_f(s['updates_per_step']['mean'])} per "
+            f"train step instead of {_f(s['nominal_updates_per_step'])}){where}.",
+            ev_core, fix=fix_tail, location="scheduler"))
+    elif ratio < 1 - REL_TOL:
+        out.append(finding(
+            "LRD202",
+            f"The replayed loop advances the scheduler to only {_f(end)} of {_f(hz)} {unit} "
+            f"({ratio:.1%}): {s['actual_updates']} optimizer updates vs "
+            f"{_f(s['budget_updates'])} budgeted; the last LR is {_f(s['lr_end'])}, the "
+            f"floor {_f(spec.min_lr)}.",
+            ev_core, fix=fix_tail, location="scheduler"))
+
+    if knob and knob.get("differs"):
+        rows = "; ".join(f"{knob['key'].split('.')[-1]} {_f(v)}: {_f(u)} updates, "
+                         f"progress {_f(p)}" for v, u, p in knob["rows"])
+        out.append(finding(
+            "LRD203",
+            f"Scheduler progress depends on {knob['key']} ({knob['source']}): {rows}.",
+            {"key": knob["key"], "rows": knob["rows"]}, location=knob["key"]))
+
+    ws = s["window_sizes"]
+    ruled = ~_has_boundaries(rep)
+    if len(t["lr"]) and ruled[0] and ws["first"] is not None and ws["nominal"] > 1 \
+            and ws["first"] < ws["nominal"] and ws["max"] >= ws["nominal"]:
+        sizes = t["window_size"][t["is_update"]][:4].tolist()
+        out.append(finding(
+            "LRD204",
+            f"The first optimizer update uses {ws['first']} micro-batch(es) instead of "
+            f"{ws['nominal']} (window sizes {', '.join(map(str, sizes))}, ...), and every "
+            "later window is shifted.",
+            {"window_sizes_head": sizes, "k": ws["nominal"], "rule": cfg.accumulation.rule},
+            location="accumulation.rule"))
+
+    changes = s["lr_changes_inside_windows"]
+    if changes:
+        nwin = max(1, s["actual_updates"])
+        out.append(finding(
+            "LRD205",
+            f"The LR changes {changes} times inside accumulation windows "
+            f"({changes / nwin:.2g} per update): micro-batches of one update see different "
+            f"LRs (scheduler stepped on {cfg.scheduler.step_on.replace('_', ' ')}).",
+            {"changes": changes, "updates": s["actual_updates"],
+             "step_on": cfg.scheduler.step_on},
+            location="scheduler.step_on"))
+
+    ups = s["updates_per_step"]
+    if ups["max"] != ups["min"]:
+        out.append(finding(
+            "LRD206",
+            f"Optimizer updates per train step vary from {_f(ups['min'])} to {_f(ups['max'])} "
+            f"(mean {ups['mean']:.3g}, nominal {_f(s['nominal_updates_per_step'])}).",
+            {"updates_per_step": ups}))
+
+    if t["loss_divisor"].size and not np.all(np.isnan(t["loss_divisor"])):
+        sums = t["window_weight_sum"][t["is_update"]]
+        bad = np.abs(sums - 1.0) > 1e-9
+        if bad.any():
+            out.append(finding(
+                "LRD207",
+                f"{int(bad.sum())} of {len(sums)} updates weight their documents by a divisor "
+                f"other than the step's global document total (loss-weight sums "
+                f"{_f(float(sums.min()))}..{_f(float(sums.max()))}, should be 1).",
+                {"bad_updates": int(bad.sum()), "weight_sum_min": float(sums.min()),
+                 "weight_sum_max": float(sums.max())},
+                location="batching.loss_divisor"))
+
+    short = _notes(rep, "short_padding")
+    if short:
+        first = short[0][1][0] if isinstance(short[0][1], list) else short[0][1]
+        out.append(finding(
+            "LRD208",
+            f"Padding to dp comes up short in {sum(len(v) if isinstance(v, list) else 1 for _, v in short)} "
+            f"mini-batch(es) over {len(short)} train step(s); e.g. step {short[0][0]}: "
+            f"mb_size {first.get('mb_size')}, pad_size {first.get('pad_size')}, dp "
+            f"{first.get('dp')}: {first.get('rows_after_padding')} rows instead of "
+            f"{first.get('needed')}.",
+            {"steps": len(short), "example": first}, location="batching.pad_mode"))
+
+    cap = cfg.batching.max_tokens_per_microbatch
+    over = _notes(rep, "token_cap_exceeded") + _notes(rep, "sequence_over_cap")
+    if cap and (over or s["max_rank_tokens"] > cap):
+        worst = s["max_rank_tokens"]
+        for _, v in over:
+            if isinstance(v, dict):
+                worst = max(worst, int(v.get("max_tokens", v.get("max_len", 0)) or 0))
+        out.append(finding(
+            "LRD209",
+            f"A micro-batch holds up to {worst} tokens, over the cap of {cap}, in "
+            f"{len(over) or 'some'} train step(s).",
+            {"cap": cap, "max_tokens": worst, "steps": len(over)},
+            location="batching.max_tokens_per_microbatch"))
+
+    if cfg.dp.changes:
+        ps = per_step(rep)
+        by_dp = {int(d): float(np.mean(ps["advance"][ps["dp"] == d]))
+                 for d in np.unique(ps["dp"])}
+        vals = list(by_dp.values())
+        if max(vals) - min(vals) > REL_TOL * max(abs(v) for v in vals):
+            desc = ", ".join(f"dp {d}: {_f(v)}" for d, v in by_dp.items())
+            out.append(finding(
+                "LRD210",
+                f"Scheduler advance per train step depends on the dp size ({desc} {unit} per "
+                f"step) with the same global batch: increment '{inc}' counts per-rank work.",
+                {"advance_by_dp": by_dp, "increment": inc}, location="scheduler.increment"))
+
+    if cfg.scheduler.step_on_failed_update and s["failed_updates"]:
+        out.append(finding(
+            "LRD211",
+            f"{s['failed_updates']} failed update(s) still advanced the scheduler.",
+            {"failed_updates": s["failed_updates"]}, location="scheduler.step_on_failed_update"))
+
+    div = _divisibility(rep)
+    if div:
+        out.append(div)
+    return out
+
+
+def _divisibility(rep: Replay) -> Finding | None:
+    cfg = rep.cfg
+    keys = ("fixed_size_not_divisible", "prompts_not_divisible", "mini_batch_not_divisible_by_dp",
+            "not_divisible_by_dp")
+    hits = [(k, st, v) for k in keys for st, v in _notes(rep, k)]
+    mini = cfg.train.mini_batch_size
+    extra = []
+    if mini and cfg.batching.strategy == "static":
+        ps = per_step(rep)
+        nominal = math.ceil((cfg.train.samples_per_step or mini) / mini) * cfg.train.epochs_per_step
+        for info in rep.infos:
+            if info.samples % mini:
+                extra.append((info.step, info.samples, int(ps["updates"][info.step]), nominal))
+    if not hits and not extra:
+        return None
+    if extra:
+        st, n, got, nom = extra[0]
+        msg = (f"Fixed-size mini-batches of {mini} sequences do not divide {len(extra)} train "
+               f"step(s); e.g. step {st}: {n} sequences take {got} updates instead of {nom}.")
+    else:
+        k, st, v = hits[0]
+        msg = f"Train step {st}: {k.replace('_', ' ')} ({v}); {len(hits)} step(s) affected."
+    return finding("LRD212", msg, {"steps": len(extra) or len(hits),
+                                   "example": extra[0] if extra else hits[0]},
+                   location="train.mini_batch_size")
+
+
+# ---------------------------------------------------------------- sweeps and the knob check
+
+
+def sweep(cfg, samples, key: str, values: list[Any], planner=None,
+          progress=None) -> list[tuple[Any, Replay]]:
+    """Replay (fast path) once per value of ``key``."""
+    from lrdoctor.replay import engine
+    from lrdoctor.replay.config import with_key
+
+    out = []
+    for v in values:
+        c = with_key(cfg, key, v, "--sweep")
+        out.append((v, engine.replay_fast(c, samples, planner, progress)))
+    return out
+
+
+def sweep_table(results: list[tuple[Any, Replay]], key: str) -> list[dict[str, Any]]:
+    rows = []
+    for v, rep in results:
+        s = summarize(rep)
+        rows.append({key: v, "actual_updates": s["actual_updates"],
+                     "updates_per_step_min": s["updates_per_step"]["min"],
+                     "updates_per_step_mean": s["updates_per_step"]["mean"],
+                     "updates_per_step_max": s["updates_per_step"]["max"],
+                     "scheduler_progress_end": s["scheduler_progress_end"],
+                     "progress_ratio": s["progress_ratio"], "floor_step": s["floor_step"],
+                     "lr_end": s["lr_end"], "max_rank_tokens": s["max_rank_tokens"]})
+    return rows
+
+
+def knob_comparison(results: list[tuple[Any, Replay]], key: str, source: str) -> dict[str, Any]:
+    rows = []
+    for v, rep in results:
+        t = rep.trace
+        end = float(t["scheduler_progress"][-1]) if len(t["lr"]) else 0.0
+        rows.append((v, int(t["is_update"].sum()), end))
+    ends = [r[2] for r in rows]
+    differs = max(ends) - min(ends) > REL_TOL * max(1.0, max(abs(e) for e in ends))
+    return {"key": key, "source": source, "rows": rows, "differs": differs}
+
+
+def memory_knob_check(rep: Replay, samples, planner=None) -> dict[str, Any] | None:
+    """Automatic 2x check of max_tokens_per_microbatch for token-based batching."""
+    from lrdoctor.replay import engine
+    from lrdoctor.replay.config import TOKEN_STRATEGIES, with_key
+
+    cfg = rep.cfg
+    cap = cfg.batching.max_tokens_per_microbatch
+    if cfg.batching.strategy not in TOKEN_STRATEGIES or not cap:
+        return None
+    key = "batching.max_tokens_per_microbatch"
+    other = engine.replay_fast(with_key(cfg, key, cap * 2), samples, planner)
+    return knob_comparison([(cap, rep), (cap * 2, other)], key, "automatic 2x check")
