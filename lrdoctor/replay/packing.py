@@ -35,7 +35,8 @@ STRATEGIES = (
 
 @dataclass
 class MicroBatch:
-    ranks: list[list[int]]  # per dp rank: row indices in this micro-batch (may be empty)
+    # per dp rank: row indices (int64 numpy arrays, list-like) in this micro-batch; may be empty
+    ranks: list[np.ndarray]
     padded_len: list[int]  # per rank: padded (rounded) length; shape = (len(rows), padded_len)
     tokens: list[int]  # per rank: real token count
 
@@ -145,35 +146,37 @@ def _note_over_cap(notes: dict, lens: np.ndarray, cap: int | None) -> None:
             rec["max_len"] = max(rec["max_len"], big)
 
 
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
 def _mb_from_rank_lists(
     per_rank: list[list[np.ndarray]], tokens: np.ndarray, round_to: int
 ) -> list[MicroBatch]:
     """Zip per-rank micro-batch lists into synchronised micro-steps.
 
     Ranks with fewer micro-batches get empty ones (frameworks pad the count
-    to the max across dp so collectives line up).
+    to the max across dp so collectives line up). Token sums and max lengths
+    come from one concatenation and two ``reduceat`` calls, not per-array numpy.
     """
     count = max((len(x) for x in per_rank), default=0)
-    out: list[MicroBatch] = []
-    for i in range(count):
-        ranks, pl, tk = [], [], []
-        for lst in per_rank:
-            if i < len(lst):
-                rows = lst[i]
-                lens = tokens[rows]
-                ranks.append(rows.tolist())
-                if len(lens):
-                    pl.append(int(_round_up(int(lens.max()), round_to)))
-                    tk.append(int(lens.sum()))
-                else:
-                    pl.append(0)
-                    tk.append(0)
-            else:
-                ranks.append([])
-                pl.append(0)
-                tk.append(0)
-        out.append(MicroBatch(ranks, pl, tk))
-    return out
+    if count == 0:
+        return []
+    dp = len(per_rank)
+    grid = [[lst[i] if i < len(lst) else _EMPTY for lst in per_rank] for i in range(count)]
+    flat = [a for row in grid for a in row]
+    sizes = np.fromiter((len(a) for a in flat), dtype=np.int64, count=len(flat))
+    sums = np.zeros(len(flat), dtype=np.int64)
+    maxs = np.zeros(len(flat), dtype=np.int64)
+    if sizes.sum():
+        lens = tokens[np.concatenate(flat)]
+        offs = np.cumsum(sizes) - sizes
+        ne = sizes > 0
+        sums[ne] = np.add.reduceat(lens, offs[ne])
+        maxs[ne] = np.maximum.reduceat(lens, offs[ne])
+    maxs = _round_up(maxs, round_to)
+    sums_l = sums.reshape(count, dp).tolist()
+    maxs_l = maxs.reshape(count, dp).tolist()
+    return [MicroBatch(grid[i], maxs_l[i], sums_l[i]) for i in range(count)]
 
 
 def _mini_batches_per_rank(shards: list[np.ndarray], mini_per_rank: int | None):
@@ -264,39 +267,44 @@ def plan_token_budget(fr, dp, max_tokens, round_to=1) -> StepPlan:
             "cap": cap,
             "note": "ROLL asserts on this; replayed as one sequence per micro-batch",
         }
-    # Greedy walk (tight python over shard positions: ~n/dp iterations).
+    # Greedy walk. Position lengths never decrease (ascending sort), so the running
+    # max is the newest position's length and "count * max <= cap" is monotone in
+    # the count: each micro-batch's size is found by binary search, not a scan.
+    # (ROLL starts the running max at round_to; np.maximum keeps that floor.)
+    lens_l = np.maximum(pos_len, r).tolist()
     starts: list[int] = [0]
     lens_out: list[int] = []
-    run_max = r
-    size = 0
-    for j, ln in enumerate(pos_len.tolist()):
-        cand = run_max if run_max > ln else ln
-        if (size + 1) * cand <= cap:
-            size += 1
-            run_max = cand
+    s0 = 0
+    while s0 < shard_size:
+        first = lens_l[s0]
+        if first > cap:
+            c = 1
         else:
-            if size == 0:  # first position itself over the cap: it opens the first batch
-                size = 1
-                run_max = cand
-                continue
-            lens_out.append(run_max)
-            starts.append(j)
-            size = 1
-            run_max = ln
-    lens_out.append(run_max)
-    starts.append(shard_size)
-    # Per rank rows: rank k holds order[k::dp]; shard position j of rank k is order[j*dp + k].
+            lo, hi = 1, min(cap // first, shard_size - s0)
+            while lo < hi:  # largest c with c * lens_l[s0 + c - 1] <= cap
+                mid = (lo + hi + 1) // 2
+                if mid * lens_l[s0 + mid - 1] <= cap:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            c = lo
+        s0 += c
+        lens_out.append(lens_l[s0 - 1])
+        starts.append(s0)
+    # Rank k holds order[k::dp]: shard position j of rank k is order[j*dp + k].
+    pad = shard_size * dp - n
+    ordp = np.concatenate((order, np.full(pad, -1, np.int64))).reshape(shard_size, dp).T.copy()
+    lenp = np.concatenate((srt, np.zeros(pad, np.int64))).reshape(shard_size, dp)
+    sums = np.add.reduceat(lenp, np.asarray(starts[:-1], dtype=np.int64), axis=0).tolist()
     mbs: list[MicroBatch] = []
+    last_i = len(lens_out) - 1
     for i in range(len(lens_out)):
         a, b = starts[i], starts[i + 1]
-        seg = order[a * dp : min(b * dp, n)]
-        seg_len = srt[a * dp : min(b * dp, n)]
-        ranks, tk = [], []
-        for k in range(dp):
-            rows = seg[k::dp]
-            ranks.append(rows.tolist())
-            tk.append(int(seg_len[k::dp].sum()))
-        mbs.append(MicroBatch(ranks, [int(lens_out[i])] * dp, tk))
+        if pad and i == last_i:
+            ranks = [r[r >= 0] for r in (ordp[k, a:b] for k in range(dp))]
+        else:
+            ranks = [ordp[k, a:b] for k in range(dp)]
+        mbs.append(MicroBatch(ranks, [int(lens_out[i])] * dp, sums[i]))
     notes["max_padded_tokens"] = max(len(m.ranks[0]) * m.padded_len[0] for m in mbs)
     return StepPlan(mbs, None, None, notes)
 
@@ -304,67 +312,64 @@ def plan_token_budget(fr, dp, max_tokens, round_to=1) -> StepPlan:
 # --------------------------------------------------------------------------- Karmarkar-Karp
 
 
-class _KKSet:
-    __slots__ = ("total", "items")
+class _Desc:
+    """Reverses comparison so a min-heap prefers the larger item list (tie-break only)."""
 
-    def __init__(self, total: int, items: list[tuple[int, int]]):
-        self.total = total
-        self.items = items
+    __slots__ = ("v",)
 
-    def key(self):
-        return (self.total, len(self.items), self.items)
+    def __init__(self, v):
+        self.v = v
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.v > other.v
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Desc) and self.v == other.v
 
 
-class _KKState:
-    """k partial sets, kept largest first; heap order = largest spread first."""
+def _kk_entry(sets: list[tuple[int, list]]) -> tuple:
+    """Heap entry for one partial state: (ordering key..., sets largest first).
 
-    __slots__ = ("sets",)
-
-    def __init__(self, sets: list[_KKSet]):
-        sets.sort(key=_KKSet.key, reverse=True)
-        self.sets = sets
-
-    def spread(self) -> int:
-        return self.sets[0].total - self.sets[-1].total
-
-    def __lt__(self, other: _KKState) -> bool:
-        a, b = self.spread(), other.spread()
-        if a != b:
-            return a > b
-        return self.sets[0].key() > other.sets[0].key()
+    Order: larger spread first, then the larger biggest set (by sum, size, items).
+    """
+    sets.sort(key=lambda t: (t[0], len(t[1]), t[1]), reverse=True)
+    top = sets[0]
+    return (top[0] - sets[-1][0], -top[0], -len(top[1]), _Desc(top[1]), sets)
 
 
 def karmarkar_karp(values, k: int, equal_size: bool = False) -> list[list[int]]:
     """Largest differencing method for k-way balanced partitioning.
 
-    Same procedure and tie-breaking as verl / OpenRLHF (items sorted ascending;
+    Same procedure and tie-breaking as verl / OpenRLHF: items sorted ascending;
     with ``equal_size`` each initial state takes k consecutive sorted items;
     repeatedly merge the two states of largest spread, pairing the largest set
-    of one with the smallest of the other). Returns k sorted index lists.
+    of one with the smallest of the other. Returns k sorted index lists.
     """
     vals = [int(v) for v in values]
     n = len(vals)
     if n < k:
         raise ValueError(f"{n} items cannot fill {k} partitions")
     ordered = sorted((v, i) for i, v in enumerate(vals))
-    heap: list[_KKState] = []
+    heap: list[tuple] = []
     if equal_size:
         if n % k:
             raise ValueError(f"equal_size needs {n} divisible by {k}")
         for off in range(0, n, k):
-            heap.append(_KKState([_KKSet(v, [(i, v)]) for v, i in ordered[off : off + k]]))
+            heap.append(_kk_entry([(v, [(i, v)]) for v, i in ordered[off : off + k]]))
     else:
+        empties = [(0, [])] * (k - 1)
         for v, i in ordered:
-            heap.append(_KKState([_KKSet(v, [(i, v)])] + [_KKSet(0, []) for _ in range(k - 1)]))
+            heap.append(_kk_entry([(v, [(i, v)]), *empties]))
+    # Spread is the first key but the heap must pop the LARGEST spread first.
+    heap = [(-e[0], *e[1:]) for e in heap]
     heapq.heapify(heap)
     while len(heap) > 1:
-        s0 = heapq.heappop(heap)
-        s1 = heapq.heappop(heap)
-        merged = []
-        for a, b in zip(s0.sets, reversed(s1.sets), strict=False):
-            merged.append(_KKSet(a.total + b.total, a.items + b.items))
-        heapq.heappush(heap, _KKState(merged))
-    parts = [sorted(i for i, _ in s.items) for s in heap[0].sets]
+        a = heapq.heappop(heap)[-1]
+        b = heapq.heappop(heap)[-1]
+        merged = [(x[0] + y[0], x[1] + y[1]) for x, y in zip(a, reversed(b), strict=True)]
+        e = _kk_entry(merged)
+        heapq.heappush(heap, (-e[0], *e[1:]))
+    parts = [sorted(i for i, _ in items) for _, items in heap[0][-1]]
     if any(not p for p in parts):
         raise ValueError("an empty partition")
     return parts
@@ -520,7 +525,7 @@ def plan_balanced_first_fit(fr, dp, max_tokens, *, mini_per_rank=None, round_to=
             lst.append([rows[np.asarray(b, dtype=np.int64)] for b in bins])
         per_rank_minis.append(lst)
     mbs, bounds = _assemble_minis(per_rank_minis, tokens, round_to)
-    pads = sum(1 for mb in mbs for r in mb.ranks if not r)
+    pads = sum(1 for mb in mbs for r in mb.ranks if not len(r))
     if pads:
         notes["padding_micro_batches"] = pads
     _note_over_cap(notes, tokens, cap)
@@ -649,15 +654,18 @@ def plan_prompt_unit(
 # --------------------------------------------------------------------------- Fast-LLM
 
 
-def plan_doc_target(fr, dp, micro_batch_size, docs_per_step, round_to=1) -> StepPlan:
+def plan_doc_target(
+    fr, dp, micro_batch_size, docs_per_step, round_to=1, loss_divisor="step_total"
+) -> StepPlan:
     """Fast-LLM ``docs_per_step``: accumulate until the global document count reaches the target.
 
     Micro-batches are taken one micro-step at a time (``micro_batch_size`` rows on
     every rank), the step's document count is summed over ranks, and the
     optimizer step closes as soon as it is >= ``docs_per_step`` (overshoot
     allowed). Every micro-batch in the window divides its loss by the window's
-    global document total. Micro-batches left at the end of the train step
-    close a short window (reported in notes).
+    global document total (``loss_divisor='micro_batch'`` reproduces a loop that
+    divides by its own micro-batch's documents instead). Micro-batches left at
+    the end of the train step close a short window (reported in notes).
     """
     notes: dict = {}
     tokens = fr["tokens"]
@@ -668,15 +676,15 @@ def plan_doc_target(fr, dp, micro_batch_size, docs_per_step, round_to=1) -> Step
     plan = plan_static(fr, dp, micro_batch_size, round_to)
     mbs = plan.micro_batches
     notes.update(plan.notes)
+    # Global documents per micro-step (summed over ranks).
+    mb_docs = [sum(int(docs[r].sum()) for r in mb.ranks if len(r)) for mb in mbs]
     bounds: list[int] = []
     divisors: list[float] = []
     acc = 0
     start = 0
     overshoot = []
-    for i, mb in enumerate(mbs):
-        acc += int(
-            sum(int(docs[r].sum()) for r in (np.asarray(x, dtype=np.int64) for x in mb.ranks))
-        )
+    for i, d in enumerate(mb_docs):
+        acc += d
         if acc >= target:
             bounds.append(i)
             divisors.extend([float(acc)] * (i - start + 1))
@@ -694,7 +702,10 @@ def plan_doc_target(fr, dp, micro_batch_size, docs_per_step, round_to=1) -> Step
             "max": max(overshoot),
             "total": sum(overshoot),
         }
+    if loss_divisor == "micro_batch":
+        divisors = [float(max(d, 1)) for d in mb_docs]
     notes["docs_per_step"] = target
+    notes["micro_batch_docs"] = mb_docs
     return StepPlan(mbs, bounds, divisors, notes)
 
 
@@ -764,5 +775,7 @@ def plan_step(batching_cfg: Any, train_cfg: Any, frame: Any, dp: int) -> StepPla
         dps = _get(batching_cfg, "docs_per_step")
         if not dps:
             raise UnusableInput("batching.docs_per_step is required for strategy doc_target")
-        return plan_doc_target(fr, dp, mbs, int(dps), round_to)
+        return plan_doc_target(
+            fr, dp, mbs, int(dps), round_to, str(_get(batching_cfg, "loss_divisor", "step_total"))
+        )
     raise UnusableInput(f"batching.strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
