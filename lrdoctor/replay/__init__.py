@@ -8,3 +8,115 @@ synthetic lengths), :mod:`.packing` (the frameworks' micro-batching),
 
 Nothing here is imported on the ``lrdoctor --help`` path.
 """
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from lrdoctor.replay.engine import Replay
+    from lrdoctor.report import Report
+
+# Above this many micro-batches the default engine is the fast path (the torch
+# path runs a few hundred micro-batches a second on one CPU core).
+TORCH_AUTO_LIMIT = 20_000
+
+
+@dataclass
+class ReplayResult:
+    report: Report
+    replay: Replay
+    sweep: list[tuple[Any, Replay]] = field(default_factory=list)
+    sweep_key: str | None = None
+
+
+def parse_sweep(text: str) -> tuple[str, list[Any]]:
+    """``KEY=v1,v2,...`` -> (key, values)."""
+    from lrdoctor.errors import UnusableInput
+    from lrdoctor.replay.config import parse_value
+
+    key, sep, vals = text.partition("=")
+    values = [parse_value(v.strip()) for v in vals.split(",") if v.strip()]
+    if not sep or not key.strip() or not values:
+        raise UnusableInput(f"--sweep {text!r}: expected KEY=v1,v2,... "
+                            "(e.g. batching.max_tokens_per_microbatch=4096,8192)")
+    return key.strip(), values
+
+
+def replay_full(config: str, batch_log: str | None = None, synthetic: str | None = None, *,
+                engine: str = "auto", device: str = "auto", model: str | None = None,
+                optimizer: str = "sgd", sweep: str | None = None, knob_check: bool = True,
+                seed: int | None = None, progress: Callable[[str, int, int], None] | None = None,
+                planner: Any = None) -> ReplayResult:
+    """Load, plan, replay (fast or torch), analyse; everything the CLI shows."""
+    from lrdoctor.errors import UnusableInput
+    from lrdoctor.replay import analysis
+    from lrdoctor.replay import engine as eng
+    from lrdoctor.replay.config import load_config, with_key
+    from lrdoctor.report import Report
+
+    cfg = load_config(config)
+    samples = eng.load_samples(cfg, batch_log, synthetic, seed)
+    if engine not in ("auto", "fast", "torch"):
+        raise UnusableInput(f"engine {engine!r}: allowed: auto, fast, torch")
+    steps = cfg.train.steps
+
+    def tick(stage: str):
+        return (lambda s: progress(stage, s + 1, steps)) if progress else None
+
+    notes: dict = {}
+    infos = eng.plan_steps(cfg, samples, planner, tick("planning"), notes)
+    n_mb = sum(len(i.plan.micro_batches) for i in infos) * cfg.train.epochs_per_step
+    use_torch = engine == "torch" or (engine == "auto" and n_mb <= TORCH_AUTO_LIMIT)
+    if model and not use_torch:
+        use_torch = True
+    if use_torch:
+        from lrdoctor.replay import torch_exec
+
+        factory = torch_exec.load_model_factory(model) if model else None
+        rep = torch_exec.replay_torch(cfg, infos, device=device, model_factory=factory,
+                                      optimizer=optimizer, progress=tick("torch replay"),
+                                      notes=notes)
+    else:
+        rep = eng.simulate(cfg, infos, notes=notes)
+    summary = analysis.summarize(rep)
+    summary["engine_reason"] = ("--torch" if engine == "torch" else "--fast" if engine == "fast"
+                                else f"auto: {n_mb} micro-batches "
+                                f"{'<=' if use_torch else '>'} {TORCH_AUTO_LIMIT}")
+    sweep_results: list = []
+    key = None
+    knob = None
+    extra: dict[str, Any] = {}
+    if sweep:
+        key, values = parse_sweep(sweep)
+        with_key(cfg, key, values[0], "--sweep")  # validate the key before the long part
+        sweep_results = analysis.sweep(cfg, samples, key, values, planner)
+        extra["sweep"] = {"key": key, "rows": analysis.sweep_table(sweep_results, key)}
+        if key.startswith("batching."):
+            knob = analysis.knob_comparison(sweep_results, key, "--sweep")
+    elif knob_check:
+        knob = analysis.memory_knob_check(rep, samples, planner)
+    if knob is not None:
+        summary["memory_knob"] = {"key": knob["key"], "source": knob["source"],
+                                  "differs": knob["differs"],
+                                  "rows": [{"value": v, "updates": u, "progress_end": p}
+                                           for v, u, p in knob["rows"]]}
+    found = analysis.findings(rep, summary, knob)
+    for f in found:
+        if f.location and not f.location.startswith(str(config)):
+            f.location = f"{config}:{f.location}"
+    fmt = cfg._format
+    report = Report(command="replay", target=str(config), format=fmt,
+                    state={"config": cfg.model_dump(mode="json"),
+                           "samples": int(len(samples)), "notes": notes},
+                    findings=found, extra={"summary": summary, **extra})
+    return ReplayResult(report, rep, sweep_results, key)
+
+
+def run(config: str, batch_log: str | None = None, synthetic: str | None = None,
+        **options: Any) -> Report:
+    """The replay as a :class:`~lrdoctor.report.Report` (what ``lrdoctor check`` calls)."""
+    return replay_full(config, batch_log, synthetic, **options).report

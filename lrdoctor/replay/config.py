@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from lrdoctor.errors import UnusableInput
 
@@ -157,6 +157,8 @@ class RunConfig(_Section):
     accumulation: AccumulationCfg = Field(default_factory=AccumulationCfg)
     scheduler: SchedulerCfg = Field(default_factory=SchedulerCfg)
     data: DataCfg = Field(default_factory=DataCfg)
+    # Where it came from: "run-config" or "roll-yaml" (set by load_config).
+    _format: str = PrivateAttr(default="run-config")
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
@@ -256,7 +258,9 @@ def load_config(path: str | Path) -> RunConfig:
         except ImportError:  # pragma: no cover - the inputs helper's module
             roll_yaml = None
         if roll_yaml is not None and roll_yaml.looks_like_roll(data):
-            return roll_yaml.to_config(data, str(path))
+            cfg = roll_yaml.to_config(data, str(path))
+            cfg._format = "roll-yaml"
+            return cfg
     return config_from_dict(data, str(path))
 
 
