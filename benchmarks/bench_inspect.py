@@ -20,6 +20,7 @@ Goals: inspect < 1 s and < 150 MB; ``--help`` < 0.3 s.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -71,7 +72,10 @@ def write_checkpoint(run: Path, size_gb: float) -> Path:
                  "exp_avg": torch.empty(shape, dtype=torch.float32),
                  "exp_avg_sq": torch.empty(shape, dtype=torch.float32)}
              for i, (_, shape) in enumerate(shapes)}
-    param_groups = [{"lr": 2.9e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1,
+    # the param-group lr the cosine schedule gives at the saved progress (a consistent run)
+    warm, decay, done = 200 * gbs, 20000 * gbs, iteration * gbs
+    lr_now = 3e-5 + 0.5 * (3e-4 - 3e-5) * (1 + math.cos(math.pi * (done - warm) / (decay - warm)))
+    param_groups = [{"lr": lr_now, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1,
                      "amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
                      "differentiable": False, "fused": None, "decoupled_weight_decay": True,
                      "params": list(range(len(shapes)))}]

@@ -512,6 +512,8 @@ def _storage_dtype(stype: Any) -> str:
 
 # --------------------------------------------------------------------------- zip format
 
+MAX_PICKLE_BYTES = 1 << 30  # a checkpoint's pickled metadata is KBs to a few MBs
+
 
 def _zip_layout(zf: zipfile.ZipFile, path: str) -> str:
     """The archive's top folder (torch names it after the file; any name is valid)."""
@@ -545,7 +547,11 @@ def _load_zip(path: str) -> Any:
                 raise _Bad(f"storage data/{key} holds {info.file_size} bytes, expected {need}")
             return TensorRef(dtype, (numel,), path, key, 0, (1,))
 
-        data = zf.read(f"{prefix}/data.pkl")
+        info = zf.getinfo(f"{prefix}/data.pkl")
+        if info.file_size > MAX_PICKLE_BYTES:  # also bounds a deflate bomb
+            raise UnusableInput(f"data.pkl is {info.file_size / 2**20:.0f} MiB; refusing more than "
+                                f"{MAX_PICKLE_BYTES >> 20} MiB of pickled metadata", path)
+        data = zf.read(info)
     return _Unpickler(io.BytesIO(data), path, storage_ref).load()
 
 

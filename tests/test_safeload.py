@@ -469,3 +469,63 @@ def test_unpickler_reads_in_memory_stream_names():
     blob = b"\x80\x02c__builtin__\nset\n]q\x00(K\x01K\x02e\x85R."
     f = io.BytesIO(blob)
     assert safeload._Unpickler(f, "<mem>").load() == {1, 2}
+
+
+def _rewrite_zip(src, dst, change, compression=zipfile.ZIP_STORED):
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compression) as zout:
+        for info in zin.infolist():
+            data = change(info.filename, zin.read(info.filename))
+            if data is not None:
+                zout.writestr(info.filename, data)
+
+
+def test_big_endian_checkpoint_values(tmp_path):
+    """A file written on a big-endian host: byteorder record 'big', bytes swapped."""
+    src = tmp_path / "le.pt"
+    t = torch.tensor([1.5, -2.25, 1e6], dtype=torch.float32)
+    h = torch.tensor([0.5, 3.0], dtype=torch.bfloat16)
+    torch.save({"t": t, "h": h}, src)
+    swaps = {}
+    for name in ("t", "h"):
+        ref = safeload.load(src)[name]
+        swaps[ref.storage_key] = {"t": 4, "h": 2}[name]
+
+    def to_big(name, data):
+        if name.endswith("/byteorder"):
+            return b"big"
+        key = name.rpartition("/data/")[2]
+        if "/data/" in name and key in swaps:
+            w = swaps[key]
+            return b"".join(data[i:i + w][::-1] for i in range(0, len(data), w))
+        return data
+
+    big = tmp_path / "be.pt"
+    _rewrite_zip(src, big, to_big)
+    got = safeload.load(big)
+    assert safeload.read_values(got["t"]) == t.tolist()
+    assert safeload.read_values(got["h"]) == h.tolist()
+    theirs = torch.load(big, weights_only=True)  # torch swaps back, as we do
+    assert theirs["t"].tolist() == t.tolist()
+
+
+def test_deflated_members_and_pickle_size_cap(tmp_path, monkeypatch):
+    src = tmp_path / "a.pt"
+    torch.save({"step": torch.tensor(42.0), "w": torch.arange(8.0)[3:]}, src)
+    packed = tmp_path / "packed.pt"
+    _rewrite_zip(src, packed, lambda n, d: d, zipfile.ZIP_DEFLATED)
+    got = safeload.load(packed)
+    assert safeload.read_values(got["step"]) == [42.0]
+    assert safeload.read_values(got["w"]) == [3.0, 4.0, 5.0, 6.0, 7.0]
+    monkeypatch.setattr(safeload, "MAX_PICKLE_BYTES", 16)
+    with pytest.raises(UnusableInput, match="data.pkl is"):
+        safeload.load(src)
+
+
+def test_model_state_dict_keeps_its_order_and_type(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2))
+    path = tmp_path / "m.pt"
+    torch.save(model.state_dict(), path)
+    got = safeload.load(path)
+    assert isinstance(got, OrderedDict)
+    assert list(got) == list(model.state_dict())
+    assert [v.shape for v in got.values()] == [tuple(v.shape) for v in model.state_dict().values()]
