@@ -188,15 +188,12 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
 def roll_run(output_dir: Path, *, pipeline_max_steps: int = 10, nominal_per_step: int = 4,
              updates_per_step=None, save_at=(4, 9), lr: float = 1e-6, min_lr: float = 0.0,
              warmup: int = 2, style: str = "cosine", worker: str = "actor_train",
-             write_config: bool = True, fast_optimizer_steps: bool = False) -> Truth:
+             write_config: bool = True) -> Truth:
     """ROLL's Megatron strategy: scheduler stepped once per optimizer update, saved as
     ``<output_dir>/<worker>/checkpoint-N/scheduler.pt`` plus mcore_adapter files.
 
     ``updates_per_step(step) -> int``: the real number of updates in pipeline step
     ``step`` (dynamic batching); defaults to the nominal count.
-    ``fast_optimizer_steps``: step AdamW only for the last update of each pipeline
-    step's updates beyond 1 (keeps thousands of updates fast); the scheduler
-    always steps once per update.
     """
     import torch
 
@@ -210,13 +207,10 @@ def roll_run(output_dir: Path, *, pipeline_max_steps: int = 10, nominal_per_step
     out = Path(output_dir)
     truth = Truth(out, meta={"budget": budget, "pipeline_max_steps": pipeline_max_steps})
     log_history = []
-    opt_updates = 0
     for step in range(pipeline_max_steps):
         n = updates_per_step(step) if updates_per_step else nominal_per_step
         for i in range(n):
-            if not fast_optimizer_steps or i == n - 1 or opt_updates == 0:
-                _train_step(model, opt, step * 1000 + i)
-                opt_updates += 1
+            _train_step(model, opt, step * 1000 + i)
             sched.step(1)
         log_history.append({"system/step": step, "actor/lr": opt.param_groups[0]["lr"],
                             "actor/updates": n})
@@ -253,7 +247,10 @@ def roll_run(output_dir: Path, *, pipeline_max_steps: int = 10, nominal_per_step
             "actor_train:\n  training_args:\n"
             f"    learning_rate: {lr}\n    per_device_train_batch_size: 8\n"
             "    gradient_accumulation_steps: 8\n"
-            f"    warmup_steps: {warmup}\n    lr_scheduler_type: {style}\n"
+            f"    warmup_steps: {warmup}\n"
+            + (f"    lr_scheduler_type: cosine_with_min_lr\n    lr_scheduler_kwargs:\n"
+               f"      min_lr: {min_lr}\n" if min_lr else f"    lr_scheduler_type: {style}\n")
+            +
             "  use_dynamic_batching_in_train: true\n"
             "  max_tokens_per_microbatch_in_train: 16384\n"
             "  sequence_length_round_in_train: 128\n")
@@ -327,7 +324,8 @@ def torch_loop(path: Path, *, scheduler: str = "cosine", updates: int = 12, ga: 
 
     model = _tiny_model(3)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    horizon = total_steps or updates * (ga if step_per_micro else 1)
+    # The author sizes the schedule in optimizer updates (the plan), whatever the stepping.
+    horizon = total_steps or updates
     makers = {
         "lambda": lambda: L.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 4)),
         "linear": lambda: L.LinearLR(opt, start_factor=0.1, end_factor=1.0, total_iters=horizon),
@@ -362,7 +360,7 @@ def torch_loop(path: Path, *, scheduler: str = "cosine", updates: int = 12, ga: 
         body.update(optimizer=opt.state_dict(), scheduler=sched.state_dict(), step=updates,
                     epoch=0)
     if save_total:
-        body["total_steps"] = horizon if not step_per_micro else updates
+        body["total_steps"] = horizon
     if layout == "nested":
         body = {"state": body, "version": 1}
     path = Path(path)
