@@ -1,0 +1,228 @@
+"""PyTorch Lightning ``.ckpt`` files (``trainer.save_checkpoint`` / ``ModelCheckpoint``).
+
+A ``.ckpt`` is a torch.save dict: ``global_step``, ``epoch``, ``loops`` (the
+fit loop's progress trackers), ``optimizer_states`` and ``lr_schedulers`` (the
+torch schedulers' state_dicts, in configuration order). What it does **not**
+hold: the scheduler config (``interval``, ``frequency``) and the trainer's
+``max_steps`` / ``max_epochs`` - so the interval is inferred from the counters
+and said so.
+
+Counting conventions (pytorch_lightning 2.x, checked against its loops):
+
+- ``global_step`` = optimizer steps (automatic optimization);
+- ``loops.fit_loop['epoch_loop.scheduler_progress']`` counts the scheduler
+  calls Lightning itself made (all schedulers together);
+- an ``interval="step"`` scheduler is stepped at accumulation boundaries when
+  ``(batch_idx + 1) % frequency == 0``: ``frequency`` is counted in batches of
+  the current epoch, not in optimizer steps, so under ``accumulate_grad_batches``
+  a frequency that divides it steps on every update;
+- an ``interval="epoch"`` scheduler is stepped only when an epoch ran all its
+  batches (a run stopped by ``max_steps`` mid-epoch does not step it, although
+  that epoch is counted as completed).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.errors import UnusableInput
+from lrdoctor.formats import _common
+from lrdoctor.formats.accelerate import add_optimizer, optimizer_info, torch_scheduler
+from lrdoctor.model import Counter, RunState, Unit
+
+NAME = "lightning"
+
+SUFFIX = ".ckpt"
+STEP_IN_NAME = re.compile(r"step=(\d+)")
+FIT = "loops.fit_loop"
+
+
+# ---------------------------------------------------------------- layout
+
+def _ckpt_files(d: Path) -> list[Path]:
+    try:
+        return [f for f in d.iterdir() if f.suffix == SUFFIX and f.is_file()]
+    except OSError:
+        return []
+
+
+def _search_dirs(path: Path) -> list[Path]:
+    dirs = [path, path / "checkpoints"]
+    logs = path / "lightning_logs"
+    if logs.is_dir():
+        dirs += sorted(v / "checkpoints" for v in logs.iterdir() if v.is_dir())
+    return dirs
+
+
+def detect(path: Path) -> bool:
+    path = Path(path)
+    if path.is_file():
+        return path.suffix == SUFFIX
+    return path.is_dir() and any(_ckpt_files(d) for d in _search_dirs(path))
+
+
+def find_checkpoints(path: Path) -> list[Path]:
+    """``*.ckpt`` files, oldest first (by modification time; ``step=N`` in the name breaks ties)."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    files = [f for d in _search_dirs(path) for f in _ckpt_files(d)]
+    if not files:
+        raise UnusableInput("no Lightning *.ckpt files here", str(path))
+
+    def key(f: Path) -> tuple:
+        m = STEP_IN_NAME.search(f.name)
+        return (f.stat().st_mtime, int(m.group(1)) if m else -1, f.name)
+
+    return sorted(files, key=key)
+
+
+# ---------------------------------------------------------------- read
+
+def _get(d: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _total(progress: Any, field: str = "completed") -> float | None:
+    return _common.number(_get(progress, "total", field))
+
+
+def read(path: Path) -> RunState:
+    path = Path(path)
+    ckpt = find_checkpoints(path)[-1]
+    sd = _common.load_dict(ckpt, "a Lightning checkpoint dict")
+    if "global_step" not in sd and "loops" not in sd:
+        raise UnusableInput("no 'global_step' or 'loops': not a Lightning checkpoint", str(ckpt))
+    src = str(ckpt)
+    st = RunState(format=NAME, path=src, files=[src])
+    for k in ("pytorch-lightning_version", "lightning_version"):
+        if k in sd:
+            st.extras["lightning_version"] = sd[k]
+
+    fit = _get(sd, "loops", "fit_loop") or {}
+    optim = _get(fit, "epoch_loop.automatic_optimization.optim_progress", "optimizer", "step")
+    manual = fit.get("epoch_loop.manual_optimization.optim_step_progress")
+    batches = fit.get("epoch_loop.batch_progress")
+    counters = [
+        ("trainer.global_step", _common.number(sd.get("global_step")), Unit.UPDATES,
+         "global_step"),
+        ("lightning.optimizer_steps", _total(optim), Unit.UPDATES,
+         f"{FIT}['epoch_loop.automatic_optimization.optim_progress'].optimizer.step.total"
+         ".completed"),
+        ("lightning.manual_optimizer_steps", _total(manual), Unit.UPDATES,
+         f"{FIT}['epoch_loop.manual_optimization.optim_step_progress'].total.completed"),
+        ("lightning.scheduler_progress", _total(fit.get("epoch_loop.scheduler_progress")),
+         Unit.SCHEDULER_CALLS, f"{FIT}['epoch_loop.scheduler_progress'].total.completed"),
+        ("lightning.batches", _total(batches), Unit.MICRO_STEPS,
+         f"{FIT}['epoch_loop.batch_progress'].total.completed"),
+        ("lightning.epoch", _common.number(sd.get("epoch")), Unit.EPOCHS, "epoch"),
+    ]
+    for name, value, unit, where in counters:
+        if value is not None and not (name == "lightning.manual_optimizer_steps" and value == 0):
+            st.counters.append(Counter(name, value, unit, f"{src}:{where}"))
+    epochs_done = _epochs_done(fit)
+    if epochs_done is not None:
+        st.counters.append(Counter("lightning.epochs_done", epochs_done, Unit.EPOCHS,
+                                   f"{src}:{FIT}.epoch_progress (epochs that ran all batches)"))
+
+    opts = sd.get("optimizer_states") or []
+    info = optimizer_info(opts[0]) if isinstance(opts, list) and opts else None
+    if info is not None:
+        add_optimizer(st, info, f"{src}:optimizer_states[0]")
+    if isinstance(opts, list) and len(opts) > 1:
+        st.notes.append(f"{len(opts)} optimizers: the first one is used")
+
+    steps = _steps(st)
+    if steps is not None and st.counter("lightning.batches") and steps.value > 0:
+        st.extras["lightning.batches_per_update"] = st.counter("lightning.batches").value / steps.value
+
+    scheds = sd.get("lr_schedulers") or []
+    if not isinstance(scheds, list) or not scheds:
+        st.notes.append("no lr_schedulers in the checkpoint: configure_optimizers returned none")
+        return st
+    if len(scheds) > 1:
+        st.notes.append(f"{len(scheds)} schedulers: the first one is used")
+    _scheduler(st, scheds, info, src, steps, epochs_done)
+    st.notes.append("Lightning does not save max_steps/max_epochs: the planned end is unknown")
+    return st
+
+
+def _steps(st: RunState) -> Counter | None:
+    return (st.counter("lightning.optimizer_steps") or st.counter("trainer.global_step")
+            if not st.counter("lightning.manual_optimizer_steps")
+            else st.counter("lightning.manual_optimizer_steps"))
+
+
+def _epochs_done(fit: dict) -> float | None:
+    """Epochs whose batches all ran (what an interval="epoch" scheduler follows)."""
+    ep = fit.get("epoch_progress")
+    done, started = _total(ep), _total(ep, "started")
+    if done is None:
+        return None
+    bp = fit.get("epoch_loop.batch_progress") or {}
+    cut_short = (bp.get("is_last_batch") is False and (_common.number(_get(bp, "current",
+                 "completed")) or 0) > 0 and started == done)
+    # Stopped by max_steps mid-epoch: Lightning marks that epoch completed anyway.
+    return done - 1 if cut_short and done > 0 else done
+
+
+def _scheduler(st: RunState, scheds: list, info: dict | None, src: str,
+               steps: Counter | None, epochs_done: float | None) -> None:
+    sd0 = scheds[0]
+    last = _common.number(sd0.get("last_epoch")) if isinstance(sd0, dict) else None
+    s = steps.value if steps else None
+    interval = "step"
+    if last is not None and epochs_done is not None and last == epochs_done and last != s:
+        interval = "epoch"
+    unit = Unit.EPOCHS if interval == "epoch" else Unit.UPDATES
+    spec, prog, notes = torch_scheduler(sd0, unit=unit, source=f"{src}:lr_schedulers[0]", opt=info)
+    st.schedule, st.scheduler_progress = spec, prog
+    st.notes += notes
+    st.extras["lightning.interval"] = interval
+
+    # Did every scheduler call come from Lightning's loop?
+    lasts = [_common.number(d.get("last_epoch")) for d in scheds if isinstance(d, dict)]
+    made = st.counter("lightning.scheduler_progress")
+    if made is not None and None not in lasts:
+        extra = sum(lasts) - made.value
+        st.extras["lightning.extra_scheduler_calls"] = extra
+        if extra > 0:
+            st.notes.append(f"schedulers were stepped {extra:g} times more than Lightning's loop "
+                            "stepped them: something else calls scheduler.step() (e.g. "
+                            "training_step), on top of the configured interval")
+
+    if interval == "epoch":
+        if epochs_done is not None:
+            st.nominal_progress = Counter(
+                "lightning.epochs_done", epochs_done, Unit.EPOCHS,
+                f"{src}:{FIT}.epoch_progress (interval='epoch' inferred: last_epoch equals the "
+                "epochs run; Lightning does not save the scheduler config)")
+        return
+    if s is None:
+        return
+    per_update = st.extras.get("lightning.batches_per_update") or 1
+    k = 1
+    if (last and made is not None and made.value == last and len(scheds) == 1 and s // last > 1
+            and s // (s // last) == last):
+        k = int(s // last)  # all calls were Lightning's: frequency k in effect
+    if k > 1:
+        st.nominal_progress = Counter(
+            f"{steps.name} // {k}", s // k, Unit.UPDATES,
+            f"{steps.source} // {k} (interval='step' with frequency {k} inferred: every scheduler "
+            "call came from Lightning's loop; it does not save the scheduler config)")
+        st.extras["lightning.frequency"] = k
+    else:
+        st.nominal_progress = Counter(
+            steps.name, s, Unit.UPDATES,
+            f"{steps.source} (interval='step', frequency=1 assumed: Lightning does not save "
+            "the scheduler config)")
+    if per_update > 1:
+        st.notes.append(f"about {per_update:.3g} batches per optimizer step "
+                        "(accumulate_grad_batches): Lightning counts a scheduler's `frequency` in "
+                        "batches, so a frequency > 1 that divides it steps on every update")

@@ -1,0 +1,195 @@
+"""Lightning .ckpt files written by a real Trainer on the CPU, read back metadata-only."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lrdoctor.errors import UnusableInput
+from lrdoctor.formats import lightning as pl_fmt
+from lrdoctor.model import Unit
+
+pytestmark = pytest.mark.frameworks
+
+GEN = textwrap.dedent("""
+    import json, sys, warnings, torch, pytorch_lightning as pl
+    from pathlib import Path
+    from torch.utils.data import DataLoader, TensorDataset
+    import torch.optim.lr_scheduler as L
+    warnings.filterwarnings("ignore")
+    out = Path(sys.argv[1])
+    torch.manual_seed(0)
+
+    class M(pl.LightningModule):
+        def __init__(self, sched, interval, frequency, extra_step):
+            super().__init__()
+            self.l = torch.nn.Linear(4, 1)
+            self.cfg = (sched, interval, frequency, extra_step)
+
+        def training_step(self, batch, i):
+            if self.cfg[3]:  # the bug: stepping the scheduler by hand as well
+                self.lr_schedulers().step()
+            return self.l(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            sched, interval, frequency, _ = self.cfg
+            o = torch.optim.AdamW(self.parameters(), lr=1e-3)
+            s = {"onecycle": lambda: L.OneCycleLR(o, max_lr=1e-3, total_steps=50),
+                 "cosine": lambda: L.CosineAnnealingLR(o, T_max=50),
+                 "lambda": lambda: L.LambdaLR(o, lambda n: 1 / (n + 1))}[sched]()
+            return {"optimizer": o, "lr_scheduler": {"scheduler": s, "interval": interval,
+                                                     "frequency": frequency}}
+
+    def run(name, sched="cosine", interval="step", frequency=1, accum=1, max_steps=-1,
+            max_epochs=None, extra_step=False):
+        dl = DataLoader(TensorDataset(torch.randn(20, 4)), batch_size=2)  # 10 batches/epoch
+        t = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                       enable_model_summary=False, accelerator="cpu", max_steps=max_steps,
+                       max_epochs=max_epochs, accumulate_grad_batches=accum)
+        t.fit(M(sched, interval, frequency, extra_step), dl)
+        t.save_checkpoint(out / f"{name}.ckpt")
+        s = t.lr_scheduler_configs[0].scheduler
+        o = t.optimizers[0]
+        (out / f"{name}.json").write_text(json.dumps({
+            "last_epoch": s.last_epoch, "global_step": t.global_step,
+            "opt_step": max(float(v["step"]) for v in o.state.values()),
+            "lr": [g["lr"] for g in o.param_groups], "current_epoch": t.current_epoch}))
+
+    run("step", sched="onecycle", max_steps=7)
+    run("accum4", accum=4, max_steps=6)
+    run("epoch", interval="epoch", max_epochs=3)
+    run("epoch_cut", interval="epoch", max_steps=25)
+    run("freq2", frequency=2, max_steps=6)
+    run("freq2_accum4", frequency=2, accum=4, max_steps=6)
+    run("manual_extra", max_steps=5, extra_step=True)
+    run("lambda", sched="lambda", max_steps=4)
+""")
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("lightning")
+    (out / "gen.py").write_text(GEN)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PL_DISABLE_FORK="1")
+    r = subprocess.run([sys.executable, str(out / "gen.py"), str(out)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+def load(saved: Path, name: str):
+    return pl_fmt.read(saved / f"{name}.ckpt"), json.loads((saved / f"{name}.json").read_text())
+
+
+def test_step_interval_healthy(saved):
+    st, t = load(saved, "step")
+    assert pl_fmt.detect(saved / "step.ckpt")
+    assert st.counter("trainer.global_step").value == t["global_step"] == 7
+    assert st.counter("lightning.optimizer_steps").value == 7
+    assert st.counter("lightning.scheduler_progress").value == 7
+    assert st.counter("optimizer.step").value == t["opt_step"] == 7
+    assert st.scheduler_progress.value == t["last_epoch"] == 7
+    assert st.scheduler_progress.value == st.nominal_progress.value
+    assert st.extras["lightning.interval"] == "step"
+    assert st.optimizer_lrs == pytest.approx(t["lr"])
+    s = st.schedule
+    assert (s.family, s.kind, s.max_lr, s.horizon, s.unit) == (
+        "torch", "OneCycleLR", 1e-3, 50, Unit.UPDATES)
+    assert st.planned_end is None
+
+
+def test_accumulation_counts(saved):
+    st, t = load(saved, "accum4")
+    assert st.scheduler_progress.value == t["last_epoch"] == t["global_step"] == 6
+    assert st.nominal_progress.value == 6
+    # 10 batches per epoch, 4 per update, the epoch's last batch closes a short window:
+    # 3 updates per epoch -> 6 updates = 2 epochs = 20 batches.
+    assert st.counter("lightning.batches").value == 20
+    assert st.extras["lightning.batches_per_update"] == pytest.approx(20 / 6)
+
+
+def test_epoch_interval_is_inferred(saved):
+    st, t = load(saved, "epoch")
+    assert st.extras["lightning.interval"] == "epoch"
+    assert st.schedule.unit is Unit.EPOCHS
+    assert st.scheduler_progress.value == t["last_epoch"] == 3
+    assert st.nominal_progress.value == 3 and st.nominal_progress.unit is Unit.EPOCHS
+    assert st.counter("trainer.global_step").value == 30
+
+
+def test_epoch_interval_stopped_mid_epoch(saved):
+    """max_steps=25 stops in the third epoch: Lightning counts it completed, the scheduler does not."""
+    st, t = load(saved, "epoch_cut")
+    assert t["last_epoch"] == 2 and t["global_step"] == 25
+    assert st.extras["lightning.interval"] == "epoch"
+    assert st.counter("lightning.epochs_done").value == 2
+    assert st.scheduler_progress.value == st.nominal_progress.value == 2
+
+
+def test_frequency_two_is_inferred_when_lightning_made_every_call(saved):
+    st, t = load(saved, "freq2")
+    assert t["last_epoch"] == 3 and t["global_step"] == 6
+    assert st.extras["lightning.frequency"] == 2
+    assert st.scheduler_progress.value == st.nominal_progress.value == 3
+
+
+def test_frequency_in_batches_under_accumulation(saved):
+    """frequency=2 with accumulate_grad_batches=4: Lightning steps on every update."""
+    st, t = load(saved, "freq2_accum4")
+    assert t["last_epoch"] == t["global_step"] == 6
+    assert st.scheduler_progress.value == 6
+    assert any("counts a scheduler's `frequency` in batches" in n for n in st.notes)
+
+
+def test_extra_manual_scheduler_calls_show(saved):
+    st, t = load(saved, "manual_extra")
+    # One call per batch from training_step plus Lightning's own per update.
+    assert t["last_epoch"] == 10 and t["global_step"] == 5
+    assert st.scheduler_progress.value == 10
+    assert st.nominal_progress.value == 5
+    assert st.extras["lightning.extra_scheduler_calls"] == 5
+    assert any("stepped 5 times more" in n for n in st.notes)
+
+
+def test_lambda_schedule_unrecoverable(saved):
+    st, t = load(saved, "lambda")
+    assert st.schedule is None and st.scheduler_progress.value == t["last_epoch"] == 4
+    assert any("LambdaLR" in n for n in st.notes)
+
+
+def test_run_dir(saved, tmp_path):
+    ck = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    ck.mkdir(parents=True)
+    a, b = ck / "epoch=0-step=3.ckpt", ck / "epoch=0-step=7.ckpt"
+    a.write_bytes((saved / "accum4.ckpt").read_bytes())
+    b.write_bytes((saved / "step.ckpt").read_bytes())
+    os.utime(a, (1, 1))
+    assert pl_fmt.detect(tmp_path)
+    assert pl_fmt.find_checkpoints(tmp_path) == [a, b]
+    assert pl_fmt.read(tmp_path).path == str(b)
+
+
+def test_bad_inputs(tmp_path):
+    assert not pl_fmt.detect(tmp_path)
+    with pytest.raises(UnusableInput, match="no Lightning"):
+        pl_fmt.read(tmp_path)
+    f = tmp_path / "x.ckpt"
+    f.write_bytes(b"\x80\x04garbage")
+    with pytest.raises(UnusableInput) as e:
+        pl_fmt.read(f)
+    assert "x.ckpt" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_plain_torch_dict_is_not_lightning(tmp_path):
+    import torch
+
+    f = tmp_path / "model.ckpt"
+    torch.save({"state_dict": {}}, f)
+    with pytest.raises(UnusableInput, match="not a Lightning checkpoint"):
+        pl_fmt.read(f)
