@@ -258,7 +258,8 @@ def load_config(path: str | Path) -> RunConfig:
         except ImportError:  # pragma: no cover - the inputs helper's module
             roll_yaml = None
         if roll_yaml is not None and roll_yaml.looks_like_roll(data):
-            cfg = roll_yaml.to_config(data, str(path))
+            # to_config returns the lrdoctor config dict; validate it like any other.
+            cfg = config_from_dict(roll_yaml.to_config(data, str(path)), str(path))
             cfg._format = "roll-yaml"
             return cfg
     return config_from_dict(data, str(path))

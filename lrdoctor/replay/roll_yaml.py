@@ -1,0 +1,420 @@
+"""Read ROLL's own pipeline YAML and translate it into an lrdoctor run config.
+
+ROLL users should not have to restate their run: the keys that decide the
+step accounting (``max_steps``, ``rollout_batch_size``, the number of returned
+sequences, ``ppo_epochs``, ``actor_train.training_args.*``, the dynamic
+batching knobs and the dp size from ``device_mapping``) are all in the YAML
+they launch with. The translation follows what ROLL does with them:
+
+- scheduler horizon = ``max_steps * rollout_batch_size * num_return_sequences *
+  ppo_epochs // (per_device_train_batch_size * gradient_accumulation_steps)``,
+  then ``// dp_size`` on each worker (``budget.formula: roll``);
+- megatron strategies map HF ``lr_scheduler_type`` to Megatron decay styles
+  and step the scheduler by 1 per optimizer update; warmup is
+  ``warmup_steps`` or ``ceil(warmup_ratio * horizon)``;
+- agentic pipelines (env managers) force ``num_return_sequences`` to 1.
+
+Hydra ``${...}`` interpolations are resolved here for plain references
+(``${a.b}``, ``${x}`` inside strings, ``${oc.env:VAR,default}``) without
+omegaconf; ``device_mapping`` strings such as ``list(range(0,8))`` are read by
+a tiny evaluator that only knows lists, ``range``, ``list`` and ``+`` (never
+``eval``).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.errors import UnusableInput
+
+_REF = re.compile(r"\$\{([^${}]+)\}")
+_MISSING = object()
+
+# HF SchedulerType -> Megatron lr_decay_style, as ROLL's mcore adapter maps them.
+_HF_TO_MEGATRON = {
+    "constant_with_warmup": "constant",
+    "inverse_sqrt": "inverse-square-root",
+    "cosine_with_min_lr": "cosine",
+    "cosine_warmup_with_min_lr": "cosine",
+    "warmup_stable_decay": "WSD",
+}
+_MEGATRON_STYLES = ("constant", "linear", "cosine", "inverse-square-root", "WSD")
+# transformers TrainingArguments defaults, which ROLL inherits.
+_HF_DEFAULTS = {
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 1,
+    "learning_rate": 5e-5,
+    "lr_scheduler_type": "linear",
+    "warmup_steps": 0,
+    "warmup_ratio": 0.0,
+}
+ROLL_ROUND_DEFAULT = 4  # WorkerConfig.sequence_length_round_in_train default
+
+
+def looks_like_roll(data: Any) -> bool:
+    """A ROLL pipeline YAML: an ``actor_train`` worker with training args or rollout keys."""
+    if not isinstance(data, dict):
+        return False
+    actor = data.get("actor_train")
+    if not isinstance(actor, dict):
+        return False
+    return (
+        "training_args" in actor
+        or "rollout_batch_size" in data
+        or "use_dynamic_batching_in_train" in actor
+    )
+
+
+# --------------------------------------------------------------------------- interpolation
+
+
+def _lookup(root: dict, dotted: str) -> Any:
+    node: Any = root
+    for part in dotted.strip().split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return _MISSING
+    return node
+
+
+def _resolve_ref(root: dict, expr: str, stack: tuple[str, ...]) -> Any:
+    expr = expr.strip()
+    if expr.startswith("oc.env:"):
+        name, _, default = expr[len("oc.env:") :].partition(",")
+        val = os.environ.get(name.strip())
+        if val is not None:
+            return val
+        return default.strip().strip("'\"") if default else _MISSING
+    if ":" in expr:  # another resolver: not ours to run
+        return _MISSING
+    if expr in stack:
+        raise UnusableInput(f"interpolation cycle: {' -> '.join((*stack, expr))}")
+    val = _lookup(root, expr)
+    if val is _MISSING:
+        return _MISSING
+    return _resolve(root, val, (*stack, expr))
+
+
+def _resolve(root: dict, value: Any, stack: tuple[str, ...] = ()) -> Any:
+    """Resolve ``${...}`` references in ``value``; unresolvable ones stay as text."""
+    if isinstance(value, dict):
+        return {k: _resolve(root, v, stack) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(root, v, stack) for v in value]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    whole = _REF.fullmatch(value.strip())
+    if whole:
+        got = _resolve_ref(root, whole.group(1), stack)
+        return value if got is _MISSING else got
+
+    def sub(m: re.Match) -> str:
+        got = _resolve_ref(root, m.group(1), stack)
+        return m.group(0) if got is _MISSING else str(got)
+
+    return _REF.sub(sub, value)
+
+
+def resolve(data: dict) -> dict:
+    """The YAML mapping with every resolvable interpolation replaced."""
+    return _resolve(data, data)
+
+
+# --------------------------------------------------------------------------- device mapping
+
+
+def _eval_node(node: ast.AST) -> Any:
+    if isinstance(node, ast.Expression):
+        return _eval_node(node.body)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_eval_node(node.operand)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_eval_node(e) for e in node.elts]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _eval_node(node.left), _eval_node(node.right)
+        if isinstance(left, list) and isinstance(right, list):
+            return left + right
+        if isinstance(left, int) and isinstance(right, int):
+            return left + right
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and not node.keywords
+        and node.func.id in ("range", "list")
+    ):
+        args = [_eval_node(a) for a in node.args]
+        if (
+            node.func.id == "range"
+            and 1 <= len(args) <= 3
+            and all(isinstance(a, int) for a in args)
+        ):
+            return list(range(*args))
+        if node.func.id == "list" and len(args) == 1 and isinstance(args[0], list):
+            return list(args[0])
+    raise ValueError(ast.dump(node)[:60])
+
+
+def parse_device_mapping(value: Any, key: str = "device_mapping") -> list[int]:
+    """``list(range(0,8))``, ``[0,1,2]``, ``list(range(0,4)) + [6]``: the GPU ids."""
+    if isinstance(value, list) and all(isinstance(x, int) for x in value):
+        return list(value)
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, str):
+        try:
+            out = _eval_node(ast.parse(value.strip(), mode="eval"))
+        except (SyntaxError, ValueError):
+            out = None
+        if isinstance(out, list) and all(isinstance(x, int) for x in out):
+            return out
+    raise UnusableInput(
+        f"{key} {value!r}: expected a list of GPU ids or list(range(a, b)) (nothing else is evaluated)"
+    )
+
+
+# --------------------------------------------------------------------------- translation
+
+
+def _num(value: Any, key: str, kind: type = int) -> Any:
+    if isinstance(value, bool):
+        raise UnusableInput(f"{key} is {value!r}; expected a number")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise UnusableInput(f"{key} is {value!r}; expected a number") from None
+    if not isinstance(value, (int, float)):
+        raise UnusableInput(f"{key} is {value!r}; expected a number")
+    if kind is int:
+        if value != int(value):
+            raise UnusableInput(f"{key} is {value!r}; expected an integer")
+        return int(value)
+    return float(value)
+
+
+def _get(node: Any, dotted: str, default: Any = _MISSING) -> Any:
+    val = _lookup(node, dotted) if isinstance(node, dict) else _MISSING
+    if val is _MISSING or val is None:
+        return default
+    if isinstance(val, str) and "${" in val:
+        raise UnusableInput(f"{dotted} is {val!r}: the interpolation does not resolve in this file")
+    return val
+
+
+def _dp_size(actor: dict) -> tuple[int, dict]:
+    """dp = world size / (tensor * pipeline * context parallel), ROLL's megatron layout."""
+    mapping = actor.get("device_mapping")
+    world = actor.get("world_size")
+    if mapping is not None:
+        gpus = parse_device_mapping(mapping, "actor_train.device_mapping")
+        per_worker = _num(actor.get("num_gpus_per_worker") or 1, "actor_train.num_gpus_per_worker")
+        strategy = str(_get(actor, "strategy_args.strategy_name", ""))
+        if strategy not in ("hf_infer", "vllm", "sglang"):
+            per_worker = 1  # ROLL forces 1 GPU per worker for training strategies
+        world = len(gpus) // per_worker
+    elif world is not None:
+        world = _num(world, "actor_train.world_size")
+    else:
+        raise UnusableInput(
+            "actor_train has neither device_mapping nor world_size: cannot tell the dp size"
+        )
+    sc = _get(actor, "strategy_args.strategy_config", {}) or {}
+    tp = _num(sc.get("tensor_model_parallel_size") or 1, "tensor_model_parallel_size")
+    pp = _num(sc.get("pipeline_model_parallel_size") or 1, "pipeline_model_parallel_size")
+    cp = _num(sc.get("context_parallel_size") or 1, "context_parallel_size")
+    ulysses = _num(_get(actor, "model_args.ulysses_size", 1) or 1, "model_args.ulysses_size")
+    model_par = tp * pp * cp * ulysses
+    if world % model_par:
+        raise UnusableInput(
+            f"actor_train: world size {world} is not divisible by tp*pp*cp*ulysses = {model_par}"
+        )
+    return max(1, world // model_par), {
+        "world_size": world,
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "ulysses": ulysses,
+    }
+
+
+def _num_return_sequences(data: dict) -> tuple[int, str]:
+    agentic = any(k in data for k in ("train_env_manager", "custom_envs", "val_env_manager"))
+    if agentic:
+        return 1, "agentic pipeline (ROLL forces num_return_sequences to 1)"
+    v = _get(data, "actor_infer.generating_args.num_return_sequences")
+    if v is not None:
+        return _num(v, "actor_infer.generating_args.num_return_sequences"), (
+            "actor_infer.generating_args.num_return_sequences"
+        )
+    v = _get(data, "num_return_sequences_in_group")
+    if v is not None:
+        return _num(v, "num_return_sequences_in_group"), "num_return_sequences_in_group"
+    return 1, "default"
+
+
+def to_config(path_or_dict: str | Path | dict, source: str | None = None) -> dict:
+    """ROLL pipeline YAML (a path or the loaded mapping) -> lrdoctor run-config dict."""
+    if isinstance(path_or_dict, dict):
+        raw = path_or_dict
+    else:
+        import yaml
+
+        source = source or str(path_or_dict)
+        try:
+            raw = yaml.safe_load(Path(path_or_dict).read_text())
+        except OSError as exc:
+            raise UnusableInput(f"cannot read: {exc.strerror or exc}", source) from None
+        except yaml.YAMLError:
+            raise UnusableInput("not valid YAML", source) from None
+    if not looks_like_roll(raw):
+        raise UnusableInput("not a ROLL pipeline YAML (no actor_train.training_args)", source)
+    try:
+        return _translate(resolve(raw))
+    except UnusableInput as exc:
+        if source and exc.path is None:
+            raise UnusableInput(str(exc), source) from None
+        raise
+
+
+def _translate(data: dict) -> dict:
+    actor = data["actor_train"]
+    targs = actor.get("training_args") or {}
+    if not isinstance(targs, dict):
+        raise UnusableInput("actor_train.training_args must be a mapping")
+
+    def ta(key: str, kind: type = int):
+        val = targs.get(key)
+        if val is None:
+            val = _HF_DEFAULTS[key]
+        if kind is str:
+            return str(val)
+        return _num(val, f"actor_train.training_args.{key}", kind)
+
+    steps = _num(_get(data, "max_steps", _MISSING), "max_steps") if "max_steps" in data else None
+    if steps is None:
+        raise UnusableInput("max_steps is missing: ROLL needs it to size the scheduler")
+    if steps < 1:
+        raise UnusableInput(
+            f"max_steps is {steps}: an unlimited run has no scheduler horizon to replay"
+        )
+    rbs = _num(_get(data, "rollout_batch_size", _MISSING), "rollout_batch_size")
+    if rbs < 1:
+        raise UnusableInput(f"rollout_batch_size is {rbs}: the replay needs a fixed batch size")
+    nrs, nrs_from = _num_return_sequences(data)
+    ppo_epochs = _num(_get(data, "ppo_epochs", 1), "ppo_epochs")
+    mbs = ta("per_device_train_batch_size")
+    ga = ta("gradient_accumulation_steps")
+    dp, layout = _dp_size(actor)
+    sps = rbs * nrs
+
+    # Horizon ROLL hands the scheduler (updates, per worker).
+    horizon = max(1, steps * sps * ppo_epochs // (mbs * ga)) // dp
+    warmup_steps = ta("warmup_steps", float)
+    if 0 < warmup_steps < 1:  # transformers 5 reads a fraction here as a ratio
+        warmup = math.ceil(warmup_steps * horizon)
+    elif warmup_steps > 0:
+        warmup = int(warmup_steps)
+    else:
+        warmup = math.ceil(ta("warmup_ratio", float) * horizon)
+
+    strategy = str(_get(actor, "strategy_args.strategy_name", "megatron_train"))
+    hf_type = ta("lr_scheduler_type", str)
+    kwargs = targs.get("lr_scheduler_kwargs") or {}
+    lr = ta("learning_rate", float)
+    if "megatron" in strategy:
+        family = "megatron"
+        kind = _HF_TO_MEGATRON.get(hf_type, hf_type)
+        if kind not in _MEGATRON_STYLES:
+            raise UnusableInput(
+                f"actor_train.training_args.lr_scheduler_type {hf_type!r} is not supported by "
+                "ROLL's megatron strategy"
+            )
+        params: dict[str, Any] = {}
+        if kind == "WSD":
+            params = {
+                "wsd_decay_steps": kwargs.get("wsd_decay_steps"),
+                "lr_wsd_decay_style": kwargs.get("lr_wsd_decay_style"),
+            }
+        schedule = {
+            "family": family,
+            "kind": kind,
+            "max_lr": float(kwargs.get("max_lr", lr)),
+            "min_lr": float(kwargs.get("min_lr", 0.0)),
+            "init_lr": float(kwargs.get("init_lr", 0.0)),
+            "warmup": warmup,
+            "horizon": float(kwargs["lr_decay_steps"]) if "lr_decay_steps" in kwargs else "auto",
+            "params": params,
+        }
+    else:
+        schedule = {
+            "family": "hf",
+            "kind": hf_type,
+            "max_lr": lr,
+            "min_lr": float(kwargs.get("min_lr", 0.0)),
+            "warmup": warmup,
+            "horizon": "auto",
+            "params": {k: v for k, v in kwargs.items() if k != "min_lr"},
+        }
+
+    dynamic = bool(actor.get("use_dynamic_batching_in_train", False))
+    batching: dict[str, Any] = {"strategy": "static", "round_to": 1}
+    if dynamic:
+        cap = _num(
+            actor.get("max_tokens_per_microbatch_in_train") or 0,
+            "actor_train.max_tokens_per_microbatch_in_train",
+        )
+        if cap < 1:
+            raise UnusableInput(
+                "actor_train.use_dynamic_batching_in_train is true but "
+                "max_tokens_per_microbatch_in_train is not set (ROLL requires it)"
+            )
+        rnd = actor.get("sequence_length_round_in_train")
+        batching = {
+            "strategy": "token_budget",
+            "max_tokens_per_microbatch": cap,
+            "round_to": _num(
+                ROLL_ROUND_DEFAULT if rnd is None else rnd,
+                "actor_train.sequence_length_round_in_train",
+            ),
+        }
+    return {
+        "schedule": schedule,
+        "budget": {"formula": "roll"},
+        "train": {
+            "steps": steps,
+            "samples_per_step": sps,
+            "epochs_per_step": ppo_epochs,
+            "micro_batch_size": mbs,
+            "gradient_accumulation": ga,
+        },
+        "dp": {"size": dp},
+        "batching": batching,
+        "accumulation": {"rule": "correct"},
+        "scheduler": {"step_on": "update", "increment": 1},
+    }
+
+
+def explain(cfg: dict) -> str:
+    """One line saying what the translation found (for the CLI's human output)."""
+    t = cfg["train"]
+    b = cfg["batching"]
+    dyn = (
+        f"dynamic batching {b['max_tokens_per_microbatch']} tokens, round {b['round_to']}"
+        if b["strategy"] == "token_budget"
+        else "static batches"
+    )
+    return (
+        f"ROLL: {t['steps']} pipeline steps x {t['samples_per_step']} sequences, "
+        f"ppo_epochs {t['epochs_per_step']}, micro-batch {t['micro_batch_size']} x GA "
+        f"{t['gradient_accumulation']} on dp {cfg['dp']['size']}, {dyn}"
+    )
