@@ -78,6 +78,12 @@ class StepFrame:
 def iter_step_frames(samples: pd.DataFrame, steps: int,
                      notes: dict | None = None) -> Iterator[StepFrame]:
     """Yield ``steps`` step frames; a shorter log is cycled (and ``notes`` says so)."""
+    for frame, _ in _iter_frames(samples, steps, notes):
+        yield frame
+
+
+def _iter_frames(samples: pd.DataFrame, steps: int,
+                 notes: dict | None = None) -> Iterator[tuple[StepFrame, int]]:
     order = np.argsort(samples["step"].to_numpy(), kind="stable")
     cols = {c: samples[c].to_numpy()[order] for c in samples.columns}
     step_col = cols["step"]
@@ -92,7 +98,7 @@ def iter_step_frames(samples: pd.DataFrame, steps: int,
     for s in range(steps):
         i = s % len(uniq)
         sl = slice(int(starts[i]), int(ends[i]))
-        yield StepFrame(s, {c: v[sl] for c, v in cols.items()})
+        yield StepFrame(s, {c: v[sl] for c, v in cols.items()}), i
 
 
 # ---------------------------------------------------------------- planning
@@ -123,16 +129,27 @@ def plan_steps(cfg: RunConfig, samples: pd.DataFrame, planner: Planner | None = 
     """Run the framework's micro-batching once per train step."""
     planner = planner or default_planner()
     out: list[StepInfo] = []
-    for frame in iter_step_frames(samples, cfg.train.steps, notes):
+    # A cycled log replans the same frame at the same dp: plans are deterministic.
+    cache: dict[tuple[int, int], StepInfo] = {}
+    for frame, logged in _iter_frames(samples, cfg.train.steps, notes):
         dp = cfg.dp.size_at(frame.step)
+        hit = cache.get((logged, dp))
+        if hit is not None:
+            out.append(StepInfo(frame.step, dp, hit.plan, hit.samples, hit.docs, hit.mb_docs))
+            if progress is not None:
+                progress(frame.step)
+            continue
         plan = planner(cfg.batching, cfg.train, frame.columns, dp)
         docs = frame.columns.get("docs")
         mb_docs = None
         if docs is not None:
-            mb_docs = [float(sum(docs[r].sum() for r in mb.ranks if len(r)))
+            mb_docs = [float(sum(docs[np.asarray(r, dtype=np.int64)].sum()
+                                 for r in mb.ranks if len(r)))
                        for mb in plan.micro_batches]
-        out.append(StepInfo(frame.step, dp, plan, len(frame),
-                            int(docs.sum()) if docs is not None else None, mb_docs))
+        info = StepInfo(frame.step, dp, plan, len(frame),
+                        int(docs.sum()) if docs is not None else None, mb_docs)
+        cache[(logged, dp)] = info
+        out.append(info)
         if progress is not None:
             progress(frame.step)
     return out

@@ -1,0 +1,263 @@
+"""Replay engine: config validation, window rules, and fast path == real torch path."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lrdoctor.errors import UnusableInput
+from lrdoctor.replay import engine, torch_exec
+from lrdoctor.replay.config import config_from_dict, load_config, with_key
+from lrdoctor.replay.packing import MicroBatch, StepPlan
+
+BASE = {
+    "schedule": {"family": "megatron", "kind": "cosine", "max_lr": 1e-3, "min_lr": 1e-5,
+                 "warmup": 2},
+    "train": {"steps": 6, "samples_per_step": 32, "micro_batch_size": 2,
+              "gradient_accumulation": 4},
+    "dp": {"size": 2},
+    "batching": {"strategy": "token_budget", "max_tokens_per_microbatch": 4096},
+}
+
+
+def _cfg(**over):
+    d = {k: dict(v) for k, v in BASE.items()}
+    for k, v in over.items():
+        d[k] = {**d.get(k, {}), **v}
+    return config_from_dict(d, "run.yaml")
+
+
+def _lengths(steps=6, per=32, lo=100, hi=3000, seed=0):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"step": np.repeat(np.arange(steps), per),
+                         "tokens": rng.integers(lo, hi, steps * per)})
+
+
+def static_planner(rows_per_mb: int):
+    """A tiny local plan: every micro-batch holds ``rows_per_mb`` rows on rank 0."""
+
+    def plan(batching, train, frame, dp):
+        n = len(frame["tokens"])
+        mbs = [MicroBatch([list(range(i, min(i + rows_per_mb, n)))], [8], [8])
+               for i in range(0, n, rows_per_mb)]
+        return StepPlan(mbs, None, None, {})
+
+    return plan
+
+
+# ---------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ({"batching": {"strategy": "magic"}}, "key 'batching.strategy': got 'magic'; input should be"),
+    ({"batching": {"max_token": 3}}, "unknown key 'batching.max_token' (allowed: strategy,"),
+    ({"schedule": {"horizon": "soon"}}, "key 'schedule.horizon': got 'soon'; allowed: a number or 'auto'"),
+    ({"scheduler": {"increment": "tokens"}}, "allowed: a number or 'samples' or 'micro_batches'"),
+    ({"train": {"steps": 0}}, "key 'train.steps': got 0; input should be greater than or equal to 1"),
+    ({"batching": {"strategy": "doc_target"}}, "strategy doc_target needs docs_per_step"),
+])
+def test_config_errors_are_one_line_naming_key_value_and_allowed(bad, expected):
+    d = {k: dict(v) for k, v in BASE.items()}
+    for k, v in bad.items():
+        d[k] = v if k == "batching" and "max_token" in v else {**d.get(k, {}), **v}
+    with pytest.raises(UnusableInput) as exc:
+        config_from_dict(d, "run.yaml")
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith("run.yaml: ")
+    assert expected in msg
+
+
+def test_load_config_reads_yaml_and_rejects_non_mapping(tmp_path):
+    p = tmp_path / "run.yaml"
+    p.write_text(textwrap.dedent("""
+        train: {steps: 3, samples_per_step: 8}
+        schedule: {max_lr: 1e-4}
+    """))
+    cfg = load_config(p)
+    assert cfg.schedule.max_lr == 1e-4 and cfg.train.steps == 3
+    p.write_text("- just\n- a list\n")
+    with pytest.raises(UnusableInput, match="must be a YAML mapping"):
+        load_config(p)
+    p.write_text("train: [unclosed\n")
+    with pytest.raises(UnusableInput, match="not valid YAML at line"):
+        load_config(p)
+
+
+def test_with_key_sets_and_validates_dotted_keys():
+    cfg = _cfg()
+    assert with_key(cfg, "batching.max_tokens_per_microbatch", 8192).batching \
+        .max_tokens_per_microbatch == 8192
+    with pytest.raises(UnusableInput, match="unknown key 'batching.nope'"):
+        with_key(cfg, "batching.nope", 1)
+    with pytest.raises(UnusableInput, match="batching.max_tokens_per_microbatch"):
+        with_key(cfg, "batching.max_tokens_per_microbatch", -5)
+
+
+def test_dp_size_at_follows_changes():
+    cfg = _cfg(train={"steps": 30}, dp={"size": 4, "changes": [{"at_step": 10, "size": 8},
+                                                              {"at_step": 20, "size": 4}]})
+    assert [cfg.dp.size_at(s) for s in (0, 9, 10, 19, 20, 29)] == [4, 4, 8, 8, 4, 4]
+
+
+# ---------------------------------------------------------------- window rules (local plan)
+
+
+def _windows(cfg, per_step, rows_per_mb=1):
+    df = pd.DataFrame({"step": np.repeat(np.arange(cfg.train.steps), per_step),
+                       "tokens": np.full(cfg.train.steps * per_step, 8)})
+    rep = engine.replay_fast(cfg, df, planner=static_planner(rows_per_mb))
+    t = rep.trace
+    return t["window_size"][t["is_update"]].tolist(), rep
+
+
+def test_correct_rule_flushes_a_short_last_window_per_step():
+    cfg = _cfg(train={"steps": 2, "gradient_accumulation": 4}, dp={"size": 1})
+    sizes, _ = _windows(cfg, per_step=10)
+    assert sizes == [4, 4, 2, 4, 4, 2]
+
+
+def test_off_by_one_with_a_run_wide_counter_shifts_every_window():
+    cfg = _cfg(train={"steps": 3, "gradient_accumulation": 4}, dp={"size": 1},
+               accumulation={"rule": "off_by_one", "flush_at_step_end": False})
+    sizes, rep = _windows(cfg, per_step=4)
+    assert sizes == [1, 4, 4]          # 12 micro-batches: 1 + 4 + 4, three left over
+    assert int((~rep.trace["applied"]).sum()) == 3
+
+
+def test_off_by_one_with_flush_restarts_each_step():
+    cfg = _cfg(train={"steps": 2, "gradient_accumulation": 4}, dp={"size": 1},
+               accumulation={"rule": "off_by_one"})
+    sizes, _ = _windows(cfg, per_step=9)
+    assert sizes == [1, 4, 4, 1, 4, 4]
+
+
+def test_scheduler_increments_multiplier_and_failed_updates():
+    cfg = _cfg(train={"steps": 2, "gradient_accumulation": 2}, dp={"size": 1},
+               scheduler={"multiplier": 3, "failed_updates": [1]})
+    _, rep = _windows(cfg, per_step=4)
+    # 4 updates, update 1 failed and is not stepped: 3 successful x multiplier 3.
+    assert rep.trace["scheduler_progress"][-1] == 9.0
+    cfg2 = with_key(cfg, "scheduler.step_on_failed_update", True)
+    _, rep2 = _windows(cfg2, per_step=4)
+    assert rep2.trace["scheduler_progress"][-1] == 12.0
+    cfg3 = _cfg(train={"steps": 2, "gradient_accumulation": 2}, dp={"size": 1},
+                scheduler={"increment": "samples"})
+    _, rep3 = _windows(cfg3, per_step=4, rows_per_mb=3)
+    # samples: windows hold 3+1 rows per step -> progress = all 8 samples
+    assert rep3.trace["scheduler_progress"][-1] == 8.0
+
+
+def test_lr_seen_is_the_schedule_before_the_micro_batch():
+    from lrdoctor.schedules import lr_at
+
+    cfg = _cfg(train={"steps": 3, "gradient_accumulation": 2}, dp={"size": 1},
+               schedule={"horizon": 10})
+    _, rep = _windows(cfg, per_step=4)
+    t = rep.trace
+    before = np.r_[0.0, t["scheduler_progress"][:-1]]
+    assert np.allclose(t["lr"], [lr_at(rep.spec, p) for p in before], rtol=0, atol=0)
+    assert rep.spec.horizon == 10.0
+
+
+# ---------------------------------------------------------------- fast path == torch path
+
+
+VARIANTS = [
+    {},
+    {"accumulation": {"rule": "off_by_one"}},
+    {"accumulation": {"rule": "off_by_one", "flush_at_step_end": False}},
+    {"scheduler": {"step_on": "micro_step"}},
+    {"scheduler": {"increment": "samples"}},
+    {"scheduler": {"failed_updates": [1, 3], "step_on_failed_update": True, "multiplier": 2}},
+    {"scheduler": {"step_on": "rollout_step"}, "train": {"epochs_per_step": 2}},
+    {"schedule": {"family": "hf", "kind": "cosine", "max_lr": 1e-3, "min_lr": 0.0, "warmup": 3}},
+    {"batching": {"strategy": "karmarkar_karp", "max_tokens_per_microbatch": 6000},
+     "train": {"mini_batch_size": 16}},
+]
+
+
+@pytest.mark.parametrize("over", VARIANTS, ids=lambda o: ",".join(
+    f"{k}.{kk}={vv}" for k, v in o.items() for kk, vv in v.items()) or "plain")
+def test_fast_path_agrees_with_real_torch_optimizer_and_scheduler(over):
+    cfg = _cfg(**over)
+    df = _lengths()
+    infos = engine.plan_steps(cfg, df)
+    fast = engine.simulate(cfg, infos)
+    real = torch_exec.replay_torch(cfg, infos, device="cpu")
+    F, T = fast.trace, real.trace
+    assert len(F["lr"]) == len(T["lr"]) > 20
+    for col in ("train_step", "epoch", "micro_index", "rows", "padded_len", "samples",
+                "window", "window_size", "is_update", "applied", "update_index", "failed", "dp"):
+        assert np.array_equal(F[col], T[col]), col
+    assert int(F["is_update"].sum()) == int(T["is_update"].sum())
+    assert np.allclose(F["lr"], T["lr"], rtol=1e-12, atol=0)
+    assert np.allclose(F["scheduler_progress"], T["scheduler_progress"], rtol=1e-12, atol=0)
+    # The torch path measured window sizes and loss-weight sums from gradients.
+    closes = T["is_update"]
+    assert np.allclose(F["window_weight_sum"][closes], T["window_weight_sum"][closes],
+                       rtol=1e-6)
+    expected = "megatron-core" if cfg.schedule.family == "megatron" else "LambdaLR"
+    assert expected in real.notes["scheduler_class"]
+    assert np.all(np.isnan(T["peak_mem_bytes"]))
+
+
+def test_torch_path_takes_a_user_model(tmp_path, monkeypatch):
+    (tmp_path / "lrd_user_model.py").write_text(textwrap.dedent("""
+        import torch
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = torch.nn.Embedding(256, 4)
+                self.calls = []
+            def forward(self, ids):
+                self.calls.append(tuple(ids.shape))
+                return {"logits": self.emb(ids)}
+        made = []
+        def factory():
+            made.append(M())
+            return made[-1]
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = _cfg(train={"steps": 2})
+    infos = engine.plan_steps(cfg, _lengths(steps=2))
+    factory = torch_exec.load_model_factory("lrd_user_model:factory")
+    rep = torch_exec.replay_torch(cfg, infos, device="cpu", model_factory=factory,
+                                  optimizer="adamw")
+    model = sys.modules["lrd_user_model"].made[-1]
+    # The model saw each micro-batch at its heaviest rank's real padded shape.
+    assert len(model.calls) == len(rep.trace["lr"])
+    assert [r * c for r, c in model.calls] == rep.trace["max_rank_tokens"].tolist()
+    assert rep.notes["model"] == "user" and rep.notes["optimizer"] == "AdamW"
+    with pytest.raises(UnusableInput, match="expected module:factory"):
+        torch_exec.load_model_factory("nocolon")
+    with pytest.raises(UnusableInput, match="cannot import"):
+        torch_exec.load_model_factory("no_such_module_xyz:f")
+
+
+def test_cuda_request_without_cuda_is_unusable_input():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    with pytest.raises(UnusableInput, match="no CUDA device"):
+        torch_exec.pick_device("cuda")
+
+
+def test_static_without_lengths_and_token_budget_needs_lengths():
+    cfg = _cfg(batching={"strategy": "static"})
+    df = engine.load_samples(cfg)
+    assert len(df) == 6 * 32 and set(df["tokens"]) == {1}
+    with pytest.raises(UnusableInput, match="needs sample lengths"):
+        engine.load_samples(_cfg())
+
+
+def test_short_log_is_cycled_and_noted():
+    cfg = _cfg(train={"steps": 10})
+    rep = engine.replay_fast(cfg, _lengths(steps=3))
+    assert rep.notes["cycled"] == "the batch log holds 3 steps; cycled over 10"
+    per = [int(rep.trace["is_update"][rep.trace["train_step"] == s].sum()) for s in range(10)]
+    assert per[0:3] == per[3:6] == per[6:9]
