@@ -116,3 +116,15 @@ def test_unusable_inputs(hf_run_dir, tmp_path):
     (ck2 / "scheduler.pt").write_bytes(b"\x00garbage")
     with pytest.raises(UnusableInput, match="scheduler.pt"):
         hf.read(ck2)
+
+
+SAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "sample_checkpoints"
+
+
+def test_sample_hf_healthy_reads_as_documented():
+    assert [p.name for p in hf.find_checkpoints(SAMPLES / "hf-healthy")] == [
+        "checkpoint-10", "checkpoint-20"]
+    st = hf.read(SAMPLES / "hf-healthy")
+    assert st.scheduler_progress.value == st.counter("optimizer.step").value == 20
+    assert st.nominal_progress.value == 20 == st.planned_end.value
+    assert math.isclose(st.schedule.lr_at(20), st.optimizer_lrs[0], abs_tol=1e-18)

@@ -159,3 +159,15 @@ def test_roll_checkpoint_is_not_megatron(roll_run_dir):
     assert not megatron.detect(ck)
     assert not megatron.detect(ck / "iter_0000001")
     assert not megatron.detect(Path(ck / "iter_0000001" / "mp_rank_00" / "model_optim_rng.pt"))
+
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_checkpoints"
+
+
+def test_sample_megatron_healthy_reads_as_documented():
+    st = megatron.read(SAMPLES / "megatron-healthy")
+    assert st.scheduler_progress.value == 400 * 256 == st.nominal_progress.value
+    assert st.extras["ranks_agree"] and st.extras["rank_files"] == 2
+    assert st.schedule.horizon == 500 * 256 and st.schedule.warmup == 50 * 256
+    assert math.isclose(st.schedule.lr_at(st.scheduler_progress.value), st.optimizer_lrs[0],
+                        rel_tol=1e-12)

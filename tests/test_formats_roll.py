@@ -114,3 +114,15 @@ def test_dispatch_picks_each_format(roll_run_dir, megatron_run_dir, hf_run_dir, 
     }
     for path, name in cases.items():
         assert formats.detect(path).NAME == name, path
+
+
+SAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "sample_checkpoints"
+
+
+def test_sample_roll_overshoot_reads_as_documented():
+    st = roll.read(SAMPLES / "roll-overshoot")
+    assert st.path.endswith("checkpoint-299")
+    assert st.scheduler_progress.value == 8429 and st.schedule.horizon == 2400
+    assert st.nominal_progress.value == 2400 and st.planned_end.value == 300
+    assert st.counter("optimizer.step").value == 8429
+    assert st.optimizer_lrs == [pytest.approx(1e-7)]

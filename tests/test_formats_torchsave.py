@@ -112,3 +112,13 @@ def test_unusable_inputs(tmp_path):
     st = torchsave.read(empty)
     assert st.schedule is None and st.scheduler_progress is None
     assert any("no LR scheduler state" in n for n in st.notes)
+
+
+SAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "sample_checkpoints"
+
+
+def test_sample_torch_microstep_reads_as_documented():
+    st = torchsave.read(SAMPLES / "torch-microstep")
+    assert st.scheduler_progress.value == 240 and st.counter("optimizer.step").value == 60
+    assert st.schedule.kind == "CosineAnnealingLR" and st.schedule.horizon == 100
+    assert st.planned_end.value == 100
