@@ -529,3 +529,16 @@ def test_model_state_dict_keeps_its_order_and_type(tmp_path):
     assert isinstance(got, OrderedDict)
     assert list(got) == list(model.state_dict())
     assert [v.shape for v in got.values()] == [tuple(v.shape) for v in model.state_dict().values()]
+
+
+@pytest.mark.frameworks
+def test_every_pickle_of_real_framework_runs_matches_torch_load(hf_run_dir, megatron_run_dir,
+                                                                 roll_run_dir):
+    """Real Trainer / Megatron / ROLL runs (conftest): each pickled file reads like torch.load."""
+    seen = 0
+    for truth in (hf_run_dir, megatron_run_dir, roll_run_dir):
+        for f in sorted(truth.root.rglob("*")):
+            if f.suffix in (".pt", ".pth", ".bin", ".pkl", ".ckpt") and f.is_file():
+                assert_same_as_torch(f)
+                seen += 1
+    assert seen >= 8
