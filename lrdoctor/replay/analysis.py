@@ -312,6 +312,9 @@ def _divisibility(rep: Replay) -> Finding | None:
     cfg = rep.cfg
     keys = ("fixed_size_not_divisible", "prompts_not_divisible", "mini_batch_not_divisible_by_dp",
             "not_divisible_by_dp")
+    if cfg.batching.strategy == "prompt_unit":
+        # There the note says what fixed-size mini-batches *would* do: not a problem.
+        keys = tuple(k for k in keys if k != "fixed_size_not_divisible")
     hits = [(k, st, v) for k in keys for st, v in _notes(rep, k)]
     mini = cfg.train.mini_batch_size
     extra = []
