@@ -157,7 +157,8 @@ def choose_policy(findings: list[Finding], policy: str | None) -> tuple[str | No
         return policy, [f.code for f in findings if f.code in RESOLVES[policy]]
     if not codes:
         return None, []
-    suggested = {SUGGESTED[c] for c in codes if SUGGESTED[c] is not None}
+    suggested = {SUGGESTED[c] for c in codes
+                 if SUGGESTED[c] is not None and not _fractional_k(c, findings)}
     strong = suggested - {"sync-lr"}
     if len(strong) == 1:
         chosen = strong.pop()
@@ -165,12 +166,24 @@ def choose_policy(findings: list[Finding], policy: str | None) -> tuple[str | No
     if len(strong) > 1:
         raise Refusal(f"findings {', '.join(codes)} call for different repairs "
                       f"({', '.join(sorted(strong))}): give --policy")
+    if "LRD103" in codes:
+        raise Refusal("LRD103 with a non-integer ratio (dynamic micro-batching?) can be repaired "
+                      "with --policy nominal (scheduler progress back to the budget) or --policy "
+                      "extend-horizon (horizon moved to the real update count); give one")
     if "LRD101" in codes:
         raise Refusal("LRD101 (past the decay horizon) can be repaired two ways: "
                       "--policy nominal (move scheduler progress back to the trainer's count) "
                       "or --policy extend-horizon (keep progress, move the horizon to the "
                       "planned end); give one")
     return "sync-lr", codes
+
+
+def _fractional_k(code: str, findings: list[Finding]) -> bool:
+    """An LRD103 whose ratio is not a whole k: dynamic batching, not k-times stepping."""
+    if code != "LRD103":
+        return False
+    ks = [f.evidence.get("k") for f in findings if f.code == "LRD103"]
+    return not any(isinstance(k, (int, float)) and float(k).is_integer() and k >= 2 for k in ks)
 
 
 def make_target(state: RunState, findings: list[Finding], *, policy: str | None = None,
@@ -266,25 +279,28 @@ def _extended_horizon(state: RunState, ratio: float | None) -> float:
     if state.planned_end is None or state.trainer_progress is None:
         raise Refusal("the checkpoint does not say where training is planned to end: "
                       "use --policy nominal with --progress N", state.path)
-    remaining = state.planned_end.value - state.trainer_progress.value
-    if remaining <= 0:
-        raise Refusal(f"training is at its planned end ({state.trainer_progress.value:g} of "
-                      f"{state.planned_end.value:g}): no horizon to extend", state.path)
-    unit_from, unit_to = state.planned_end.unit, spec.unit
-    if unit_from != unit_to:
-        if (unit_from == Unit.UPDATES and unit_to == Unit.SAMPLES
-                and state.samples_per_update):
-            remaining *= state.samples_per_update
-        elif not (unit_from in (Unit.UPDATES, Unit.ROLLOUT_STEPS, Unit.SCHEDULER_CALLS)
-                  and unit_to in (Unit.UPDATES, Unit.SCHEDULER_CALLS)):
-            raise Refusal(f"cannot convert the planned end ({unit_from.value}) to the "
-                          f"schedule's unit ({unit_to.value}): use --policy nominal with "
-                          "--progress N", state.path)
-    pace = ratio
-    if pace is None and state.nominal_progress is not None and state.nominal_progress.value > 0:
-        pace = sp.value / state.nominal_progress.value
-    pace = pace if pace and math.isfinite(pace) else 1.0
-    new = sp.value + remaining * pace
+    done, end = state.trainer_progress.value, state.planned_end.value
+    if end - done <= 0 or done <= 0:
+        raise Refusal(f"training is at {done:g} of {end:g} planned: no horizon to extend",
+                      state.path)
+    # Schedule units per trainer unit, had the loop followed its budget.
+    nom = state.nominal_progress
+    if nom is not None and nom.value > 0:
+        rate = nom.value / done
+    elif state.planned_end.unit == spec.unit:
+        rate = 1.0
+    elif (state.planned_end.unit == Unit.UPDATES and spec.unit == Unit.SAMPLES
+          and state.samples_per_update):
+        rate = float(state.samples_per_update)
+    else:
+        raise Refusal(f"cannot convert the planned end ({state.planned_end.unit.value}) to the "
+                      f"schedule's unit ({spec.unit.value}): use --policy nominal with "
+                      "--progress N", state.path)
+    # Observed pace (actual / nominal scheduler progress), or the replay's.
+    pace = ratio if ratio is not None else sp.value / (done * rate)
+    if not (pace and math.isfinite(pace)):
+        pace = 1.0
+    new = end * rate * pace
     if new <= spec.warmup:
         raise Refusal(f"the extended horizon {new:g} would not pass the warmup "
                       f"{spec.warmup:g}", state.path)
