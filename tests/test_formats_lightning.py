@@ -102,6 +102,7 @@ def test_step_interval_healthy(saved):
     assert (s.family, s.kind, s.max_lr, s.horizon, s.unit) == (
         "torch", "OneCycleLR", 1e-3, 50, Unit.UPDATES)
     assert st.planned_end is None
+    assert s.lr_at(st.scheduler_progress.value) == pytest.approx(t["lr"][0], rel=1e-9)
 
 
 def test_accumulation_counts(saved):

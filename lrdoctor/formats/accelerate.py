@@ -168,6 +168,15 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None
     if kind == "ReduceLROnPlateau":
         notes.append(f"{source}: ReduceLROnPlateau follows a metric, not progress: no schedule")
         return None, progress, notes
+    from lrdoctor.schedules.torch_builtin import KINDS
+
+    kinds = [kind] + [torch_scheduler_kind(c) if isinstance(c, dict) else None for c in children]
+    unmodelled = [k or "?" for k in kinds if k not in KINDS]
+    if unmodelled:
+        notes.append(f"{source}: {kind} " + (f"(wrapping {', '.join(unmodelled)}) " if
+                     unmodelled != [kind] else "") + "is not modelled by lrdoctor's torch "
+                     "schedules; only its progress is known")
+        return None, progress, notes
 
     if children:
         fields = [(torch_scheduler_kind(c), c) for c in children if isinstance(c, dict)]
@@ -352,4 +361,4 @@ def _nominal(st: RunState) -> None:
     opt_step = st.counter("optimizer.step")
     if opt_step is not None:
         st.nominal_progress = Counter("optimizer.step", opt_step.value, Unit.UPDATES,
-                                      f"{opt_step.source}: optimizer state step (max over params)")
+                                      "optimizer.bin state step (max over parameters)")

@@ -222,7 +222,7 @@ def read(path: Path) -> RunState:
         skipped = sk.value if sk else 0
         st.nominal_progress = Counter(
             "deepspeed.global_steps - deepspeed.skipped_steps", gs.value - skipped, Unit.UPDATES,
-            f"{src}: global_steps - skipped_steps (fp16 overflow steps do not step the scheduler)")
+            "global_steps - skipped_steps (an fp16-overflow step skips the scheduler)")
     if st.schedule is not None and st.schedule.horizon is not None and gs is not None:
         if st.schedule.family == NAME:
             where, whence = "total_num_steps", f"{cfg_src}.scheduler.params.total_num_steps"

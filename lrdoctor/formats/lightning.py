@@ -199,10 +199,10 @@ def _scheduler(st: RunState, scheds: list, info: dict | None, src: str,
 
     if interval == "epoch":
         if epochs_done is not None:
-            st.nominal_progress = Counter(
-                "lightning.epochs_done", epochs_done, Unit.EPOCHS,
-                f"{src}:{FIT}.epoch_progress (interval='epoch' inferred: last_epoch equals the "
-                "epochs run; Lightning does not save the scheduler config)")
+            st.nominal_progress = Counter("lightning.epochs_done", epochs_done, Unit.EPOCHS,
+                                          "epochs that ran all their batches (fit_loop)")
+            st.notes.append("interval='epoch' inferred (last_epoch equals the epochs run): "
+                            "Lightning does not save the scheduler config")
         return
     if s is None:
         return
@@ -212,16 +212,16 @@ def _scheduler(st: RunState, scheds: list, info: dict | None, src: str,
             and s // (s // last) == last):
         k = int(s // last)  # all calls were Lightning's: frequency k in effect
     if k > 1:
-        st.nominal_progress = Counter(
-            f"{steps.name} // {k}", s // k, Unit.UPDATES,
-            f"{steps.source} // {k} (interval='step' with frequency {k} inferred: every scheduler "
-            "call came from Lightning's loop; it does not save the scheduler config)")
+        st.nominal_progress = Counter(f"{steps.name} // {k}", s // k, Unit.UPDATES,
+                                      f"Lightning optimizer steps // frequency {k}")
         st.extras["lightning.frequency"] = k
+        st.notes.append(f"interval='step', frequency={k} inferred: every scheduler call came "
+                        f"from Lightning's loop, one per {k} updates; Lightning does not save "
+                        "the scheduler config")
     else:
-        st.nominal_progress = Counter(
-            steps.name, s, Unit.UPDATES,
-            f"{steps.source} (interval='step', frequency=1 assumed: Lightning does not save "
-            "the scheduler config)")
+        st.nominal_progress = Counter(steps.name, s, Unit.UPDATES,
+                                      "Lightning optimizer steps (interval='step', frequency=1 "
+                                      "assumed: the scheduler config is not saved)")
     if per_update > 1:
         st.notes.append(f"about {per_update:.3g} batches per optimizer step "
                         "(accumulate_grad_batches): Lightning counts a scheduler's `frequency` in "
