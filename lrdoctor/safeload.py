@@ -249,7 +249,7 @@ class _DictRecord:
 
 
 def _record(name: str) -> type:
-    return type(name.rsplit(".", 1)[-1], (_Record,), {"_lrd_name": name})
+    return type(name.rsplit(".", 1)[-1], (_Record,), {"_lrd_name": name, "__module__": __name__})
 
 
 def _np_dtype(name, align=False, copy=True):
@@ -460,10 +460,11 @@ def _allowed() -> dict[str, Any]:
 class _Unpickler(pickle.Unpickler):
     """Resolves globals only through the allow-list; storages become lazy TensorRefs."""
 
-    def __init__(self, file, path: str, storage_ref=None):
+    def __init__(self, file, path: str, storage_ref=None, unknown_as_opaque: bool = False):
         super().__init__(file, encoding="latin1")  # py2-era pickles: numpy byte strings
         self._path = path
         self._storage_ref = storage_ref
+        self._unknown_as_opaque = unknown_as_opaque
 
     def find_class(self, module: str, name: str) -> Any:
         # py2-era names (protocol < 3 pickles), mapped as the stdlib unpickler does
@@ -475,6 +476,8 @@ class _Unpickler(pickle.Unpickler):
         try:
             return _allowed()[key]
         except KeyError:
+            if self._unknown_as_opaque:  # an inert stand-in: the real global is never touched
+                return _record(key)
             raise UnsafePickle(self._path, key) from None
 
     def persistent_load(self, pid: Any) -> Any:
@@ -527,7 +530,7 @@ def _zip_layout(zf: zipfile.ZipFile, path: str) -> str:
     raise UnusableInput("a zip file without data.pkl: not a torch checkpoint", path)
 
 
-def _load_zip(path: str) -> Any:
+def _load_zip(path: str, unknown_as_opaque: bool) -> Any:
     with zipfile.ZipFile(path) as zf:
         prefix = _zip_layout(zf, path)
         members = {i.filename: i for i in zf.infolist()}
@@ -552,7 +555,7 @@ def _load_zip(path: str) -> Any:
             raise UnusableInput(f"data.pkl is {info.file_size / 2**20:.0f} MiB; refusing more than "
                                 f"{MAX_PICKLE_BYTES >> 20} MiB of pickled metadata", path)
         data = zf.read(info)
-    return _Unpickler(io.BytesIO(data), path, storage_ref).load()
+    return _Unpickler(io.BytesIO(data), path, storage_ref, unknown_as_opaque).load()
 
 
 # --------------------------------------------------------------------------- legacy format
@@ -561,7 +564,7 @@ _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 _LEGACY_PROTOCOL = 1001
 
 
-def _load_stream(path: str) -> Any:
+def _load_stream(path: str, unknown_as_opaque: bool) -> Any:
     """A non-zip file: the legacy torch format or a plain pickle."""
     with open(path, "rb") as f:
         head = f.read(8)
@@ -576,7 +579,7 @@ def _load_stream(path: str) -> Any:
                 raise UnusableInput("a pre-1.0 torch tar checkpoint: not supported; re-save "
                                     "it with a recent torch", path)
         f.seek(0)
-        first = _Unpickler(f, path).load()
+        first = _Unpickler(f, path, None, unknown_as_opaque).load()
         if first != _LEGACY_MAGIC:
             if f.read(1):
                 raise _Bad("trailing data after the pickle")
@@ -602,7 +605,7 @@ def _load_stream(path: str) -> Any:
                 _view_key, offset, size = view
             return TensorRef(dtype, (size,), path, key, offset, (1,))
 
-        obj = _Unpickler(f, path, storage_ref).load()
+        obj = _Unpickler(f, path, storage_ref, unknown_as_opaque).load()
         keys = _Unpickler(f, path).load()
         if not isinstance(keys, list) or set(keys) != set(roots):
             raise _Bad("legacy storage list does not match the tensors")
@@ -652,7 +655,7 @@ def _relocate(obj: Any, where: dict[str, str], seen: dict[int, Any]) -> Any:
 # --------------------------------------------------------------------------- API
 
 
-def load(path: str | Path) -> Any:
+def load(path: str | Path, *, unknown_as_opaque: bool = False) -> Any:
     """Unpickle ``path`` with tensors turned into :class:`TensorRef`, through the allow-list.
 
     A torch zip checkpoint, a legacy torch file, or a plain pickle. Allow-listed
@@ -660,28 +663,33 @@ def load(path: str | Path) -> Any:
     DeepSpeed loss scalers, numpy arrays), enums as their ``.value``, torch dtypes
     as ``"torch.float32"``, devices as ``"cuda:0"``, ``torch.Size`` as a tuple.
     Raises UnsafePickle / UnusableInput with a one-line message; no partial result.
+
+    ``unknown_as_opaque=True`` turns a global that is not on the allow-list into
+    an inert ``Opaque("module.name", args=...)`` instead of refusing the file (for
+    user classes in Lightning hyper-parameters, say); still nothing is imported
+    or run, but such values are whatever the pickle claims.
     """
     p = str(path)
     if os.path.isdir(p):
         raise UnusableInput("is a directory, expected a checkpoint file", p)
-    return _guard(p, _load_any, p)
+    return _guard(p, _load_any, p, unknown_as_opaque)
 
 
-def _load_any(path: str) -> Any:
+def _load_any(path: str, unknown_as_opaque: bool) -> Any:
     if zipfile.is_zipfile(path):
-        return _load_zip(path)
-    return _load_stream(path)
+        return _load_zip(path, unknown_as_opaque)
+    return _load_stream(path, unknown_as_opaque)
 
 
 load_obj = load
 
 
-def load_pickle_file(path: str | Path) -> Any:
+def load_pickle_file(path: str | Path, *, unknown_as_opaque: bool = False) -> Any:
     """A plain pickle (accelerate ``random_states_*.pkl`` of old versions, ...) via the allow-list.
 
     Torch zip files are accepted too (several ``.pkl``/``.bin`` files are really torch.save).
     """
-    return load(path)
+    return load(path, unknown_as_opaque=unknown_as_opaque)
 
 
 def _decode(dtype: str, raw: bytes, big: bool) -> Any:
@@ -737,23 +745,31 @@ def _read_values(ref: TensorRef) -> list:
     lo, hi = min(idx), max(idx) + 1
     if lo < 0:
         raise _Bad("negative storage offset")
+    # One read of the span, or one per element when a few strided elements lie far apart.
+    spans = [(lo, hi)] if (hi - lo) * size <= 1 << 20 else [(i, i + 1) for i in sorted(set(idx))]
+    chunks: dict[int, bytes] = {}
     if ref.storage_key.startswith("@"):  # legacy file: absolute byte offset
         big = ref.storage_key.endswith("B")
         base = int(ref.storage_key[1:].rstrip("B"))
         with open(ref.path, "rb") as f:
-            f.seek(base + lo * size)
-            raw = f.read((hi - lo) * size)
+            for a, b in spans:
+                f.seek(base + a * size)
+                chunks[a] = f.read((b - a) * size)
     else:
         with zipfile.ZipFile(ref.path) as zf:
             prefix = _zip_layout(zf, ref.path)
             names = set(zf.namelist())
             big = f"{prefix}/byteorder" in names and zf.read(f"{prefix}/byteorder") == b"big"
             with zf.open(f"{prefix}/data/{ref.storage_key}") as m:
-                m.seek(lo * size)
-                raw = m.read((hi - lo) * size)
-    if len(raw) != (hi - lo) * size:
+                for a, b in spans:
+                    m.seek(a * size)
+                    chunks[a] = m.read((b - a) * size)
+    if any(len(chunks[a]) != (b - a) * size for a, b in spans):
         raise _Bad("tensor lies outside its storage")
-    return [_decode(ref.dtype, raw[(i - lo) * size:(i - lo + 1) * size], big) for i in idx]
+    if len(spans) == 1:
+        raw = chunks[lo]
+        return [_decode(ref.dtype, raw[(i - lo) * size:(i - lo + 1) * size], big) for i in idx]
+    return [_decode(ref.dtype, chunks[i], big) for i in idx]
 
 
 def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:

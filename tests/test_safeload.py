@@ -542,3 +542,43 @@ def test_every_pickle_of_real_framework_runs_matches_torch_load(hf_run_dir, mega
                 assert_same_as_torch(f)
                 seen += 1
     assert seen >= 8
+
+
+def test_unknown_as_opaque_keeps_user_classes_inert(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "hp.ckpt"
+    torch.save({"global_step": 7, "hyper_parameters": {"cfg": _Payload(os.system, f"touch {marker}")}},
+               path)
+    with pytest.raises(UnsafePickle):
+        safeload.load(path)
+    got = safeload.load(path, unknown_as_opaque=True)
+    assert got["global_step"] == 7
+    cfg = got["hyper_parameters"]["cfg"]
+    assert isinstance(cfg, Opaque) and cfg.cls == f"{os.system.__module__}.system"
+    assert cfg.args == (f"touch {marker}",)
+    assert not marker.exists()
+    # a dataclass-like user object: its fields survive as state
+    ns = type(sys)("userpkg")
+    sys.modules["userpkg"] = ns
+
+    @dataclasses.dataclass
+    class Hp:
+        lr: float = 0.5
+
+    Hp.__module__, Hp.__qualname__ = "userpkg", "Hp"
+    ns.Hp = Hp
+    try:
+        torch.save({"hp": Hp()}, path)
+    finally:
+        del sys.modules["userpkg"]
+    got = safeload.load_pickle_file(path, unknown_as_opaque=True)
+    assert got["hp"].cls == "userpkg.Hp" and got["hp"].state == {"lr": 0.5}
+
+
+def test_read_values_of_far_apart_strided_elements(tmp_path):
+    base = torch.arange(3_000_000, dtype=torch.float32)
+    path = tmp_path / "wide.pt"
+    torch.save({"far": base[5::1_000_000]}, path)
+    ref = safeload.load(path)["far"]
+    assert ref.stride == (1_000_000,) and ref.storage_offset == 5
+    assert safeload.read_values(ref) == [5.0, 1_000_005.0, 2_000_005.0]
