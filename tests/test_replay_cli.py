@@ -1,0 +1,163 @@
+"""``lrdoctor replay`` on the command line: exit codes, JSON document, trace, plot, sweep."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from lrdoctor.cli import app
+
+runner = CliRunner()
+
+OVERSHOOT = """
+schedule: {family: megatron, kind: cosine, max_lr: 1.0e-6, min_lr: 0.0}
+budget: {formula: roll}
+train: {steps: 8, samples_per_step: 64, micro_batch_size: 2, gradient_accumulation: 4}
+dp: {size: 2}
+batching: {strategy: token_budget, max_tokens_per_microbatch: 8192}
+"""
+
+CLEAN = """
+schedule: {family: hf, kind: linear, max_lr: 1.0e-4, warmup: 2}
+train: {steps: 5, samples_per_step: 16, micro_batch_size: 2, gradient_accumulation: 4}
+dp: {size: 2}
+batching: {strategy: static}
+"""
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "over.yaml").write_text(OVERSHOOT)
+    (tmp_path / "clean.yaml").write_text(CLEAN)
+    rng = np.random.default_rng(0)
+    # Every sequence > 4096 tokens: one per micro-batch, 16 per rank -> 4 windows of 4
+    # instead of the nominal 2 updates per step.
+    log = pd.DataFrame({"step": np.repeat(np.arange(8), 64),
+                        "tokens": rng.integers(4097, 8192, 8 * 64)})
+    log.to_csv(tmp_path / "log.csv", index=False)
+    return tmp_path
+
+
+def _invoke(*args):
+    return runner.invoke(app, ["replay", *map(str, args)])
+
+
+def test_clean_run_exits_0_with_the_torch_path(files):
+    r = _invoke("--config", files / "clean.yaml", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["findings"] == []
+    s = doc["summary"]
+    assert s["engine"] == "torch" and s["device"] in ("cpu", "cuda")
+    assert s["actual_updates"] == s["budget_updates"] == 5  # 16 / 2 ranks / 2 = 4 = GA
+    assert s["progress_ratio"] == 1.0
+
+
+def test_overshoot_exits_1_and_json_document_has_the_shared_shape(files):
+    r = _invoke("--config", files / "over.yaml", "--batch-log", files / "log.csv", "--json",
+                "--fast")
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)
+    assert set(doc) >= {"lrdoctor", "command", "target", "format", "state", "findings",
+                        "summary"}
+    assert doc["command"] == "replay" and doc["format"] == "run-config"
+    codes = [f["code"] for f in doc["findings"]]
+    assert "LRD201" in codes and "LRD203" in codes
+    f = next(f for f in doc["findings"] if f["code"] == "LRD201")
+    assert set(f) >= {"code", "severity", "title", "message", "evidence", "fix"}
+    s = doc["summary"]
+    # budget 8 * 64 // (2 * 4) // 2 = 32; replayed 8 steps x 4 updates = 64.
+    assert (s["budget_updates"], s["actual_updates"], s["progress_ratio"]) == (32, 64, 2.0)
+    assert s["corrected"]["per_update_increment"] == 0.5
+    assert s["floor_step"] == 4 and s["engine"] == "fast"
+    # --fail-on error still fails; never passes.
+    assert _invoke("--config", files / "over.yaml", "--batch-log", files / "log.csv",
+                   "--fail-on", "never", "--json").exit_code == 0
+
+
+def test_text_output_shows_the_comparison_table(files):
+    r = _invoke("--config", files / "over.yaml", "--batch-log", files / "log.csv")
+    assert r.exit_code == 1
+    assert "optimizer updates per train step" in r.stdout
+    assert "LRD201" in r.stdout and "after step 4 of 8" in r.stdout
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("train: {steps: 3, samples_per_step: 8}\nbatching: {strategy: magic}\n",
+     "key 'batching.strategy': got 'magic'"),
+    ("train: {steps: 3, samples_per_step: 8, micro_batchsize: 2}\n",
+     "unknown key 'train.micro_batchsize'"),
+])
+def test_bad_config_key_is_one_line_exit_2(tmp_path, text, expected):
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    r = _invoke("--config", p)
+    assert r.exit_code == 2
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in r.output
+    assert err.startswith(f"lrdoctor: error: {p}: ") and expected in err
+
+
+def test_missing_inputs_exit_2(files, tmp_path):
+    r = _invoke("--config", tmp_path / "nope.yaml")
+    assert r.exit_code == 2 and "cannot read" in r.stderr
+    r = _invoke("--config", files / "over.yaml")
+    assert r.exit_code == 2 and "needs sample lengths" in r.stderr
+    r = _invoke("--config", files / "clean.yaml", "--sweep", "batching.nope=1,2")
+    assert r.exit_code == 2 and "unknown key 'batching.nope'" in r.stderr
+    r = _invoke("--config", files / "clean.yaml", "--trace", tmp_path / "t.txt")
+    assert r.exit_code == 2 and ".parquet or .csv" in r.stderr
+
+
+def test_trace_and_plot_are_written(files, tmp_path):
+    trace, png = tmp_path / "t.parquet", tmp_path / "lr.png"
+    r = _invoke("--config", files / "over.yaml", "--batch-log", files / "log.csv",
+                "--trace", trace, "--plot", png, "--json", "--torch", "--device", "cpu")
+    assert r.exit_code == 1, r.output
+    df = pd.read_parquet(trace)
+    for col in ("train_step", "epoch", "micro_index", "rows", "padded_len", "tokens", "window",
+                "window_size", "is_update", "update_index", "failed", "scheduler_progress",
+                "lr", "dp", "loss_weight"):
+        assert col in df.columns
+    assert int(df["is_update"].sum()) == 64 and len(df) == 8 * 32
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    csv = tmp_path / "t.csv"
+    assert _invoke("--config", files / "clean.yaml", "--trace", csv, "--json").exit_code == 0
+    assert len(pd.read_csv(csv)) == 5 * 4
+
+
+def test_sweep_compares_a_memory_knob(files, tmp_path):
+    png = tmp_path / "sweep.png"
+    r = _invoke("--config", files / "over.yaml", "--batch-log", files / "log.csv", "--json",
+                "--sweep", "batching.max_tokens_per_microbatch=8192,16384,32768", "--plot", png)
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)
+    rows = doc["extra"]["sweep"]["rows"] if "extra" in doc else doc["sweep"]["rows"]
+    assert [row["actual_updates"] for row in rows] == [64, 32, 16]
+    f = next(f for f in doc["findings"] if f["code"] == "LRD203")
+    assert "--sweep" in f["message"]
+    assert png.exists()
+
+
+def test_replay_api_run_returns_the_report(files):
+    from lrdoctor.replay import run
+
+    rep = run(str(files / "over.yaml"), batch_log=str(files / "log.csv"), engine="fast",
+              knob_check=False)
+    assert rep.command == "replay"
+    assert [f.code for f in rep.findings] == ["LRD201"]
+    assert rep.extra["summary"]["progress_ratio"] == 2.0
+
+
+def test_help_lists_examples():
+    r = runner.invoke(app, ["replay", "--help"])
+    assert r.exit_code == 0
+    text = " ".join(r.stdout.split())
+    assert "--sweep" in text and "batching.max_tokens_per_microbatch" in text
+    assert "Exit codes" in text
+    assert textwrap.dedent("lrdoctor replay --config run.yaml") in text
