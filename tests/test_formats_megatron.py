@@ -171,3 +171,80 @@ def test_sample_megatron_healthy_reads_as_documented():
     assert st.schedule.horizon == 500 * 256 and st.schedule.warmup == 50 * 256
     assert math.isclose(st.schedule.lr_at(st.scheduler_progress.value), st.optimizer_lrs[0],
                         rel_tol=1e-12)
+
+
+def test_torch_dist_common_pt(tmp_path):
+    """torch_dist checkpoints: the non-sharded state (args, iteration, scheduler, param
+    groups) lands in iter_*/common.pt, written by megatron-core's own save strategy."""
+    import copy
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    from conftest import _quiet_megatron, megatron_args
+
+    Sched = _quiet_megatron()
+    from megatron.core.dist_checkpointing import ShardedTensor
+    from megatron.core.dist_checkpointing.state_dict_utils import save_preprocess
+    from megatron.core.dist_checkpointing.strategies.common import TorchCommonSaveStrategy
+
+    w = torch.nn.Parameter(torch.zeros(3))
+    opt = torch.optim.AdamW([w], lr=2e-4)
+    sched = Sched(opt, init_lr=0.0, max_lr=2e-4, min_lr=2e-5, lr_warmup_steps=16,
+                  lr_decay_steps=160, lr_decay_style="linear", start_wd=0.0, end_wd=0.0,
+                  wd_incr_steps=160, wd_incr_style="constant")
+    for _ in range(7):
+        w.grad = torch.ones(3)
+        opt.step()
+        sched.step(increment=8)
+    args = megatron_args(global_batch_size=8, train_iters=20, consumed_train_samples=56,
+                         ckpt_format="torch_dist")
+    osd = opt.state_dict()
+    osd["state"] = {k: {n: ShardedTensor.from_rank_offsets(f"optimizer.state.{n}.{k}", v)
+                        if v.dim() else v for n, v in s.items()} for k, s in osd["state"].items()}
+    sd = {"args": copy.deepcopy(args), "checkpoint_version": 3.0, "iteration": 7,
+          "model": {"w": ShardedTensor.from_rank_offsets("w", w.detach())},
+          "optimizer": osd, "opt_param_scheduler": sched.state_dict()}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        _, common = save_preprocess(sd)[:2]
+        ckpt = tmp_path / "iter_0000007"
+        ckpt.mkdir()
+        TorchCommonSaveStrategy("torch", 1).save_common(common, ckpt)
+    finally:
+        dist.destroy_process_group()
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("7")
+    assert "model" not in common  # the sharded part went elsewhere
+    assert megatron.detect(tmp_path) and megatron.find_checkpoints(tmp_path) == [ckpt]
+    st = megatron.read(tmp_path)
+    assert st.files[0].endswith("common.pt")
+    assert st.scheduler_progress.value == sched.num_steps == 56 == st.nominal_progress.value
+    assert st.schedule.kind == "linear" and st.schedule.horizon == 160
+    assert st.optimizer_lrs == [opt.param_groups[0]["lr"]]
+    assert st.counter("optimizer.step").value == 7
+
+
+def test_distributed_optimizer_param_group_step(tmp_path):
+    """DistributedOptimizer.state_dict() keeps no per-param state in model_optim_rng.pt:
+    param groups lose 'params' and carry 'step' (as megatron-core builds it)."""
+    import torch
+
+    truth = megatron_run(tmp_path / "ck", save_at=(5,), train_iters=10,
+                         use_distributed_optimizer=True)
+    f = truth.last.path / "mp_rank_00" / "model_optim_rng.pt"
+    sd = torch.load(f, weights_only=False)
+    inner = sd["optimizer"]
+    step = {float(s["step"]) for s in inner["state"].values()}.pop()
+    dist_sd = {"optimizer": {k: v for k, v in inner.items() if k != "state"}}
+    for g in dist_sd["optimizer"]["param_groups"]:
+        del g["params"]
+        g["step"] = step
+    sd["optimizer"] = dist_sd
+    torch.save(sd, f)
+    st = megatron.read(truth.last.path)
+    assert st.counter("optimizer.step").value == 5 == truth.last.optimizer_step
+    assert st.optimizer_lrs == truth.last.lrs
+    assert st.extras["use_distributed_optimizer"] is True

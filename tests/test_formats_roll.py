@@ -126,3 +126,15 @@ def test_sample_roll_overshoot_reads_as_documented():
     assert st.nominal_progress.value == 2400 and st.planned_end.value == 300
     assert st.counter("optimizer.step").value == 8429
     assert st.optimizer_lrs == [pytest.approx(1e-7)]
+
+
+def test_dist_optimizer_noted(roll_run_dir, tmp_path):
+    ck = tmp_path / "actor_train" / "checkpoint-4"
+    shutil.copytree(roll_run_dir.saves[0].path, ck)
+    (ck / "iter_0000001" / "mp_rank_00" / "optimizer.pt").unlink()
+    (ck / "iter_0000001" / "dist_optimizer").mkdir()
+    (ck / "iter_0000001" / "dist_optimizer" / ".metadata").write_bytes(b"")
+    st = roll.read(ck)
+    assert st.optimizer_lrs == [] and st.counter("optimizer.step") is None
+    assert any("dist_optimizer" in n for n in st.notes)
+    assert st.scheduler_progress.value == roll_run_dir.saves[0].scheduler["num_steps"]
