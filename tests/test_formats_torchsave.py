@@ -122,3 +122,25 @@ def test_sample_torch_microstep_reads_as_documented():
     assert st.scheduler_progress.value == 240 and st.counter("optimizer.step").value == 60
     assert st.schedule.kind == "CosineAnnealingLR" and st.schedule.horizon == 100
     assert st.planned_end.value == 100
+
+
+@pytest.mark.parametrize("module,sample", [("megatron", "megatron-healthy"),
+                                           ("roll", "roll-overshoot"),
+                                           ("hf", "hf-healthy"),
+                                           ("torchsave", "torch-microstep")])
+def test_read_path_imports_no_heavy_modules(module, sample):
+    """detect/find/read must not import torch (the inspect path stays fast and safe)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom pathlib import Path\n"
+        f"from lrdoctor.formats import {module} as M\n"
+        f"p = Path({str(SAMPLES / sample)!r})\n"
+        "assert M.detect(p)\nM.find_checkpoints(p)\nst = M.read(p)\n"
+        "assert st.scheduler_progress is not None\n"
+        "print(sorted(m for m in ('torch', 'pandas', 'matplotlib', 'numpy') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
