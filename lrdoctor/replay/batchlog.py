@@ -285,6 +285,9 @@ def write_batch_log(df, path: str | Path) -> None:
             df.to_csv(tmp, index=False)
         else:
             df.to_json(tmp, orient="records", lines=True)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a log is an ordinary file
         os.replace(tmp, p)
     finally:
         if os.path.exists(tmp):
