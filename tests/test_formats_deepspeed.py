@@ -224,3 +224,24 @@ def test_bad_inputs(tmp_path):
     (tmp_path / "latest").write_text("global_step9")
     with pytest.raises(UnusableInput, match="latest"):
         ds_fmt.read(tmp_path)
+
+
+def test_model_parallel_ranks_are_compared(saved, tmp_path):
+    """Constructed: a second mp rank (a copy of rank 0), then one that disagrees."""
+    import shutil
+
+    import torch
+
+    tag = tmp_path / "global_step5"
+    shutil.copytree(saved / "decay" / "global_step5", tag)
+    shutil.copy(tag / "mp_rank_00_model_states.pt", tag / "mp_rank_01_model_states.pt")
+    st = ds_fmt.read(tag)
+    assert st.extras["model_state_files"] == 2 and st.extras["ranks_agree"] is True
+    assert st.files[0].endswith("mp_rank_00_model_states.pt")
+    sd = torch.load(tag / "mp_rank_01_model_states.pt", weights_only=True)
+    sd["lr_scheduler"] = {"last_batch_iteration": 9}
+    torch.save(sd, tag / "mp_rank_01_model_states.pt")
+    st = ds_fmt.read(tag)
+    assert st.extras["ranks_agree"] is False
+    assert st.scheduler_progress.value == 5  # rank 0 is read
+    assert any("disagree" in n and "lr_scheduler" in n for n in st.notes)

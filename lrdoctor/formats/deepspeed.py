@@ -212,9 +212,10 @@ def read(path: Path) -> RunState:
     if latest is not None:
         st.extras["latest"] = latest
         st.files.append(str(tag.parent / LATEST))
-    others = _model_files(tag)[1:]
+    others = [f for f in _model_files(tag) if f != main]
     if others:
         st.extras["model_state_files"] = 1 + len(others)
+        _check_ranks(st, sd, main, others)
 
     # Where the scheduler should be: every optimizer update that was not skipped.
     gs, sk = st.counter("deepspeed.global_steps"), st.counter("deepspeed.skipped_steps")
@@ -342,3 +343,22 @@ def _config_lr(cfg: dict | None) -> float | None:
     if isinstance(opt, dict) and isinstance(opt.get("params"), dict):
         return _common.number(opt["params"].get("lr"))
     return None
+
+
+RANK_KEYS = ("global_steps", "global_samples", "skipped_steps", "lr_scheduler")
+
+
+def _check_ranks(st: RunState, sd: dict, main: Path, others: list[Path]) -> None:
+    """Every model-state file (mp ranks, ZeRO-3 dp ranks) must carry the same counters."""
+    disagree = []
+    for f in others:
+        other = _common.load_dict(f, "a DeepSpeed model-states dict")
+        diffs = {k: (sd.get(k), other.get(k)) for k in RANK_KEYS if sd.get(k) != other.get(k)}
+        if diffs:
+            disagree.append({"file": str(f), "differs": diffs})
+        st.files.append(str(f))
+    st.extras["ranks_agree"] = not disagree
+    if disagree:
+        st.extras["rank_disagreement"] = disagree
+        st.notes.append(f"{len(disagree)} of {len(others) + 1} model-state files disagree with "
+                        f"{main.name} on {', '.join(sorted({k for d in disagree for k in d['differs']}))}")
