@@ -13,6 +13,7 @@ Pipeline: :func:`load_samples` (batch log / synthetic / fixed) ->
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -261,6 +262,19 @@ def check_spec(spec: ScheduleSpec) -> None:
         raise UnusableInput(f"schedule: {exc}") from None
 
 
+def schedule_fn(spec: ScheduleSpec) -> Callable[[ScheduleSpec, float], float]:
+    """The family's ``lr_at`` resolved once (``schedules.lr_at`` dispatches per call)."""
+    import importlib
+
+    mod_name = {"torch": "torch_builtin"}.get(spec.family, spec.family)
+    try:
+        return importlib.import_module(f"lrdoctor.schedules.{mod_name}").lr_at
+    except (ImportError, AttributeError):
+        from lrdoctor.schedules import lr_at
+
+        return lr_at
+
+
 def floor_progress(spec: ScheduleSpec) -> float | None:
     """Scheduler progress from which the LR stays at its floor (None: never)."""
     import importlib
@@ -312,12 +326,14 @@ def micro_batch_table(cfg: RunConfig, infos: list[StepInfo]) -> dict[str, np.nda
         n = len(mbs)
         if n == 0:
             continue
-        rows0 = [len(mb.ranks[0]) if mb.ranks else 0 for mb in mbs]
-        pad0 = [mb.padded_len[0] if mb.padded_len else 0 for mb in mbs]
-        toks = [int(sum(mb.tokens)) for mb in mbs]
-        samp = [sum(len(r) for r in mb.ranks) for mb in mbs]
-        maxrt = [max((len(r) * p for r, p in zip(mb.ranks, mb.padded_len, strict=False)),
-                     default=0) for mb in mbs]
+        rows0, pad0, toks, samp, maxrt = [], [], [], [], []
+        for mb in mbs:
+            lens = [len(r) for r in mb.ranks]
+            rows0.append(lens[0] if lens else 0)
+            pad0.append(mb.padded_len[0] if mb.padded_len else 0)
+            toks.append(sum(mb.tokens))
+            samp.append(sum(lens))
+            maxrt.append(max(map(operator.mul, lens, mb.padded_len), default=0))
         bset = set(plan.boundaries) if plan.boundaries is not None else None
         bound = [bset is not None and i in bset for i in range(n)]
         divs = (list(plan.loss_divisors) if getattr(plan, "loss_divisors", None) is not None
@@ -389,8 +405,9 @@ def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = 
     samp = t["samples"].astype(float)
     div = t["loss_divisor"].astype(float)
     docs = t["docs"].astype(float)
-    nominal = np.array([nominal_samples_per_update(cfg, int(d)) for d in t["dp"]]) if n else \
-        np.zeros(0)
+    dps, dp_inv = np.unique(t["dp"], return_inverse=True)
+    nominal = np.array([nominal_samples_per_update(cfg, int(d)) for d in dps])[dp_inv] if n \
+        else np.zeros(0)
     weight = np.where(np.isnan(div), samp / nominal, np.where(np.isnan(docs), samp, docs) / div)
     wsamp = np.bincount(window, weights=samp)[window] if n else np.zeros(0)
 
@@ -421,9 +438,8 @@ def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = 
     before = after - events
 
     uniq, inv = np.unique(before, return_inverse=True)
-    from lrdoctor.schedules import lr_at
-
-    lr_u = np.array([lr_at(spec, float(p)) for p in uniq])
+    lr_fn = schedule_fn(spec)
+    lr_u = np.array([lr_fn(spec, float(p)) for p in uniq])
     lr = lr_u[inv] if n else np.zeros(0)
 
     trace = {
