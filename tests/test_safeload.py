@@ -582,3 +582,16 @@ def test_read_values_of_far_apart_strided_elements(tmp_path):
     ref = safeload.load(path)["far"]
     assert ref.stride == (1_000_000,) and ref.storage_offset == 5
     assert safeload.read_values(ref) == [5.0, 1_000_005.0, 2_000_005.0]
+
+
+@pytest.mark.parametrize("keep", [0.3, 0.7, -4])
+def test_truncated_legacy_file_is_unusable_input(tmp_path, keep):
+    src = tmp_path / "legacy.pt"
+    torch.save({"w": torch.ones(64), "step": torch.tensor(3.0)}, src,
+               _use_new_zipfile_serialization=False)
+    data = src.read_bytes()
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(data[: int(len(data) * keep) if keep > 0 else len(data) + keep])
+    with pytest.raises(UnusableInput) as info:
+        safeload.load(cut)
+    assert str(cut) in str(info.value) and "\n" not in str(info.value)
