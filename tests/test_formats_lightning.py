@@ -47,11 +47,19 @@ GEN = textwrap.dedent("""
                                                      "frequency": frequency}}
 
     def run(name, sched="cosine", interval="step", frequency=1, accum=1, max_steps=-1,
-            max_epochs=None, extra_step=False):
+            max_epochs=None, extra_step=False, every=0):
         dl = DataLoader(TensorDataset(torch.randn(20, 4)), batch_size=2)  # 10 batches/epoch
-        t = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                       enable_model_summary=False, accelerator="cpu", max_steps=max_steps,
-                       max_epochs=max_epochs, accumulate_grad_batches=accum)
+        cbs = []
+        if every:  # what a real run keeps: saves every n steps and at every epoch end
+            from pytorch_lightning.callbacks import ModelCheckpoint
+            cbs = [ModelCheckpoint(dirpath=out / name, every_n_train_steps=every, save_top_k=-1,
+                                   filename="{epoch}-{step}"),
+                   ModelCheckpoint(dirpath=out / name, save_top_k=-1,
+                                   filename="end-{epoch}-{step}")]
+        t = pl.Trainer(logger=False, enable_checkpointing=bool(every), callbacks=cbs,
+                       enable_progress_bar=False, enable_model_summary=False,
+                       accelerator="cpu", max_steps=max_steps, max_epochs=max_epochs,
+                       accumulate_grad_batches=accum)
         t.fit(M(sched, interval, frequency, extra_step), dl)
         t.save_checkpoint(out / f"{name}.ckpt")
         s = t.lr_scheduler_configs[0].scheduler
@@ -69,6 +77,8 @@ GEN = textwrap.dedent("""
     run("freq2_accum4", frequency=2, accum=4, max_steps=6)
     run("manual_extra", max_steps=5, extra_step=True)
     run("lambda", sched="lambda", max_steps=4)
+    run("ckpts_epoch", interval="epoch", max_epochs=3, every=3)
+    run("ckpts_step", accum=2, max_epochs=2, every=2)
 """)
 
 
@@ -194,3 +204,22 @@ def test_a_plain_torch_dict_is_not_lightning(tmp_path):
     torch.save({"state_dict": {}}, f)
     with pytest.raises(UnusableInput, match="not a Lightning checkpoint"):
         pl_fmt.read(f)
+
+
+@pytest.mark.parametrize("name", ["ckpts_epoch", "ckpts_step"])
+def test_every_modelcheckpoint_save_of_a_healthy_run_is_consistent(saved, name):
+    """ModelCheckpoint saves mid-epoch and at epoch ends; all of them must agree."""
+    import torch
+
+    files = pl_fmt.find_checkpoints(saved / name)
+    assert len(files) >= 6
+    interval = "epoch" if name == "ckpts_epoch" else "step"
+    for f in files:
+        st = pl_fmt.read(f)
+        real = torch.load(f, weights_only=False, map_location="cpu")  # our own file
+        assert st.scheduler_progress.value == real["lr_schedulers"][0]["last_epoch"], f.name
+        assert st.counter("trainer.global_step").value == real["global_step"], f.name
+        assert st.scheduler_progress.value == st.nominal_progress.value, f.name
+        if st.scheduler_progress.value > 0 or interval == "step":
+            assert st.extras["lightning.interval"] == interval, f.name
+    assert pl_fmt.read(saved / name).path == str(files[-1])

@@ -160,16 +160,26 @@ def _steps(st: RunState) -> Counter | None:
 
 
 def _epochs_done(fit: dict) -> float | None:
-    """Epochs whose batches all ran (what an interval="epoch" scheduler follows)."""
+    """Epochs whose batches all ran: what an interval="epoch" scheduler has been stepped for.
+
+    The epoch scheduler steps right after the epoch's last batch, before Lightning
+    marks the epoch completed (a ModelCheckpoint at the epoch end sees it stepped
+    but the epoch not completed); a run stopped by max_steps mid-epoch has that
+    epoch marked completed without the step.
+    """
     ep = fit.get("epoch_progress")
     done, started = _total(ep), _total(ep, "started")
     if done is None:
         return None
     bp = fit.get("epoch_loop.batch_progress") or {}
-    cut_short = (bp.get("is_last_batch") is False and (_common.number(_get(bp, "current",
-                 "completed")) or 0) > 0 and started == done)
-    # Stopped by max_steps mid-epoch: Lightning marks that epoch completed anyway.
-    return done - 1 if cut_short and done > 0 else done
+    ran = (_common.number(_get(bp, "current", "completed")) or 0) > 0
+    last_batch = bp.get("is_last_batch")
+    in_progress = started is not None and started > done
+    if in_progress and last_batch is True and ran:
+        return done + 1
+    if not in_progress and last_batch is False and ran and done > 0:
+        return done - 1
+    return done
 
 
 def _scheduler(st: RunState, scheds: list, info: dict | None, src: str,
