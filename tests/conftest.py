@@ -261,8 +261,13 @@ def roll_run(output_dir: Path, *, pipeline_max_steps: int = 10, nominal_per_step
 
 def hf_run(output_dir: Path, *, max_steps: int = 12, save_steps: int = 4, lr: float = 1e-3,
            scheduler: str = "cosine", warmup_steps: float = 3, logging_steps: int = 1,
-           grad_accum: int = 1, scheduler_kwargs: dict | None = None) -> Truth:
-    """A real ``transformers.Trainer`` run of a two-layer model on CPU."""
+           grad_accum: int = 1, scheduler_kwargs: dict | None = None,
+           save_state: bool = True) -> Truth:
+    """A real ``transformers.Trainer`` run of a two-layer model on CPU.
+
+    ``save_state``: end with ``Trainer.save_state()`` (output_dir/trainer_state.json,
+    whose log holds the run time, so it differs between runs).
+    """
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
@@ -304,6 +309,8 @@ def hf_run(output_dir: Path, *, max_steps: int = 12, save_steps: int = 4, lr: fl
     )
     trainer = Trainer(model=TwoLayer(), args=args, train_dataset=DS(), callbacks=[Record()])
     trainer.train()
+    if save_state:  # what most scripts do at the end
+        trainer.save_state()
     return Truth(Path(output_dir), saves, meta={"args": args})
 
 

@@ -17,6 +17,7 @@ from lrdoctor.model import Unit
 
 def test_detect_and_find(hf_run_dir):
     root = hf_run_dir.root
+    assert (root / "trainer_state.json").is_file()  # Trainer.save_state() at the end
     assert hf.detect(root)
     ckpts = hf.find_checkpoints(root)
     assert [p.name for p in ckpts] == ["checkpoint-4", "checkpoint-8", "checkpoint-12"]

@@ -53,12 +53,14 @@ def find_checkpoints(path: Path) -> list[Path]:
     path = Path(path)
     if path.is_file():
         return [path.parent]
+    # An output dir may also hold Trainer.save_state()'s trainer_state.json, without
+    # scheduler or optimizer: its checkpoint-N dirs are the checkpoints.
+    ckpts = _common.checkpoint_n_dirs(path, TRAINER_STATE)
+    if ckpts:
+        return ckpts
     if (path / TRAINER_STATE).is_file():
         return [path]
-    ckpts = _common.checkpoint_n_dirs(path, TRAINER_STATE)
-    if not ckpts:
-        raise UnusableInput("no checkpoint-N/trainer_state.json here", str(path))
-    return ckpts
+    raise UnusableInput("no checkpoint-N/trainer_state.json here", str(path))
 
 
 def scheduler_file(ckpt: Path) -> Path:
