@@ -115,11 +115,12 @@ def _round_up(x: np.ndarray | int, r: int):
     return ((x + r - 1) // r) * r
 
 
-def _rank_shards(fr: dict[str, np.ndarray], dp: int, notes: dict) -> list[np.ndarray]:
-    """Rows of each dp rank: the log's own ``rank`` column, else contiguous chunks.
+def _rank_layout(fr: dict[str, np.ndarray], dp: int, notes: dict) -> tuple[np.ndarray, list[int]]:
+    """Rows of each dp rank as ``perm[bounds[k]:bounds[k+1]]``.
 
-    Contiguous equal chunks is how ROLL's DataProto.chunk and SkyRL's dispatch hand a
-    batch to dp ranks when nothing rebalances it.
+    The log's own ``rank`` column when present, else contiguous equal chunks,
+    which is how ROLL's DataProto.chunk and SkyRL's dispatch hand a batch to dp
+    ranks when nothing rebalances it.
     """
     n = len(fr["tokens"])
     if "rank" in fr:
@@ -127,14 +128,18 @@ def _rank_shards(fr: dict[str, np.ndarray], dp: int, notes: dict) -> list[np.nda
         if len(rk) and (rk.min() < 0 or rk.max() >= dp):
             notes["rank_out_of_range"] = {"max_rank": int(rk.max()), "dp": dp}
             rk = rk % dp
-        order = np.argsort(rk, kind="stable")
-        counts = np.bincount(rk, minlength=dp)
-        bounds = np.concatenate(([0], np.cumsum(counts)))
-        return [order[bounds[i] : bounds[i + 1]] for i in range(dp)]
+        perm = np.argsort(rk, kind="stable")
+        bounds = [0, *np.cumsum(np.bincount(rk, minlength=dp)).tolist()]
+        return perm, bounds
     if n % dp:
         notes["not_divisible_by_dp"] = {"samples": n, "dp": dp}
-    per = math.ceil(n / dp) if n else 0
-    return [np.arange(min(i * per, n), min((i + 1) * per, n)) for i in range(dp)]
+    per = -(-n // dp) if n else 0
+    return np.arange(n), [min(k * per, n) for k in range(dp + 1)]
+
+
+def _rank_shards(fr: dict[str, np.ndarray], dp: int, notes: dict) -> list[np.ndarray]:
+    perm, bounds = _rank_layout(fr, dp, notes)
+    return [perm[bounds[k] : bounds[k + 1]] for k in range(dp)]
 
 
 def _note_over_cap(notes: dict, lens: np.ndarray, cap: int | None) -> None:
@@ -218,16 +223,56 @@ def _assemble_minis(
 
 
 def plan_static(fr, dp, micro_batch_size, round_to=1) -> StepPlan:
-    """Fixed ``micro_batch_size`` sequences per rank, in order, from contiguous rank chunks."""
+    """Fixed ``micro_batch_size`` sequences per rank, in order, from each rank's rows."""
     notes: dict = {}
+    mbs, _ = _static_core(fr, dp, micro_batch_size, round_to, notes)
+    return StepPlan(mbs, None, None, notes)
+
+
+def _static_core(fr, dp, micro_batch_size, round_to, notes, extra=None):
+    """Static micro-batches, plus per micro-step global sums of column ``extra``.
+
+    Every micro-batch is a contiguous run of the rank-ordered rows, so sums and
+    maxima come from ``reduceat`` calls over the whole step.
+    """
     tokens = fr["tokens"]
-    shards = _rank_shards(fr, dp, notes)
+    perm, bounds = _rank_layout(fr, dp, notes)
     m = max(1, int(micro_batch_size))
-    per_rank = [[s[i : i + m] for i in range(0, len(s), m)] for s in shards]
-    counts = [len(p) for p in per_rank]
+    segs = [list(range(bounds[k], bounds[k + 1], m)) for k in range(dp)]
+    counts = [len(x) for x in segs]
+    count = max(counts, default=0)
+    if count == 0:
+        return [], []
     if len(set(counts)) > 1:
         notes["uneven_micro_batch_counts"] = counts
-    return StepPlan(_mb_from_rank_lists(per_rank, tokens, round_to), None, None, notes)
+    flat_starts = [a for x in segs for a in x]
+    tp = tokens[perm]
+    sums = np.add.reduceat(tp, flat_starts).tolist()
+    maxs = np.maximum.reduceat(tp, flat_starts)
+    maxs = _round_up(maxs, round_to).tolist()
+    ex = np.add.reduceat(extra[perm], flat_starts).tolist() if extra is not None else None
+    ex_step = [0] * count
+    off = [0]
+    for c in counts:
+        off.append(off[-1] + c)
+    mbs: list[MicroBatch] = []
+    for i in range(count):
+        ranks, pl, tk = [], [], []
+        for k in range(dp):
+            if i < counts[k]:
+                a = segs[k][i]
+                b = min(a + m, bounds[k + 1])
+                ranks.append(perm[a:b])
+                pl.append(maxs[off[k] + i])
+                tk.append(sums[off[k] + i])
+                if ex is not None:
+                    ex_step[i] += ex[off[k] + i]
+            else:
+                ranks.append(_EMPTY)
+                pl.append(0)
+                tk.append(0)
+        mbs.append(MicroBatch(ranks, pl, tk))
+    return mbs, ex_step
 
 
 # --------------------------------------------------------------------------- ROLL / NeMo-RL
@@ -253,59 +298,71 @@ def plan_token_budget(fr, dp, max_tokens, round_to=1) -> StepPlan:
         return StepPlan([], None, None, notes)
     order = np.argsort(tokens, kind="stable")
     srt = tokens[order]
-    shard_size = math.ceil(n / dp)
-    if n % dp:
+    shard_size = -(-n // dp)
+    pad = shard_size * dp - n
+    if pad:
         notes["not_divisible_by_dp"] = {"samples": n, "dp": dp}
     # Ascending sort => the max at shard position j is the last element of group j.
-    last = np.minimum((np.arange(shard_size) + 1) * dp, n) - 1
-    pos_len = _round_up(srt[last], r)
-    over = pos_len > cap
-    if over.any():
+    pos = srt[dp - 1 :: dp].tolist()
+    if pad:
+        pos.append(int(srt[-1]))
+    if r > 1:
+        pos = [-(-x // r) * r for x in pos]
+    # ROLL starts the running max at round_to; positions ascend, so only the first needs it.
+    if pos[0] < r:
+        pos[0] = r
+    if pos[-1] > cap:
+        over = [x for x in pos if x > cap]
         notes["sequence_over_cap"] = {
-            "count": int(over.sum()),
-            "max_len": int(pos_len.max()),
+            "count": len(over),
+            "max_len": pos[-1],
             "cap": cap,
             "note": "ROLL asserts on this; replayed as one sequence per micro-batch",
         }
     # Greedy walk. Position lengths never decrease (ascending sort), so the running
     # max is the newest position's length and "count * max <= cap" is monotone in
     # the count: each micro-batch's size is found by binary search, not a scan.
-    # (ROLL starts the running max at round_to; np.maximum keeps that floor.)
-    lens_l = np.maximum(pos_len, r).tolist()
     starts: list[int] = [0]
     lens_out: list[int] = []
     s0 = 0
     while s0 < shard_size:
-        first = lens_l[s0]
+        first = pos[s0]
         if first > cap:
             c = 1
         else:
             lo, hi = 1, min(cap // first, shard_size - s0)
-            while lo < hi:  # largest c with c * lens_l[s0 + c - 1] <= cap
+            while lo < hi:  # largest c with c * pos[s0 + c - 1] <= cap
                 mid = (lo + hi + 1) // 2
-                if mid * lens_l[s0 + mid - 1] <= cap:
+                if mid * pos[s0 + mid - 1] <= cap:
                     lo = mid
                 else:
                     hi = mid - 1
             c = lo
         s0 += c
-        lens_out.append(lens_l[s0 - 1])
+        lens_out.append(pos[s0 - 1])
         starts.append(s0)
     # Rank k holds order[k::dp]: shard position j of rank k is order[j*dp + k].
-    pad = shard_size * dp - n
-    ordp = np.concatenate((order, np.full(pad, -1, np.int64))).reshape(shard_size, dp).T.copy()
-    lenp = np.concatenate((srt, np.zeros(pad, np.int64))).reshape(shard_size, dp)
-    sums = np.add.reduceat(lenp, np.asarray(starts[:-1], dtype=np.int64), axis=0).tolist()
+    if pad:
+        ordp = np.concatenate((order, np.full(pad, -1, np.int64))).reshape(shard_size, dp).T
+        lenp = np.concatenate((srt, np.zeros(pad, np.int64))).reshape(shard_size, dp)
+    else:
+        ordp = order.reshape(shard_size, dp).T
+        lenp = srt.reshape(shard_size, dp)
+    sums = np.add.reduceat(lenp, starts[:-1], axis=0).tolist()
     mbs: list[MicroBatch] = []
-    last_i = len(lens_out) - 1
-    for i in range(len(lens_out)):
+    nmb = len(lens_out)
+    worst = 0
+    for i in range(nmb):
         a, b = starts[i], starts[i + 1]
-        if pad and i == last_i:
-            ranks = [r[r >= 0] for r in (ordp[k, a:b] for k in range(dp))]
+        if pad and i == nmb - 1:
+            ranks = [x[x >= 0] for x in (ordp[k, a:b] for k in range(dp))]
         else:
             ranks = [ordp[k, a:b] for k in range(dp)]
-        mbs.append(MicroBatch(ranks, [int(lens_out[i])] * dp, sums[i]))
-    notes["max_padded_tokens"] = max(len(m.ranks[0]) * m.padded_len[0] for m in mbs)
+        ln = lens_out[i]
+        if (b - a) * ln > worst:
+            worst = (b - a) * ln
+        mbs.append(MicroBatch(ranks, [ln] * dp, sums[i]))
+    notes["max_padded_tokens"] = worst
     return StepPlan(mbs, None, None, notes)
 
 
@@ -673,11 +730,8 @@ def plan_doc_target(
     target = int(docs_per_step)
     if target <= 0:
         raise UnusableInput("batching.docs_per_step must be a positive integer")
-    plan = plan_static(fr, dp, micro_batch_size, round_to)
-    mbs = plan.micro_batches
-    notes.update(plan.notes)
-    # Global documents per micro-step (summed over ranks).
-    mb_docs = [sum(int(docs[r].sum()) for r in mb.ranks if len(r)) for mb in mbs]
+    # Global documents per micro-step (summed over ranks) come with the static plan.
+    mbs, mb_docs = _static_core(fr, dp, micro_batch_size, round_to, notes, extra=docs)
     bounds: list[int] = []
     divisors: list[float] = []
     acc = 0
