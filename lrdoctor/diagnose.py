@@ -99,7 +99,9 @@ def _progress_ratio(state: RunState) -> list[Finding]:
                   "the scheduler is stepped per dynamic micro-batch window while the budget "
                   "was computed from nominal batches")
         ev["k"] = k if near_int else round(ratio, 4)
-        fix = None
+        fix = (f"Advance the scheduler by nominal/actual = {1 / ratio:.4g} per update, or make "
+               "the budget follow the real update count; repair this checkpoint with "
+               "`lrdoctor fix --policy nominal` (or `--policy extend-horizon`).")
         if near_int:
             fix = (f"Step the scheduler only when the optimizer steps (or divide its budget by "
                    f"{k}); repair this checkpoint with `lrdoctor fix --policy rescale --k {k}`.")
@@ -151,7 +153,9 @@ def _horizon(state: RunState) -> list[Finding]:
         where = (f" at {trainer.name} {_fmt(trainer.value)} of {_fmt(state.planned_end.value)}"
                  f" planned ({frac:.0%} of training)")
         # Where in training the floor was reached, if progress grew linearly.
-        ev["floor_reached_at_training_fraction"] = round(frac * horizon / prog.value, 6)
+        reached = frac * horizon / prog.value
+        ev["floor_reached_at_training_fraction"] = round(reached, 6)
+        where += f"; the LR reached its floor at about {reached:.0%} of training"
     if ratio is not None and ratio > 1:
         ev["ratio_to_nominal"] = round(ratio, 6)
     return [finding(

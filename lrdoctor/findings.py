@@ -117,10 +117,12 @@ _RULES = [
          "`lr_decay_iters` 800, `train_iters` 1000: the last 20% runs at `min_lr`.",
          "Nothing to do if this is intended."),
     Rule("LRD103", "scheduler-k-times-fast", _E,
-         "Scheduler progress is k times the optimizer's update count",
-         "The scheduler advanced k times per optimizer update: it is stepped on every "
-         "micro-batch of a gradient-accumulation window, or wrapped by accelerate's "
-         "`AcceleratedScheduler`, which steps `num_processes` times per call.",
+         "Scheduler progress is k times what the trainer's counters imply",
+         "The scheduler advanced k times as far as the trainer's own counters (optimizer "
+         "updates, global_step, nominal budget) say it should: it is stepped on every "
+         "micro-batch of a gradient-accumulation window, wrapped by accelerate's "
+         "`AcceleratedScheduler` (which steps `num_processes` times per call), or stepped "
+         "per dynamic micro-batch window while its budget came from nominal batches.",
          "`scheduler.last_epoch` 400 while AdamW `step` is 100 and `global_step` 100: k = 4.",
          "Step the scheduler only when the optimizer steps (inside the accumulation "
          "branch), or divide the budget by k; repair the checkpoint with `lrdoctor fix "

@@ -11,7 +11,22 @@ _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO:
 
 
 def console() -> Console:
-    return Console(highlight=False)
+    """Rich console; off a terminal (CI logs, pipes) use a wide fixed width, not 80."""
+    import os
+    import sys
+
+    width = None
+    if not sys.stdout.isatty():
+        width = int(os.environ.get("COLUMNS", "120"))
+    return Console(highlight=False, width=width)
+
+
+def _short(source: str, target: str) -> str:
+    """Sources relative to the inspected checkpoint keep the table readable."""
+    from pathlib import Path
+
+    base = str(Path(target).parent if Path(target).is_file() else Path(target))
+    return source[len(base) + 1:] if source.startswith(base + "/") else source
 
 
 def _num(x) -> str:
@@ -51,7 +66,7 @@ def render_inspect(report, con: Console | None = None) -> None:
         rows.append(("planned end", st["planned_end"]))
     for label, c in rows:
         name = f"[bold]{c['name']}[/bold] ({label})" if label else c["name"]
-        table.add_row(name, _num(c["value"]), c["unit"], c.get("source", ""))
+        table.add_row(name, _num(c["value"]), c["unit"], _short(c.get("source", ""), report.target))
     con.print(table)
     spec, d = st.get("schedule"), st.get("derived", {})
     if spec:
