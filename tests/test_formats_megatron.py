@@ -248,3 +248,13 @@ def test_distributed_optimizer_param_group_step(tmp_path):
     assert st.counter("optimizer.step").value == 5 == truth.last.optimizer_step
     assert st.optimizer_lrs == truth.last.lrs
     assert st.extras["use_distributed_optimizer"] is True
+
+
+def test_release_checkpoint(tmp_path):
+    truth = megatron_run(tmp_path / "ck", save_at=(3,), train_iters=10)
+    truth.last.path.rename(tmp_path / "ck" / "release")
+    (tmp_path / "ck" / "latest_checkpointed_iteration.txt").write_text("release")
+    assert [p.name for p in megatron.find_checkpoints(tmp_path / "ck")] == ["release"]
+    st = megatron.read(tmp_path / "ck")
+    assert st.extras["tracker"] == "release" and st.path.endswith("release")
+    assert st.scheduler_progress.value == truth.last.scheduler["num_steps"] == 48

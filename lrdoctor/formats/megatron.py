@@ -130,7 +130,7 @@ def read_tracker(run: Path) -> int | str | None:
                             str(f)) from None
 
 
-def _resolve(path: Path) -> tuple[Path | None, list[Path]]:
+def resolve(path: Path) -> tuple[Path | None, list[Path]]:
     """(iter dir or None, rank files to read) for any accepted input path."""
     if path.is_file():
         return (path.parent.parent if RANK_DIR.match(path.parent.name) else path.parent), [path]
@@ -149,6 +149,9 @@ def _resolve(path: Path) -> tuple[Path | None, list[Path]]:
     if not files:
         files = [path / COMMON_FILE]
     return path, files
+
+
+_resolve = resolve  # older name, used by lrdoctor.repair.megatron
 
 
 def scheduler_state(sd: dict) -> dict | None:
@@ -170,7 +173,7 @@ def scheduler_field(sched: dict, name: str) -> Any:
 
 def read(path: Path) -> RunState:
     path = Path(path)
-    ckpt, files = _resolve(path)
+    ckpt, files = resolve(path)
     main = files[0]
     sd = _common.load_dict(main, "a Megatron checkpoint dict")
     sched = scheduler_state(sd)
