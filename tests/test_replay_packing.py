@@ -339,3 +339,30 @@ def test_bad_strategy_and_missing_keys():
         P.plan_step({"strategy": "token_budget"}, {}, {"tokens": np.ones(2, int)}, 1)
     with pytest.raises(UnusableInput, match="prompt_id"):
         P.plan_step({"strategy": "prompt_unit"}, {}, {"tokens": np.ones(2, int)}, 1)
+
+
+def test_nemo_rl_token_budget_per_global_batch():
+    # Two global batches of 8 (one optimizer step each), dp 2, cap 1000, round 1.
+    tokens = np.array([100, 900, 100, 100, 100, 100, 100, 100, 300, 300, 300, 300, 50, 50, 50, 50])
+    plan = P.plan_step(
+        {"strategy": "token_budget", "max_tokens_per_microbatch": 1000, "flavor": "nemo_rl"},
+        {"micro_batch_size": 1, "mini_batch_size": 8},
+        {"tokens": tokens},
+        2,
+    )
+    # Chunk 1 sorted: 100 x7 then 900 -> positions (max of pair) 100,100,100,900:
+    # three positions fit (3*100), the 900 one opens a micro-batch. Chunk 2: 50 x4,
+    # 300 x4 -> positions 50, 50, 300, 300: 3*300 = 900 fits, all four: 4*300 > 1000.
+    assert plan.boundaries == [1, 3]
+    assert [len(mb.ranks[0]) for mb in plan.micro_batches] == [3, 1, 3, 1]
+    assert [mb.padded_len[0] for mb in plan.micro_batches] == [100, 900, 300, 300]
+    # Every row of a chunk stays in its chunk's micro-batches.
+    first = {int(i) for mb in plan.micro_batches[:2] for r in mb.ranks for i in r}
+    assert first == set(range(8))
+    roll = P.plan_step(
+        {"strategy": "token_budget", "max_tokens_per_microbatch": 1000},
+        {"micro_batch_size": 1, "mini_batch_size": 8},
+        {"tokens": tokens},
+        2,
+    )
+    assert roll.boundaries is None  # ROLL leaves updates to gradient accumulation

@@ -92,7 +92,9 @@ class BatchingCfg(_Section):
     docs_per_step: int | None = Field(None, ge=1)
     equal_size: bool = False
     # Framework details read by lrdoctor.replay.packing (see docs/replay-frameworks.md).
-    flavor: Literal["verl", "openrlhf"] = "verl"  # karmarkar_karp: count rule and weights
+    # karmarkar_karp: verl | openrlhf (count rule and weights);
+    # token_budget: roll (any other value) | nemo_rl (per global batch, one update each)
+    flavor: Literal["verl", "openrlhf", "roll", "nemo_rl"] = "verl"
     balance_dp: bool = True  # karmarkar_karp: verl balance_batch over dp ranks
     prompts_per_mini_batch: int | None = Field(None, ge=1)  # prompt_unit
     pad_mode: Literal["copy", "slice"] = "copy"  # prompt_unit: slice = tensor[:pad_size]

@@ -278,16 +278,21 @@ def _static_core(fr, dp, micro_batch_size, round_to, notes, extra=None):
 # --------------------------------------------------------------------------- ROLL / NeMo-RL
 
 
-def plan_token_budget(fr, dp, max_tokens, round_to=1) -> StepPlan:
-    """ROLL's dynamic batching shard (NeMo-RL's dynamic batching has the same shape).
+def plan_token_budget(
+    fr, dp, max_tokens, round_to=1, *, flavor="roll", mini_batch_size=None
+) -> StepPlan:
+    """ROLL's dynamic batching shard, or NeMo-RL's (``flavor='nemo_rl'``).
 
     Sort all lengths ascending (stable), deal them round-robin so rank r holds
     sorted[r::dp], then walk the shard position j: the position's length is the
     max over ranks rounded up to ``round_to``; a micro-batch grows while
-    ``count * running_max <= max_tokens`` (the running max starts at
-    ``round_to``). Boundaries are shared by every rank, so all ranks run the
-    same number of micro-batches. ROLL asserts when one rounded sequence is over
-    the cap; here it is put alone in a micro-batch and reported in notes.
+    ``count * running_max <= max_tokens``. Boundaries are shared by every rank,
+    so all ranks run the same number of micro-batches. ROLL does this once for
+    the whole step (the running max starts at ``round_to``) and leaves the
+    updates to gradient accumulation; NeMo-RL does it per global batch
+    (``mini_batch_size`` rows, one optimizer step each; running max from 0,
+    lengths clamped to the batch's padded width). Both assert when one rounded
+    sequence is over the cap; here it sits alone in a micro-batch, reported in notes.
     """
     notes: dict = {}
     tokens = fr["tokens"]
@@ -296,8 +301,32 @@ def plan_token_budget(fr, dp, max_tokens, round_to=1) -> StepPlan:
     cap = int(max_tokens)
     if n == 0:
         return StepPlan([], None, None, notes)
-    order = np.argsort(tokens, kind="stable")
-    srt = tokens[order]
+    if flavor != "nemo_rl":
+        mbs = _token_budget_core(np.arange(n), tokens, dp, cap, r, r, None, notes)
+        return StepPlan(mbs, None, None, notes)
+    width = int(tokens.max())
+    chunk = int(mini_batch_size) if mini_batch_size else n
+    if n % chunk:
+        notes["not_divisible_by_mini_batch"] = {"samples": n, "mini_batch_size": chunk}
+    mbs = []
+    bounds = []
+    for a in range(0, n, chunk):
+        part = _token_budget_core(
+            np.arange(a, min(a + chunk, n)), tokens, dp, cap, r, 0, width, notes
+        )
+        if part:
+            mbs.extend(part)
+            bounds.append(len(mbs) - 1)
+    return StepPlan(mbs, bounds, None, notes)
+
+
+def _token_budget_core(rows, all_tokens, dp, cap, r, floor, clamp, notes) -> list[MicroBatch]:
+    """The sorted, dealt, greedy walk over ``rows`` (indices into the step frame)."""
+    tokens = all_tokens[rows]
+    n = len(rows)
+    local = np.argsort(tokens, kind="stable")
+    srt = tokens[local]
+    order = rows[local]
     shard_size = -(-n // dp)
     pad = shard_size * dp - n
     if pad:
@@ -308,17 +337,23 @@ def plan_token_budget(fr, dp, max_tokens, round_to=1) -> StepPlan:
         pos.append(int(srt[-1]))
     if r > 1:
         pos = [-(-x // r) * r for x in pos]
+    if clamp is not None:  # NeMo-RL: never wider than the padded batch tensor
+        pos = [min(x, clamp) for x in pos]
     # ROLL starts the running max at round_to; positions ascend, so only the first needs it.
-    if pos[0] < r:
-        pos[0] = r
+    if pos[0] < floor:
+        pos[0] = floor
     if pos[-1] > cap:
-        over = [x for x in pos if x > cap]
-        notes["sequence_over_cap"] = {
-            "count": len(over),
-            "max_len": pos[-1],
-            "cap": cap,
-            "note": "ROLL asserts on this; replayed as one sequence per micro-batch",
-        }
+        rec = notes.setdefault(
+            "sequence_over_cap",
+            {
+                "count": 0,
+                "max_len": 0,
+                "cap": cap,
+                "note": "the framework asserts on this; replayed as one sequence per micro-batch",
+            },
+        )
+        rec["count"] += sum(1 for x in pos if x > cap)
+        rec["max_len"] = max(rec["max_len"], pos[-1])
     # Greedy walk. Position lengths never decrease (ascending sort), so the running
     # max is the newest position's length and "count * max <= cap" is monotone in
     # the count: each micro-batch's size is found by binary search, not a scan.
@@ -362,8 +397,8 @@ def plan_token_budget(fr, dp, max_tokens, round_to=1) -> StepPlan:
         if (b - a) * ln > worst:
             worst = (b - a) * ln
         mbs.append(MicroBatch(ranks, [ln] * dp, sums[i]))
-    notes["max_padded_tokens"] = worst
-    return StepPlan(mbs, None, None, notes)
+    notes["max_padded_tokens"] = max(worst, notes.get("max_padded_tokens", 0))
+    return mbs
 
 
 # --------------------------------------------------------------------------- Karmarkar-Karp
@@ -785,7 +820,14 @@ def plan_step(batching_cfg: Any, train_cfg: Any, frame: Any, dp: int) -> StepPla
             f"batching.max_tokens_per_microbatch is required for strategy {strategy}"
         )
     if strategy == "token_budget":
-        return plan_token_budget(fr, dp, int(cap), round_to)
+        return plan_token_budget(
+            fr,
+            dp,
+            int(cap),
+            round_to,
+            flavor=str(_get(batching_cfg, "flavor", "roll")),
+            mini_batch_size=_get(train_cfg, "mini_batch_size"),
+        )
     if strategy == "karmarkar_karp":
         if not cap and not _get(batching_cfg, "num_micro_batches"):
             raise UnusableInput(
