@@ -83,6 +83,12 @@ GEN = textwrap.dedent("""
                          "warmup_min_lr": 0, "warmup_max_lr": 1e-3, "warmup_num_steps": 50,
                          "warmup_type": "linear"}}},
         steps=3, extra_sched_calls=True)
+    warm = {"type": "WarmupLR", "params": {"warmup_max_lr": 1e-3, "warmup_num_steps": 3}}
+    run("bf16", {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2,
+                 "bf16": {"enabled": True}, "optimizer": adam, "scheduler": warm}, steps=4)
+    run("zero3", {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2,
+                  "zero_optimization": {"stage": 3}, "optimizer": adam, "scheduler": warm},
+        steps=4)
 """)
 
 
@@ -245,3 +251,24 @@ def test_model_parallel_ranks_are_compared(saved, tmp_path):
     assert st.extras["ranks_agree"] is False
     assert st.scheduler_progress.value == 5  # rank 0 is read
     assert any("disagree" in n and "lr_scheduler" in n for n in st.notes)
+
+
+def test_bf16_without_zero_counts_an_initialisation_step(saved):
+    st, t = ds_fmt.read(saved / "bf16"), truth(saved / "bf16")
+    assert t["global_steps"] == 4 and t["opt_step"] == 5  # DeepSpeed's own zero-grad step()
+    assert st.counter("optimizer.step").value == 5
+    assert st.scheduler_progress.value == st.nominal_progress.value == 4
+    assert st.extras["optimizer.init_step"] == 1 and st.extras["precision"] == "bf16"
+
+
+def test_zero3_layout(saved):
+    tag = saved / "zero3" / "global_step4"
+    assert [f.name for f in tag.glob("*model_states.pt")] == [
+        "zero_pp_rank_0_mp_rank_00_model_states.pt"]
+    assert ds_fmt.detect(saved / "zero3") and ds_fmt.detect(tag)
+    st, t = ds_fmt.read(saved / "zero3"), truth(saved / "zero3")
+    assert st.extras["zero_stage"] == 3
+    assert st.counter("optimizer.step").value == t["opt_step"] == 4
+    assert st.scheduler_progress.value == st.nominal_progress.value == 4
+    assert "optimizer.init_step" not in st.extras
+    assert st.optimizer_lrs == pytest.approx(t["lr"])

@@ -224,6 +224,13 @@ def read(path: Path) -> RunState:
         st.nominal_progress = Counter(
             "deepspeed.global_steps - deepspeed.skipped_steps", gs.value - skipped, Unit.UPDATES,
             "global_steps - skipped_steps (an fp16-overflow step skips the scheduler)")
+        opt_step = st.counter("optimizer.step")
+        if (opt_step is not None and opt_step.value == gs.value - skipped + 1
+                and st.extras.get("precision") and not st.extras.get("zero_stage")):
+            st.extras["optimizer.init_step"] = 1
+            st.notes.append("optimizer.step is one above global_steps - skipped_steps: DeepSpeed's "
+                            "fp16/bf16 optimizer without ZeRO takes one zero-gradient step() at "
+                            "initialisation (not a training update)")
     if st.schedule is not None and st.schedule.horizon is not None and gs is not None:
         if st.schedule.family == NAME:
             where, whence = "total_num_steps", f"{cfg_src}.scheduler.params.total_num_steps"
