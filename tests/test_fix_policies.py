@@ -1,0 +1,113 @@
+"""Repair policies on hand-built RunStates, and the format-blind writer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lrdoctor.diagnose import diagnose
+from lrdoctor.errors import UnusableInput
+from lrdoctor.findings import finding
+from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.repair.policies import Refusal, group_lr, make_target
+from lrdoctor.repair.writer import Change, check_output, write_output
+
+
+def state(progress=400.0, nominal=100.0, done=100, end=200, horizon=200.0, fmt="torch"):
+    return RunState(
+        format=fmt, path="ckpt.pt",
+        schedule=ScheduleSpec(family="megatron", kind="linear", max_lr=1e-3, min_lr=1e-5,
+                              unit=Unit.UPDATES, warmup=10, horizon=horizon),
+        scheduler_progress=Counter("scheduler.last_epoch", progress, Unit.UPDATES),
+        nominal_progress=Counter("optimizer.step", nominal, Unit.UPDATES) if nominal else None,
+        trainer_progress=Counter("step", done, Unit.UPDATES),
+        planned_end=Counter("total_steps", end, Unit.UPDATES))
+
+
+def test_k_times_fast_suggests_rescale_with_inferred_k():
+    st = state()
+    fs = diagnose(st)
+    assert {f.code for f in fs} >= {"LRD103", "LRD101"}
+    t = make_target(st, fs)
+    assert (t.policy, t.k, t.progress) == ("rescale", 4.0, 100)
+    assert t.lr == pytest.approx(st.schedule.lr_at(100))
+    assert t.lr_before == 1e-5
+
+
+def test_ambiguous_intent_is_refused_with_the_option_to_give():
+    st = state(progress=250.0, nominal=100.0)  # 2.5x: not a whole k
+    with pytest.raises(Refusal, match="--policy nominal.*--policy extend-horizon"):
+        make_target(st, diagnose(st))
+    # LRD101 alone (no nominal progress known): also a choice for the user.
+    st = state(progress=250.0, nominal=None)
+    with pytest.raises(Refusal, match="LRD101"):
+        make_target(st, [finding("LRD101", "past")])
+    with pytest.raises(Refusal, match="--progress N or --from-replay"):
+        make_target(st, [], policy="nominal")
+    with pytest.raises(Refusal, match="--k N"):
+        make_target(st, [], policy="rescale")
+    with pytest.raises(Refusal, match="not both"):
+        make_target(st, [], progress=3, replay="x.json")
+
+
+def test_nothing_to_fix_and_lr_only():
+    st = state(progress=100.0, nominal=100.0)
+    assert make_target(st, diagnose(st)) is None
+    t = make_target(st, [finding("LRD105", "lr off")])
+    assert t.policy == "sync-lr" and t.progress == 100
+
+
+def test_extend_horizon_extrapolates_the_observed_pace():
+    st = state(progress=250.0, nominal=100.0, done=100, end=200)
+    t = make_target(st, diagnose(st), policy="extend-horizon")
+    assert t.horizon == 500 and t.progress == 250
+    assert t.schedule.horizon == 500 and st.schedule.horizon == 200  # input spec untouched
+    # linear from 1e-3 (after warmup 10) to 1e-5 at 500: at 250 exactly half way down.
+    assert t.lr == pytest.approx(1e-5 + (1e-3 - 1e-5) * (1 - (250 - 10) / (500 - 10)))
+    st = state(progress=250.0, nominal=100.0, done=200, end=200)
+    with pytest.raises(Refusal, match="no horizon to extend"):
+        make_target(st, [], policy="extend-horizon")
+
+
+def test_replay_ratio(tmp_path):
+    rep = tmp_path / "r.json"
+    rep.write_text(json.dumps([{"summary": {"nominal_updates": 10, "actual_updates": 25}}]))
+    st = state(progress=250.0)
+    assert make_target(st, [], replay=rep).progress == 100
+    assert make_target(st, [], replay=rep, policy="extend-horizon").horizon == 500
+    rep.write_text("{not json")
+    with pytest.raises(UnusableInput, match="cannot read replay"):
+        make_target(st, [], replay=rep)
+
+
+def test_group_lr_per_family():
+    spec = ScheduleSpec(family="megatron", kind="constant", max_lr=1e-3, unit=Unit.UPDATES)
+    assert group_lr(spec, 5, {"max_lr": 2e-3}) == 2e-3
+    hf = ScheduleSpec(family="hf", kind="constant", max_lr=1e-3, unit=Unit.UPDATES)
+    assert group_lr(hf, 5, {"initial_lr": 5e-4}) == pytest.approx(5e-4)
+    assert group_lr(None, 5, {}) is None
+
+
+def test_writer_json_edit_keeps_layout_and_refuses_stale_plans(tmp_path):
+    src = tmp_path / "ck"
+    src.mkdir()
+    (src / "state.json").write_text(json.dumps({"a": 1, "b": {"c": 2}}, indent=2) + "\n")
+    (src / "blob").write_bytes(b"x" * 100)
+    out = tmp_path / "out"
+    w = write_output(src, out, ["state.json", "blob"],
+                     [Change("state.json", ("b", "c"), 2, 3, kind="json")], {"policy": "t"})
+    assert json.loads((out / "state.json").read_text()) == {"a": 1, "b": {"c": 3}}
+    assert (out / "state.json").read_text().startswith('{\n  "a"')
+    assert (out / "blob").read_bytes() == b"x" * 100 and w.copied == 1
+    with pytest.raises(UnusableInput, match="expected 5"):
+        write_output(src, tmp_path / "o2", ["state.json"],
+                     [Change("state.json", ("b", "c"), 5, 3, kind="json")], {})
+    assert not (tmp_path / "o2").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "out"]
+    for bad in (src, src / "inner"):
+        with pytest.raises(UnusableInput):
+            check_output(src, bad, force=True)
+    with pytest.raises(UnusableInput, match="--force"):
+        check_output(src, out, force=False)
+    check_output(src, out, force=True)
