@@ -501,8 +501,8 @@ def plan_karmarkar_karp(
     """verl / OpenRLHF dynamic batch size: balanced partitions, not a hard cap.
 
     dp split: the log's ``rank`` column, else (verl's balance_batch) a KK
-    equal-size partition of the step over dp ranks by length, else contiguous
-    chunks. Each rank's mini-batch is split into N micro-batches by KK, where N is
+    equal-size partition of the step over dp ranks by workload, else contiguous
+    chunks (OpenRLHF). Each rank's mini-batch is split into N micro-batches by KK, where N is
     ``ceil(sum/max_tokens)`` capped at the row count (verl) or OpenRLHF's
     first-fit count, then the max over dp ranks. Balanced sums can exceed the
     cap: the largest micro-batch token sum is reported in notes.
@@ -515,9 +515,15 @@ def plan_karmarkar_karp(
         return StepPlan([], None, None, notes)
     if "rank" in fr:
         shards = _rank_shards(fr, dp, notes)
-    elif balance_dp and n >= dp and n % dp == 0 and dp > 1:
-        parts = karmarkar_karp(tokens.tolist(), dp, equal_size=True)
-        shards = [np.asarray(p, dtype=np.int64) for p in parts]
+    elif flavor == "verl" and balance_dp and n >= dp and n % dp == 0 and dp > 1:
+        # verl's balance_batch: equal-size KK over dp on the workload estimate, each
+        # rank's rows ordered light/heavy-interleaved (this order decides which rows
+        # share a mini-batch, since ranks cut their rows into consecutive mini-batches).
+        work = verl_workload(tokens).tolist()
+        shards = []
+        for p in karmarkar_karp(work, dp, equal_size=True):
+            p.sort(key=lambda x: (work[x], x))
+            shards.append(np.asarray(p[::2] + p[1::2][::-1], dtype=np.int64))
     else:
         shards = _rank_shards(fr, dp, notes)
     minis = _mini_batches_per_rank(shards, mini_per_rank)
