@@ -64,7 +64,7 @@ def plan(path: Path, state: RunState, target: Target):
     from lrdoctor.repair.engine import FormatPlan
 
     path = Path(path)
-    ckpt, files = reader._resolve(path)
+    ckpt, files = reader.resolve(path)
     root = path
 
     def rel_of(f: Path) -> str:
