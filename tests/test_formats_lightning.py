@@ -46,6 +46,23 @@ GEN = textwrap.dedent("""
             return {"optimizer": o, "lr_scheduler": {"scheduler": s, "interval": interval,
                                                      "frequency": frequency}}
 
+    class Manual(pl.LightningModule):
+        def __init__(self, total_steps=40):
+            super().__init__()
+            self.save_hyperparameters()
+            self.automatic_optimization = False
+            self.l = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, i):
+            o = self.optimizers()
+            loss = self.l(batch[0]).pow(2).mean()
+            o.zero_grad(); self.manual_backward(loss); o.step()
+            self.lr_schedulers().step()
+
+        def configure_optimizers(self):
+            o = torch.optim.AdamW(self.parameters(), lr=1e-3)
+            return [o], [L.CosineAnnealingLR(o, T_max=self.hparams.total_steps)]
+
     def run(name, sched="cosine", interval="step", frequency=1, accum=1, max_steps=-1,
             max_epochs=None, extra_step=False, every=0):
         dl = DataLoader(TensorDataset(torch.randn(20, 4)), batch_size=2)  # 10 batches/epoch
@@ -60,7 +77,7 @@ GEN = textwrap.dedent("""
                        enable_progress_bar=False, enable_model_summary=False,
                        accelerator="cpu", max_steps=max_steps, max_epochs=max_epochs,
                        accumulate_grad_batches=accum)
-        t.fit(M(sched, interval, frequency, extra_step), dl)
+        t.fit(Manual() if sched == "manual" else M(sched, interval, frequency, extra_step), dl)
         t.save_checkpoint(out / f"{name}.ckpt")
         s = t.lr_scheduler_configs[0].scheduler
         o = t.optimizers[0]
@@ -77,6 +94,7 @@ GEN = textwrap.dedent("""
     run("freq2_accum4", frequency=2, accum=4, max_steps=6)
     run("manual_extra", max_steps=5, extra_step=True)
     run("lambda", sched="lambda", max_steps=4)
+    run("manual", sched="manual", max_steps=6)
     run("ckpts_epoch", interval="epoch", max_epochs=3, every=3)
     run("ckpts_step", accum=2, max_epochs=2, every=2)
 """)
@@ -223,3 +241,14 @@ def test_every_modelcheckpoint_save_of_a_healthy_run_is_consistent(saved, name):
         if st.scheduler_progress.value > 0 or interval == "step":
             assert st.extras["lightning.interval"] == interval, f.name
     assert pl_fmt.read(saved / name).path == str(files[-1])
+
+
+def test_manual_optimization_with_a_saved_budget(saved):
+    st, t = load(saved, "manual")
+    assert t["global_step"] == t["last_epoch"] == 6
+    assert st.counter("lightning.manual_optimizer_steps").value == 6
+    assert st.scheduler_progress.value == st.nominal_progress.value == 6
+    assert "lightning.extra_scheduler_calls" not in st.extras  # the user steps it by design
+    # save_hyperparameters(total_steps=40) is the only budget a .ckpt can hold.
+    assert st.planned_end.name == "hyper_parameters.total_steps" and st.planned_end.value == 40
+    assert st.trainer_progress.value == 6

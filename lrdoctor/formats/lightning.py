@@ -149,8 +149,26 @@ def read(path: Path) -> RunState:
     if len(scheds) > 1:
         st.notes.append(f"{len(scheds)} schedulers: the first one is used")
     _scheduler(st, scheds, info, src, steps, epochs_done)
-    st.notes.append("Lightning does not save max_steps/max_epochs: the planned end is unknown")
+    _planned_end(st, sd, src, steps)
     return st
+
+
+BUDGET_HPARAMS = ("max_steps", "total_steps", "num_training_steps", "training_steps",
+                  "train_steps")
+
+
+def _planned_end(st: RunState, sd: dict, src: str, steps: Counter | None) -> None:
+    """A step budget the module saved with save_hyperparameters(); Lightning keeps none itself."""
+    hp = _common.as_fields(sd.get("hyper_parameters")) or {}
+    for key in BUDGET_HPARAMS:
+        v = _common.number(hp.get(key))
+        if v is not None and v > 0:
+            st.planned_end = Counter(f"hyper_parameters.{key}", v, Unit.UPDATES,
+                                     f"{src}:hyper_parameters.{key} (the module's own setting)")
+            if steps is not None:
+                st.trainer_progress = Counter(steps.name, steps.value, Unit.UPDATES, steps.source)
+            return
+    st.notes.append("Lightning does not save max_steps/max_epochs: the planned end is unknown")
 
 
 def _steps(st: RunState) -> Counter | None:
@@ -199,6 +217,10 @@ def _scheduler(st: RunState, scheds: list, info: dict | None, src: str,
     # Did every scheduler call come from Lightning's loop?
     lasts = [_common.number(d.get("last_epoch")) for d in scheds if isinstance(d, dict)]
     made = st.counter("lightning.scheduler_progress")
+    if st.counter("lightning.manual_optimizer_steps"):
+        made = None
+        st.notes.append("manual optimization: training_step steps the scheduler itself, so "
+                        "Lightning's scheduler_progress does not apply")
     if made is not None and None not in lasts:
         extra = sum(lasts) - made.value
         st.extras["lightning.extra_scheduler_calls"] = extra
