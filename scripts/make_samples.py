@@ -37,7 +37,8 @@ def make_roll(dst: Path) -> None:
 
     assert sum(roll_updates(s) for s in range(ROLL_PIPELINE_STEPS)) == 8429
     roll_run(dst, pipeline_max_steps=ROLL_PIPELINE_STEPS, nominal_per_step=ROLL_NOMINAL_PER_STEP,
-             updates_per_step=roll_updates, save_at=(100, ROLL_PIPELINE_STEPS - 1),
+             updates_per_step=roll_updates, save_at=(100, 200, ROLL_PIPELINE_STEPS - 1),
+             save_steps=100,
              lr=1e-6, min_lr=1e-7, warmup=20, style="cosine")
 
 

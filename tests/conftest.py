@@ -188,7 +188,7 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
 def roll_run(output_dir: Path, *, pipeline_max_steps: int = 10, nominal_per_step: int = 4,
              updates_per_step=None, save_at=(4, 9), lr: float = 1e-6, min_lr: float = 0.0,
              warmup: int = 2, style: str = "cosine", worker: str = "actor_train",
-             write_config: bool = True) -> Truth:
+             write_config: bool = True, save_steps: int = 5) -> Truth:
     """ROLL's Megatron strategy: scheduler stepped once per optimizer update, saved as
     ``<output_dir>/<worker>/checkpoint-N/scheduler.pt`` plus mcore_adapter files.
 
@@ -212,8 +212,7 @@ def roll_run(output_dir: Path, *, pipeline_max_steps: int = 10, nominal_per_step
         for i in range(n):
             _train_step(model, opt, step * 1000 + i)
             sched.step(1)
-        log_history.append({"system/step": step, "actor/lr": opt.param_groups[0]["lr"],
-                            "actor/updates": n})
+        log_history.append({"system/step": step, "actor/lr": opt.param_groups[0]["lr"]})
         if step in save_at:
             ck = out / worker / f"checkpoint-{step}"
             rank_dir = ck / "iter_0000001" / "mp_rank_00"
@@ -241,7 +240,7 @@ def roll_run(output_dir: Path, *, pipeline_max_steps: int = 10, nominal_per_step
     if write_config:
         (out / "rlvr_config.yaml").write_text(
             "# The run's ROLL pipeline config (ROLL itself does not save it).\n"
-            f"max_steps: {pipeline_max_steps}\nsave_steps: 5\n"
+            f"max_steps: {pipeline_max_steps}\nsave_steps: {save_steps}\n"
             f"rollout_batch_size: {nominal_per_step * 8}\nnum_return_sequences_in_group: 8\n"
             "ppo_epochs: 1\n"
             "actor_train:\n  training_args:\n"
