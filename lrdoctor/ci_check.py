@@ -14,6 +14,7 @@ findings it suppressed (with their reasons) in ``extra["ignored"]``.
 from __future__ import annotations
 
 import glob
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -35,32 +36,53 @@ def _default_inspect(path: str, format: str | None = None, all: bool = False) ->
 
 def _default_replay(config: str, batch_log: str | None = None, synthetic: str | None = None,
                     **options: Any) -> Report:
+    import inspect
+
     from lrdoctor import replay
 
-    return replay.run(config, batch_log=batch_log, synthetic=synthetic, **options)
+    params = inspect.signature(replay.replay_full).parameters
+    allowed = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n != "progress"]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise UnusableInput(f"replay options: unknown {', '.join(unknown)} (allowed: "
+                            f"{', '.join(allowed)})", config)
+    result = replay.replay_full(config, batch_log, synthetic, **options)
+    report = result.report
+    # Kept off the JSON document: the HTML report draws the replay's own figures from it.
+    report._replay_result = result  # type: ignore[attr-defined]
+    return report
+
+
+def _finite(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x) if math.isfinite(x) else None
 
 
 def progress_ratio(report: Report) -> float | None:
     """actual/nominal scheduler progress a report states, wherever its command put it."""
     st = report.state if isinstance(report.state, dict) else {}
     derived = st.get("derived") or {}
-    r = derived.get("progress_ratio")
-    if isinstance(r, (int, float)):
-        return float(r)
+    r = _finite(derived.get("progress_ratio"))
+    if r is not None:
+        return r
     for holder in (report.extra.get("summary") or {}, report.extra, st):
         if not isinstance(holder, dict):
             continue
         for key in ("progress_ratio", "ratio"):
-            if isinstance(holder.get(key), (int, float)) and not isinstance(holder[key], bool):
-                return float(holder[key])
+            r = _finite(holder.get(key))
+            if r is not None:
+                return r
         for a, n in (("actual_updates", "nominal_updates"), ("actual", "nominal"),
                      ("actual_progress", "nominal_progress")):
-            av, nv = holder.get(a), holder.get(n)
-            if isinstance(av, (int, float)) and isinstance(nv, (int, float)) and nv > 0:
-                return float(av) / float(nv)
+            av, nv = _finite(holder.get(a)), _finite(holder.get(n))
+            if av is not None and nv is not None and nv > 0:
+                return av / nv
     sp, nom = st.get("scheduler_progress"), st.get("nominal_progress")
-    if isinstance(sp, dict) and isinstance(nom, dict) and (nom.get("value") or 0) > 0:
-        return float(sp["value"]) / float(nom["value"])
+    if isinstance(sp, dict) and isinstance(nom, dict):
+        av, nv = _finite(sp.get("value")), _finite(nom.get("value"))
+        if av is not None and nv is not None and nv > 0:
+            return av / nv
     return None
 
 
@@ -113,7 +135,8 @@ def _ratio_finding(rep: Report, limit: float, t: Target | None) -> Finding | Non
         f"max-progress-ratio {limit:g}",
         {"progress_ratio": ratio, "max_progress_ratio": limit,
          "config_key": t.key if t else None},
-        location=None)
+        # A replay is annotated at the run config's scheduler section; a checkpoint at its file.
+        location=f"{rep.target}:scheduler" if rep.command == "replay" else None)
 
 
 def _apply_ignores(rep: Report, ignores: list[Ignore]) -> None:

@@ -85,14 +85,85 @@ def _figures_inspect(rep: Report, out: Path, stem: str) -> list[tuple[str, Path]
 
 
 def _figures_replay(rep: Report, out: Path, stem: str) -> list[tuple[str, Path]]:
+    """The replay's own plots (needs the replay kept on the report by ``ci_check``)."""
+    result = getattr(rep, "_replay_result", None)
+    if result is None:
+        return []
+    from lrdoctor.replay import plots as rplots
+
+    figs = []
+    lr_png = out / f"{stem}-lr.png"
+    rplots.plot([(None, result.replay)], lr_png)
+    _shareable(lr_png)
+    figs.append(("Intended vs replayed LR over train steps (floor min_lr and the step where "
+                 "the scheduler reaches it marked), and micro-batches per optimizer update "
+                 "(window sizes)", lr_png))
+    figs.append(("Optimizer updates per train step: replayed vs nominal",
+                 updates_per_step_plot(result.replay, out / f"{stem}-updates.png")))
+    if result.sweep:
+        sweep_png = out / f"{stem}-sweep.png"
+        rplots.plot(result.sweep, sweep_png, key=result.sweep_key)
+        _shareable(sweep_png)
+        figs.append((f"Sweep over {result.sweep_key}: LR and updates per train step for each "
+                     "value", sweep_png))
+    return figs
+
+
+def updates_per_step_plot(replay: Any, path: Path) -> Path:
+    """Updates each train step took, against the nominal count: where the budget drifts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lrdoctor.replay.analysis import per_step
+
+    ps = per_step(replay)
+    steps = replay.cfg.train.steps
+    ups = ps["updates"]
+    nominal = replay.nominal_updates / steps
+    fig, (ax, ax_c) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=110,
+                                   gridspec_kw={"width_ratios": [3, 2]})
+    ax.step(range(1, len(ups) + 1), ups, where="mid", color="#1f77b4", lw=1.2,
+            label="replayed")
+    ax.axhline(nominal, color="black", ls="--", lw=1, label=f"nominal {nominal:g}")
+    ax.set_xlabel("train step")
+    ax.set_ylabel("optimizer updates per train step")
+    ax.set_title("updates per train step", fontsize=10)
+    ax_c.set_title("cumulative updates vs the scheduler's budget", fontsize=10)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylim(bottom=0, top=max(float(ups.max()), nominal) * 1.15 + 0.01)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    cum = ups.cumsum()
+    xs = range(1, len(cum) + 1)
+    ax_c.plot(xs, cum, color="#1f77b4", lw=1.5, label="replayed (cumulative)")
+    ax_c.plot(xs, [nominal * i for i in xs], color="black", ls="--", lw=1,
+              label="nominal (cumulative)")
+    ax_c.axhline(replay.budget_updates, color="#d62728", ls=":", lw=1,
+                 label=f"scheduler budget {replay.budget_updates:g} updates")
+    hit = next((i + 1 for i, c in enumerate(cum) if c >= replay.budget_updates), None)
+    if hit is not None and hit < steps:
+        ax_c.axvline(hit, color="#d62728", ls=":", lw=1)
+        ax_c.annotate(f"budget used up at step {hit} of {steps}", (hit, replay.budget_updates),
+                      textcoords="offset points", xytext=(6, -14), fontsize=8, color="#d62728",
+                      bbox={"fc": "white", "ec": "none", "alpha": 0.85})
+    ax_c.set_xlabel("train step")
+    ax_c.set_ylabel("optimizer updates (cumulative)")
+    ax_c.legend(fontsize=8)
+    ax_c.grid(alpha=0.3)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
     try:
-        from lrdoctor.replay import plots as rplots
-    except ModuleNotFoundError:
-        return []
-    fn = getattr(rplots, "report_figures", None)
-    if fn is None:
-        return []
-    return [(caption, Path(p)) for caption, p in fn(rep, out, stem)]
+        fig.savefig(tmp)
+        _shareable(tmp)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
 
 
 FIGURES: dict[str, Callable[[Report, Path, str], list[tuple[str, Path]]]] = {
@@ -203,6 +274,13 @@ def _section(i: int, rep: Report, figs: list[tuple[str, Path]], note: str | None
     return out
 
 
+def _shareable(path: str | Path) -> None:
+    """mkstemp files are 0600; a report is for sharing, so follow the umask instead."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def write_report(reports: list[Report], out_dir: Path, title: str = "lrdoctor report") -> Path:
     """Write ``index.html`` and its PNGs into ``out_dir``; returns the page's path."""
     out_dir = Path(out_dir)
@@ -223,9 +301,7 @@ def write_report(reports: list[Report], out_dir: Path, title: str = "lrdoctor re
     fd, tmp = tempfile.mkstemp(prefix=".index.", suffix=".html", dir=out_dir)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(page)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a report is for sharing
+    _shareable(tmp)
     os.replace(tmp, index)
     return index
 

@@ -91,21 +91,46 @@ _LINE_SUFFIX = re.compile(r"^(?P<path>.+?):(?P<line>\d+)$")
 
 
 def key_line(path: str, key: str) -> int:
-    """1-based line where ``key`` (dotted; last part searched) is assigned in a text config.
+    """1-based line where ``key`` (dotted, e.g. ``scheduler.step_on``) is set in a text config.
 
-    Works for YAML (``key:``), TOML/INI (``key =``) and JSON (``"key":``). 1 when
-    the file cannot be read or the key is not found.
+    Follows the nesting by indentation (YAML); falls back to the first line that
+    sets the last part (TOML ``key =``, JSON ``"key":``). 1 when not found.
     """
-    leaf = key.split(".")[-1]
-    pattern = re.compile(r"^\s*(?:-\s*)?[\"']?" + re.escape(leaf) + r"[\"']?\s*[:=]")
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            for n, text in enumerate(fh, start=1):
-                if pattern.match(text):
-                    return n
+            lines = fh.read().splitlines()
     except OSError:
-        pass
-    return 1
+        return 1
+    parts = [p for p in key.split(".") if p]
+    if not parts:
+        return 1
+    return _nested_line(lines, parts) or _nested_line(lines, parts[-1:]) or 1
+
+
+def _key_pattern(part: str) -> re.Pattern:
+    return re.compile(r"^\s*(?:-\s*)?[\"']?" + re.escape(part) + r"[\"']?\s*[:=]")
+
+
+def _nested_line(lines: list[str], parts: list[str]) -> int | None:
+    start, parent, found = 0, -1, None
+    for part in parts:
+        pat = _key_pattern(part)
+        hit = None
+        for i in range(start, len(lines)):
+            text = lines[i]
+            body = text.lstrip()
+            if not body or body.startswith("#"):
+                continue
+            indent = len(text) - len(body)
+            if parent >= 0 and indent <= parent:
+                break  # left the parent's block
+            if pat.match(text):
+                hit = (i, indent)
+                break
+        if hit is None:
+            return None
+        start, parent, found = hit[0] + 1, hit[1], hit[0] + 1
+    return found
 
 
 def _representative_file(target: str, report: Report | None) -> str:
@@ -128,8 +153,8 @@ def _representative_file(target: str, report: Report | None) -> str:
 
 
 def locate(f: Finding, report: Report | None = None) -> Location:
-    """Where ``f`` points: ``finding.location`` (``path``, ``path:LINE`` or ``path#key``)
-    or else the report's target."""
+    """Where ``f`` points: ``finding.location`` (``path``, ``path:LINE``, ``path:dotted.key``
+    or ``path#dotted.key``) or else the report's target."""
     raw = f.location or (report.target if report is not None else "") or "."
     if "#" in raw:
         path, key = raw.split("#", 1)
@@ -137,6 +162,9 @@ def locate(f: Finding, report: Report | None = None) -> Location:
     m = _LINE_SUFFIX.match(raw)
     if m and not os.path.exists(raw):
         return Location(_relative(m["path"]), int(m["line"]))
+    path, sep, key = raw.rpartition(":")
+    if sep and key and not os.path.exists(raw) and os.path.isfile(path):
+        return Location(_relative(path), key_line(path, key))  # ``config.yaml:section.key``
     return Location(_relative(_representative_file(raw, report)), 1)
 
 

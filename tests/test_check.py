@@ -41,12 +41,20 @@ def codes(doc) -> list[str]:
     return sorted(f["code"] for d in docs for f in d["findings"])
 
 
+def ignore_line(root: Path) -> int:
+    text = (root / "pyproject.toml").read_text().splitlines()
+    return next(n for n, t in enumerate(text, 1) if "LRD105" in t and "ignore" in t)
+
+
 def test_ok_project_passes(tmp_path, monkeypatch):
     project("ok", tmp_path, monkeypatch)
     res = runner.invoke(app, ["check", "--json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.stdout)
+    doc, rdoc = json.loads(res.stdout)
     assert doc["command"] == "inspect" and doc["findings"] == []
+    # The replayed loop steps its scheduler once per update: on budget.
+    assert rdoc["command"] == "replay" and rdoc["findings"] == []
+    assert rdoc["summary"]["progress_ratio"] == pytest.approx(1.0)
     # The LR-by-hand finding is suppressed, with its reason kept in the document.
     assert doc["ignored"][0]["code"] == "LRD105"
     assert doc["ignored"][0]["reason"] == "LR set by hand on resume"
@@ -57,17 +65,20 @@ def test_bad_project_fails_with_the_drift(tmp_path, monkeypatch):
     root = project("bad", tmp_path, monkeypatch)
     res = runner.invoke(app, ["check", "--json"])
     assert res.exit_code == 1, res.output
-    doc = json.loads(res.stdout)
+    doc, rdoc = json.loads(res.stdout)
     assert {"LRD104", "LRD302", "LRD301"} <= set(codes(doc))
     f302 = next(f for f in doc["findings"] if f["code"] == "LRD302")
     assert f302["evidence"]["progress_ratio"] == pytest.approx(4.0)
     assert f302["evidence"]["max_progress_ratio"] == 1.05
+    # The replay of the loop that steps its scheduler per micro-batch (k = 4).
+    assert rdoc["command"] == "replay"
+    assert {"LRD201", "LRD205", "LRD302"} <= set(codes(rdoc))
+    r302 = next(f for f in rdoc["findings"] if f["code"] == "LRD302")
+    assert r302["evidence"]["progress_ratio"] == pytest.approx(4.0)
     # The ignore of LRD105 matched nothing here (no LR was set by hand): stale.
     f301 = next(f for f in doc["findings"] if f["code"] == "LRD301")
     assert "tool.lrdoctor.inspect[0].ignore[0]" in f301["message"]
-    line = next(n for n, t in enumerate((root / "pyproject.toml").read_text().splitlines(), 1)
-                if "LRD105" in t)
-    assert f301["location"] == f"pyproject.toml:{line}"
+    assert f301["location"] == f"pyproject.toml:{ignore_line(root)}"
 
 
 def test_text_output_and_summary(tmp_path, monkeypatch):
@@ -75,7 +86,8 @@ def test_text_output_and_summary(tmp_path, monkeypatch):
     res = runner.invoke(app, ["check"])
     assert res.exit_code == 1
     assert "FAIL inspect checkpoints/run-a/iter_0000050" in res.stdout
-    assert "1 target(s), 1 failing" in res.stdout
+    assert "FAIL replay configs/run.yaml" in res.stdout
+    assert "2 target(s), 2 failing" in res.stdout
 
 
 def test_max_progress_ratio_flag_and_fail_on_flag(tmp_path, monkeypatch):
@@ -179,12 +191,19 @@ def test_sarif_to_file(tmp_path, monkeypatch):
     assert res.exit_code == 1 and res.stdout == ""
     doc = json.loads((root / "out" / "lrdoctor.sarif").read_text())
     jsonschema.Draft7Validator(SCHEMA).validate(doc)
-    by_rule = {r["ruleId"]: r for r in doc["runs"][0]["results"]}
-    pl = by_rule["LRD301"]["locations"][0]["physicalLocation"]
-    assert pl["artifactLocation"]["uri"] == "pyproject.toml"
-    assert pl["region"]["startLine"] == 14
-    assert (by_rule["LRD302"]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
-            == "checkpoints/run-a/iter_0000050/mp_rank_00/model_optim_rng.pt")
+    where = {}
+    for r in doc["runs"][0]["results"]:
+        pl = r["locations"][0]["physicalLocation"]
+        where.setdefault(r["ruleId"], []).append(
+            (pl["artifactLocation"]["uri"], pl["region"]["startLine"]))
+    assert where["LRD301"] == [("pyproject.toml", ignore_line(root))]
+    run_yaml = (root / "configs" / "run.yaml").read_text().splitlines()
+    sched = run_yaml.index("scheduler:") + 1
+    assert where["LRD302"] == [
+        ("checkpoints/run-a/iter_0000050/mp_rank_00/model_optim_rng.pt", 1),
+        ("configs/run.yaml", sched)]
+    # The replay's own finding points at the key to change.
+    assert where["LRD205"] == [("configs/run.yaml", run_yaml.index("  step_on: micro_step") + 1)]
 
 
 # ------------------------------------------------- the engine, on its own
@@ -277,6 +296,7 @@ def test_installed_entry_point_on_github_actions(tmp_path, monkeypatch):
     lines = proc.stdout.splitlines()
     assert any(ln.startswith("::error file=checkpoints/run-a/iter_0000050/mp_rank_00/"
                              "model_optim_rng.pt,line=1,title=LRD302 ") for ln in lines)
-    assert any(ln.startswith("::warning file=pyproject.toml,line=14,title=LRD301 ")
+    assert any(ln.startswith(f"::warning file=pyproject.toml,line={ignore_line(root)},"
+                             "title=LRD301 ")
                for ln in lines)
     assert proc.stderr == ""

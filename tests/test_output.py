@@ -112,6 +112,20 @@ def test_location_with_explicit_line_and_outside_repo(repo, tmp_path_factory):
     assert uri == {"uri": outside.resolve().as_uri()}
 
 
+def test_key_lines_follow_yaml_nesting(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("train:\n  steps: 10\n  # step_on: no\nscheduler:\n  increment: 1\n"
+                   "  step_on: micro_step\nother:\n  step_on: x\n")
+    assert output.key_line(str(cfg), "scheduler.step_on") == 6
+    assert output.key_line(str(cfg), "other.step_on") == 8
+    assert output.key_line(str(cfg), "train.step_on") == 6  # not under train: first leaf
+    assert output.key_line(str(cfg), "scheduler") == 4
+    assert output.key_line(str(cfg), "nope.nothing") == 1
+    assert output.key_line(str(tmp_path / "missing.yaml"), "a") == 1
+    f = finding("LRD205", "k = 4", location=f"{cfg}:scheduler.step_on")
+    assert (output.locate(f).path, output.locate(f).line) == (cfg.resolve().as_posix(), 6)
+
+
 def test_junit_counts_and_threshold(repo):
     xml = output.junit(reports(repo), fail_on="warning")
     root = ET.fromstring(xml)

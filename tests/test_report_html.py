@@ -81,7 +81,10 @@ def test_check_report_option(tmp_path, monkeypatch):
     page = (dst / "report" / "index.html").read_text()
     assert '<span class="ok">ok</span>' in page
     assert "ignored <code>LRD105</code>: LR set by hand on resume" in page
-    assert len(list((dst / "report").glob("*.png"))) == 1
+    # The checkpoint's LR plot, and the replay's LR/window and updates-per-step plots.
+    pngs = sorted(p.name for p in (dst / "report").glob("*.png"))
+    assert len(pngs) == 3 and sum("replay" in p for p in pngs) == 2
+    assert len(parse(page).imgs) == 3
 
 
 def test_report_from_config_and_unusable_target(tmp_path, monkeypatch):

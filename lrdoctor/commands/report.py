@@ -19,7 +19,8 @@ Examples:
 
   lrdoctor report runs/llama/ --out lrdoctor-report/
 
-  lrdoctor report configs/run.yaml --synthetic lognormal:mean=2000 --out report/
+  lrdoctor report configs/run.yaml --synthetic lognormal:mean=2000 --out report/ \\
+      --sweep batching.max_tokens_per_microbatch=4096,8192
 
   lrdoctor report --out report/          # everything [tool.lrdoctor] names
 
@@ -43,6 +44,10 @@ def report_cmd(
         "--batch-log", help="Batch log for the replayed configs.")] = None,
     synthetic: Annotated[str | None, typer.Option(
         "--synthetic", help="Synthetic lengths for the replayed configs.")] = None,
+    sweep: Annotated[str | None, typer.Option(
+        "--sweep", help="KEY=v1,v2,...: also replay each value and plot the comparison.")] = None,
+    engine: Annotated[str, typer.Option(
+        "--engine", help="Replay engine: auto, fast (numpy) or torch.")] = "auto",
     title: Annotated[str, typer.Option("--title", help="Page title.")] = "lrdoctor report",
     fail_on: FailOnOpt = FailOn.never,
 ) -> None:
@@ -58,6 +63,8 @@ def report_cmd(
         for t in cfg.targets:
             t.format = format if t.kind == "inspect" else None
             t.all = all
+            if t.kind == "replay":
+                t.options = {"engine": engine, **({"sweep": sweep} if sweep else {})}
     else:
         cfg = guarded(lambda: ci_config.load(config, required=config is not None))
         if not cfg.targets:
