@@ -34,7 +34,8 @@ def _cfg(**over):
 def _lengths(steps=6, per=32, lo=100, hi=3000, seed=0):
     rng = np.random.default_rng(seed)
     return pd.DataFrame({"step": np.repeat(np.arange(steps), per),
-                         "tokens": rng.integers(lo, hi, steps * per)})
+                         "tokens": rng.integers(lo, hi, steps * per),
+                         "docs": rng.integers(1, 6, steps * per)})
 
 
 def static_planner(rows_per_mb: int):
@@ -177,6 +178,9 @@ VARIANTS = [
     {"schedule": {"family": "hf", "kind": "cosine", "max_lr": 1e-3, "min_lr": 0.0, "warmup": 3}},
     {"batching": {"strategy": "karmarkar_karp", "max_tokens_per_microbatch": 6000},
      "train": {"mini_batch_size": 16}},
+    {"batching": {"strategy": "doc_target", "docs_per_step": 13}},
+    {"batching": {"strategy": "doc_target", "docs_per_step": 13, "loss_divisor": "micro_batch"},
+     "scheduler": {"increment": "micro_batches"}},
 ]
 
 
@@ -199,7 +203,8 @@ def test_fast_path_agrees_with_real_torch_optimizer_and_scheduler(over):
     # The torch path measured window sizes and loss-weight sums from gradients.
     closes = T["is_update"]
     assert np.allclose(F["window_weight_sum"][closes], T["window_weight_sum"][closes],
-                       rtol=1e-6)
+                       rtol=1e-12, atol=0)
+    assert np.allclose(F["loss_weight"], T["loss_weight"], rtol=1e-12, atol=0)
     expected = "megatron-core" if cfg.schedule.family == "megatron" else "LambdaLR"
     assert expected in real.notes["scheduler_class"]
     assert np.all(np.isnan(T["peak_mem_bytes"]))

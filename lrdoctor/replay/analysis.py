@@ -237,7 +237,11 @@ def findings(rep: Replay, summary: dict[str, Any] | None = None,
             location="scheduler.step_on"))
 
     ups = s["updates_per_step"]
-    if ups["max"] != ups["min"]:
+    mbs_per_step = per_step(rep)["micro_batches"]
+    # Without a flush at step end windows span train steps: 0/1 updates per step is
+    # only the window phase, unless the steps themselves differ.
+    spans = not cfg.accumulation.flush_at_step_end and mbs_per_step.min() == mbs_per_step.max()
+    if ups["max"] != ups["min"] and not spans:
         out.append(finding(
             "LRD206",
             f"Optimizer updates per train step vary from {_f(ups['min'])} to {_f(ups['max'])} "

@@ -183,8 +183,9 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
     model = (model_factory() if model_factory is not None else _probe_model()).to(dev)
     vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 256
     # Probe scalars: grad(count) = micro-batches in the window, grad(weight) = loss weights.
-    count = torch.zeros((), device=dev, requires_grad=True)
-    weight = torch.zeros((), device=dev, requires_grad=True)
+    # float64: loss-weight sums are compared with 1 to 1e-9 (LRD207).
+    count = torch.zeros((), device=dev, dtype=torch.float64, requires_grad=True)
+    weight = torch.zeros((), device=dev, dtype=torch.float64, requires_grad=True)
     params = [*model.parameters(), count, weight]
     if optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=spec.max_lr)
