@@ -404,17 +404,16 @@ def synthetic(dist: str, steps: int, samples_per_step: int, seed: int = 0):
             if a < 1 or b < a:
                 raise UnusableInput(f"--synthetic {part!r}: needs {kind}:A:B with 1 <= A <= B")
             # Sequences per prompt; a prompt never crosses a step (the last one is cut).
-            per = rng.integers(a, b + 1, size=n)
-            pid = np.empty(n, dtype=np.int64)
-            nxt = 0
-            for s in range(steps):
-                base = s * samples_per_step
-                sizes = per[base : base + samples_per_step]
-                cum = np.cumsum(sizes)
-                k = int(np.searchsorted(cum, samples_per_step)) + 1
-                ids = np.repeat(np.arange(nxt, nxt + k), sizes[:k])[:samples_per_step]
-                pid[base : base + samples_per_step] = ids
-                nxt += k
+            # Vectorised over steps: mark where each prompt starts, cumsum for local ids.
+            per = rng.integers(a, b + 1, size=(steps, samples_per_step))
+            cum = np.cumsum(per, axis=1)
+            mark = np.zeros((steps, samples_per_step), dtype=np.int64)
+            r_idx, c_idx = np.nonzero(cum < samples_per_step)
+            mark[r_idx, cum[r_idx, c_idx]] = 1
+            local = np.cumsum(mark, axis=1)
+            n_prompts = local[:, -1] + 1
+            offsets = np.concatenate(([0], np.cumsum(n_prompts)[:-1]))
+            pid = (local + offsets[:, None]).ravel()
             data["prompt_id"] = pid
         elif kind == "docs":
             a = int(pos[0]) if pos else 1

@@ -419,14 +419,16 @@ class _Desc:
         return isinstance(other, _Desc) and self.v == other.v
 
 
-def _kk_entry(sets: list[tuple[int, list]]) -> tuple:
-    """Heap entry for one partial state: (ordering key..., sets largest first).
+def _kk_entry(sets: list[tuple[int, int, list]]) -> tuple:
+    """Heap entry for one partial state of k sets ``(sum, size, items)``.
 
-    Order: larger spread first, then the larger biggest set (by sum, size, items).
+    The sets are kept largest first with plain tuple order (sum, then size, then
+    items: verl's Set ordering). The heap pops the larger spread first, then
+    the state whose biggest set is larger.
     """
-    sets.sort(key=lambda t: (t[0], len(t[1]), t[1]), reverse=True)
+    sets.sort(reverse=True)
     top = sets[0]
-    return (top[0] - sets[-1][0], -top[0], -len(top[1]), _Desc(top[1]), sets)
+    return (top[0] - sets[-1][0], -top[0], -top[1], _Desc(top[2]), sets)
 
 
 def karmarkar_karp(values, k: int, equal_size: bool = False) -> list[list[int]]:
@@ -447,21 +449,23 @@ def karmarkar_karp(values, k: int, equal_size: bool = False) -> list[list[int]]:
         if n % k:
             raise ValueError(f"equal_size needs {n} divisible by {k}")
         for off in range(0, n, k):
-            heap.append(_kk_entry([(v, [(i, v)]) for v, i in ordered[off : off + k]]))
+            heap.append(_kk_entry([(v, 1, [(i, v)]) for v, i in ordered[off : off + k]]))
     else:
-        empties = [(0, [])] * (k - 1)
+        empties = [(0, 0, [])] * (k - 1)
         for v, i in ordered:
-            heap.append(_kk_entry([(v, [(i, v)]), *empties]))
+            heap.append(_kk_entry([(v, 1, [(i, v)]), *empties]))
     # Spread is the first key but the heap must pop the LARGEST spread first.
     heap = [(-e[0], *e[1:]) for e in heap]
     heapq.heapify(heap)
     while len(heap) > 1:
         a = heapq.heappop(heap)[-1]
         b = heapq.heappop(heap)[-1]
-        merged = [(x[0] + y[0], x[1] + y[1]) for x, y in zip(a, reversed(b), strict=True)]
+        merged = [
+            (x[0] + y[0], x[1] + y[1], x[2] + y[2]) for x, y in zip(a, reversed(b), strict=True)
+        ]
         e = _kk_entry(merged)
         heapq.heappush(heap, (-e[0], *e[1:]))
-    parts = [sorted(i for i, _ in items) for _, items in heap[0][-1]]
+    parts = [sorted(i for i, _ in items) for _, _, items in heap[0][-1]]
     if any(not p for p in parts):
         raise ValueError("an empty partition")
     return parts
@@ -586,8 +590,9 @@ def balanced_first_fit(lens, cap: int) -> list[list[int]]:
     Stable descending sort; a sequence that does not fit the least-loaded bin
     opens a new bin (so an over-cap sequence sits alone; the cap is soft).
     """
-    lens = [int(x) for x in lens]
-    order = sorted(range(len(lens)), key=lambda i: lens[i], reverse=True)
+    if not isinstance(lens, list):
+        lens = [int(x) for x in lens]
+    order = sorted(range(len(lens)), key=lens.__getitem__, reverse=True)
     bins: list[list[int]] = []
     heap: list[tuple[int, int]] = []
     for i in order:
@@ -600,6 +605,19 @@ def balanced_first_fit(lens, cap: int) -> list[list[int]]:
             bins.append([i])
             heapq.heappush(heap, (ln, len(bins) - 1))
     return bins
+
+
+def _bins_to_views(rows: np.ndarray, bins: list[list[int]]) -> list[np.ndarray]:
+    """Bins of local positions -> row arrays, with one fancy index for all of them."""
+    if not bins:
+        return []
+    flat = rows[[i for b in bins for i in b]]
+    out = []
+    a = 0
+    for b in bins:
+        out.append(flat[a : a + len(b)])
+        a += len(b)
+    return out
 
 
 def plan_balanced_first_fit(fr, dp, max_tokens, *, mini_per_rank=None, round_to=1) -> StepPlan:
@@ -620,7 +638,7 @@ def plan_balanced_first_fit(fr, dp, max_tokens, *, mini_per_rank=None, round_to=
         lst = []
         for rows in m:
             bins = balanced_first_fit(tokens[rows].tolist(), cap)
-            lst.append([rows[np.asarray(b, dtype=np.int64)] for b in bins])
+            lst.append(_bins_to_views(rows, bins))
         per_rank_minis.append(lst)
     mbs, bounds = _assemble_minis(per_rank_minis, tokens, round_to)
     pads = sum(1 for mb in mbs for r in mb.ranks if not len(r))
@@ -734,7 +752,7 @@ def plan_prompt_unit(
             rk = rk[rk >= 0]
             if inner == "balanced_first_fit" and max_tokens:
                 bins = balanced_first_fit(tokens[rk].tolist(), int(max_tokens))
-                per_rank.append([rk[np.asarray(bb, dtype=np.int64)] for bb in bins])
+                per_rank.append(_bins_to_views(rk, bins))
             else:
                 per_rank.append([rk[i : i + m] for i in range(0, len(rk), m)])
         part = _mb_from_rank_lists(per_rank, tokens, round_to)
