@@ -237,3 +237,10 @@ def test_every_torch_scheduler_class_is_identified(cls):
         assert spec.lr_at(prog.value) == pytest.approx(sched.get_last_lr()[0], rel=1e-9)
     else:
         assert notes
+
+
+def test_reading_never_imports_torch(saved):
+    code = ("import sys; from pathlib import Path; from lrdoctor.formats import accelerate as M; "
+            "st = M.read(Path(sys.argv[1])); assert st.scheduler_progress is not None; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code, str(saved / "cosine")], check=True, timeout=60)

@@ -272,3 +272,10 @@ def test_zero3_layout(saved):
     assert st.scheduler_progress.value == st.nominal_progress.value == 4
     assert "optimizer.init_step" not in st.extras
     assert st.optimizer_lrs == pytest.approx(t["lr"])
+
+
+def test_reading_never_imports_torch(saved):
+    code = ("import sys; from pathlib import Path; from lrdoctor.formats import deepspeed as M; "
+            "st = M.read(Path(sys.argv[1])); assert st.scheduler_progress is not None; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code, str(saved / "fp16")], check=True, timeout=60)

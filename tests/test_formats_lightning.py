@@ -252,3 +252,10 @@ def test_manual_optimization_with_a_saved_budget(saved):
     # save_hyperparameters(total_steps=40) is the only budget a .ckpt can hold.
     assert st.planned_end.name == "hyper_parameters.total_steps" and st.planned_end.value == 40
     assert st.trainer_progress.value == 6
+
+
+def test_reading_never_imports_torch(saved):
+    code = ("import sys; from pathlib import Path; from lrdoctor.formats import lightning as M; "
+            "st = M.read(Path(sys.argv[1])); assert st.scheduler_progress is not None; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code, str(saved / "step.ckpt")], check=True, timeout=60)
