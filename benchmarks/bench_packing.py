@@ -1,0 +1,88 @@
+"""Packing and batch-log speed: every micro-batching strategy on N samples over S steps.
+
+Goal: planning 1,000,000 samples over 10,000 train steps fits in the replay's
+< 5 s fast path (``token_budget``, ``static``, ``doc_target`` well under 1 s of
+CPU on a 2-core machine). Prints CPU and wall seconds (CPU is the fairer figure
+on a shared machine); asserts nothing.
+
+Run: ``python benchmarks/bench_packing.py [--steps 10000] [--per-step 100] [--dp 8]
+[--strategies token_budget,static,...] [--io]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from lrdoctor.replay import batchlog, packing
+
+SPEC = "lognormal:mean=2048,sigma=0.6,max=8192;turns:1:5;docs:1:4"
+ALL = (
+    "token_budget",
+    "static",
+    "doc_target",
+    "balanced_first_fit",
+    "prompt_unit",
+    "karmarkar_karp",
+)
+
+
+class _Clock:
+    def __enter__(self):
+        self.c, self.w = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.cpu = time.process_time() - self.c
+        self.wall = time.perf_counter() - self.w
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=10_000)
+    ap.add_argument("--per-step", type=int, default=100)
+    ap.add_argument("--dp", type=int, default=8)
+    ap.add_argument("--strategies", default="token_budget,static,doc_target")
+    ap.add_argument("--io", action="store_true", help="also time writing/reading the log")
+    a = ap.parse_args()
+    strategies = ALL if a.strategies == "all" else tuple(a.strategies.split(","))
+    n = a.steps * a.per_step
+    print(f"{n:,} samples over {a.steps:,} steps, dp {a.dp}")
+
+    with _Clock() as t:
+        df = batchlog.synthetic(SPEC, a.steps, a.per_step, seed=0)
+    print(f"  synthetic            cpu {t.cpu:6.2f} s  wall {t.wall:6.2f} s")
+    with _Clock() as t:
+        steps = packing.split_steps(df)
+    print(f"  split_steps          cpu {t.cpu:6.2f} s  wall {t.wall:6.2f} s")
+
+    train = {"micro_batch_size": 2, "samples_per_step": a.per_step, "mini_batch_size": a.per_step}
+    for strat in strategies:
+        batching = {
+            "strategy": strat,
+            "max_tokens_per_microbatch": 8192,
+            "round_to": 128,
+            "docs_per_step": 64,
+        }
+        count = 0
+        with _Clock() as t:
+            for _, fr in steps:
+                count += len(packing.plan_step(batching, train, fr, a.dp).micro_batches)
+        print(
+            f"  {strat:<20} cpu {t.cpu:6.2f} s  wall {t.wall:6.2f} s  ({count:,} micro-steps)"
+        )
+
+    if a.io:
+        with tempfile.TemporaryDirectory() as d:
+            for ext in ("jsonl", "csv", "parquet"):
+                f = Path(d) / f"log.{ext}"
+                batchlog.write_batch_log(df, f)
+                with _Clock() as t:
+                    batchlog.read_batch_log(f)
+                print(f"  read {ext:<15} cpu {t.cpu:6.2f} s  wall {t.wall:6.2f} s")
+
+
+if __name__ == "__main__":
+    main()
