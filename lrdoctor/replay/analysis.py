@@ -167,9 +167,10 @@ def findings(rep: Replay, summary: dict[str, Any] | None = None,
     hz, end, ratio = s["horizon"], s["scheduler_progress_end"], s["progress_ratio"]
     scale = s["corrected"]["progress_scale"]
     inc = cfg.scheduler.increment
-    fix_tail = (f"Advance the scheduler by nominal/actual = {_f(scale)} x its increment per "
-                f"step (ROLL issue 442's direction)"
-                + (f", i.e. increment {_f(s['corrected']['per_update_increment'])}"
+    fix_tail = (f"Scale every scheduler advance by nominal/actual = {_f(scale)} (ROLL issue "
+                "442's direction)"
+                + (f", i.e. step(increment={_f(s['corrected']['per_update_increment'])}) "
+                   f"instead of {_f(float(inc))}"
                    if s["corrected"]["per_update_increment"] is not None else "")
                 + f", or set the scheduler's horizon to the replayed {_f(end)} {unit}"
                 + ("." if spec.unit.value == "optimizer updates" else
