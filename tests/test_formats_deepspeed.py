@@ -215,6 +215,9 @@ def test_hf_checkpoint_dirs_are_left_to_the_hf_reader(saved, tmp_path):
     (ck / "trainer_state.json").write_text("{}")
     assert not ds_fmt.detect(ck)
     assert not ds_fmt.detect(tmp_path)
+    # Pointing at the tag itself asks for the DeepSpeed view of it.
+    assert ds_fmt.detect(ck / "global_step5")
+    assert ds_fmt.read(ck / "global_step5").scheduler_progress.value == 5
 
 
 def test_bad_inputs(tmp_path):

@@ -98,14 +98,13 @@ def read_latest(run: Path) -> str | None:
 
 
 def detect(path: Path) -> bool:
+    """A model-states file, a tag dir, or a save dir of tags (but not an HF checkpoint-N)."""
     path = Path(path)
     if path.is_file():
-        return bool(MODEL_STATES.match(path.name)) and not _defers_to_other_format(path.parent.parent)
+        return bool(MODEL_STATES.match(path.name))
     if not path.is_dir() or _defers_to_other_format(path):
         return False
-    if _is_tag(path):
-        return not _defers_to_other_format(path.parent)
-    return bool(_tags(path))
+    return _is_tag(path) or bool(_tags(path))
 
 
 def find_checkpoints(path: Path) -> list[Path]:
