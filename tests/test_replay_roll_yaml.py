@@ -109,6 +109,17 @@ def test_dp_from_device_mapping(sokoban, mapping, tp, dp):
     assert roll_yaml.to_config(d)["dp"]["size"] == dp
 
 
+def test_dp_from_world_size_without_device_mapping(sokoban):
+    d = copy.deepcopy(sokoban)
+    del d["actor_train"]["device_mapping"]
+    d["actor_train"]["world_size"] = 16
+    d["actor_train"]["strategy_args"]["strategy_config"]["pipeline_model_parallel_size"] = 2
+    assert roll_yaml.to_config(d)["dp"]["size"] == 8
+    del d["actor_train"]["world_size"]
+    with pytest.raises(UnusableInput, match="neither device_mapping nor world_size"):
+        roll_yaml.to_config(d)
+
+
 def test_device_mapping_never_evaluated(sokoban):
     d = copy.deepcopy(sokoban)
     d["actor_train"]["device_mapping"] = "__import__('os').system('true')"
@@ -150,6 +161,7 @@ def test_megatron_style_mapping_and_defaults(sokoban):
     [
         (lambda d: d.update(max_steps=-1), "max_steps is -1"),
         (lambda d: d.pop("max_steps"), "max_steps is missing"),
+        (lambda d: d.update(rollout_batch_size=None), "rollout_batch_size is missing"),
         (
             lambda d: d["actor_train"].update(max_tokens_per_microbatch_in_train=0),
             "max_tokens_per_microbatch_in_train is not set",

@@ -211,6 +211,13 @@ def _get(node: Any, dotted: str, default: Any = _MISSING) -> Any:
     return val
 
 
+def _required(data: dict, key: str, why: str) -> int:
+    val = _get(data, key, None)
+    if val is None:
+        raise UnusableInput(f"{key} is missing: {why}")
+    return _num(val, key)
+
+
 def _dp_size(actor: dict) -> tuple[int, dict]:
     """dp = world size / (tensor * pipeline * context parallel), ROLL's megatron layout."""
     mapping = actor.get("device_mapping")
@@ -300,14 +307,12 @@ def _translate(data: dict) -> dict:
             return str(val)
         return _num(val, f"actor_train.training_args.{key}", kind)
 
-    steps = _num(_get(data, "max_steps", _MISSING), "max_steps") if "max_steps" in data else None
-    if steps is None:
-        raise UnusableInput("max_steps is missing: ROLL needs it to size the scheduler")
+    steps = _required(data, "max_steps", "ROLL needs it to size the scheduler")
     if steps < 1:
         raise UnusableInput(
             f"max_steps is {steps}: an unlimited run has no scheduler horizon to replay"
         )
-    rbs = _num(_get(data, "rollout_batch_size", _MISSING), "rollout_batch_size")
+    rbs = _required(data, "rollout_batch_size", "the replay needs the samples per step")
     if rbs < 1:
         raise UnusableInput(f"rollout_batch_size is {rbs}: the replay needs a fixed batch size")
     nrs, nrs_from = _num_return_sequences(data)
