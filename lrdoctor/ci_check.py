@@ -41,7 +41,8 @@ def _default_replay(config: str, batch_log: str | None = None, synthetic: str | 
     from lrdoctor import replay
 
     params = inspect.signature(replay.replay_full).parameters
-    allowed = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n != "progress"]
+    allowed = [n for n, p in params.items()
+               if p.kind is p.KEYWORD_ONLY and n not in ("progress", "planner")]
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise UnusableInput(f"replay options: unknown {', '.join(unknown)} (allowed: "

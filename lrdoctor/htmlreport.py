@@ -237,8 +237,14 @@ def _section(i: int, rep: Report, figs: list[tuple[str, Path]], note: str | None
                 rows.append((label, v if isinstance(v, str) else _num(v)))
     summary = rep.extra.get("summary")
     if isinstance(summary, dict):
-        rows += [(k.replace("_", " "), _num(v)) for k, v in summary.items()
-                 if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
+        for k, v in summary.items():
+            label = k.replace("_", " ")
+            if isinstance(v, (int, float, str)) and not isinstance(v, bool):
+                rows.append((label, _num(v)))
+            elif isinstance(v, dict) and v and all(
+                    isinstance(x, (int, float, str, type(None))) for x in v.values()):
+                rows.append((label, ", ".join(f"{a.replace('_', ' ')} {_num(x)}"
+                                              for a, x in v.items() if x is not None)))
     if rows:
         out.append("<table><tbody>" + "".join(
             f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)

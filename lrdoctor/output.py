@@ -332,3 +332,26 @@ def github(reports: list[Report]) -> str:
             lines.append(f"lrdoctor {rep.command} {rep.target}: no findings")
         lines.extend(github_line(f, rep) for f in rep.findings)
     return "\n".join(lines)
+
+
+def markdown_summary(reports: list[Report], fail_on: str = "warning") -> str:
+    """A Markdown table for ``$GITHUB_STEP_SUMMARY``: one row per target, then each finding."""
+    from lrdoctor.findings import exit_code
+
+    def cell(x: str) -> str:
+        return x.replace("|", "\\|").replace("\n", " ")
+
+    failing = [exit_code(r.findings, r.extra.get("fail_on", fail_on)) for r in reports]
+    out = [f"### lrdoctor: {len(reports)} target(s), {sum(failing)} failing", "",
+           "| | target | command | findings |", "|---|---|---|---|"]
+    for rep, bad in zip(reports, failing, strict=True):
+        found = ", ".join(f"`{f.code}` {f.severity}" for f in rep.findings) or "none"
+        out.append(f"| {'❌' if bad else '✅'} | `{cell(rep.target)}` | {rep.command} | {found} |")
+    details = [(rep, f) for rep in reports for f in rep.findings]
+    if details:
+        out += ["", "| code | where | finding |", "|---|---|---|"]
+        for rep, f in details:
+            loc = locate(f, rep)
+            out.append(f"| `{f.code}` | `{cell(loc.path)}:{loc.line}` | "
+                       f"**{cell(f.title)}**: {cell(f.message)} |")
+    return "\n".join(out) + "\n"

@@ -109,6 +109,7 @@ fail-on = "{}"
     project("ok", tmp_path, monkeypatch, cfg.format("warning"))
     res = runner.invoke(app, ["check", "--json"])
     assert res.exit_code == 1 and codes(json.loads(res.stdout)) == ["LRD105"]
+    assert len(json.loads(res.stdout)) == 1  # an array even for one target
     (Path.cwd() / "pyproject.toml").write_text(cfg.format("error"))
     res = runner.invoke(app, ["check", "--json"])
     assert res.exit_code == 0 and codes(json.loads(res.stdout)) == ["LRD105"]
@@ -289,7 +290,10 @@ def test_installed_entry_point_on_github_actions(tmp_path, monkeypatch):
     root = project("bad", tmp_path, monkeypatch)
     exe = Path(sys.executable).with_name("lrdoctor")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "lrdoctor"]
-    env = {**os.environ, "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(root)}
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("earlier step\n")
+    env = {**os.environ, "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(root),
+           "GITHUB_STEP_SUMMARY": str(summary)}
     proc = subprocess.run(cmd + ["check"], cwd=root, env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 1, proc.stderr
@@ -300,3 +304,41 @@ def test_installed_entry_point_on_github_actions(tmp_path, monkeypatch):
                              "title=LRD301 ")
                for ln in lines)
     assert proc.stderr == ""
+    md = summary.read_text().splitlines()
+    assert md[0] == "earlier step"  # appended, not overwritten
+    assert md[1] == "### lrdoctor: 2 target(s), 2 failing"
+    assert any(ln.startswith("| ❌ | `checkpoints/run-a/iter_0000050` | inspect | `LRD104` error")
+               for ln in md)
+    assert any(ln.startswith("| `LRD205` | `configs/run.yaml:") for ln in md)
+
+
+def test_the_documented_configuration_is_valid(tmp_path):
+    """The TOML example in docs/ci.md parses, and means what the page says."""
+    import re
+
+    text = (HERE.parent / "docs" / "ci.md").read_text()
+    block = re.search(r"```toml\n(.*?)```", text, re.S)[1]
+    p = tmp_path / "pyproject.toml"
+    p.write_text(block)
+    cfg = ci_config.load(p)
+    assert (cfg.fail_on, cfg.max_progress_ratio, cfg.report) == ("warning", 1.05,
+                                                                 "lrdoctor-report")
+    assert [t.kind for t in cfg.targets] == ["inspect", "replay"]
+    insp, rep = cfg.targets
+    assert (insp.path, insp.format, insp.fail_on) == ("checkpoints/run-*/", "megatron", "error")
+    assert insp.ignores[0].reason == "LR set by hand on resume"
+    assert rep.max_progress_ratio == 1.2 and rep.options["engine"] == "fast"
+    assert cfg.ignores[0].path == "*/final"
+
+
+def test_unknown_replay_option_is_lrd303(tmp_path, monkeypatch):
+    root = project("ok", tmp_path, monkeypatch)
+    (root / "pyproject.toml").write_text(
+        '[tool.lrdoctor]\n[[tool.lrdoctor.replay]]\nconfig = "configs/run.yaml"\n'
+        'synthetic = "fixed:1024"\noptions = {engine = "fast", warp-speed = 9}\n')
+    res = runner.invoke(app, ["check", "--json"])
+    assert res.exit_code == 2
+    (doc,) = json.loads(res.stdout)
+    assert codes(doc) == ["LRD303"]
+    assert "unknown warp_speed" in doc["findings"][0]["message"]
+    assert doc["findings"][0]["location"] == "pyproject.toml:3"

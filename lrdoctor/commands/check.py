@@ -84,20 +84,48 @@ def check_cmd(
             print(f"report written to {index}")
     default = FailOn(threshold or cfg.fail_on)
     if output is None:
-        emit(reports, fmt, default, render_text=_render_target)
-        if fmt is OutputFormat.text:
-            _summary(reports)
+        _print(reports, fmt, default)
     else:
         import contextlib
         import io
 
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            emit(reports, fmt, default, render_text=_render_target)
-            if fmt is OutputFormat.text:
-                _summary(reports)
+            _print(reports, fmt, default)
         guarded(lambda: _write_atomic(output, buf.getvalue()))
+    if fmt is OutputFormat.github:
+        _step_summary(reports, default.value)
     raise typer.Exit(ci_check.check_exit_code(reports))
+
+
+def _print(reports, fmt: OutputFormat, default: FailOn) -> None:
+    if fmt is OutputFormat.json:
+        import json
+
+        # Always an array (one document per checked target), whatever the target count.
+        print(json.dumps([r.to_dict() for r in reports], indent=2, allow_nan=False))
+        return
+    emit(reports, fmt, default, render_text=_render_target)
+    if fmt is OutputFormat.text:
+        _summary(reports)
+
+
+def _step_summary(reports, fail_on: str) -> None:
+    """On GitHub Actions, a table of targets and findings on the run's summary page."""
+    import os
+
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return
+    from lrdoctor.output import markdown_summary
+
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(markdown_summary(reports, fail_on))
+    except OSError as exc:
+        import sys
+
+        print(f"lrdoctor: warning: GITHUB_STEP_SUMMARY {path}: {exc.strerror}", file=sys.stderr)
 
 
 def _render_target(rep) -> None:
