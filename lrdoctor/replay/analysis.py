@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lrdoctor.findings import Finding, finding
+from lrdoctor.findings import Finding, Severity, finding
 
 if TYPE_CHECKING:
     from lrdoctor.replay.engine import Replay
@@ -194,7 +194,9 @@ def findings(rep: Replay, summary: dict[str, Any] | None = None,
             f"horizon of {_f(hz)} ({s['actual_updates']} optimizer updates vs "
             f"{_f(s['budget_updates'])} budgeted, {_f(s['updates_per_step']['mean'])} per "
             f"train step instead of {_f(s['nominal_updates_per_step'])}){where}.",
-            ev_core, fix=fix_tail, location="scheduler"))
+            ev_core, fix=fix_tail, location="scheduler",
+            # A few percent early is a drift to fix, not a broken run.
+            severity=Severity.WARNING if ratio < 1.05 else None))
     elif ratio < 1 - REL_TOL:
         out.append(finding(
             "LRD202",

@@ -56,8 +56,9 @@ def plot(results: list[tuple[Any, Replay]], path: str | Path, key: str | None = 
                            fontsize=8)
         if key is None:
             upd = rep.trace["is_update"]
-            ax_w.step(np.arange(int(upd.sum())), rep.trace["window_size"][upd], where="post",
-                      color=c, lw=1, label="micro-batches per update")
+            sizes = rep.trace["window_size"][upd]
+            ax_w.plot(np.arange(len(sizes)), sizes, ".", ms=3 if len(sizes) < 500 else 1.5,
+                      color=c, label="micro-batches per update")
         else:
             ax_w.step(x, ps["updates"], where="mid", color=c, lw=1.2, label=label)
     ax_lr.axhline(base.spec.min_lr, color="grey", lw=0.8, ls="-.",
