@@ -113,3 +113,22 @@ def test_figure_failure_is_a_note_not_a_crash(tmp_path):
     page = index.read_text()
     assert "figure not drawn" in page
     assert index.stat().st_mode & 0o777 == 0o644  # shareable, not mkstemp's 0600
+
+
+def test_report_on_a_replay_with_a_sweep(tmp_path):
+    out = tmp_path / "rep"
+    cfg = PROJECTS / "bad" / "configs" / "run.yaml"
+    res = runner.invoke(app, ["report", str(cfg), "--synthetic", "fixed:1024", "--engine", "fast",
+                              "--sweep", "scheduler.step_on=update,micro_step", "--out", str(out),
+                              "--fail-on", "error"])
+    assert res.exit_code == 1, res.output  # LRD201/LRD205 are errors
+    names = sorted(p.name for p in out.glob("*.png"))
+    assert [n.rsplit("-", 1)[1] for n in names] == ["lr.png", "sweep.png", "updates.png"]
+    for p in out.glob("*.png"):
+        w, h = png_size(p.read_bytes())
+        assert w >= 800 and h >= 300
+        assert p.stat().st_mode & 0o044  # not mkstemp's private 0600
+    page = (out / "index.html").read_text()
+    assert len(parse(page).imgs) == 3
+    assert "Sweep over scheduler.step_on" in page
+    assert "<th>progress ratio</th><td>4</td>" in page
