@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lrdoctor.errors import UnusableInput
 from lrdoctor.replay import packing as P
@@ -366,3 +368,37 @@ def test_nemo_rl_token_budget_per_global_batch():
         2,
     )
     assert roll.boundaries is None  # ROLL leaves updates to gradient accumulation
+
+
+# ---------------------------------------------------------------- properties
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lens=st.lists(st.integers(1, 9000), min_size=1, max_size=80),
+    dp=st.integers(1, 8),
+    strategy=st.sampled_from(["static", "token_budget", "karmarkar_karp", "balanced_first_fit"]),
+    cap=st.sampled_from([2048, 8192]),
+)
+def test_every_strategy_places_every_sample_once(lens, dp, strategy, cap):
+    tokens = np.asarray(lens)
+    plan = P.plan_step(
+        {"strategy": strategy, "max_tokens_per_microbatch": cap, "round_to": 64},
+        {"micro_batch_size": 3},
+        {"tokens": tokens},
+        dp,
+    )
+    assert _all_rows(plan) == list(range(len(lens)))
+    for mb in plan.micro_batches:
+        assert len(mb.ranks) == len(mb.padded_len) == len(mb.tokens) == dp
+        for r, tk in zip(mb.ranks, mb.tokens, strict=True):
+            assert tk == int(tokens[np.asarray(r, dtype=np.int64)].sum())
+    if strategy == "token_budget":
+        for mb in plan.micro_batches:
+            count = max(len(r) for r in mb.ranks)
+            if count > 1:
+                assert count * mb.padded_len[0] <= cap
+    if strategy == "balanced_first_fit":
+        for mb in plan.micro_batches:
+            for r, tk in zip(mb.ranks, mb.tokens, strict=True):
+                assert len(r) <= 1 or tk <= cap
