@@ -66,10 +66,10 @@ def tree_hash(root: Path) -> dict[str, str]:
 
 
 def load(path: Path) -> Any:
-    import torch
+    """torch.load(weights_only=True) with lrdoctor's allow-list (DeepSpeed's loss scaler)."""
+    from lrdoctor.repair.writer import load_pickle
 
-    with torch.serialization.safe_globals([argparse.Namespace]):
-        return torch.load(path, weights_only=True, map_location="cpu")
+    return load_pickle(path)
 
 
 def diff(a: Any, b: Any, key: tuple = ()) -> list[tuple]:
@@ -77,6 +77,8 @@ def diff(a: Any, b: Any, key: tuple = ()) -> list[tuple]:
     import torch
 
     if isinstance(a, argparse.Namespace) and isinstance(b, argparse.Namespace):
+        return diff(vars(a), vars(b), key)
+    if type(a) is type(b) and hasattr(a, "__dict__") and not isinstance(a, torch.Tensor):
         return diff(vars(a), vars(b), key)
     if type(a) is not type(b):
         return [key]

@@ -99,10 +99,15 @@ def walk(obj: Any, key: Key = (), depth: int = 12) -> Iterator[tuple[Key, Any]]:
 ENUM_MODULES = ("megatron.core.", "megatron.training.", "mcore_adapter.", "deepspeed.",
                 "transformers.", "accelerate.")
 _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+# Plain data classes rebuilt by setting their __dict__ (checked: no __setstate__ or
+# __reduce__ of their own). DeepSpeed pickles its loss scaler into ZeRO optimizer files.
+PLAIN_CLASSES = ("deepspeed.runtime.fp16.loss_scaler.LossScaler",
+                 "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
+                 "deepspeed.utils.tensor_fragment.fragment_address")
 
 
 def _allowed_enum(name: str) -> Any:
-    """The Enum class ``name`` if it lives in a known framework module, else None."""
+    """The class ``name`` if it is a framework Enum or a listed plain class, else None."""
     import enum
     import importlib
 
@@ -113,7 +118,15 @@ def _allowed_enum(name: str) -> Any:
         obj = getattr(importlib.import_module(module), qual)
     except (ImportError, AttributeError):
         return None
-    return obj if isinstance(obj, type) and issubclass(obj, enum.Enum) else None
+    if not isinstance(obj, type):
+        return None
+    if issubclass(obj, enum.Enum):
+        return obj
+    custom = ("__setstate__", "__reduce__", "__reduce_ex__", "__new__")
+    if name in PLAIN_CLASSES and not any(k in b.__dict__ for b in obj.__mro__[:-1]
+                                         for k in custom):
+        return obj
+    return None
 
 
 def load_pickle(path: Path) -> Any:
