@@ -137,8 +137,8 @@ def test_cli_dry_run_json_force_and_noop(bad_run, tmp_path):
     # Fixing the fixed copy is a no-op that writes nothing.
     again = tmp_path / "again"
     r = runner.invoke(app, ["fix", str(out), "--out", str(again)])
-    assert r.exit_code == 0 and "no output written" in r.stdout.replace("\n", " ")
-    assert "already repaired" in r.stdout.replace("\n", " ")
+    assert r.exit_code == 0 and "no output written" in " ".join(r.stdout.split())
+    assert "already repaired" in " ".join(r.stdout.split())
     assert not again.exists()
 
     r = runner.invoke(app, ["fix", str(bad_run), "--out", str(out), "--force",
