@@ -215,13 +215,27 @@ def test_bad_inputs(tmp_path):
     assert "x.ckpt" in str(e.value) and "\n" not in str(e.value)
 
 
-def test_a_plain_torch_dict_is_not_lightning(tmp_path):
+def test_a_plain_torch_dict_named_ckpt_is_read_as_torchsave(tmp_path):
     import torch
 
-    f = tmp_path / "model.ckpt"
-    torch.save({"state_dict": {}}, f)
-    with pytest.raises(UnusableInput, match="not a Lightning checkpoint"):
-        pl_fmt.read(f)
+    p = torch.nn.Parameter(torch.zeros(2))
+    opt = torch.optim.AdamW([p], lr=1e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+    for _ in range(3):
+        p.grad = torch.ones(2)
+        opt.step()
+        sched.step()
+    f = tmp_path / "loop.ckpt"
+    torch.save({"model": {"p": p.detach()}, "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict()}, f)
+    st = pl_fmt.read(f)
+    assert st.format != "lightning"
+    assert st.scheduler_progress.value == 3 and st.schedule.kind == "CosineAnnealingLR"
+    assert any("not a Lightning checkpoint" in n for n in st.notes)
+    bare = tmp_path / "bare.ckpt"
+    torch.save({"state_dict": {}}, bare)
+    st = pl_fmt.read(bare)
+    assert st.format != "lightning" and st.scheduler_progress is None
 
 
 @pytest.mark.parametrize("name", ["ckpts_epoch", "ckpts_step"])

@@ -98,7 +98,13 @@ def read(path: Path) -> RunState:
     ckpt = find_checkpoints(path)[-1]
     sd = _common.load_dict(ckpt, "a Lightning checkpoint dict")
     if "global_step" not in sd and "loops" not in sd:
-        raise UnusableInput("no 'global_step' or 'loops': not a Lightning checkpoint", str(ckpt))
+        # A hand-written loop that named its file *.ckpt: read it as a torch.save dict.
+        from lrdoctor.formats import torchsave
+
+        st = torchsave.read(ckpt)
+        st.notes.append(f"{ckpt.name} has no 'global_step' or 'loops': not a Lightning "
+                        "checkpoint, read as a plain torch.save dict")
+        return st
     src = str(ckpt)
     st = RunState(format=NAME, path=src, files=[src])
     for k in ("pytorch-lightning_version", "lightning_version"):
