@@ -342,3 +342,29 @@ def test_unknown_replay_option_is_lrd303(tmp_path, monkeypatch):
     assert codes(doc) == ["LRD303"]
     assert "unknown warp_speed" in doc["findings"][0]["message"]
     assert doc["findings"][0]["location"] == "pyproject.toml:3"
+
+
+@pytest.mark.frameworks
+@pytest.mark.slow
+def test_committed_checkpoints_are_what_megatron_core_writes(tmp_path):
+    """Regenerate the projects' checkpoints with megatron-core: same scheduler state."""
+    import argparse
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("make_checkpoints",
+                                                  PROJECTS / "make_checkpoints.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rel = Path("checkpoints/run-a/iter_0000050/mp_rank_00/model_optim_rng.pt")
+    for name in ("ok", "bad"):
+        mod.build(name, tmp_path / name)
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            fresh = torch.load(tmp_path / name / rel, weights_only=True)
+            kept = torch.load(PROJECTS / name / rel, weights_only=True)
+        assert fresh["opt_param_scheduler"] == kept["opt_param_scheduler"]
+        assert vars(fresh["args"]) == vars(kept["args"])
+        assert ([g["lr"] for g in fresh["optimizer"]["optimizer"]["param_groups"]]
+                == [g["lr"] for g in kept["optimizer"]["optimizer"]["param_groups"]])
+    assert kept["opt_param_scheduler"]["num_steps"] == 6400  # bad: 4 x 50 x 32
