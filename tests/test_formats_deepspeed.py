@@ -282,3 +282,19 @@ def test_reading_never_imports_torch(saved):
             "st = M.read(Path(sys.argv[1])); assert st.scheduler_progress is not None; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code, str(saved / "fp16")], check=True, timeout=60)
+
+
+def test_batch_size_change_is_noted(saved, tmp_path):
+    """Constructed from a real file: 2 of 5 steps at batch 8 instead of 4 (elastic resume)."""
+    import torch
+
+    sd = torch.load(saved / "decay" / "global_step5" / "mp_rank_00_model_states.pt",
+                    weights_only=True)
+    assert "deepspeed.samples_per_step_observed" not in ds_fmt.read(saved / "decay").extras
+    sd["global_samples"] = 3 * 4 + 2 * 8
+    tag = tmp_path / "global_step5"
+    tag.mkdir()
+    torch.save(sd, tag / "mp_rank_00_model_states.pt")
+    st = ds_fmt.read(tag)
+    assert st.extras["deepspeed.samples_per_step_observed"] == pytest.approx(28 / 5)
+    assert any("batch size changed" in n for n in st.notes)

@@ -193,6 +193,12 @@ def read(path: Path) -> RunState:
                 tbs = parts[0] * parts[1] * dp
         if tbs:
             st.samples_per_update = float(tbs)
+            gs_c, samples = st.counter("deepspeed.global_steps"), st.counter("deepspeed.global_samples")
+            if gs_c and samples and gs_c.value and samples.value != gs_c.value * tbs:
+                st.extras["deepspeed.samples_per_step_observed"] = samples.value / gs_c.value
+                st.notes.append(f"global_samples {samples.value:g} != global_steps {gs_c.value:g} x "
+                                f"train_batch_size {tbs:g}: the batch size changed during the run "
+                                "(elastic or resumed with another config)")
         st.extras.update({f"ds_config.{k}": cfg[k] for k in CONFIG_KEPT if k in cfg})
         for prec in ("fp16", "bf16"):
             if isinstance(cfg.get(prec), dict) and cfg[prec].get("enabled"):
