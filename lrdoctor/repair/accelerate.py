@@ -1,0 +1,47 @@
+"""Writer for accelerate ``save_state`` folders (``scheduler.bin``, ``optimizer.bin``).
+
+The first scheduler/optimizer pair is repaired (the one ``inspect`` reads); model
+weights and ``random_states_*.pkl`` are copied as they are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lrdoctor.formats import accelerate as reader
+from lrdoctor.model import RunState
+from lrdoctor.repair.policies import Refusal, Target
+from lrdoctor.repair.torchstate import (
+    group_lrs,
+    is_optimizer,
+    is_scheduler,
+    optimizer_changes,
+    scheduler_changes,
+)
+from lrdoctor.repair.writer import load_pickle
+
+
+def plan(path: Path, state: RunState, target: Target):
+    from lrdoctor.repair.engine import FormatPlan
+
+    ckpt = reader.find_checkpoints(Path(path))[-1]
+    scheds = reader._numbered(ckpt, reader.SCHEDULER_FILE)
+    opts = reader._numbered(ckpt, reader.OPTIMIZER_FILE)
+    if not scheds:
+        raise Refusal("no scheduler.bin to repair", str(ckpt))
+    sched = load_pickle(scheds[0])
+    if not is_scheduler(sched):
+        raise Refusal("not a torch LRScheduler state dict", str(scheds[0]))
+    opt = load_pickle(opts[0]) if opts else None
+    lrs = group_lrs(opt, target) if opt is not None and is_optimizer(opt) else None
+    changes = scheduler_changes(scheds[0].name, sched, (), target, lrs)
+    if opt is not None and is_optimizer(opt):
+        changes += optimizer_changes(opts[0].name, opt, (), lrs)
+    notes = []
+    if target.policy == "rescale":
+        notes.append("a prepared AcceleratedScheduler steps num_processes times per update: "
+                     "prepare it with split_batches=True, or step_scheduler_with_optimizer=False, "
+                     "or the counter will run ahead again")
+    if len(scheds) > 1:
+        notes.append(f"{len(scheds) - 1} more scheduler file(s) copied unchanged")
+    return FormatPlan(root=ckpt, files=None, changes=changes, notes=notes)
