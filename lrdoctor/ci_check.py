@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -173,7 +174,11 @@ def run_check(cfg: CheckConfig, *, fail_on: str | None = None,
     replay_fn = replay_fn or _default_replay
     out: list[Report] = []
     for t in cfg.targets:
+        started = time.perf_counter()
         reports = _run_target(cfg, t, inspect_fn, replay_fn)
+        seconds = (time.perf_counter() - started) / max(1, len(reports))
+        for rep in reports:
+            rep._seconds = seconds  # type: ignore[attr-defined]  # JUnit time, not in JSON
         limit = t.max_progress_ratio or cfg.max_progress_ratio
         threshold = fail_on or t.fail_on or cfg.fail_on
         for rep in reports:

@@ -256,13 +256,17 @@ def junit(reports: list[Report], fail_on: str = "warning") -> str:
         suites.setdefault(rep.command, []).append(rep)
     top = ET.Element("testsuites", name="lrdoctor")
     totals = {"tests": 0, "failures": 0, "errors": 0}
+    total_time = 0.0
     for command, reps in suites.items():
         suite = ET.SubElement(top, "testsuite", name=f"lrdoctor {command}")
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        suite_time = 0.0
         for rep in reps:
             counts["tests"] += 1
+            seconds = float(getattr(rep, "_seconds", 0.0))
+            suite_time += seconds
             case = ET.SubElement(suite, "testcase", classname=f"lrdoctor.{command}",
-                                 name=rep.target, time="0")
+                                 name=rep.target, time=f"{seconds:.3f}")
             threshold = _threshold(rep, fail_on)
             unusable = [f for f in rep.findings if f.code == "LRD303"]
             failing = [f for f in rep.findings if f.code != "LRD303"
@@ -288,11 +292,13 @@ def junit(reports: list[Report], fail_on: str = "warning") -> str:
                 out.text = "\n".join(_finding_line(f, rep) for f in below)
         for k, v in counts.items():
             suite.set(k, str(v))
-        suite.set("time", "0")
+        suite.set("time", f"{suite_time:.3f}")
+        total_time += suite_time
         for k in totals:
             totals[k] += counts[k]
     for k, v in totals.items():
         top.set(k, str(v))
+    top.set("time", f"{total_time:.3f}")
     ET.indent(top)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(top, encoding="unicode")
 

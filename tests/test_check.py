@@ -368,3 +368,17 @@ def test_committed_checkpoints_are_what_megatron_core_writes(tmp_path):
         assert ([g["lr"] for g in fresh["optimizer"]["optimizer"]["param_groups"]]
                 == [g["lr"] for g in kept["optimizer"]["optimizer"]["param_groups"]])
     assert kept["opt_param_scheduler"]["num_steps"] == 6400  # bad: 4 x 50 x 32
+
+
+def test_junit_of_the_bad_project(tmp_path, monkeypatch):
+    project("bad", tmp_path, monkeypatch)
+    res = runner.invoke(app, ["check", "--output-format", "junit"])
+    assert res.exit_code == 1
+    root = ET.fromstring(res.stdout)
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("2", "2", "0")
+    cases = root.findall(".//testcase")
+    assert [c.get("classname") for c in cases] == ["lrdoctor.inspect", "lrdoctor.replay"]
+    assert all(float(c.get("time")) > 0 for c in cases)
+    assert float(root.get("time")) == pytest.approx(sum(float(c.get("time")) for c in cases),
+                                                    abs=2e-3)
+    assert cases[1].find("failure").get("type") == "LRD201"
