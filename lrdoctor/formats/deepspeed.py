@@ -200,15 +200,17 @@ def read(path: Path) -> RunState:
                                 f"train_batch_size {tbs:g}: the batch size changed during the run "
                                 "(elastic or resumed with another config)")
         st.extras.update({f"ds_config.{k}": cfg[k] for k in CONFIG_KEPT if k in cfg})
-        for prec in ("fp16", "bf16"):
-            if isinstance(cfg.get(prec), dict) and cfg[prec].get("enabled"):
+        for key, prec in (("fp16", "fp16"), ("bf16", "bf16"), ("bfloat16", "bf16")):
+            if isinstance(cfg.get(key), dict) and cfg[key].get("enabled") is True:
                 st.extras["precision"] = prec
         zero = cfg.get("zero_optimization")
         if isinstance(zero, dict) and "stage" in zero:
             st.extras["zero_stage"] = zero["stage"]
     else:
-        st.notes.append("no ds_config in the checkpoint (DeepSpeed < 0.9?) and no ds_config.json "
-                        "next to it: schedule parameters unknown")
+        saved = sd.get("ds_config")
+        what = (f"ds_config was saved as the path {saved[:120]!r}, not its contents,"
+                if isinstance(saved, str) else "no ds_config in the checkpoint (DeepSpeed < 0.9?)")
+        st.notes.append(f"{what} and no ds_config.json next to it: schedule parameters unknown")
     for k in ("ds_version", "dp_world_size", "mp_world_size"):
         if k in sd:
             st.extras[k] = sd[k]
