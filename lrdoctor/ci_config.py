@@ -285,8 +285,9 @@ def _ignores(value: Any, src: Path, key: str, lines: _Lines, header: int | None,
                               f"required: say why {code} is ignored (an ignore without a "
                               "reason is not accepted)")
         path = _str(it["path"], src, f"{k}.path") if "path" in it else None
+        nth = sum(1 for o in out if o.code == code)
         out.append(Ignore(code=code, reason=it["reason"].strip(), key=k, path=path,
-                          line=lines.code_after(header, code)))
+                          line=lines.code_after(header, code, nth)))
     return out
 
 
@@ -337,9 +338,17 @@ class _Lines:
                 return i + 1
         return header or 1
 
-    def code_after(self, header: int | None, code: str) -> int:
+    def code_after(self, header: int | None, code: str, nth: int = 0) -> int:
+        """Line of the ``nth`` ignore of ``code`` in the table at ``header`` (None: the
+        top-level table, including ``[[tool.lrdoctor.ignore]]`` entries anywhere)."""
         pat = re.compile(r"[\"']" + re.escape(code) + r"[\"']", re.IGNORECASE)
-        for i in self._section(header):
-            if pat.search(self.lines[i]):
-                return i + 1
+        rows = list(self._section(header))
+        if header is None:
+            own = re.compile(r"^\[\[\s*" + re.escape(_k(self.prefix, "ignore")) + r"\s*\]\]")
+            for i, line in enumerate(self.lines):
+                if own.match(line.strip()):
+                    rows += [j for j in self._section(i + 1) if j not in rows]
+        hits = [i + 1 for i in rows if pat.search(self.lines[i])]
+        if hits:
+            return hits[min(nth, len(hits) - 1)]
         return header or 1

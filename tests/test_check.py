@@ -382,3 +382,38 @@ def test_junit_of_the_bad_project(tmp_path, monkeypatch):
     assert float(root.get("time")) == pytest.approx(sum(float(c.get("time")) for c in cases),
                                                     abs=2e-3)
     assert cases[1].find("failure").get("type") == "LRD201"
+
+
+def test_config_lines_for_every_toml_spelling(tmp_path):
+    """Annotations land on the ignore's own line, however the TOML spells the table."""
+    p = tmp_path / "pyproject.toml"
+    p.write_text("""[tool.lrdoctor]
+fail-on = "error"
+ignore = [{code = "LRD110", reason = "a"}, {code = "LRD110", reason = "b", path = "x*"}]
+
+[[tool.lrdoctor.inspect]]
+path = "a"
+
+[[tool.lrdoctor.inspect.ignore]]
+code = "LRD110"
+reason = "done"
+
+[[tool.lrdoctor.inspect]]
+path = "b"
+ignore = [
+  {code = "LRD105", reason = "x"},
+  {code = "LRD110", reason = "y"},
+]
+
+[[tool.lrdoctor.ignore]]
+code = "LRD107"
+reason = "lambda"
+""")
+    cfg = ci_config.load(p)
+    assert [(t.key, t.line) for t in cfg.targets] == [("tool.lrdoctor.inspect[0]", 6),
+                                                      ("tool.lrdoctor.inspect[1]", 13)]
+    assert [(i.code, i.line) for i in cfg.targets[0].ignores] == [("LRD110", 9)]
+    assert [(i.code, i.line) for i in cfg.targets[1].ignores] == [("LRD105", 15),
+                                                                  ("LRD110", 16)]
+    assert [(i.code, i.line, i.path) for i in cfg.ignores] == [
+        ("LRD110", 3, None), ("LRD110", 3, "x*"), ("LRD107", 20, None)]
