@@ -389,7 +389,7 @@ def test_config_lines_for_every_toml_spelling(tmp_path):
     p = tmp_path / "pyproject.toml"
     p.write_text("""[tool.lrdoctor]
 fail-on = "error"
-ignore = [{code = "LRD110", reason = "a"}, {code = "LRD110", reason = "b", path = "x*"}]
+report = "r"
 
 [[tool.lrdoctor.inspect]]
 path = "a"
@@ -408,6 +408,11 @@ ignore = [
 [[tool.lrdoctor.ignore]]
 code = "LRD107"
 reason = "lambda"
+
+[[tool.lrdoctor.ignore]]
+code = "LRD107"
+reason = "again"
+path = "x*"
 """)
     cfg = ci_config.load(p)
     assert [(t.key, t.line) for t in cfg.targets] == [("tool.lrdoctor.inspect[0]", 6),
@@ -416,4 +421,7 @@ reason = "lambda"
     assert [(i.code, i.line) for i in cfg.targets[1].ignores] == [("LRD105", 15),
                                                                   ("LRD110", 16)]
     assert [(i.code, i.line, i.path) for i in cfg.ignores] == [
-        ("LRD110", 3, None), ("LRD110", 3, "x*"), ("LRD107", 20, None)]
+        ("LRD107", 20, None), ("LRD107", 24, "x*")]
+    p.write_text('[tool.lrdoctor]\nignore = [\n  {code = "LRD110", reason = "a"},\n'
+                 '  {code = "LRD110", reason = "b", path = "x*"},\n]\n')
+    assert [i.line for i in ci_config.load(p).ignores] == [3, 4]
