@@ -43,7 +43,9 @@ _NUMBERS = (  # (label, getter on report.state) shown for inspect reports
     ("scheduler progress", lambda s: _counter(s.get("scheduler_progress"))),
     ("nominal progress (trainer's counters)", lambda s: _counter(s.get("nominal_progress"))),
     ("progress ratio (actual / nominal)", lambda s: (s.get("derived") or {}).get("progress_ratio")),
-    ("decay horizon", lambda s: (s.get("schedule") or {}).get("horizon")),
+    ("decay horizon", lambda s: _counter({"value": s["schedule"]["horizon"],
+                                          "unit": s["schedule"].get("unit")})
+     if (s.get("schedule") or {}).get("horizon") is not None else None),
     ("LR at scheduler progress", lambda s: (s.get("derived") or {}).get("lr_at_scheduler_progress")),
     ("LR at nominal progress", lambda s: (s.get("derived") or {}).get("lr_at_nominal_progress")),
     ("optimizer param-group LRs", lambda s: s.get("optimizer_lrs") or None),
