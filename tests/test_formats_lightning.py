@@ -198,10 +198,14 @@ def test_run_dir(saved, tmp_path):
     a, b = ck / "epoch=0-step=3.ckpt", ck / "epoch=0-step=7.ckpt"
     a.write_bytes((saved / "accum4.ckpt").read_bytes())
     b.write_bytes((saved / "step.ckpt").read_bytes())
-    os.utime(a, (1, 1))
+    os.utime(b, (1, 1))  # a copy that lost its mtimes: the step in the name wins
     assert pl_fmt.detect(tmp_path)
     assert pl_fmt.find_checkpoints(tmp_path) == [a, b]
     assert pl_fmt.read(tmp_path).path == str(b)
+    last = ck / "last.ckpt"  # without step=N everywhere, modification time decides
+    last.write_bytes(b.read_bytes())
+    os.utime(a, (2, 2))
+    assert pl_fmt.find_checkpoints(tmp_path) == [b, a, last]
 
 
 def test_bad_inputs(tmp_path):

@@ -64,7 +64,7 @@ def detect(path: Path) -> bool:
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    """``*.ckpt`` files, oldest first (by modification time; ``step=N`` in the name breaks ties)."""
+    """``*.ckpt`` files, oldest first: by ``step=N`` when every name has one, else by mtime."""
     path = Path(path)
     if path.is_file():
         return [path]
@@ -72,9 +72,12 @@ def find_checkpoints(path: Path) -> list[Path]:
     if not files:
         raise UnusableInput("no Lightning *.ckpt files here", str(path))
 
+    by_step = all(STEP_IN_NAME.search(f.name) for f in files)
+
     def key(f: Path) -> tuple:
         m = STEP_IN_NAME.search(f.name)
-        return (f.stat().st_mtime, int(m.group(1)) if m else -1, f.name)
+        step = int(m.group(1)) if m else -1
+        return (step, f.stat().st_mtime, f.name) if by_step else (f.stat().st_mtime, step, f.name)
 
     return sorted(files, key=key)
 
