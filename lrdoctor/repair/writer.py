@@ -337,6 +337,9 @@ def write_output(src: Path, out: Path, files: list[str], changes: list[Change],
         for rel in files:
             s = src if single else src / rel
             d = tmp if single else tmp / rel
+            if progress is not None:
+                progress.update(task, description=("rewriting " if rel in by_file
+                                                   else "copying ") + rel)
             if rel in by_file:
                 kind = by_file[rel][0].kind
                 obj = load_file(s, kind)
