@@ -146,9 +146,18 @@ def _representative_file(target: str, report: Report | None) -> str:
             return cand
         if os.path.isfile(f):
             return f
-    for dirpath, _dirs, names in sorted(os.walk(target)):
-        for name in sorted(names):
-            return os.path.join(dirpath, name)
+    # The first file in name order, descending lazily (a run directory can be huge).
+    here = target
+    for _ in range(8):
+        try:
+            entries = sorted(os.scandir(here), key=lambda e: (not e.is_file(), e.name))
+        except OSError:
+            break
+        if not entries:
+            break
+        if entries[0].is_file():
+            return entries[0].path
+        here = entries[0].path
     return target
 
 
