@@ -112,6 +112,11 @@ def test_missing_inputs_exit_2(files, tmp_path):
     assert r.exit_code == 2 and "unknown key 'batching.nope'" in r.stderr
     r = _invoke("--config", files / "clean.yaml", "--trace", tmp_path / "t.txt")
     assert r.exit_code == 2 and ".parquet or .csv" in r.stderr
+    bad = tmp_path / "warm.yaml"
+    bad.write_text(OVERSHOOT.replace("min_lr: 0.0}", "min_lr: 0.0, warmup: 500}"))
+    r = _invoke("--config", bad, "--batch-log", files / "log.csv")
+    assert r.exit_code == 2 and r.stderr.startswith(f"lrdoctor: error: {bad}: schedule: ")
+    assert "lr_warmup_steps=500" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_trace_and_plot_are_written(files, tmp_path):
@@ -137,7 +142,7 @@ def test_sweep_compares_a_memory_knob(files, tmp_path):
                 "--sweep", "batching.max_tokens_per_microbatch=8192,16384,32768", "--plot", png)
     assert r.exit_code == 1, r.output
     doc = json.loads(r.stdout)
-    rows = doc["extra"]["sweep"]["rows"] if "extra" in doc else doc["sweep"]["rows"]
+    rows = doc["sweep"]["rows"]
     assert [row["actual_updates"] for row in rows] == [64, 32, 16]
     f = next(f for f in doc["findings"] if f["code"] == "LRD203")
     assert "--sweep" in f["message"]

@@ -67,6 +67,14 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     def tick(stage: str):
         return (lambda s: progress(stage, s + 1, steps)) if progress else None
 
+    # An impossible schedule is a config error: say so before the long part.
+    sps = cfg.train.samples_per_step or len(samples) / max(1, samples["step"].nunique())
+    try:
+        eng.schedule_spec(cfg, float(sps))
+    except UnusableInput as exc:
+        if exc.path is None:
+            raise UnusableInput(str(exc), str(config)) from None
+        raise
     notes: dict = {}
     infos = eng.plan_steps(cfg, samples, planner, tick("planning"), notes)
     n_mb = sum(len(i.plan.micro_batches) for i in infos) * cfg.train.epochs_per_step
