@@ -274,3 +274,37 @@ def test_rlinf_steps_the_scheduler_on_failed_updates():
     megatron_like = with_key(cfg, "scheduler.step_on_failed_update", False)
     _, s2, found2 = _run(megatron_like, engine.load_samples(cfg))
     assert s2["scheduler_progress_end"] == 30 * 128 - 3 * 64 and "LRD211" not in found2
+
+
+# ---------------------------------------------------------------- verl / accelerate siblings
+
+
+def test_verl_steps_once_per_rollout_step_by_design_no_error():
+    cfg = config_from_dict({
+        "schedule": {"family": "hf", "kind": "cosine", "max_lr": 1e-6, "warmup": 2},
+        "train": {"steps": 12, "samples_per_step": 64, "epochs_per_step": 2,
+                  "micro_batch_size": 2, "mini_batch_size": 32},
+        "dp": {"size": 2},
+        "batching": {"strategy": "karmarkar_karp", "max_tokens_per_microbatch": 6000},
+        "scheduler": {"step_on": "rollout_step"},
+    })
+    rep, s, found = _run(cfg, _long_sequences(steps=12, per=64))
+    # 2 mini-batches x 2 epochs = 4 updates per step, one scheduler step per rollout step.
+    assert s["updates_per_step"] == {"min": 4.0, "mean": 4.0, "max": 4.0}
+    assert s["horizon"] == 12 and s["scheduler_progress_end"] == 12
+    assert s["lr_changes_inside_windows"] == 0
+    assert not {"LRD201", "LRD202", "LRD205"} & set(found)
+
+
+def test_accelerate_scheduler_stepped_num_processes_times():
+    cfg = config_from_dict({
+        "schedule": {"family": "hf", "kind": "linear", "max_lr": 1e-4},
+        "train": {"steps": 40, "samples_per_step": 32, "micro_batch_size": 4,
+                  "gradient_accumulation": 2},
+        "dp": {"size": 4},
+        "scheduler": {"multiplier": 4},
+    })
+    _, s, found = _run(cfg, engine.load_samples(cfg))
+    assert s["actual_updates"] == 40 and s["scheduler_progress_end"] == 160
+    assert s["progress_ratio"] == 4.0 and s["floor_step"] == 10
+    assert found["LRD201"].evidence["corrected_progress_scale"] == 0.25
