@@ -266,3 +266,38 @@ def test_short_log_is_cycled_and_noted():
     assert rep.notes["cycled"] == "the batch log holds 3 steps; cycled over 10"
     per = [int(rep.trace["is_update"][rep.trace["train_step"] == s].sum()) for s in range(10)]
     assert per[0:3] == per[3:6] == per[6:9]
+
+
+# ---------------------------------------------------------------- property: any loop, both engines
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(k=st.integers(1, 5), rule=st.sampled_from(["correct", "off_by_one"]),
+       flush=st.booleans(), step_on=st.sampled_from(["update", "micro_step", "rollout_step"]),
+       inc=st.sampled_from([1, 2.5, "samples", "micro_batches"]), mult=st.integers(1, 3),
+       epochs=st.integers(1, 2), failed=st.lists(st.integers(0, 12), max_size=3),
+       on_failed=st.booleans(), per_step=st.integers(1, 9), rows=st.integers(1, 3))
+def test_any_loop_replays_the_same_on_both_engines(k, rule, flush, step_on, inc, mult, epochs,
+                                                  failed, on_failed, per_step, rows):
+    cfg = config_from_dict({
+        "schedule": {"family": "hf", "kind": "linear", "max_lr": 1e-3, "warmup": 1,
+                     "horizon": 40},
+        "train": {"steps": 4, "samples_per_step": per_step, "epochs_per_step": epochs,
+                  "gradient_accumulation": k},
+        "accumulation": {"rule": rule, "flush_at_step_end": flush},
+        "scheduler": {"step_on": step_on, "increment": inc, "multiplier": mult,
+                      "failed_updates": failed, "step_on_failed_update": on_failed},
+    })
+    df = pd.DataFrame({"step": np.repeat(np.arange(4), per_step),
+                       "tokens": np.full(4 * per_step, 8)})
+    infos = engine.plan_steps(cfg, df, planner=static_planner(rows))
+    F = engine.simulate(cfg, infos).trace
+    T = torch_exec.replay_torch(cfg, infos, device="cpu").trace
+    for col in ("window", "window_size", "is_update", "applied", "update_index", "failed"):
+        assert np.array_equal(F[col], T[col]), col
+    assert np.allclose(F["scheduler_progress"], T["scheduler_progress"], rtol=1e-12, atol=0)
+    assert np.allclose(F["lr"], T["lr"], rtol=1e-12, atol=0)

@@ -206,6 +206,7 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
     open_rows: list[int] = []  # trace rows of the window being accumulated
     global_step = 0  # micro-steps over the whole run (OneVision-style loops)
     update_index = 0
+    window_samples = 0  # samples accumulated since the last update (may span steps)
     cuda = dev == "cuda"
     t0 = time.perf_counter()
 
@@ -226,7 +227,6 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
             divisors = info.mb_docs
         for epoch in range(epochs):
             micro_step = 0  # restarts each epoch when the loop flushes at step end
-            window_samples = 0
             for i, mb in enumerate(mbs):
                 samples = sum(len(r) for r in mb.ranks)
                 # The heaviest rank's shape is what the probe runs (memory is per rank).
