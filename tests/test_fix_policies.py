@@ -111,3 +111,32 @@ def test_writer_json_edit_keeps_layout_and_refuses_stale_plans(tmp_path):
     with pytest.raises(UnusableInput, match="--force"):
         check_output(src, out, force=False)
     check_output(src, out, force=True)
+
+
+
+def test_disk_full_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    import torch
+
+    import lrdoctor.repair.writer as writer
+    from lrdoctor.repair import plan_fix, write_fix
+
+    m = torch.nn.Linear(2, 2)
+    o = torch.optim.SGD(m.parameters(), lr=0.1)
+    s = torch.optim.lr_scheduler.LinearLR(o, 1.0, 0.1, total_iters=10)
+    for _ in range(3):
+        o.step()
+        s.step()
+        s.step()
+    torch.save({"optimizer": o.state_dict(), "scheduler": s.state_dict()}, tmp_path / "c.pt")
+    plan = plan_fix(tmp_path / "c.pt", policy="rescale", k=2)
+
+    def full(obj, dst):
+        dst.write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(writer, "write_pickle", full)
+    with pytest.raises(UnusableInput, match="No space left on device"):
+        write_fix(plan, tmp_path / "out.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]

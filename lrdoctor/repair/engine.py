@@ -133,9 +133,14 @@ def write_fix(plan: FixPlan, out: str | Path, *, force: bool = False, progress: 
     def check(tmp: Path) -> None:
         result.after_findings = _verify(plan, tmp)
 
-    result.written = write_output(plan.root, out, plan.files, plan.changes, manifest(plan),
-                                  force=force, verify=check if verify else None,
-                                  progress=progress)
+    try:
+        result.written = write_output(plan.root, out, plan.files, plan.changes, manifest(plan),
+                                      force=force, verify=check if verify else None,
+                                      progress=progress)
+    except OSError as exc:  # disk full, permissions: one line, nothing left behind
+        where = exc.filename or out
+        raise UnusableInput(f"cannot write the repaired copy: {exc.strerror or exc}",
+                            str(where)) from None
     return result
 
 
