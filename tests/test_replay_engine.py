@@ -301,3 +301,37 @@ def test_any_loop_replays_the_same_on_both_engines(k, rule, flush, step_on, inc,
         assert np.array_equal(F[col], T[col]), col
     assert np.allclose(F["scheduler_progress"], T["scheduler_progress"], rtol=1e-12, atol=0)
     assert np.allclose(F["lr"], T["lr"], rtol=1e-12, atol=0)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(strategy=st.sampled_from(["static", "token_budget", "karmarkar_karp",
+                                 "balanced_first_fit", "prompt_unit", "doc_target"]),
+       dp2=st.sampled_from([1, 2, 4]), inc=st.sampled_from([1, "samples", "micro_batches"]),
+       seed=st.integers(0, 10_000))
+def test_real_packings_with_dp_changes_replay_the_same_on_both_engines(strategy, dp2, inc,
+                                                                       seed):
+    rng = np.random.default_rng(seed)
+    n = 4 * 24
+    df = pd.DataFrame({"step": np.repeat(np.arange(4), 24),
+                       "tokens": rng.integers(50, 3000, n),
+                       "prompt_id": np.arange(n) // 3,
+                       "docs": rng.integers(1, 4, n)})
+    cfg = config_from_dict({
+        "schedule": {"family": "megatron", "kind": "linear", "max_lr": 1e-3, "min_lr": 1e-4},
+        "train": {"steps": 4, "samples_per_step": 24, "micro_batch_size": 2,
+                  "gradient_accumulation": 3, "mini_batch_size": 12},
+        "dp": {"size": 2, "changes": [{"at_step": 2, "size": dp2}]},
+        "batching": {"strategy": strategy, "max_tokens_per_microbatch": 4096,
+                     "docs_per_step": 9},
+        "scheduler": {"increment": inc},
+    })
+    infos = engine.plan_steps(cfg, df)
+    F = engine.simulate(cfg, infos).trace
+    T = torch_exec.replay_torch(cfg, infos, device="cpu").trace
+    for col in ("window", "window_size", "is_update", "samples", "max_rank_tokens", "dp"):
+        assert np.array_equal(F[col], T[col]), col
+    for col in ("scheduler_progress", "lr", "loss_weight"):
+        assert np.allclose(F[col], T[col], rtol=1e-12, atol=0), col
+    closes = F["is_update"]
+    assert np.allclose(F["window_weight_sum"][closes], T["window_weight_sum"][closes],
+                       rtol=1e-12, atol=0)
