@@ -192,3 +192,18 @@ def test_ranks_that_disagree_are_refused(tmp_path):
     assert not (tmp_path / "out").exists() and tree_hash(run) == before
     r = runner.invoke(app, ["fix", str(run), "--out", str(tmp_path / "out"), "--format", "nope"])
     assert r.exit_code == 2 and "unknown format" in r.stderr
+
+
+def test_lr_set_by_hand_is_synced_and_a_single_rank_file_works(tmp_path):
+    run = megatron_run(tmp_path / "run", steps_per_update=1, ranks=1, lr_by_hand=2.5e-4)
+    f = run / RANK.format(0)
+    plan = plan_fix(f)
+    assert plan.target.policy == "sync-lr" and plan.target.motivated_by == ["LRD105"]
+    assert [c.key_str for c in plan.changes] == ["optimizer.optimizer.param_groups[0].lr"]
+    out = tmp_path / "fixed.pt"
+    write_fix(plan, out)
+    b = load(out)
+    assert b["opt_param_scheduler"]["num_steps"] == ITERS * GBS
+    assert math.isclose(b["optimizer"]["optimizer"]["param_groups"][0]["lr"], healthy_lr(),
+                        rel_tol=1e-12)
+    assert json.loads((tmp_path / ("fixed.pt." + MANIFEST)).read_text())["policy"] == "sync-lr"

@@ -24,7 +24,7 @@ def mcore_scheduler(opt, **over):
 
 
 def megatron_run(run: Path, *, steps_per_update: int = 4, ranks: int = 2,
-                 width: int = 8) -> Path:
+                 width: int = 8, lr_by_hand: float | None = None) -> Path:
     """A Megatron-LM torch-format run dir whose scheduler was stepped per micro-batch."""
     import torch
 
@@ -38,6 +38,9 @@ def megatron_run(run: Path, *, steps_per_update: int = 4, ranks: int = 2,
         opt.zero_grad()
         for _ in range(steps_per_update):
             sched.step(increment=GBS)
+    if lr_by_hand is not None:
+        for g in opt.param_groups:
+            g["lr"] = lr_by_hand
     args = argparse.Namespace(
         train_iters=TRAIN_ITERS, lr_decay_iters=None, lr_warmup_iters=10, lr=3e-4, min_lr=3e-5,
         lr_decay_style="cosine", global_batch_size=GBS, micro_batch_size=GBS // 4,
