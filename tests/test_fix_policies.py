@@ -47,6 +47,10 @@ def test_ambiguous_intent_is_refused_with_the_option_to_give():
         make_target(st, [], policy="nominal")
     with pytest.raises(Refusal, match="--k N"):
         make_target(st, [], policy="rescale")
+    with pytest.raises(Refusal, match="--progress only"):
+        make_target(st, [], policy="extend-horizon", progress=3)
+    with pytest.raises(Refusal, match="--from-replay goes"):
+        make_target(st, [], policy="rescale", replay="x.json")
     with pytest.raises(Refusal, match="not both"):
         make_target(st, [], progress=3, replay="x.json")
 

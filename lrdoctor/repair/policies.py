@@ -196,6 +196,10 @@ def make_target(state: RunState, findings: list[Finding], *, policy: str | None 
         raise Refusal("give --progress or --from-replay, not both")
     if k is not None and policy not in (None, "rescale"):
         raise Refusal("--k only goes with --policy rescale")
+    if progress is not None and policy not in (None, "nominal"):
+        raise Refusal("--progress only goes with --policy nominal")
+    if replay is not None and policy == "rescale":
+        raise Refusal("--from-replay goes with --policy nominal or extend-horizon")
     if progress is not None and policy is None:
         policy = "nominal"
     if k is not None and policy is None:
