@@ -158,3 +158,16 @@ def test_fix_refuses_an_unsafe_pickle_without_running_it(tmp_path):
     r = CliRunner().invoke(app, ["fix", str(bad), "--out", str(tmp_path / "o.pt")])
     assert r.exit_code == 2 and "pwned" not in r.output
     assert not (tmp_path / "o.pt").exists()
+
+
+def test_a_directory_in_gives_a_directory_out(tmp_path):
+    d = tmp_path / "ckpts"
+    d.mkdir()
+    save(d / "checkpoint_50.pt", "linear", K)
+    (d / "notes.txt").write_text("kept out of the fix")
+    out = tmp_path / "fixed"
+    write_fix(plan_fix(d), out)
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint_50.pt", MANIFEST]
+    assert load(out / "checkpoint_50.pt")["scheduler"]["last_epoch"] == N
+    again = plan_fix(out)
+    assert again.noop and again.target is None

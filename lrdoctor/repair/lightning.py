@@ -19,9 +19,13 @@ from lrdoctor.repair.writer import load_pickle
 def plan(path: Path, state: RunState, target: Target):
     from lrdoctor.repair.engine import FormatPlan
 
-    f = reader.find_checkpoints(Path(path))[-1]
-    changes, notes = plan_torch_state(f.name, load_pickle(f), target)
-    if f != Path(path):
-        notes.append(f"the output is a repaired copy of {f.name}; resume with "
-                     "trainer.fit(model, ckpt_path=OUT)")
-    return FormatPlan(root=f, files=[f.name], changes=changes, notes=notes)
+    path = Path(path)
+    f = reader.find_checkpoints(path)[-1]
+    # A directory in gives a directory out, holding the repaired .ckpt under its name.
+    root = path if path.is_dir() else f
+    rel = str(f.relative_to(root)) if root.is_dir() else f.name
+    changes, notes = plan_torch_state(rel, load_pickle(f), target)
+    if root.is_dir():
+        notes.append(f"the output holds a repaired copy of {rel} only; resume with "
+                     f"trainer.fit(model, ckpt_path=OUT/{rel})")
+    return FormatPlan(root=root, files=[rel], changes=changes, notes=notes)

@@ -16,5 +16,8 @@ def plan(path: Path, state: RunState, target: Target):
     file = Path(state.path) if state.path and Path(state.path).is_file() else path
     if not file.is_file():
         raise Refusal("expected one torch.save file", str(path))
-    changes, notes = plan_torch_state(file.name, load_pickle(file), target)
-    return FormatPlan(root=file, files=[file.name], changes=changes, notes=notes)
+    # A directory in gives a directory out, holding the repaired file under its name.
+    root = path if path.is_dir() else file
+    rel = str(file.relative_to(root)) if root.is_dir() else file.name
+    changes, notes = plan_torch_state(rel, load_pickle(file), target)
+    return FormatPlan(root=root, files=[rel], changes=changes, notes=notes)
