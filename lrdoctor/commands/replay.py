@@ -32,16 +32,16 @@ equivalent fast numpy path (--fast).
 
 Examples:
 
+\b
   lrdoctor replay --config run.yaml --batch-log batches.jsonl
-
-  lrdoctor replay --config roll.yaml --synthetic lognormal:mean=2048,sigma=0.6,max=16384
-
-  lrdoctor replay --config run.yaml --synthetic fixed:5000 --plot lr.png --trace t.parquet
-
-  lrdoctor replay --config run.yaml --synthetic uniform:512:8192
+  lrdoctor replay --config roll.yaml \\
+      --synthetic lognormal:mean=2048,sigma=0.6,max=16384
+  lrdoctor replay --config run.yaml --synthetic fixed:5000 \\
+      --plot lr.png --trace trace.parquet
+  lrdoctor replay --config run.yaml --synthetic uniform:512:8192 \\
       --sweep batching.max_tokens_per_microbatch=4096,8192,16384 --plot sweep.png
-
-  lrdoctor replay --config run.yaml --torch --device cuda --model mypkg.models:tiny
+  lrdoctor replay --config run.yaml --torch --device cuda \\
+      --model mypkg.models:tiny
 
 Exit codes: 0 clean, 1 findings at/above --fail-on, 2 unusable input.
 """
