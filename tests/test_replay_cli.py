@@ -166,3 +166,15 @@ def test_help_lists_examples():
     assert "--sweep" in text and "batching.max_tokens_per_microbatch" in text
     assert "Exit codes" in text
     assert textwrap.dedent("lrdoctor replay --config run.yaml") in text
+
+
+def test_registering_the_command_imports_no_heavy_modules():
+    import subprocess
+    import sys
+
+    code = ("import sys, lrdoctor.cli, lrdoctor.replay, lrdoctor.replay.config; "
+            "heavy = [m for m in ('torch', 'pandas', 'matplotlib', 'numpy') if m in sys.modules]; "
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
