@@ -22,6 +22,15 @@ def fix_cmd(src, out):
     return [sys.executable, "-m", "lrdoctor", "fix", str(src), "--out", str(out)]
 
 
+def wait_for_temp(parent, name, p):
+    """Block until the write phase has begun (the hidden temporary sibling exists)."""
+    deadline = time.monotonic() + 120
+    while not list(parent.glob(f".{name}.lrdoctor-tmp-*")) and p.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    return time.monotonic()
+
+
 def assert_complete(out, src):
     """A present output is the whole output: every file, matching its manifest."""
     doc = json.loads((out / MANIFEST).read_text())
@@ -42,22 +51,24 @@ def test_sigkill_at_any_moment_leaves_no_partial_output(tmp_path):
     before = tree_hash(src)
     env = dict(os.environ, PYTHONWARNINGS="ignore")
 
-    done = subprocess.run(fix_cmd(src, tmp_path / "ref"), env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert_complete(tmp_path / "ref", src)
+    # Reference run: how long the write phase lasts (temporary sibling -> final name).
+    ref = tmp_path / "ref"
+    p = subprocess.Popen(fix_cmd(src, ref), env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    started = wait_for_temp(tmp_path, "ref", p)
+    while not ref.exists() and p.poll() is None:
+        time.sleep(0.002)
+    window = time.monotonic() - started
+    assert p.wait(timeout=300) == 0
+    assert_complete(ref, src)
 
     mid_write = 0
-    for i, delay in enumerate((0.0, 0.1, 0.4, 1.0)):
+    for i, frac in enumerate((0.0, 0.2, 0.5, 0.8, 1.5)):
         out = tmp_path / f"out{i}"
         p = subprocess.Popen(fix_cmd(src, out), env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-        # Wait until the write phase has begun (its hidden temporary sibling exists).
-        deadline = time.monotonic() + 120
-        while not list(tmp_path.glob(f".out{i}.lrdoctor-tmp-*")) and p.poll() is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.002)
-        time.sleep(delay)
+        wait_for_temp(tmp_path, f"out{i}", p)
+        time.sleep(window * frac)
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=60)
         if out.exists():
