@@ -30,19 +30,23 @@ def main() -> None:
     run("inspect", rel(SAMPLES / "megatron-healthy"), expect=0)
     run("inspect", rel(SAMPLES / "hf-healthy"), "--all", expect=0)
     print("\n== 2. Broken runs: lrdoctor says what went wrong and by how much ==")
-    run("inspect", rel(SAMPLES / "roll-overshoot"), "--plot", rel(OUT / "roll-overshoot.png"),
-        expect=1)
+    run("inspect", rel(SAMPLES / "roll-overshoot"), "--all", "--plot",
+        rel(OUT / "roll-overshoot.png"), expect=1)
     run("inspect", rel(SAMPLES / "torch-microstep"), expect=1)
     print("\n== 3. Repair: a fixed copy to resume from (inputs untouched) ==")
     run("fix", rel(SAMPLES / "torch-microstep"), "--out", rel(OUT / "torch-microstep-fixed"),
         "--dry-run", expect=0)
     run("fix", rel(SAMPLES / "torch-microstep"), "--out", rel(OUT / "torch-microstep-fixed"),
         expect=0)
-    run("fix", rel(SAMPLES / "roll-overshoot"), "--out", rel(OUT / "roll-overshoot-fixed"),
-        "--policy", "extend-horizon", expect=0)
+    roll_mid = SAMPLES / "roll-overshoot" / "actor_train" / "checkpoint-100"
+    run("fix", rel(roll_mid), "--out", rel(OUT / "roll-checkpoint-100-fixed"),
+        "--policy", "nominal", expect=0)
     print("\n== 4. The repaired copies inspect clean ==")
     run("inspect", rel(OUT / "torch-microstep-fixed"), expect=0)
-    run("inspect", rel(OUT / "roll-overshoot-fixed"), expect=0)
+    run("inspect", rel(OUT / "roll-checkpoint-100-fixed"), expect=0)
+    print("\n== 5. Before the run: replay ROLL's own config with real dynamic batching ==")
+    run("replay", "--config", "examples/roll-sokoban-dynamic.yaml",
+        "--batch-log", "examples/batchlogs/roll-sokoban.csv", expect=1)
     print(f"\ndemo OK: outputs in {rel(OUT)}")
 
 
