@@ -212,14 +212,15 @@ def _render(report, trace: Path | None, plot: Path | None) -> None:
     if sw:
         st = Table(title=f"sweep over {sw['key']}", header_style="bold")
         cols = [sw["key"].split(".")[-1], "updates", "per step", "progress", "ratio",
-                "floor step", "max tokens/mb"]
+                "floor step", "max tokens/mb", "findings"]
         for c in cols:
             st.add_column(c, justify="right")
         for r in sw["rows"]:
             st.add_row(str(r[sw["key"]]), _num(r["actual_updates"]),
                        f"{_num(r['updates_per_step_min'])}..{_num(r['updates_per_step_max'])}",
                        _num(r["scheduler_progress_end"]), f"{r['progress_ratio']:.3g}x",
-                       _num(r["floor_step"]), _num(r["max_rank_tokens"]))
+                       _num(r["floor_step"]), _num(r["max_rank_tokens"]),
+                       ", ".join(r.get("findings", [])) or "none")
         con.print(st)
     render_findings(report, con)
     for label, p in (("trace", trace), ("plot", plot)):

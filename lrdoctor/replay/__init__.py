@@ -103,7 +103,9 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
         with_key(cfg, key, values[0], "--sweep")  # validate the key before the long part
         sweep_results = analysis.sweep(cfg, samples, key, values, planner)
         extra["sweep"] = {"key": key, "rows": analysis.sweep_table(sweep_results, key)}
-        if key.startswith("batching."):
+        from lrdoctor.replay.config import MEMORY_KNOBS
+
+        if key in MEMORY_KNOBS:  # a strategy or scheduler sweep is meant to move progress
             knob = analysis.knob_comparison(sweep_results, key, "--sweep")
     elif knob_check:
         knob = analysis.memory_knob_check(rep, samples, planner)

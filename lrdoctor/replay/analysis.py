@@ -23,6 +23,8 @@ def _f(x: float) -> str:
     """Short human number: 1024, 0.5, 1e-06."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+        return str(x)
     if float(x).is_integer() and abs(x) < 1e15:
         return str(int(x))
     return f"{x:.4g}"
@@ -85,7 +87,10 @@ def summarize(rep: Replay) -> dict[str, Any]:
     wsizes = t["window_size"][closes]
     k0 = nominal_k(cfg, cfg.dp.size)
     ruled = ~_has_boundaries(rep)
-    short = int(((wsizes < k0) & ruled[closes]).sum()) if len(wsizes) else 0
+    # Short against the k of that update's dp size (RLinf recomputes k when dp changes).
+    k_of = {int(d): nominal_k(cfg, int(d)) for d in np.unique(t["dp"])}
+    k_at = np.array([k_of[int(d)] for d in t["dp"][closes]], dtype=np.int64)
+    short = int(((wsizes < k_at) & ruled[closes]).sum()) if len(wsizes) else 0
     corrected_inc = (hz / end) if end > 0 else None
     inc = cfg.scheduler.increment
     s: dict[str, Any] = {
@@ -150,6 +155,14 @@ def _lr_changes_inside(t: dict[str, np.ndarray]) -> int:
     lr = t["lr"]
     changed = np.abs(lr[1:] - lr[:-1]) > 1e-12 * np.maximum(np.abs(lr[1:]), 1e-300)
     return int((same_window & changed).sum())
+
+
+def _scheduler_calls_per_update(t: dict[str, np.ndarray]) -> float:
+    """Mean number of scheduler advances per applied optimizer update."""
+    prog = t["scheduler_progress"]
+    moved = np.diff(np.r_[0.0, prog]) > 0
+    ups = int(t["is_update"].sum())
+    return float(moved.sum()) / ups if ups else 0.0
 
 
 def _notes(rep: Replay, key: str) -> list[tuple[int, Any]]:
@@ -230,13 +243,16 @@ def findings(rep: Replay, summary: dict[str, Any] | None = None,
     changes = s["lr_changes_inside_windows"]
     if changes:
         nwin = max(1, s["actual_updates"])
+        calls = _scheduler_calls_per_update(t)
+        speed = (f"; the scheduler moves {calls:.3g} times per optimizer update, so a budget "
+                 f"counted in updates runs {calls:.3g}x fast" if calls > 1 + REL_TOL else "")
         out.append(finding(
             "LRD205",
             f"The LR changes {changes} times inside accumulation windows "
             f"({changes / nwin:.2g} per update): micro-batches of one update see different "
-            f"LRs (scheduler stepped on {cfg.scheduler.step_on.replace('_', ' ')}).",
+            f"LRs (scheduler stepped on {cfg.scheduler.step_on.replace('_', ' ')}){speed}.",
             {"changes": changes, "updates": s["actual_updates"],
-             "step_on": cfg.scheduler.step_on},
+             "step_on": cfg.scheduler.step_on, "scheduler_moves_per_update": calls},
             location="scheduler.step_on"))
 
     ups = s["updates_per_step"]
@@ -253,7 +269,8 @@ def findings(rep: Replay, summary: dict[str, Any] | None = None,
 
     if t["loss_divisor"].size and not np.all(np.isnan(t["loss_divisor"])):
         sums = t["window_weight_sum"][t["is_update"]]
-        bad = np.abs(sums - 1.0) > 1e-9
+        # A wrong divisor is off by whole documents; 1e-6 only absorbs float sums.
+        bad = np.abs(sums - 1.0) > 1e-6
         if bad.any():
             out.append(finding(
                 "LRD207",
@@ -277,18 +294,34 @@ def findings(rep: Replay, summary: dict[str, Any] | None = None,
             {"steps": len(short), "example": first}, location="batching.pad_mode"))
 
     cap = cfg.batching.max_tokens_per_microbatch
-    over = _notes(rep, "token_cap_exceeded") + _notes(rep, "sequence_over_cap")
-    if cap and (over or s["max_rank_tokens"] > cap):
-        worst = s["max_rank_tokens"]
-        for _, v in over:
-            if isinstance(v, dict):
-                worst = max(worst, int(v.get("max_tokens", v.get("max_len", 0)) or 0))
-        out.append(finding(
-            "LRD209",
-            f"A micro-batch holds up to {worst} tokens, over the cap of {cap}, in "
-            f"{len(over) or 'some'} train step(s).",
-            {"cap": cap, "max_tokens": worst, "steps": len(over)},
-            location="batching.max_tokens_per_microbatch"))
+    if cap and len(t["lr"]):
+        # The trace's per-rank cost is real tokens when the framework packs (verl,
+        # OpenRLHF, SkyRL) and rows x padded length when it pads (ROLL, static).
+        first_pass = t["epoch"] == 0
+        cost = t["max_rank_tokens"][first_pass]
+        over = cost > cap
+        if over.any():
+            packed = cfg.batching.is_packed
+            what = ("real tokens (packed, no padding)" if packed
+                    else "tokens as rows x padded length")
+            over_steps = np.unique(t["train_step"][first_pass][over])
+            single = _notes(rep, "sequence_over_cap")
+            longest = max((int(v.get("max_len", 0)) for _, v in single
+                           if isinstance(v, dict)), default=0)
+            why = (f"; {sum(int(v.get('count', 0)) for _, v in single)} single sequence(s) are "
+                   f"longer than the cap (up to {longest})" if longest > cap else
+                   "; the partitions are balanced, not capped" if cfg.batching.strategy
+                   == "karmarkar_karp" else "")
+            out.append(finding(
+                "LRD209",
+                f"A micro-batch holds up to {int(cost.max())} {what} on one rank, over the "
+                f"cap of {cap}: {int(over.sum())} of {len(cost)} micro-batches in "
+                f"{len(over_steps)} of {steps} train step(s){why}.",
+                {"cap": cap, "max_tokens": int(cost.max()), "measure":
+                 "real tokens" if packed else "rows x padded length",
+                 "micro_batches_over": int(over.sum()), "micro_batches": int(len(cost)),
+                 "steps": int(len(over_steps)), "longest_sequence": longest or None},
+                location="batching.max_tokens_per_microbatch"))
 
     if cfg.dp.changes:
         ps = per_step(rep)
@@ -371,7 +404,9 @@ def sweep_table(results: list[tuple[Any, Replay]], key: str) -> list[dict[str, A
                      "updates_per_step_max": s["updates_per_step"]["max"],
                      "scheduler_progress_end": s["scheduler_progress_end"],
                      "progress_ratio": s["progress_ratio"], "floor_step": s["floor_step"],
-                     "lr_end": s["lr_end"], "max_rank_tokens": s["max_rank_tokens"]})
+                     "lr_end": s["lr_end"], "max_rank_tokens": s["max_rank_tokens"],
+                     # What this value alone would report (no knob check inside a sweep).
+                     "findings": [f.code for f in findings(rep, s)]})
     return rows
 
 

@@ -17,6 +17,13 @@ from lrdoctor.errors import UnusableInput
 STRATEGIES = ("static", "token_budget", "karmarkar_karp", "balanced_first_fit",
               "prompt_unit", "doc_target")
 TOKEN_STRATEGIES = ("token_budget", "karmarkar_karp", "balanced_first_fit")
+# Frameworks that pack a micro-batch's sequences end to end without padding (verl
+# use_remove_padding, OpenRLHF packing_samples, SkyRL, Fast-LLM): a micro-batch costs its
+# real tokens, not rows x padded length. ROLL / NeMo-RL token budgets and static batches pad.
+PACKED_STRATEGIES = ("karmarkar_karp", "balanced_first_fit", "prompt_unit", "doc_target")
+# Keys whose change should only move memory use, never the schedule (LRD203 on --sweep).
+MEMORY_KNOBS = ("batching.max_tokens_per_microbatch", "batching.num_micro_batches",
+                "batching.round_to")
 
 
 class _Section(BaseModel):
@@ -102,6 +109,14 @@ class BatchingCfg(_Section):
     # doc_target: what each micro-batch divides its loss by. step_total is right;
     # micro_batch reproduces a loop dividing by its own micro-batch's documents (LRD207).
     loss_divisor: Literal["step_total", "micro_batch"] = "step_total"
+    # Micro-batch cost for the token cap (LRD209) and the probe's shape: true = real
+    # tokens packed in one row, false = rows x padded length; null = the strategy's
+    # framework default (PACKED_STRATEGIES).
+    packed: bool | None = None
+
+    @property
+    def is_packed(self) -> bool:
+        return self.strategy in PACKED_STRATEGIES if self.packed is None else self.packed
 
     @model_validator(mode="after")
     def _check(self) -> BatchingCfg:
@@ -161,6 +176,15 @@ class RunConfig(_Section):
     data: DataCfg = Field(default_factory=DataCfg)
     # Where it came from: "run-config" or "roll-yaml" (set by load_config).
     _format: str = PrivateAttr(default="run-config")
+    # The config file's directory: paths inside the config are relative to it.
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    def resolve_path(self, p: str) -> str:
+        """A path written in the config, relative to the config file (not the cwd)."""
+        path = Path(p).expanduser()
+        if not path.is_absolute() and self._base_dir is not None:
+            path = self._base_dir / path
+        return str(path)
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
@@ -263,8 +287,11 @@ def load_config(path: str | Path) -> RunConfig:
             # to_config returns the lrdoctor config dict; validate it like any other.
             cfg = config_from_dict(roll_yaml.to_config(data, str(path)), str(path))
             cfg._format = "roll-yaml"
+            cfg._base_dir = path.resolve().parent
             return cfg
-    return config_from_dict(data, str(path))
+    cfg = config_from_dict(data, str(path))
+    cfg._base_dir = path.resolve().parent
+    return cfg
 
 
 def parse_value(text: str) -> Any:
@@ -289,4 +316,6 @@ def with_key(cfg: RunConfig, key: str, value: Any, source: str | None = None) ->
     if not isinstance(node, dict) or parts[-1] not in node:
         raise UnusableInput(f"--sweep: unknown key '{key}'", source)
     node[parts[-1]] = value
-    return config_from_dict(data, source or "--sweep")
+    out = config_from_dict(data, source or "--sweep")
+    out._format, out._base_dir = cfg._format, cfg._base_dir
+    return out

@@ -37,7 +37,9 @@ def load_samples(cfg: RunConfig, batch_log: str | None = None, synthetic: str | 
     """One row per sample (``step``, ``tokens`` and optional ``prompt_id``/``docs``/``rank``)."""
     import pandas as pd
 
-    batch_log = batch_log or cfg.data.batch_log
+    if not batch_log and cfg.data.batch_log:
+        # Written in the config: relative to the config file, so examples run from anywhere.
+        batch_log = cfg.resolve_path(cfg.data.batch_log)
     synthetic = synthetic or cfg.data.synthetic
     seed = cfg.data.seed if seed is None else seed
     if batch_log and synthetic:
@@ -188,9 +190,41 @@ def nominal_updates(cfg: RunConfig, sps: float) -> float:
     t = cfg.train
     if t.mini_batch_size is not None:
         per = math.ceil(sps / t.mini_batch_size)
+    elif not cfg.accumulation.flush_at_step_end:
+        # One counter for the run: windows span train steps, no per-step rounding up.
+        return float(int(t.steps * t.epochs_per_step * sps)
+                     // (cfg.dp.size * t.micro_batch_size * t.gradient_accumulation))
     else:
         per = math.ceil(sps / cfg.dp.size / t.micro_batch_size / t.gradient_accumulation)
     return float(t.steps * t.epochs_per_step * per)
+
+
+def nominal_advance_per_update(cfg: RunConfig, sps: float) -> float:
+    """Scheduler progress one nominal optimizer update is meant to bring, in its unit."""
+    sc, t = cfg.scheduler, cfg.train
+    inc = sc.increment
+    if sc.step_on == "update":
+        per = (nominal_samples_per_update(cfg) if inc == "samples" else
+               float(nominal_k(cfg, cfg.dp.size)) if inc == "micro_batches" else float(inc))
+    elif sc.step_on == "micro_step":
+        per_mb = (float(t.micro_batch_size * cfg.dp.size) if inc == "samples" else
+                  1.0 if inc == "micro_batches" else float(inc))
+        per = per_mb * nominal_k(cfg, cfg.dp.size)
+    else:  # rollout_step: one step's advance spread over its nominal updates
+        per_step = (sps if inc == "samples" else
+                    float(math.ceil(sps / cfg.dp.size / t.micro_batch_size))
+                    if inc == "micro_batches" else float(inc))
+        ups = nominal_updates(cfg, sps) / (t.steps or 1)
+        per = per_step / ups if ups else per_step
+    return per * sc.multiplier
+
+
+def replayed_budget_updates(cfg: RunConfig, sps: float) -> float:
+    """The budget in optimizer updates (an explicit total is in scheduler units)."""
+    if cfg.budget.formula == "explicit":
+        per = nominal_advance_per_update(cfg, sps)
+        return float(cfg.budget.total) / per if per else float(cfg.budget.total)
+    return budget_updates(cfg, sps)
 
 
 def budget_updates(cfg: RunConfig, sps: float) -> float:
@@ -229,6 +263,8 @@ def horizon(cfg: RunConfig, sps: float) -> float:
 def schedule_unit(cfg: RunConfig) -> Unit:
     if cfg.scheduler.increment == "samples":
         return Unit.SAMPLES
+    if cfg.scheduler.increment == "micro_batches":
+        return Unit.MICRO_STEPS
     return {"update": Unit.UPDATES, "micro_step": Unit.MICRO_STEPS,
             "rollout_step": Unit.ROLLOUT_STEPS}[cfg.scheduler.step_on]
 
@@ -320,6 +356,7 @@ def micro_batch_table(cfg: RunConfig, infos: list[StepInfo]) -> dict[str, np.nda
         "max_rank_tokens", "dp", "k", "boundary", "last_in_epoch", "last_in_step",
         "loss_divisor", "docs")}
     epochs = cfg.train.epochs_per_step
+    packed = cfg.batching.is_packed
     for info in infos:
         plan = info.plan
         mbs = plan.micro_batches
@@ -333,7 +370,8 @@ def micro_batch_table(cfg: RunConfig, infos: list[StepInfo]) -> dict[str, np.nda
             pad0.append(mb.padded_len[0] if mb.padded_len else 0)
             toks.append(sum(mb.tokens))
             samp.append(sum(lens))
-            maxrt.append(max(map(operator.mul, lens, mb.padded_len), default=0))
+            maxrt.append(max(mb.tokens, default=0) if packed else
+                         max(map(operator.mul, lens, mb.padded_len), default=0))
         bset = set(plan.boundaries) if plan.boundaries is not None else None
         bound = [bset is not None and i in bset for i in range(n)]
         divs = (list(plan.loss_divisors) if getattr(plan, "loss_divisors", None) is not None
@@ -468,8 +506,7 @@ def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = 
     }
     return Replay(cfg=cfg, spec=spec, trace=trace, infos=infos,
                   nominal_updates=nominal_updates(cfg, sps),
-                  budget_updates=(float(cfg.budget.total) if cfg.budget.formula == "explicit"
-                                  else budget_updates(cfg, sps)),
+                  budget_updates=replayed_budget_updates(cfg, sps),
                   notes=dict(notes or {}))
 
 

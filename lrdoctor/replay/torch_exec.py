@@ -30,10 +30,10 @@ from lrdoctor.errors import UnusableInput
 from lrdoctor.replay.engine import (
     Replay,
     StepInfo,
-    budget_updates,
     nominal_k,
     nominal_samples_per_update,
     nominal_updates,
+    replayed_budget_updates,
     samples_per_step,
     schedule_spec,
 )
@@ -196,6 +196,7 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
     sched = _Scheduler(opt, spec)
 
     acc, sc = cfg.accumulation, cfg.scheduler
+    packed = cfg.batching.is_packed
     failed_set = set(sc.failed_updates)
     epochs = cfg.train.epochs_per_step
     cols: dict[str, list] = {k: [] for k in (
@@ -229,8 +230,12 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
             micro_step = 0  # restarts each epoch when the loop flushes at step end
             for i, mb in enumerate(mbs):
                 samples = sum(len(r) for r in mb.ranks)
-                # The heaviest rank's shape is what the probe runs (memory is per rank).
-                shapes = [(len(r), p) for r, p in zip(mb.ranks, mb.padded_len, strict=False)]
+                # The heaviest rank's shape is what the probe runs (memory is per rank):
+                # one row of real tokens when the framework packs, else rows x padded length.
+                if packed:
+                    shapes = [(1, int(t)) for t in mb.tokens if t]
+                else:
+                    shapes = [(len(r), p) for r, p in zip(mb.ranks, mb.padded_len, strict=False)]
                 rows_h, len_h = max(shapes, key=lambda s: s[0] * s[1]) if shapes else (0, 0)
                 if divisors is not None:
                     mb_docs = info.mb_docs[i] if info.mb_docs is not None else samples
@@ -334,6 +339,5 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
             if len(trace["peak_mem_bytes"]) else 0
     return Replay(cfg=cfg, spec=spec, trace=trace, infos=infos,
                   nominal_updates=nominal_updates(cfg, sps),
-                  budget_updates=(float(cfg.budget.total) if cfg.budget.formula == "explicit"
-                                  else budget_updates(cfg, sps)),
+                  budget_updates=replayed_budget_updates(cfg, sps),
                   engine="torch", device=dev, notes=out_notes)
