@@ -178,3 +178,65 @@ def test_registering_the_command_imports_no_heavy_modules():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def _bad_inputs(d):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (d / "tb.yaml").write_text("train: {steps: 2, samples_per_step: 8}\n"
+                               "batching: {strategy: token_budget, max_tokens_per_microbatch: 99}\n")
+    (d / "bad.csv").write_text("step,tokens\n0,100\n0,abc\n")
+    (d / "bad.jsonl").write_text('{"step": 0, "tokens": 5}\n{"step": 0, "tokens":\n')
+    pq.write_table(pa.table({"step": [0] * 50, "tokens": list(range(1, 51))}), d / "ok.parquet")
+    (d / "trunc.parquet").write_bytes((d / "ok.parquet").read_bytes()[:200])
+    (d / "key.yaml").write_text("train: {steps: 2}\nschedul: {}\n")
+    (d / "dir").mkdir()
+    tb = d / "tb.yaml"
+    return {
+        "missing config": ["--config", d / "nope.yaml"],
+        "config is a directory": ["--config", d / "dir"],
+        "binary config": ["--config", d / "ok.parquet"],
+        "bad YAML key": ["--config", d / "key.yaml"],
+        "missing batch log": ["--config", tb, "--batch-log", d / "nope.csv"],
+        "truncated parquet": ["--config", tb, "--batch-log", d / "trunc.parquet"],
+        "CSV bad row": ["--config", tb, "--batch-log", d / "bad.csv"],
+        "JSONL bad row": ["--config", tb, "--batch-log", d / "bad.jsonl"],
+        "sweep without =": ["--config", tb, "--synthetic", "fixed:9", "--sweep", "foo"],
+        "sweep bad value": ["--config", tb, "--synthetic", "fixed:9",
+                            "--sweep", "train.steps=0,2"],
+        "synthetic unknown": ["--config", tb, "--synthetic", "bogus:1"],
+        "synthetic zero length": ["--config", tb, "--synthetic", "fixed:0"],
+        "synthetic bad number": ["--config", tb, "--synthetic", "lognormal:mean=x"],
+        "plot in missing dir": ["--config", tb, "--synthetic", "fixed:9",
+                                "--plot", d / "no" / "p.png"],
+        "trace in missing dir": ["--config", tb, "--synthetic", "fixed:9",
+                                 "--trace", d / "no" / "t.csv"],
+    }
+
+
+BAD_CASES = ["missing config", "config is a directory", "binary config", "bad YAML key",
+             "missing batch log", "truncated parquet", "CSV bad row", "JSONL bad row",
+             "sweep without =", "sweep bad value", "synthetic unknown", "synthetic zero length",
+             "synthetic bad number", "plot in missing dir", "trace in missing dir"]
+
+
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_bad_input_is_one_line_exit_2(tmp_path, case):
+    args = _bad_inputs(tmp_path)[case]
+    r = _invoke(*args, "--fast", "--no-knob-check")
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lrdoctor: error: ")
+    assert "Traceback" not in r.output
+
+
+def test_cli_source_overrides_the_configs_data(tmp_path):
+    """--batch-log replaces data.synthetic from the config instead of clashing with it."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CLEAN + "data: {synthetic: 'fixed:64'}\n")
+    (tmp_path / "l.csv").write_text("step,tokens\n" + "0,5\n" * 16)
+    r = _invoke("--config", cfg, "--batch-log", tmp_path / "l.csv", "--json", "--fast")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["state"]["samples"] == 16

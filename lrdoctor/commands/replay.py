@@ -155,10 +155,11 @@ def _write_trace(rep, path: Path) -> None:
     suffix = path.suffix.lower()
     if suffix not in (".parquet", ".csv"):
         raise UnusableInput(f"--trace {path}: use a .parquet or .csv name")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix,
-                               dir=str(path.parent) or ".")
-    os.close(fd)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix,
+                                   dir=str(path.parent) or ".")
+        os.close(fd)
         if suffix == ".parquet":
             df.to_parquet(tmp, index=False)
         else:
@@ -167,7 +168,7 @@ def _write_trace(rep, path: Path) -> None:
     except OSError as exc:
         raise UnusableInput(f"cannot write: {exc.strerror or exc}", str(path)) from None
     finally:
-        if os.path.exists(tmp):
+        if tmp and os.path.exists(tmp):
             os.unlink(tmp)
 
 

@@ -323,12 +323,14 @@ def _lengths(spec: str, kind: str, pos, kw, n: int, rng) -> np.ndarray:
         v = pos[0] if pos else kw.get("value", kw.get("len"))
         if v is None:
             raise UnusableInput(f"--synthetic {spec!r}: fixed needs a length, e.g. fixed:4096")
+        if v < 1:
+            raise UnusableInput(f"--synthetic {spec!r}: a length must be >= 1 token")
         out = np.full(n, v)
     elif kind == "uniform":
         a = pos[0] if len(pos) > 0 else kw.get("min")
         b = pos[1] if len(pos) > 1 else kw.get("max")
-        if a is None or b is None or b < a:
-            raise UnusableInput(f"--synthetic {spec!r}: uniform needs LO:HI with LO <= HI")
+        if a is None or b is None or b < a or a < 1:
+            raise UnusableInput(f"--synthetic {spec!r}: uniform needs LO:HI with 1 <= LO <= HI")
         out = rng.integers(int(a), int(b) + 1, size=n)
         lo, hi = a, b
     elif kind == "lognormal":

@@ -272,6 +272,8 @@ def load_config(path: str | Path) -> RunConfig:
         text = path.read_text()
     except OSError as exc:
         raise UnusableInput(f"cannot read: {exc.strerror or exc}", str(path)) from None
+    except UnicodeDecodeError:
+        raise UnusableInput("not a YAML text file (binary content)", str(path)) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -311,10 +313,10 @@ def with_key(cfg: RunConfig, key: str, value: Any, source: str | None = None) ->
     parts = key.split(".")
     for p in parts[:-1]:
         if not isinstance(node, dict) or p not in node:
-            raise UnusableInput(f"--sweep: unknown key '{key}'", source)
+            raise UnusableInput(f"unknown key '{key}'", source or "--sweep")
         node = node[p]
     if not isinstance(node, dict) or parts[-1] not in node:
-        raise UnusableInput(f"--sweep: unknown key '{key}'", source)
+        raise UnusableInput(f"unknown key '{key}'", source or "--sweep")
     node[parts[-1]] = value
     out = config_from_dict(data, source or "--sweep")
     out._format, out._base_dir = cfg._format, cfg._base_dir

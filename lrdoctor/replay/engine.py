@@ -37,13 +37,17 @@ def load_samples(cfg: RunConfig, batch_log: str | None = None, synthetic: str | 
     """One row per sample (``step``, ``tokens`` and optional ``prompt_id``/``docs``/``rank``)."""
     import pandas as pd
 
-    if not batch_log and cfg.data.batch_log:
-        # Written in the config: relative to the config file, so examples run from anywhere.
-        batch_log = cfg.resolve_path(cfg.data.batch_log)
-    synthetic = synthetic or cfg.data.synthetic
-    seed = cfg.data.seed if seed is None else seed
     if batch_log and synthetic:
-        raise UnusableInput("give either a batch log or a synthetic distribution, not both")
+        raise UnusableInput("give either --batch-log or --synthetic, not both")
+    if not batch_log and not synthetic:
+        # The config's data section applies only when the command line names no source.
+        if cfg.data.batch_log and cfg.data.synthetic:
+            raise UnusableInput("data: give either batch_log or synthetic, not both")
+        if cfg.data.batch_log:
+            # Relative to the config file, so a config runs from any directory.
+            batch_log = cfg.resolve_path(cfg.data.batch_log)
+        synthetic = cfg.data.synthetic
+    seed = cfg.data.seed if seed is None else seed
     if batch_log:
         from lrdoctor.replay import batchlog
 

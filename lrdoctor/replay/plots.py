@@ -85,14 +85,19 @@ def plot(results: list[tuple[Any, Replay]], path: str | Path, key: str | None = 
     ax_w.legend(fontsize=8)
     ax_w.grid(alpha=0.3)
     fig.tight_layout()
+    from lrdoctor.errors import UnusableInput
+
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix or ".png",
-                               dir=path.parent or ".")
-    os.close(fd)
+    tmp = None
     try:
-        fig.savefig(tmp, dpi=110)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix or ".png",
+                                   dir=path.parent or ".")
+        os.close(fd)
+        fig.savefig(tmp, dpi=110, format="png")
         os.replace(tmp, path)
+    except OSError as exc:
+        raise UnusableInput(f"--plot: cannot write: {exc.strerror or exc}", str(path)) from None
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
+        if tmp and os.path.exists(tmp):
             os.unlink(tmp)
