@@ -164,6 +164,9 @@ def _write_trace(rep, path: Path) -> None:
             df.to_parquet(tmp, index=False)
         else:
             df.to_csv(tmp, index=False)
+        from lrdoctor.replay.plots import _umask_mode
+
+        _umask_mode(tmp)
         os.replace(tmp, path)
     except OSError as exc:
         raise UnusableInput(f"cannot write: {exc.strerror or exc}", str(path)) from None

@@ -17,6 +17,13 @@ if TYPE_CHECKING:
     from lrdoctor.replay.engine import Replay
 
 
+def _umask_mode(path: str) -> None:
+    """mkstemp makes 0600 files; give the output the mode a plain open() would."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
 def intended_lr(rep: Replay) -> np.ndarray:
     """LR at the start of each train step if progress followed the budget evenly."""
     from lrdoctor.schedules import lr_at
@@ -63,18 +70,25 @@ def plot(results: list[tuple[Any, Replay]], path: str | Path, key: str | None = 
             ax_w.step(x, ps["updates"], where="mid", color=c, lw=1.2, label=label)
     ax_lr.axhline(base.spec.min_lr, color="grey", lw=0.8, ls="-.",
                   label=f"floor min_lr = {base.spec.min_lr:g}")
-    ax_lr.axvline(steps, color="grey", lw=0.8, ls="--")
+    ax_lr.axvline(steps, color="grey", lw=0.8, ls="--",
+                  label=f"horizon {base.spec.horizon:g} {base.spec.unit.value}")
     ax_lr.annotate(f"horizon {base.spec.horizon:g} {base.spec.unit.value}\nreached here "
                    "when on budget", (steps, base.spec.max_lr), ha="right", va="top",
                    fontsize=8, color="grey")
     ax_lr.set_xlabel("train step (rollout / pipeline step)")
-    ax_lr.set_ylabel("learning rate (per micro-batch, at step start)")
+    ax_lr.set_ylabel("learning rate (at each train step's start)")
     ax_lr.set_title(f"{base.spec.family} {base.spec.kind}: intended vs replayed LR")
     ax_lr.legend(fontsize=8, loc="upper right", bbox_to_anchor=(1.0, 0.85))
     ax_lr.grid(alpha=0.3)
     if key is None:
-        ax_w.axhline(summarize(base)["window_sizes"]["nominal"], color="black", ls="--", lw=0.8,
-                     label="nominal (gradient_accumulation)")
+        # Nominal k of each update's dp size (RLinf-style loops recompute it on scaling).
+        from lrdoctor.replay.engine import nominal_k
+
+        t = base.trace
+        dps = t["dp"][t["is_update"]]
+        k_of = {int(d): nominal_k(base.cfg, int(d)) for d in np.unique(dps)}
+        ax_w.step(np.arange(len(dps)), [k_of[int(d)] for d in dps], where="mid", color="black",
+                  ls="--", lw=0.8, label="nominal micro-batches per update")
         ax_w.set_xlabel("optimizer update (index)")
         ax_w.set_ylabel("window size (micro-batches)")
     else:
@@ -94,6 +108,7 @@ def plot(results: list[tuple[Any, Replay]], path: str | Path, key: str | None = 
                                    dir=path.parent or ".")
         os.close(fd)
         fig.savefig(tmp, dpi=110, format="png")
+        _umask_mode(tmp)
         os.replace(tmp, path)
     except OSError as exc:
         raise UnusableInput(f"--plot: cannot write: {exc.strerror or exc}", str(path)) from None
