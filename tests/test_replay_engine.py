@@ -335,3 +335,34 @@ def test_real_packings_with_dp_changes_replay_the_same_on_both_engines(strategy,
     closes = F["is_update"]
     assert np.allclose(F["window_weight_sum"][closes], T["window_weight_sum"][closes],
                        rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("strategy, packed, measure, worst", [
+    # ROLL pads, but keeps count x max <= cap: only the lone 1500-token sequence is over.
+    ("token_budget", None, "rows x padded length", 1500),
+    # SkyRL packs: the 1500-token sequence sits alone; its real tokens are the cost.
+    ("balanced_first_fit", None, "real tokens", 1500),
+    # verl: 4 balanced partitions; packed, only the lone long sequence is over (1 of 4);
+    # the same partitions padded put 2 rows x 700 = 1400 over the cap as well.
+    ("karmarkar_karp", None, "real tokens", 1500),
+    ("karmarkar_karp", False, "rows x padded length", None),
+])
+def test_token_cap_measure_follows_packing(strategy, packed, measure, worst):
+    from lrdoctor.replay import analysis
+
+    cfg = config_from_dict({
+        "train": {"steps": 1, "samples_per_step": 6, "mini_batch_size": 6},
+        "batching": {"strategy": strategy, "max_tokens_per_microbatch": 1000,
+                     "packed": packed},
+    })
+    df = pd.DataFrame({"step": [0] * 6, "tokens": [1500, 600, 700, 300, 500, 300]})
+    infos = engine.plan_steps(cfg, df)
+    rep = engine.simulate(cfg, infos)
+    f = {x.code: x for x in analysis.findings(rep)}["LRD209"]
+    assert f.evidence["measure"] == measure
+    real = max(max(mb.tokens) for mb in infos[0].plan.micro_batches)
+    padded = max(len(r) * p for mb in infos[0].plan.micro_batches
+                 for r, p in zip(mb.ranks, mb.padded_len, strict=True))
+    assert f.evidence["max_tokens"] == (real if measure == "real tokens" else padded)
+    if worst is not None:
+        assert f.evidence["max_tokens"] == worst and f.evidence["longest_sequence"] == 1500
