@@ -131,6 +131,12 @@ def test_trace_and_plot_are_written(files, tmp_path):
         assert col in df.columns
     assert int(df["is_update"].sum()) == 64 and len(df) == 8 * 32
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    # Written through a temp sibling (0600) but ending with the mode open() would give.
+    assert (png.stat().st_mode & 0o777) == (trace.stat().st_mode & 0o777) == 0o666 & ~mask
     csv = tmp_path / "t.csv"
     assert _invoke("--config", files / "clean.yaml", "--trace", csv, "--json").exit_code == 0
     assert len(pd.read_csv(csv)) == 5 * 4
