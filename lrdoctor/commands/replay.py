@@ -207,7 +207,9 @@ def _render(report, trace: Path | None, plot: Path | None) -> None:
              else "never")
     t.add_row("LR reaches its floor", f"at step {s['train_steps']}", floor)
     ws = s["window_sizes"]
-    t.add_row("micro-batches per update", _num(ws["nominal"]),
+    by_strategy = s.get("windows_by") == "strategy"
+    t.add_row("micro-batches per update",
+              "set by the strategy" if by_strategy else _num(ws["nominal"]),
               f"{ws['min']}..{ws['max']} (first {ws['first']}, {ws['short']} short)")
     if "peak_memory_bytes" in s:
         t.add_row("peak memory per micro-batch", "", f"{s['peak_memory_bytes'] / 2**20:.1f} MiB")

@@ -121,6 +121,10 @@ def summarize(rep: Replay) -> dict[str, Any]:
                          "min": int(wsizes.min()) if len(wsizes) else None,
                          "max": int(wsizes.max()) if len(wsizes) else None,
                          "nominal": k0, "short": short},
+        # Who closes windows: the accumulation rule (k) or the strategy (mini-batch /
+        # prompt-unit / document-target boundaries, where k is not the window size).
+        "windows_by": ("strategy" if len(ruled) and not ruled.any() else
+                       "accumulation" if ruled.all() else "both"),
         "lr_changes_inside_windows": _lr_changes_inside(t),
         "max_rank_tokens": int(t["max_rank_tokens"].max()) if len(t["lr"]) else 0,
         "corrected": {
