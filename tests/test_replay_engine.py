@@ -307,9 +307,9 @@ def test_any_loop_replays_the_same_on_both_engines(k, rule, flush, step_on, inc,
 @given(strategy=st.sampled_from(["static", "token_budget", "karmarkar_karp",
                                  "balanced_first_fit", "prompt_unit", "doc_target"]),
        dp2=st.sampled_from([1, 2, 4]), inc=st.sampled_from([1, "samples", "micro_batches"]),
-       seed=st.integers(0, 10_000))
+       seed=st.integers(0, 10_000), flush=st.booleans())
 def test_real_packings_with_dp_changes_replay_the_same_on_both_engines(strategy, dp2, inc,
-                                                                       seed):
+                                                                       seed, flush):
     rng = np.random.default_rng(seed)
     n = 4 * 24
     df = pd.DataFrame({"step": np.repeat(np.arange(4), 24),
@@ -324,6 +324,7 @@ def test_real_packings_with_dp_changes_replay_the_same_on_both_engines(strategy,
         "batching": {"strategy": strategy, "max_tokens_per_microbatch": 4096,
                      "docs_per_step": 9},
         "scheduler": {"increment": inc},
+        "accumulation": {"flush_at_step_end": flush},
     })
     infos = engine.plan_steps(cfg, df)
     F = engine.simulate(cfg, infos).trace
@@ -366,3 +367,29 @@ def test_token_cap_measure_follows_packing(strategy, packed, measure, worst):
     assert f.evidence["max_tokens"] == (real if measure == "real tokens" else padded)
     if worst is not None:
         assert f.evidence["max_tokens"] == worst and f.evidence["longest_sequence"] == 1500
+
+
+def test_doc_target_windows_carry_over_train_steps_without_flush():
+    """Fast-LLM: the document count runs on across train steps; no short tail windows."""
+    from lrdoctor.replay import analysis
+
+    base = {"train": {"steps": 3, "samples_per_step": 10, "micro_batch_size": 1},
+            "batching": {"strategy": "doc_target", "docs_per_step": 4}}
+    df = pd.DataFrame({"step": np.repeat(np.arange(3), 10), "tokens": np.full(30, 8),
+                       "docs": np.ones(30, dtype=np.int64)})
+    flushed = engine.replay_fast(config_from_dict(base), df)
+    carried_cfg = config_from_dict({**base, "accumulation": {"flush_at_step_end": False}})
+    carried = engine.replay_fast(carried_cfg, df)
+    # 10 documents per step, 4 per update: per step 4 + 4 + a tail of 2 -> 9 updates;
+    # carried over the run: 30 // 4 = 7 updates, 2 documents left unapplied.
+    assert int(flushed.trace["is_update"].sum()) == 9
+    assert int(carried.trace["is_update"].sum()) == 7
+    assert carried.trace["window_size"][carried.trace["is_update"]].tolist() == [4] * 7
+    assert int((~carried.trace["applied"]).sum()) == 2
+    # Every applied window divides by its own global total: weights sum to 1.
+    sums = carried.trace["window_weight_sum"][carried.trace["is_update"]]
+    assert np.allclose(sums, 1.0)
+    assert "LRD207" not in {f.code for f in analysis.findings(carried)}
+    torch_rep = torch_exec.replay_torch(carried_cfg, carried.infos, device="cpu")
+    assert np.array_equal(torch_rep.trace["is_update"], carried.trace["is_update"])
+    assert np.allclose(torch_rep.trace["loss_weight"], carried.trace["loss_weight"])

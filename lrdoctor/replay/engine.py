@@ -353,6 +353,37 @@ class Replay:
         return pd.DataFrame(self.trace)
 
 
+def carried_doc_windows(cfg: RunConfig, infos: list[StepInfo]
+                        ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Document-target windows over the whole run (``flush_at_step_end: false``).
+
+    Fast-LLM accumulates micro-batches until the global document count reaches
+    ``docs_per_step`` whatever the data grouping: a window may span train steps,
+    and documents left at the end of the run never reach an update. Returns, per
+    micro-batch in execution order, whether the optimizer steps after it and the
+    step's global document total (the divisor). None when windows are per step.
+    """
+    if cfg.batching.strategy != "doc_target" or cfg.accumulation.flush_at_step_end:
+        return None
+    target = float(cfg.batching.docs_per_step)
+    epochs = cfg.train.epochs_per_step
+    docs = np.asarray([d for i in infos for _ in range(epochs)
+                       for d in i.plan.notes.get("micro_batch_docs",
+                                                 [1] * len(i.plan.micro_batches))],
+                      dtype=float)
+    close = np.zeros(len(docs), dtype=bool)
+    div = np.zeros(len(docs))
+    acc, start = 0.0, 0
+    for j, d in enumerate(docs.tolist()):
+        acc += d
+        if acc >= target:
+            close[j] = True
+            div[start:j + 1] = acc
+            acc, start = 0.0, j + 1
+    div[start:] = acc
+    return close, div
+
+
 def micro_batch_table(cfg: RunConfig, infos: list[StepInfo]) -> dict[str, np.ndarray]:
     """Flatten every (step, epoch, micro-batch) into columns, in execution order."""
     cols: dict[str, list] = {k: [] for k in (
@@ -402,6 +433,12 @@ def micro_batch_table(cfg: RunConfig, infos: list[StepInfo]) -> dict[str, np.nda
             cols["loss_divisor"] += divs
             cols["docs"] += docs
     out = {k: np.asarray(v) for k, v in cols.items()}
+    carried = carried_doc_windows(cfg, infos)
+    out["carried"] = np.full(len(out["rows"]), carried is not None)
+    if carried is not None:
+        out["boundary"] = carried[0]
+        if cfg.batching.loss_divisor == "step_total":
+            out["loss_divisor"] = carried[1]
     out["has_boundaries"] = np.zeros(len(out["rows"]), dtype=bool)
     # Per-row flag: did this step's plan close windows itself?
     if len(out["rows"]):
@@ -433,7 +470,8 @@ def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = 
         g = np.arange(n, dtype=np.int64)
         close = ((g + 1) % k == 0) if acc.rule == "correct" else (g % k == 0)
     hb = t["has_boundaries"]
-    close = np.where(hb, t["boundary"] | last, close)
+    # Strategy windows close at the end of a train step, unless they carry over the run.
+    close = np.where(hb, t["boundary"] | (last & ~t["carried"]), close)
 
     ncl = np.cumsum(close)
     window = ncl - close

@@ -30,6 +30,7 @@ from lrdoctor.errors import UnusableInput
 from lrdoctor.replay.engine import (
     Replay,
     StepInfo,
+    carried_doc_windows,
     nominal_k,
     nominal_samples_per_update,
     nominal_updates,
@@ -206,6 +207,8 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
         "window_weight_sum", "peak_mem_bytes")}
     open_rows: list[int] = []  # trace rows of the window being accumulated
     global_step = 0  # micro-steps over the whole run (OneVision-style loops)
+    # Fast-LLM document windows that span train steps (flush_at_step_end: false).
+    carried = carried_doc_windows(cfg, infos)
     update_index = 0
     window_samples = 0  # samples accumulated since the last update (may span steps)
     cuda = dev == "cuda"
@@ -239,8 +242,10 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
                 rows_h, len_h = max(shapes, key=lambda s: s[0] * s[1]) if shapes else (0, 0)
                 if divisors is not None:
                     mb_docs = info.mb_docs[i] if info.mb_docs is not None else samples
-                    w = mb_docs / divisors[i]
                     div = float(divisors[i])
+                    if carried is not None and cfg.batching.loss_divisor == "step_total":
+                        div = float(carried[1][global_step])
+                    w = mb_docs / div
                 else:
                     w = samples / nominal
                     div = math.nan
@@ -258,7 +263,9 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
 
                 # The loop's own optimizer-step condition.
                 counter = micro_step if acc.flush_at_step_end else global_step
-                if bset is not None:
+                if carried is not None:
+                    do_step = bool(carried[0][global_step])
+                elif bset is not None:
                     do_step = i in bset or i == n - 1
                 elif acc.rule == "correct":
                     do_step = (counter + 1) % k == 0 or (acc.flush_at_step_end and i == n - 1)
