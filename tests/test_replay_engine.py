@@ -393,3 +393,22 @@ def test_doc_target_windows_carry_over_train_steps_without_flush():
     torch_rep = torch_exec.replay_torch(carried_cfg, carried.infos, device="cpu")
     assert np.array_equal(torch_rep.trace["is_update"], carried.trace["is_update"])
     assert np.allclose(torch_rep.trace["loss_weight"], carried.trace["loss_weight"])
+
+
+@pytest.mark.parametrize("per_step_rows, fires", [
+    ([3, 3, 3, 3, 3, 3], False),     # k 4 over equal steps of 3: 0 or 1 update, phase only
+    ([3, 5, 3, 5, 3, 5], False),     # differ by half a window: still phase
+    ([2, 10, 2, 10, 2, 10], True),   # differ by two windows: a real drift
+])
+def test_lrd206_with_a_run_wide_counter_needs_a_real_difference(per_step_rows, fires):
+    from lrdoctor.replay import analysis
+
+    cfg = config_from_dict({
+        "train": {"steps": 6, "gradient_accumulation": 4},
+        "accumulation": {"flush_at_step_end": False},
+    })
+    df = pd.DataFrame({"step": np.repeat(np.arange(6), per_step_rows),
+                       "tokens": np.ones(sum(per_step_rows), dtype=np.int64)})
+    rep = engine.replay_fast(cfg, df)
+    codes = {f.code for f in analysis.findings(rep)}
+    assert ("LRD206" in codes) is fires

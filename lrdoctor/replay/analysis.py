@@ -261,15 +261,27 @@ def findings(rep: Replay, summary: dict[str, Any] | None = None,
 
     ups = s["updates_per_step"]
     mbs_per_step = per_step(rep)["micro_batches"]
-    # Without a flush at step end windows span train steps: 0/1 updates per step is
-    # only the window phase, unless the steps themselves differ.
-    spans = not cfg.accumulation.flush_at_step_end and mbs_per_step.min() == mbs_per_step.max()
-    if ups["max"] != ups["min"] and not spans:
-        out.append(finding(
-            "LRD206",
-            f"Optimizer updates per train step vary from {_f(ups['min'])} to {_f(ups['max'])} "
-            f"(mean {ups['mean']:.3g}, nominal {_f(s['nominal_updates_per_step'])}).",
-            {"updates_per_step": ups}))
+    if ups["max"] != ups["min"]:
+        if cfg.accumulation.flush_at_step_end:
+            spread = None
+        else:
+            # Windows span train steps: 0/1 (or 8/9) updates per step is only where
+            # windows happen to end. A drift is steps holding different amounts of
+            # work: micro-batches per step in units of the mean window.
+            mean_window = len(t["lr"]) / max(1, s["actual_updates"])
+            work = mbs_per_step / mean_window
+            spread = (float(work.min()), float(work.max()))
+        if spread is None or spread[1] - spread[0] >= 1 - REL_TOL:
+            extra = ("" if spread is None else
+                     f"; with windows spanning steps, steps hold {spread[0]:.3g} to "
+                     f"{spread[1]:.3g} updates' worth of micro-batches "
+                     f"({int(mbs_per_step.min())}..{int(mbs_per_step.max())} per step)")
+            out.append(finding(
+                "LRD206",
+                f"Optimizer updates per train step vary from {_f(ups['min'])} to "
+                f"{_f(ups['max'])} (mean {ups['mean']:.3g}, nominal "
+                f"{_f(s['nominal_updates_per_step'])}){extra}.",
+                {"updates_per_step": ups, "work_per_step_in_updates": spread}))
 
     if t["loss_divisor"].size and not np.all(np.isnan(t["loss_divisor"])):
         sums = t["window_weight_sum"][t["is_update"]]
