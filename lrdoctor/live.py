@@ -8,9 +8,15 @@
   set from the schedule's closed form (or its lambda) at that progress.
 - :class:`StepGuard` wraps an optimizer and a scheduler and complains when the
   scheduler is stepped more than once per optimizer step (per micro-batch
-  stepping, accelerate's per-process stepping, stepping on a skipped update).
+  stepping, accelerate's per-process stepping, stepping on a skipped update),
+  when the LR changes inside an accumulation window (with :meth:`StepGuard.micro_batch`)
+  and when the scheduler passes its horizon before ``max_steps``.
+- :class:`LoopWatch` makes the same checks from a framework's hooks, without
+  patching anything (the HF Trainer and Lightning callbacks in
+  :mod:`lrdoctor.callbacks` feed it).
 
-Neither imports torch at module level; both work on the objects you pass.
+None of them imports torch at module level; they work on the objects you pass.
+Every complaint names its lrdoctor finding code (LRD103, LRD205, LRD101).
 """
 
 from __future__ import annotations
@@ -22,7 +28,118 @@ from typing import Any
 
 
 class SchedulerStepError(RuntimeError):
-    """The scheduler was stepped more often than the optimizer."""
+    """The scheduler and the optimizer disagree while training runs (strict mode)."""
+
+
+class LRDoctorWarning(RuntimeWarning):
+    """What the guards warn with, so a loop can filter or escalate them."""
+
+
+def scheduler_progress(scheduler: Any) -> float | None:
+    """The scheduler's own step counter (torch ``last_epoch``, Megatron ``num_steps``,
+    DeepSpeed ``last_batch_iteration``)."""
+    for attr in ("last_epoch", "num_steps", "last_batch_iteration"):
+        v = getattr(scheduler, attr, None)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def scheduler_horizon(scheduler: Any) -> float | None:
+    """Where a decaying schedule ends, in the scheduler's own steps; None when unknown
+    or when the schedule does not decay (a warm-up-only ``LinearLR``, ``ConstantLR``)."""
+    name = type(scheduler).__name__
+    if hasattr(scheduler, "lr_decay_steps") and hasattr(scheduler, "num_steps"):
+        return float(scheduler.lr_decay_steps)
+    if name == "CosineAnnealingLR":
+        return float(scheduler.T_max)
+    if name == "OneCycleLR":
+        return float(scheduler.total_steps - 1)
+    if name == "PolynomialLR":
+        return float(scheduler.total_iters)
+    if name == "LinearLR" and scheduler.end_factor < scheduler.start_factor:
+        return float(scheduler.total_iters)
+    if name == "LambdaLR":  # HF get_scheduler: functools.partial(..., num_training_steps=N)
+        ends = []
+        for fn in getattr(scheduler, "lr_lambdas", []):
+            kw = getattr(fn, "keywords", None) or {}
+            if "num_training_steps" in kw:
+                ends.append(float(kw["num_training_steps"]))
+            elif "num_decay_steps" in kw:  # warmup_stable_decay
+                ends.append(float(kw.get("num_warmup_steps", 0) + kw.get("num_stable_steps", 0)
+                                  + kw["num_decay_steps"]))
+        return min(ends) if ends else None
+    if name == "SequentialLR":
+        last = scheduler_horizon(scheduler._schedulers[-1])
+        return None if last is None else float(scheduler._milestones[-1]) + last
+    return None
+
+
+def _lrs(optimizer: Any) -> list[float]:
+    return [float(g["lr"]) for g in optimizer.param_groups]
+
+
+def _same(a: list[float] | None, b: list[float]) -> bool:
+    return a is None or all(math.isclose(x, y, rel_tol=1e-12, abs_tol=0.0)
+                            for x, y in zip(a, b, strict=False))
+
+
+class _Reporter:
+    """Raise or warn with the finding code; keep one Finding per code with its count."""
+
+    strict: bool
+    ignore: frozenset[str]
+
+    def _init_reporter(self, strict: bool, ignore: Any) -> None:
+        self.strict = strict
+        self.ignore = frozenset(ignore or ())
+        self._found: dict[str, Any] = {}
+
+    @property
+    def findings(self) -> list[Any]:
+        """What was caught, as :class:`lrdoctor.findings.Finding` (one per code)."""
+        return list(self._found.values())
+
+    def _report(self, code: str, message: str, evidence: dict[str, Any]) -> None:
+        if code in self.ignore:
+            return
+        from lrdoctor.findings import finding
+
+        text = f"lrdoctor {code}: {message}"
+        if code in self._found:
+            self._found[code].evidence["occurrences"] += 1
+        else:
+            self._found[code] = finding(code, message, {**evidence, "occurrences": 1})
+        if self.strict:
+            raise SchedulerStepError(text)
+        if self._found[code].evidence["occurrences"] == 1:
+            warnings.warn(text, LRDoctorWarning, stacklevel=4)
+
+    def _check_horizon(self, progress: float | None, horizon: float | None, updates: int,
+                       max_steps: float | None) -> None:
+        if (progress is None or horizon is None or max_steps is None or "LRD101" in self._found
+                or progress < horizon - 1e-9 or updates >= max_steps):
+            return
+        self._report(
+            "LRD101",
+            f"the scheduler reached its horizon {horizon:g} at progress {progress:g} after "
+            f"{updates} of {max_steps:g} optimizer updates: the remaining {max_steps - updates:g} "
+            "updates run past the schedule (at its floor, or for a cosine, climbing back). "
+            "Size the horizon in optimizer updates (the budget the loop really takes) or "
+            "advance the scheduler by nominal/actual per update (NormalizedStepper)",
+            {"scheduler_progress": progress, "horizon": horizon, "optimizer_updates": updates,
+             "max_steps": max_steps})
+
+    def _window_changed(self, before: list[float], now: list[float], micro: int,
+                        updates: int) -> None:
+        self._report(
+            "LRD205",
+            f"the LR changed from {before[0]:.6g} to {now[0]:.6g} inside an accumulation "
+            f"window (after micro-batch {micro} of optimizer update {updates + 1}): the "
+            "scheduler is stepped per micro-batch or out of line with the optimizer step. "
+            "Step it only right after optimizer.step()",
+            {"lr_before": before, "lr_after": now, "micro_batch_in_window": micro,
+             "optimizer_update": updates + 1})
 
 
 class NormalizedStepper:
@@ -122,26 +239,36 @@ class NormalizedStepper:
                         "schedule=ScheduleSpec(...) to NormalizedStepper")
 
 
-class StepGuard:
+class StepGuard(_Reporter):
     """Raise (or warn) when the scheduler steps more than ``per_update`` times per update.
 
-    >>> with StepGuard(optimizer, scheduler):   # or guard = StepGuard(...); guard.close()
-    ...     train()
+    >>> with StepGuard(optimizer, scheduler, max_steps=1000):
+    ...     for i, batch in enumerate(loader):
+    ...         guard.micro_batch()        # optional: enables the LRD205 window check
+    ...         ...
 
     It patches ``optimizer.step`` and ``scheduler.step`` on these two instances
-    only, counts both, and restores them on close.
+    only, counts both, and restores them on close. ``max_steps`` (the planned
+    optimizer updates) enables the horizon check (LRD101); ``horizon`` overrides
+    the one read from the scheduler. ``ignore``: finding codes to stay quiet about.
     """
 
     def __init__(self, optimizer: Any, scheduler: Any, *, action: str = "raise",
-                 per_update: int = 1):
+                 per_update: int = 1, max_steps: float | None = None,
+                 horizon: float | None = None, ignore: Any = ()):
         if action not in ("raise", "warn"):
             raise ValueError("action must be 'raise' or 'warn'")
+        self._init_reporter(action == "raise", ignore)
         self.optimizer, self.scheduler = optimizer, scheduler
         self.action, self.per_update = action, per_update
+        self.max_steps = max_steps
+        self.horizon = horizon if horizon is not None else scheduler_horizon(scheduler)
         self.optimizer_steps = 0
         self.scheduler_steps = 0
         self.violations = 0
         self._since_update = 0
+        self._window_lr: list[float] | None = None
+        self._window_micro = 0
         self._orig_opt = optimizer.__dict__.get("step")
         self._orig_sched = scheduler.__dict__.get("step")
         opt_step, sched_step = optimizer.step, scheduler.step
@@ -149,9 +276,12 @@ class StepGuard:
         # functools.wraps keeps torch's own step-tracking marks (``_wrapped_by_lr_sched``).
         @functools.wraps(opt_step)
         def opt_wrapped(*a, **kw):
+            if self._window_micro >= 2:  # the LR the window's last micro-batch ran with
+                self._check_window()
             out = opt_step(*a, **kw)
             self.optimizer_steps += 1
             self._since_update = 0
+            self._window_lr, self._window_micro = None, 0
             return out
 
         @functools.wraps(sched_step)
@@ -160,21 +290,39 @@ class StepGuard:
             self.scheduler_steps += 1
             if self._since_update > self.per_update:
                 self._violation()
-            return sched_step(*a, **kw)
+            out = sched_step(*a, **kw)
+            self._check_horizon(scheduler_progress(scheduler), self.horizon,
+                                self.optimizer_steps, self.max_steps)
+            return out
 
         optimizer.step = opt_wrapped
         scheduler.step = sched_wrapped
 
+    def micro_batch(self) -> None:
+        """Call at the start of every micro-batch: the LR must not change inside a window."""
+        self._window_micro += 1
+        if self._window_micro == 1:
+            self._window_lr = _lrs(self.optimizer)
+        else:
+            self._check_window()
+
+    def _check_window(self) -> None:
+        now = _lrs(self.optimizer)
+        if not _same(self._window_lr, now):
+            self._window_changed(self._window_lr, now, self._window_micro - 1,
+                                 self.optimizer_steps)
+            self._window_lr = now
+
     def _violation(self) -> None:
         self.violations += 1
-        msg = (f"scheduler stepped {self._since_update} times since the last optimizer step "
-               f"(optimizer steps {self.optimizer_steps}, scheduler steps "
-               f"{self.scheduler_steps}): step it only when the optimizer steps (inside the "
-               "gradient-accumulation branch, and not on skipped updates) [lrdoctor LRD103]")
-        if self.action == "raise":
-            raise SchedulerStepError(msg)
-        if self.violations == 1:
-            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        self._report(
+            "LRD103",
+            f"scheduler stepped {self._since_update} times since the last optimizer step "
+            f"(optimizer steps {self.optimizer_steps}, scheduler steps "
+            f"{self.scheduler_steps}): step it only when the optimizer steps (inside the "
+            "gradient-accumulation branch, and not on skipped updates)",
+            {"scheduler_steps": self.scheduler_steps, "optimizer_steps": self.optimizer_steps,
+             "since_last_update": self._since_update})
 
     def close(self) -> None:
         for obj, orig in ((self.optimizer, self._orig_opt), (self.scheduler, self._orig_sched)):
@@ -188,3 +336,87 @@ class StepGuard:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class LoopWatch(_Reporter):
+    """The guard's checks fed from a framework's hooks; patches nothing.
+
+    Call :meth:`start` once the optimizer and scheduler exist, :meth:`micro_batch`
+    at the start of each micro-batch (``first=True`` for a window's first),
+    :meth:`before_update` right before ``optimizer.step()``, :meth:`after_update`
+    once the update (and the framework's scheduler step) is done, :meth:`end` at
+    the end. Progress is read from the scheduler's own counter, so extra steps
+    from anywhere (a callback, the model, a wrapper) are seen.
+    """
+
+    def __init__(self, *, strict: bool = False, max_steps: float | None = None,
+                 horizon: float | None = None, per_update: float = 1.0, ignore: Any = ()):
+        self._init_reporter(strict, ignore)
+        self.max_steps, self.horizon, self.per_update = max_steps, horizon, per_update
+        self.scheduler: Any = None
+        self.optimizer: Any = None
+        self.updates = 0
+        self.scheduler_steps = 0.0
+        self._last: float | None = None
+        self._window_lr: list[float] | None = None
+        self._window_micro = 0
+
+    def start(self, scheduler: Any, optimizer: Any = None, *,
+              max_steps: float | None = None) -> LoopWatch:
+        self.scheduler = scheduler
+        self.optimizer = optimizer if optimizer is not None else scheduler.optimizer
+        if max_steps is not None:
+            self.max_steps = max_steps
+        if self.horizon is None:
+            self.horizon = scheduler_horizon(scheduler)
+        self._last = scheduler_progress(scheduler)
+        return self
+
+    def micro_batch(self, first: bool) -> None:
+        if self.optimizer is None:
+            return
+        now = _lrs(self.optimizer)
+        if first or self._window_lr is None:
+            self._window_lr, self._window_micro = now, 1
+            return
+        self._window_micro += 1
+        if not _same(self._window_lr, now):
+            self._window_changed(self._window_lr, now, self._window_micro - 1, self.updates)
+            self._window_lr = now
+
+    def before_update(self) -> None:
+        if self.scheduler is None:
+            return
+        if self._window_micro >= 2:
+            self.micro_batch(first=False)
+            self._window_micro -= 1
+        self._window_lr, self._window_micro = None, 0
+        self._advance(f"between optimizer updates {self.updates} and {self.updates + 1}")
+        self.updates += 1
+
+    def after_update(self, updates: int | None = None) -> None:
+        if self.scheduler is None:
+            return
+        if updates is not None:
+            self.updates = updates
+        self._check_horizon(scheduler_progress(self.scheduler), self.horizon, self.updates,
+                            self.max_steps)
+
+    def end(self) -> None:
+        if self.scheduler is not None:
+            self._advance(f"after the last optimizer update ({self.updates})")
+
+    def _advance(self, where: str) -> None:
+        now = scheduler_progress(self.scheduler)
+        if now is None or self._last is None:
+            return
+        d, self._last = now - self._last, now
+        self.scheduler_steps += d
+        if d > self.per_update + 1e-9:
+            self._report(
+                "LRD103",
+                f"scheduler advanced {d:g} steps {where} (expected at most {self.per_update:g}; "
+                f"scheduler progress {now:g} after {self.updates} optimizer updates): something "
+                "steps it again (per micro-batch, a second callback, a manual step next to the "
+                "framework's). Step it only when the optimizer steps",
+                {"scheduler_progress": now, "optimizer_updates": self.updates, "advance": d})
