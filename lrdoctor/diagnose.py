@@ -93,9 +93,7 @@ def _progress_ratio(state: RunState) -> list[Finding]:
     if ratio > 1:
         k = round(ratio)
         near_int = k >= 2 and abs(ratio - k) <= 0.02 * k
-        causes = ("the scheduler is stepped on every micro-batch of a gradient-accumulation "
-                  f"window of {k}, or accelerate's AcceleratedScheduler steps it "
-                  f"num_processes={k} times per call") if near_int else (
+        causes = _k_causes(state, k) if near_int else (
                   "the scheduler is stepped per dynamic micro-batch window while the budget "
                   "was computed from nominal batches")
         ev["k"] = k if near_int else round(ratio, 4)
@@ -116,6 +114,21 @@ def _progress_ratio(state: RunState) -> list[Finding]:
         "LRD108",
         f"{prog.name} = {_fmt(prog.value)} is only {ratio:.3g}x {nominal.source} = "
         f"{_fmt(nominal.value)}.", ev, severity=severity)]
+
+
+def _k_causes(state: RunState, k: int) -> str:
+    """The likely reason for k scheduler steps per update, as far as the format tells."""
+    ex = state.extras or {}
+    if state.format == "accelerate" and ex.get("num_processes") == k:
+        return (f"accelerate's AcceleratedScheduler steps it num_processes={k} times per "
+                "call (split_batches=False) while its budget counts single-process updates")
+    if state.format == "lightning" and ex.get("lightning.extra_scheduler_calls"):
+        return ("the scheduler is stepped by hand (e.g. in training_step) on top of "
+                "Lightning's own step")
+    why = f"stepped on every micro-batch of a gradient-accumulation window of {k}"
+    if ex.get("num_processes") and ex["num_processes"] > 1:
+        why += f", or stepped num_processes={ex['num_processes']} times per call"
+    return "the scheduler is " + why
 
 
 def _horizon(state: RunState) -> list[Finding]:

@@ -272,6 +272,7 @@ def read(path: Path) -> RunState:
         st.nominal_progress = Counter(
             "consumed_train_samples - skipped_train_samples", consumed.value - skip, Unit.SAMPLES,
             "args.consumed_train_samples - args.skipped_train_samples")
+        _overflowed_updates(st, args, sched)
     elif unit is Unit.UPDATES and it_counter:
         st.nominal_progress = Counter("megatron.iteration", it_counter.value, Unit.UPDATES,
                                       "iteration (iteration-era scheduler)")
@@ -289,6 +290,34 @@ def read(path: Path) -> RunState:
     st.extras["rank_files"] = len(files)
     _check_ranks(st, sd, sched, files)
     return st
+
+
+def _overflowed_updates(st: RunState, args: dict, sched: dict) -> None:
+    """fp16 loss scaling skips overflowed updates: Megatron then steps neither the optimizer
+    nor the scheduler, yet counts the samples. When ``iteration - optimizer.step`` such
+    updates account exactly for the gap, the scheduler is where Megatron meant it to be."""
+    it, opt_step, nominal = (st.counter("megatron.iteration"), st.counter("optimizer.step"),
+                             st.nominal_progress)
+    gbs = st.samples_per_update
+    if not (it and opt_step and nominal and gbs) or args.get("rampup_batch_size"):
+        return
+    overflowed = it.value - opt_step.value
+    gap = nominal.value - float(scheduler_field(sched, "num_steps"))
+    if overflowed <= 0 or gap != overflowed * gbs:
+        return
+    st.counters.append(Counter("megatron.overflowed_updates", overflowed, Unit.UPDATES,
+                               "megatron.iteration - optimizer.step"))
+    st.nominal_progress = Counter(
+        "consumed_train_samples - skipped_train_samples - overflowed updates x global_batch_size",
+        nominal.value - gap, Unit.SAMPLES,
+        f"{nominal.source} - (iteration - optimizer.step) x global_batch_size")
+    st.notes.append(f"{_common_int(overflowed)} update(s) overflowed (fp16) and were skipped: "
+                    "Megatron does not step the scheduler for them, so it trails "
+                    f"consumed_train_samples by {_common_int(gap)} samples by design")
+
+
+def _common_int(x: float) -> str:
+    return f"{x:,.0f}"
 
 
 def _expected_from_args(args: dict) -> dict[str, float]:
