@@ -135,7 +135,7 @@ class _Reporter:
         self._report(
             "LRD205",
             f"the LR changed from {before[0]:.6g} to {now[0]:.6g} inside an accumulation "
-            f"window (after micro-batch {micro} of optimizer update {updates + 1}): the "
+            f"window (seen at micro-batch {micro + 1} of optimizer update {updates + 1}): the "
             "scheduler is stepped per micro-batch or out of line with the optimizer step. "
             "Step it only right after optimizer.step()",
             {"lr_before": before, "lr_after": now, "micro_batch_in_window": micro,
