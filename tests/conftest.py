@@ -108,12 +108,15 @@ def megatron_args(**over) -> argparse.Namespace:
 
 
 def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
-                 overflow_iters=(), fp16_wrapper: bool = False, **arg_over) -> Truth:
+                 overflow_iters=(), fp16_wrapper: bool = False, sched_per_micro: bool = False,
+                 **arg_over) -> Truth:
     """Train with megatron-core's scheduler as Megatron-LM's train loop does and save
     like ``save_checkpoint`` (torch format) at each iteration in ``save_at``.
 
     ``overflow_iters``: iterations whose update was unsuccessful (fp16 overflow):
     the optimizer and scheduler do not step, consumed_train_samples still grows.
+    ``sched_per_micro``: the bug of stepping the scheduler (increment=global_batch_size)
+    once per micro-batch, num_microbatches times per iteration.
     """
     import copy
 
@@ -148,7 +151,9 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
     for it in range(1, max(save_at) + 1):
         if it not in overflow_iters:
             _train_step(model, opt, it)
-            sched.step(increment=gbs)
+            n_micro = gbs // (args.micro_batch_size * args.data_parallel_size)
+            for _ in range(n_micro if sched_per_micro else 1):
+                sched.step(increment=gbs)
         iteration = it
         args.consumed_train_samples += gbs
         args.iteration = iteration
@@ -261,11 +266,12 @@ def roll_run(output_dir: Path, *, pipeline_max_steps: int = 10, nominal_per_step
 def hf_run(output_dir: Path, *, max_steps: int = 12, save_steps: int = 4, lr: float = 1e-3,
            scheduler: str = "cosine", warmup_steps: float = 3, logging_steps: int = 1,
            grad_accum: int = 1, scheduler_kwargs: dict | None = None,
-           save_state: bool = True) -> Truth:
+           save_state: bool = True, callbacks=()) -> Truth:
     """A real ``transformers.Trainer`` run of a two-layer model on CPU.
 
     ``save_state``: end with ``Trainer.save_state()`` (output_dir/trainer_state.json,
-    whose log holds the run time, so it differs between runs).
+    whose log holds the run time, so it differs between runs). ``callbacks``: more
+    ``TrainerCallback`` instances (a user's callback that misbehaves, for bug runs).
     """
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
@@ -306,7 +312,8 @@ def hf_run(output_dir: Path, *, max_steps: int = 12, save_steps: int = 4, lr: fl
         save_strategy="steps", seed=0, disable_tqdm=True, dataloader_num_workers=0,
         lr_scheduler_kwargs=scheduler_kwargs or {},
     )
-    trainer = Trainer(model=TwoLayer(), args=args, train_dataset=DS(), callbacks=[Record()])
+    trainer = Trainer(model=TwoLayer(), args=args, train_dataset=DS(),
+                      callbacks=[*callbacks, Record()])
     trainer.train()
     if save_state:  # what most scripts do at the end
         trainer.save_state()

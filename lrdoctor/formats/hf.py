@@ -177,7 +177,11 @@ def read(path: Path) -> RunState:
             base_lr = max(lr for _, lr in history)
             st.notes.append("initial LR unknown; the fit takes the largest logged LR")
         if base_lr is not None and isinstance(max_steps, int):
-            st.schedule = fit_schedule(history, base_lr, max_steps)
+            anchor = _current_lr(st, sched)
+            st.schedule = fit_schedule(history, base_lr, max_steps, anchor=anchor)
+            if st.schedule is None and anchor is not None:
+                # No schedule explains both: fit the log alone and let diagnose compare.
+                st.schedule = fit_schedule(history, base_lr, max_steps)
             if st.schedule is None:
                 st.notes.append("no schedule type fits log_history; schedule unknown")
     if base_lr is not None:
@@ -213,6 +217,20 @@ def _schedule_from_args(args: dict, max_steps: Any, base_lr: float | None,
     )
 
 
+def _current_lr(st: RunState, sched: dict | None) -> tuple[float, float] | None:
+    """(scheduler progress, the LR the scheduler computed there): one more point for the fit.
+
+    The scheduler's own ``_last_lr`` is preferred to the optimizer's, which a user may
+    have set by hand (that is LRD105's business, not the fit's).
+    """
+    if st.scheduler_progress is None:
+        return None
+    last = (sched or {}).get("_last_lr")
+    lrs = [float(x) for x in last] if isinstance(last, (list, tuple)) and last else []
+    lrs = [x for x in lrs if isinstance(x, float)] or st.optimizer_lrs
+    return (st.scheduler_progress.value, float(lrs[0])) if lrs else None
+
+
 def _lr_history(ts: dict) -> list[tuple[int, float]]:
     out = []
     for entry in ts.get("log_history") or []:
@@ -223,13 +241,16 @@ def _lr_history(ts: dict) -> list[tuple[int, float]]:
 
 
 def fit_schedule(history: list[tuple[int, float]], max_lr: float,
-                 max_steps: int) -> ScheduleSpec | None:
+                 max_steps: int, anchor: tuple[float, float] | None = None
+                 ) -> ScheduleSpec | None:
     """The HF schedule (kind, warmup) that reproduces the logged LRs, or None.
 
     transformers 5 logs at step s the LR that update s used, ``max_lr *
     lambda(s - 1)``; older versions logged after the scheduler stepped,
     ``lambda(s)``. Both offsets are tried. Warmup is searched only around the
     logged peak, where it must lie; ties go to the first kind in FIT_KINDS.
+    ``anchor`` = (last_epoch, LR there), ``lambda(last_epoch)`` exactly: it tells
+    kinds apart that a short log (still in warmup) cannot.
     """
     from lrdoctor.schedules import hf as hf_sched
 
@@ -248,6 +269,9 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
                                     warmup=float(w), horizon=float(max_steps))
                 err = max(abs(max_lr * hf_sched.factor(spec, s - offset) - lr)
                           for s, lr in history) / max_lr
+                if anchor is not None:
+                    err = max(err, abs(max_lr * hf_sched.factor(spec, anchor[0])
+                                       - anchor[1]) / max_lr)
                 if best is None or err < best[0] - 1e-15:
                     best = (err, kind, w, offset)
     assert best is not None
@@ -258,4 +282,5 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
     return ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
                         warmup=float(w), horizon=float(max_steps),
                         source=f"fitted from log_history ({len(history)} points logged as "
-                               f"{when}, max rel. error {err:.1e})")
+                               f"{when}" + (" + the scheduler's current LR" if anchor else "")
+                               + f", max rel. error {err:.1e})")

@@ -1,0 +1,254 @@
+"""The whole diagnosis (``inspect_path``: read -> diagnose -> Report) on real checkpoints.
+
+Healthy runs written by the frameworks' own classes must give no warning or error
+(false alarms are bugs); buggy runs must give exactly their codes and numbers.
+DeepSpeed, Lightning and accelerate are covered next to their module fixtures in
+``test_formats_<fmt>.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+from conftest import hf_run, megatron_run, roll_run, torch_loop
+
+from lrdoctor.findings import Severity
+from lrdoctor.inspect_api import inspect_path
+
+
+def quiet(reports, *, allowed=()) -> None:
+    """No warning/error, exit 0 under --fail-on warning, and only ``allowed`` info codes."""
+    assert reports
+    for r in reports:
+        got = [(f.code, f.message) for f in r.findings]
+        assert all(f.severity < Severity.WARNING for f in r.findings), (r.target, got)
+        assert r.exit_code("warning") == 0, (r.target, got)
+        assert {f.code for f in r.findings} <= set(allowed), (r.target, got)
+
+
+def codes(report) -> list[str]:
+    return sorted(f.code for f in report.findings)
+
+
+def ev(report, code: str) -> dict:
+    return next(f for f in report.findings if f.code == code).evidence
+
+
+# ---------------------------------------------------------------- Megatron-LM
+
+def test_megatron_healthy_every_checkpoint(megatron_run_dir):
+    reps = inspect_path(megatron_run_dir.root, all=True)
+    assert [r.target.rsplit("/", 1)[-1] for r in reps] == ["iter_0000010", "iter_0000020"]
+    quiet(reps)
+    assert [r.state["derived"]["progress_ratio"] for r in reps] == [1.0, 1.0]
+
+
+def test_megatron_tp2_healthy(tmp_path):
+    quiet(inspect_path(megatron_run(tmp_path / "ck", tp=2, save_at=(5, 10), train_iters=20).root,
+                       all=True))
+
+
+def test_megatron_min_lr_tail_is_info_only(tmp_path):
+    """lr_decay_iters 30 < train_iters 40: the last quarter at min_lr by configuration."""
+    truth = megatron_run(tmp_path / "ck", lr_decay_iters=30, train_iters=40, save_at=(10, 35))
+    reps = inspect_path(truth.root, all=True)
+    quiet(reps, allowed={"LRD102"})
+    for r in reps:  # also at iteration 35, past the horizon as configured
+        assert codes(r) == ["LRD102"]
+        assert ev(r, "LRD102") == {"horizon": 30 * 16, "planned_end": 40 * 16,
+                                   "tail_fraction": 0.25}
+
+
+def test_megatron_fp16_overflow_is_not_a_mismatch(tmp_path):
+    """An overflowed fp16 update steps neither optimizer nor scheduler but counts samples."""
+    truth = megatron_run(tmp_path / "ck", save_at=(6,), tp=2, pp=2, overflow_iters=(3,),
+                         fp16_wrapper=True, train_iters=12, lr_decay_style="linear",
+                         global_batch_size=8)
+    (r,) = inspect_path(truth.root)
+    quiet([r])
+    assert r.state["derived"]["progress_ratio"] == 1.0
+    assert any("overflowed" in n for n in r.state["notes"])
+
+
+def test_megatron_wsd_sample_based_healthy(tmp_path):
+    truth = megatron_run(tmp_path / "ck", save_at=(5,), train_iters=None, train_samples=320,
+                         lr_decay_style="WSD", lr_wsd_decay_samples=96,
+                         lr_wsd_decay_style="minus_sqrt", lr_warmup_samples=32)
+    quiet(inspect_path(truth.root))
+
+
+def test_megatron_scheduler_stepped_per_micro_batch(tmp_path):
+    """num_microbatches = 16 / (2 x 2) = 4 scheduler steps per iteration: num_steps = 4 x consumed."""
+    truth = megatron_run(tmp_path / "ck", sched_per_micro=True)
+    early, late = inspect_path(truth.root, all=True)
+    assert codes(early) == ["LRD104"]
+    e = ev(early, "LRD104")
+    assert (e["scheduler_progress"], e["nominal_progress"], e["ratio"]) == (640, 160, 4.0)
+    assert e["unit"] == "samples"
+    assert early.exit_code("error") == 1
+    assert codes(late) == ["LRD101", "LRD104"]
+    assert ev(late, "LRD104")["ratio"] == 4.0
+    e = ev(late, "LRD101")
+    assert (e["scheduler_progress"], e["horizon"]) == (1280, 640)
+    assert e["fraction_of_progress_at_min_lr"] == 0.5
+    assert e["floor_reached_at_training_fraction"] == 0.25
+
+
+def test_megatron_wsd_anneal_inside_warmup_is_impossible(tmp_path):
+    """megatron-core accepts wsd_decay_steps > lr_decay_steps - lr_warmup_steps; it cannot work."""
+    truth = megatron_run(tmp_path / "ck", train_iters=20, lr_decay_style="WSD",
+                         lr_wsd_decay_iters=18, save_at=(5,))
+    (r,) = inspect_path(truth.root)
+    assert codes(r) == ["LRD106"]
+    f = r.findings[0]
+    assert f.severity is Severity.ERROR
+    assert "wsd_decay_steps=288" in f.message and "256" in f.message
+
+
+# ---------------------------------------------------------------- ROLL
+
+def test_roll_healthy_every_checkpoint(roll_run_dir):
+    reps = inspect_path(roll_run_dir.root, all=True)
+    assert len(reps) == 2
+    quiet(reps)
+
+
+def test_roll_healthy_with_min_lr_and_without_config(tmp_path):
+    quiet(inspect_path(roll_run(tmp_path / "a", min_lr=1e-7, style="linear").root, all=True))
+    quiet(inspect_path(roll_run(tmp_path / "b", save_at=(3,), write_config=False).root))
+
+
+def test_roll_dynamic_batching_overshoot(tmp_path):
+    truth = roll_run(tmp_path / "out", updates_per_step=lambda s: 9 + s % 3, save_at=(7,))
+    (r,) = inspect_path(truth.root)
+    real = sum(9 + s % 3 for s in range(8))  # 79 updates against a nominal 8 x 4 = 32
+    assert codes(r) == ["LRD101", "LRD103"]
+    e = ev(r, "LRD103")
+    assert (e["scheduler_progress"], e["nominal_progress"]) == (real, 32)
+    assert e["ratio"] == pytest.approx(real / 32, abs=1e-6)
+    e = ev(r, "LRD101")
+    assert e["horizon"] == 40 and e["min_lr"] == 0.0
+    assert e["fraction_of_progress_at_min_lr"] == pytest.approx((real - 40) / real, abs=1e-6)
+    assert e["training_fraction_done"] == pytest.approx(0.8)
+
+
+# ---------------------------------------------------------------- HF Trainer
+
+def test_hf_healthy_every_checkpoint(hf_run_dir):
+    reps = inspect_path(hf_run_dir.root, all=True)
+    assert len(reps) == 3
+    quiet(reps)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(scheduler="linear", warmup_steps=2, lr=5e-4),
+    dict(scheduler="cosine", warmup_steps=0.2),  # a warmup ratio
+    dict(scheduler="constant_with_warmup", warmup_steps=2),
+    dict(scheduler="cosine_with_min_lr", scheduler_kwargs={"min_lr": 1e-5}),
+    dict(scheduler="linear", grad_accum=2),
+    dict(scheduler="polynomial", warmup_steps=2),
+    dict(scheduler="inverse_sqrt", warmup_steps=2),
+    dict(scheduler="cosine_with_restarts", scheduler_kwargs={"num_cycles": 2}),
+    dict(scheduler="warmup_stable_decay", scheduler_kwargs={"num_decay_steps": 4}),
+], ids=lambda kw: kw["scheduler"] + "".join(f"-{k}" for k in kw if k not in ("scheduler",)))
+def test_hf_healthy_schedule_types(kw, tmp_path):
+    truth = hf_run(tmp_path / "out", max_steps=8, save_steps=4, save_state=False, **kw)
+    reps = inspect_path(truth.root, all=True)
+    assert len(reps) == 2
+    quiet(reps)
+
+
+def test_hf_fitted_from_log_history_is_info_only(hf_run_dir, tmp_path):
+    for saved in hf_run_dir.saves:
+        ck = tmp_path / saved.path.name
+        shutil.copytree(saved.path, ck)
+        (ck / "training_args.bin").unlink()
+        (r,) = inspect_path(ck)
+        quiet([r], allowed={"LRD107"})
+        assert codes(r) == ["LRD107"] and "fitted" in ev(r, "LRD107")["source"]
+
+
+def _extra_scheduler_steps(n: int):
+    from transformers import TrainerCallback
+
+    class StepsAgain(TrainerCallback):
+        """A user's callback that steps the scheduler again after each update."""
+
+        def on_step_end(self, args, state, control, **kw):
+            for _ in range(n):
+                kw["lr_scheduler"].step()
+
+    return StepsAgain()
+
+
+def test_hf_scheduler_run_four_times_per_update(tmp_path):
+    truth = hf_run(tmp_path / "out", max_steps=12, save_steps=2, save_state=False,
+                   callbacks=[_extra_scheduler_steps(3)])
+    first, *_, last = inspect_path(truth.root, all=True)
+    assert truth.saves[0].scheduler["last_epoch"] == 8  # the live scheduler, 4 x 2
+    assert codes(first) == ["LRD103"]
+    e = ev(first, "LRD103")
+    assert (e["scheduler_progress"], e["nominal_progress"], e["k"]) == (8, 2, 4)
+    assert "--k 4" in first.findings[0].fix
+    assert codes(last) == ["LRD101", "LRD103"]
+    assert ev(last, "LRD101")["scheduler_progress"] == 48 and ev(last, "LRD101")["horizon"] == 12
+
+
+def test_hf_optimizer_lr_set_by_hand(tmp_path):
+    from transformers import TrainerCallback
+
+    class Pin(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            for g in kw["optimizer"].param_groups:
+                g["lr"] = 1.25e-4
+
+    truth = hf_run(tmp_path / "out", max_steps=8, save_steps=8, save_state=False,
+                   callbacks=[Pin()])
+    (r,) = inspect_path(truth.root)
+    assert codes(r) == ["LRD105"]
+    e = ev(r, "LRD105")
+    assert set(e["optimizer_lrs"]) == {1.25e-4} == set(truth.last.lrs)
+    assert e["scheduler_progress"] == 8
+    # What the live scheduler itself computed for that step.
+    assert math.isclose(e["schedule_lr"], truth.last.scheduler["_last_lr"][0], rel_tol=1e-9,
+                        abs_tol=1e-15)
+    assert r.exit_code("warning") == 1 and r.exit_code("error") == 0
+
+
+# ---------------------------------------------------------------- torch loops
+
+@pytest.mark.parametrize("sched", ["linear", "cosine", "onecycle", "sequential"])
+def test_torch_loop_healthy(sched, tmp_path):
+    quiet(inspect_path(torch_loop(tmp_path / "ckpt.pt", scheduler=sched, updates=10).last.path))
+    # Mid-run, and without a saved budget.
+    quiet(inspect_path(torch_loop(tmp_path / "mid.pt", scheduler=sched, updates=6,
+                                  total_steps=20).last.path))
+    quiet(inspect_path(torch_loop(tmp_path / "nt" / "x.pt", scheduler=sched, updates=4,
+                                  save_total=False).last.path))
+
+
+@pytest.mark.parametrize("layout", ["nested", "names"])
+def test_torch_loop_layouts_healthy(layout, tmp_path):
+    quiet(inspect_path(torch_loop(tmp_path / "x.pth", updates=7, layout=layout).last.path))
+
+
+def test_torch_lambda_is_info_only(tmp_path):
+    (r,) = inspect_path(torch_loop(tmp_path / "l.pt", scheduler="lambda", updates=5).last.path)
+    quiet([r], allowed={"LRD107"})
+    assert codes(r) == ["LRD107"]
+
+
+def test_torch_scheduler_stepped_per_micro_batch(tmp_path):
+    truth = torch_loop(tmp_path / "bug.pt", scheduler="cosine", updates=9, ga=4,
+                       step_per_micro=True)
+    (r,) = inspect_path(truth.last.path)
+    assert codes(r) == ["LRD101", "LRD103"]
+    e = ev(r, "LRD103")
+    assert (e["scheduler_progress"], e["nominal_progress"], e["k"], e["ratio"]) == (36, 9, 4, 4.0)
+    assert "gradient-accumulation window of 4" in next(
+        f.message for f in r.findings if f.code == "LRD103")
+    e = ev(r, "LRD101")
+    assert (e["horizon"], e["progress_over_horizon"]) == (9, 4.0)
+    assert e["fraction_of_progress_at_min_lr"] == 0.75
