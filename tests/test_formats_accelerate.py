@@ -190,6 +190,14 @@ def test_two_processes_step_the_scheduler_twice_per_update(tmp_path):
     assert st.scheduler_progress.value == t["last_epoch"] == 2 * t["opt_step"] == 10
     assert st.nominal_progress.value == 5
     assert any("2 times per optimizer step" in n for n in st.notes)
+    from lrdoctor.inspect_api import inspect_path
+
+    (r,) = inspect_path(tmp_path / "cosine")
+    assert [f.code for f in r.findings] == ["LRD103"] and r.exit_code("error") == 1
+    f = r.findings[0]
+    assert (f.evidence["scheduler_progress"], f.evidence["nominal_progress"],
+            f.evidence["k"]) == (10, 5, 2)
+    assert "AcceleratedScheduler" in f.message and "num_processes=2" in f.message
 
 
 def _torch_schedulers():
@@ -244,3 +252,15 @@ def test_reading_never_imports_torch(saved):
             "st = M.read(Path(sys.argv[1])); assert st.scheduler_progress is not None; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code, str(saved / "cosine")], check=True, timeout=60)
+
+
+# ---------------------------------------------------------------- the whole diagnosis
+
+def test_inspect_single_process_runs_are_silent(saved):
+    from lrdoctor.inspect_api import inspect_path
+
+    for name in SCENARIOS:
+        (r,) = inspect_path(saved / name)
+        allowed = ["LRD107"] if name == "lambda" else []  # info: the lambda is not saved
+        assert [f.code for f in r.findings] == allowed, (name, [f.message for f in r.findings])
+        assert r.exit_code("warning") == 0

@@ -277,3 +277,41 @@ def test_reading_never_imports_torch(saved):
             "st = M.read(Path(sys.argv[1])); assert st.scheduler_progress is not None; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code, str(saved / "step.ckpt")], check=True, timeout=60)
+
+
+# ---------------------------------------------------------------- the whole diagnosis
+
+HEALTHY = ("step", "accum4", "epoch", "epoch_cut", "freq2", "freq2_accum4", "manual")
+
+
+def test_inspect_healthy_runs_are_silent(saved):
+    """Step and epoch intervals, accumulation, frequency, manual optimization and every
+    ModelCheckpoint save of two runs: no finding at all."""
+    from lrdoctor.inspect_api import inspect_path
+
+    reps = [r for n in HEALTHY for r in inspect_path(saved / f"{n}.ckpt")]
+    reps += [r for n in ("ckpts_epoch", "ckpts_step") for r in inspect_path(saved / n, all=True)]
+    assert len(reps) == len(HEALTHY) + len(pl_fmt.find_checkpoints(saved / "ckpts_epoch")) + len(
+        pl_fmt.find_checkpoints(saved / "ckpts_step"))
+    for r in reps:
+        assert r.findings == [], (r.target, [(f.code, f.message) for f in r.findings])
+        assert r.exit_code("warning") == 0
+
+
+def test_inspect_lambda_is_info_only(saved):
+    from lrdoctor.inspect_api import inspect_path
+
+    (r,) = inspect_path(saved / "lambda.ckpt")
+    assert [f.code for f in r.findings] == ["LRD107"] and r.exit_code("warning") == 0
+
+
+def test_inspect_extra_manual_scheduler_steps(saved):
+    from lrdoctor.inspect_api import inspect_path
+
+    (r,) = inspect_path(saved / "manual_extra.ckpt")
+    assert [f.code for f in r.findings] == ["LRD103"]
+    f = r.findings[0]
+    assert (f.evidence["scheduler_progress"], f.evidence["nominal_progress"],
+            f.evidence["k"]) == (10, 5, 2)
+    assert "by hand" in f.message and "accelerate" not in f.message
+    assert "--k 2" in f.fix
