@@ -191,3 +191,14 @@ def test_fastllm_flush_sweep_shows_the_tail_windows():
     assert rows[False]["actual_updates"] == 420 and rows[False]["findings"] == ["LRD201"]
     assert rows[True]["actual_updates"] == 448
     assert set(rows[True]["findings"]) == {"LRD201", "LRD206"}
+
+
+def test_missing_config_batch_log_names_the_key(tmp_path):
+    from lrdoctor.errors import UnusableInput
+
+    (tmp_path / "run.yaml").write_text(
+        "train: {steps: 1}\nbatching: {strategy: token_budget, max_tokens_per_microbatch: 9}\n"
+        "data: {batch_log: logs/none.csv}\n")
+    with pytest.raises(UnusableInput, match=r"data.batch_log 'logs/none.csv': no such file") as e:
+        run(str(tmp_path / "run.yaml"), engine="fast")
+    assert e.value.path == str(tmp_path / "logs" / "none.csv")

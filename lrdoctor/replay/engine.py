@@ -46,6 +46,12 @@ def load_samples(cfg: RunConfig, batch_log: str | None = None, synthetic: str | 
         if cfg.data.batch_log:
             # Relative to the config file, so a config runs from any directory.
             batch_log = cfg.resolve_path(cfg.data.batch_log)
+            from pathlib import Path
+
+            if not Path(batch_log).is_file():
+                raise UnusableInput(f"data.batch_log {cfg.data.batch_log!r}: no such file "
+                                    "(read relative to the config file's directory)",
+                                    batch_log)
         synthetic = cfg.data.synthetic
     seed = cfg.data.seed if seed is None else seed
     if batch_log:
