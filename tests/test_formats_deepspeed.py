@@ -298,3 +298,32 @@ def test_batch_size_change_is_noted(saved, tmp_path):
     st = ds_fmt.read(tag)
     assert st.extras["deepspeed.samples_per_step_observed"] == pytest.approx(28 / 5)
     assert any("batch size changed" in n for n in st.notes)
+
+
+# ---------------------------------------------------------------- the whole diagnosis
+
+def test_inspect_healthy_engines_are_silent(saved):
+    """WarmupDecayLR, fp16 overflow with skipped steps (ZeRO-1), client torch scheduler
+    (ZeRO-2), bf16, ZeRO-3: every checkpoint, no finding at all."""
+    from lrdoctor.inspect_api import inspect_path
+
+    for name, n in (("decay", 2), ("fp16", 1), ("client", 1), ("bf16", 1), ("zero3", 1)):
+        reps = inspect_path(saved / name, all=True)
+        assert len(reps) == n, name
+        for r in reps:
+            assert r.findings == [], (r.target, [(f.code, f.message) for f in r.findings])
+            assert r.exit_code("warning") == 0
+            assert r.state["derived"]["progress_ratio"] == 1.0
+
+
+def test_inspect_scheduler_stepped_per_micro_batch_is_lrd109(saved):
+    from lrdoctor.findings import Severity
+    from lrdoctor.inspect_api import inspect_path
+
+    (r,) = inspect_path(saved / "permicro")
+    assert [f.code for f in r.findings] == ["LRD109"]
+    f = r.findings[0]
+    assert f.severity is Severity.ERROR and r.exit_code("error") == 1
+    e = f.evidence
+    assert (e["scheduler_progress"], e["nominal_progress"], e["ratio"]) == (15, 3, 5.0)
+    assert e["scheduler_counter"] == "scheduler.last_batch_iteration + 1"
