@@ -193,6 +193,11 @@ def findings(rep: Replay, summary: dict[str, Any] | None = None,
                 + ("." if spec.unit.value == "optimizer updates" else
                    f" (about {_f(s['corrected']['budget_updates'])} optimizer updates).")) \
         if scale else ""
+    if cfg.dp.changes and inc == "micro_batches" and fix_tail:
+        # A constant scale cannot undo a dp-dependent advance: fix the increment first.
+        fix_tail = ("Increment the scheduler by samples (the global batch) or once per update, "
+                    "so an update moves it the same at every dp size (LRD210); a single "
+                    "scale or horizon only fits this dp history. " + fix_tail)
     ev_core = {"horizon": hz, "scheduler_progress_end": end, "ratio": ratio,
                "nominal_updates": s["nominal_updates"], "budget_updates": s["budget_updates"],
                "actual_updates": s["actual_updates"], "updates_per_step": s["updates_per_step"],
