@@ -5,3 +5,32 @@ matplotlib: keep heavy imports inside the functions that need them.
 """
 
 __version__ = "0.1.0"
+
+# The library API, resolved on first use so ``import lrdoctor`` stays light.
+# (``diagnose`` is not here: the submodule of that name would shadow the function.)
+_API = {
+    "inspect_path": "lrdoctor.inspect_api",
+    "read_state": "lrdoctor.inspect_api",
+    "plan_fix": "lrdoctor.repair.engine",
+    "write_fix": "lrdoctor.repair.engine",
+    "NormalizedStepper": "lrdoctor.live",
+    "StepGuard": "lrdoctor.live",
+    "LoopWatch": "lrdoctor.live",
+    "SchedulerStepError": "lrdoctor.live",
+    "LRDoctorWarning": "lrdoctor.live",
+    "BatchLogRecorder": "lrdoctor.record",
+    "hf_callback": "lrdoctor.callbacks",
+    "lightning_callback": "lrdoctor.callbacks",
+}
+
+
+def __getattr__(name: str):
+    if name in _API:
+        import importlib
+
+        return getattr(importlib.import_module(_API[name]), name)
+    if name == "replay":  # the subpackage: lrdoctor.replay.run(config, batch_log=...)
+        import importlib
+
+        return importlib.import_module("lrdoctor.replay")
+    raise AttributeError(f"module 'lrdoctor' has no attribute {name!r}")

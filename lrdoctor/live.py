@@ -419,4 +419,8 @@ class LoopWatch(_Reporter):
                 f"scheduler progress {now:g} after {self.updates} optimizer updates): something "
                 "steps it again (per micro-batch, a second callback, a manual step next to the "
                 "framework's). Step it only when the optimizer steps",
-                {"scheduler_progress": now, "optimizer_updates": self.updates, "advance": d})
+                {"scheduler_progress": now, "optimizer_updates": self.updates, "advance": d,
+                 "max_advance": d})
+            found = self._found.get("LRD103")
+            if found is not None:
+                found.evidence["max_advance"] = max(found.evidence["max_advance"], d)
