@@ -151,9 +151,13 @@ def _horizon(state: RunState) -> list[Finding]:
     if prog.value <= horizon:
         return []
     at_floor = (prog.value - horizon) / prog.value
+    lr_now = _lr_or_none(spec, prog.value)
+    # Megatron/HF/DeepSpeed hold min_lr past the horizon; torch's CosineAnnealingLR climbs back.
+    holds = lr_now is None or math.isclose(lr_now, spec.min_lr, rel_tol=1e-6, abs_tol=1e-15)
     ev = {"scheduler_progress": prog.value, "horizon": horizon, "unit": unit,
           "progress_over_horizon": round(prog.value / horizon, 6),
-          "fraction_of_progress_at_min_lr": round(at_floor, 6), "min_lr": spec.min_lr}
+          "fraction_of_progress_at_min_lr": round(at_floor, 6), "min_lr": spec.min_lr,
+          "lr_at_scheduler_progress": lr_now}
     if consistent and planned is not None:
         # Trainer and scheduler agree; training simply ran past its plan.
         return [finding("LRD110", f"{prog.name} {_fmt(prog.value)} is past the horizon "
@@ -168,14 +172,26 @@ def _horizon(state: RunState) -> list[Finding]:
         # Where in training the floor was reached, if progress grew linearly.
         reached = frac * horizon / prog.value
         ev["floor_reached_at_training_fraction"] = round(reached, 6)
-        where += f"; the LR reached its floor at about {reached:.0%} of training"
+        where += (f"; the LR reached its floor at about {reached:.0%} of training" if holds
+                  else f"; the planned decay ended at about {reached:.0%} of training")
     if ratio is not None and ratio > 1:
         ev["ratio_to_nominal"] = round(ratio, 6)
+    tail = (f"{at_floor:.0%} of the scheduler's progress ran at min_lr {spec.min_lr:g}"
+            if holds else
+            f"{at_floor:.0%} of the scheduler's progress lies past the horizon, where "
+            f"{spec.kind} does not hold min_lr {spec.min_lr:g} (the LR is {lr_now:.6g} now)")
     return [finding(
         "LRD101",
         f"{prog.name} = {_fmt(prog.value)} is {prog.value / horizon:.2f}x the decay horizon "
-        f"{_fmt(horizon)} {unit}{where}: {at_floor:.0%} of the scheduler's progress ran at "
-        f"min_lr {spec.min_lr:g}.", ev)]
+        f"{_fmt(horizon)} {unit}{where}: {tail}.", ev)]
+
+
+def _lr_or_none(spec, progress: float) -> float | None:
+    try:
+        lr = spec.lr_at(progress)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+    return lr if math.isfinite(lr) else None
 
 
 def _optimizer_lr(state: RunState) -> list[Finding]:

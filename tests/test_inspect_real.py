@@ -131,6 +131,7 @@ def test_roll_dynamic_batching_overshoot(tmp_path):
     e = ev(r, "LRD101")
     assert e["horizon"] == 40 and e["min_lr"] == 0.0
     assert e["fraction_of_progress_at_min_lr"] == pytest.approx((real - 40) / real, abs=1e-6)
+    assert e["lr_at_scheduler_progress"] == 0.0 == truth.last.lrs[0]  # Megatron holds min_lr
     assert e["training_fraction_done"] == pytest.approx(0.8)
 
 
@@ -252,3 +253,7 @@ def test_torch_scheduler_stepped_per_micro_batch(tmp_path):
     e = ev(r, "LRD101")
     assert (e["horizon"], e["progress_over_horizon"]) == (9, 4.0)
     assert e["fraction_of_progress_at_min_lr"] == 0.75
+    # Past T_max torch's cosine climbs back: at 4 x T_max it is at its peak again.
+    assert e["lr_at_scheduler_progress"] == pytest.approx(truth.last.lrs[0], rel=1e-9)
+    assert e["lr_at_scheduler_progress"] == pytest.approx(1e-3)
+    assert "does not hold min_lr" in next(f.message for f in r.findings if f.code == "LRD101")
