@@ -78,16 +78,27 @@ def _progress_ratio(state: RunState) -> list[Finding]:
           "nominal_progress": nominal.value, "nominal_from": nominal.source,
           "unit": prog.unit.value, "ratio": round(ratio, 6)}
     diff = prog.value - nominal.value
+    unit = prog.unit.value
     if state.format == "megatron" and diff != 0:
+        why = ""
+        ex = state.extras or {}
+        try:
+            micro = ex["global_batch_size"] // (ex["micro_batch_size"] * ex["data_parallel_size"])
+        except (KeyError, TypeError, ZeroDivisionError):
+            micro = None
+        if micro and micro > 1 and abs(ratio - micro) <= 1e-9 * micro:
+            ev["k"] = micro
+            why = (f": one scheduler step per micro-batch ({micro} micro-batches per "
+                   "iteration) instead of one per iteration")
         return [finding(
             "LRD104",
-            f"{prog.name} is {_fmt(prog.value)} {prog.unit.value} but {nominal.source} is "
-            f"{_fmt(nominal.value)} ({ratio:.3g}x).", ev)]
+            f"{prog.name} is {_fmt(prog.value)} {unit} but {nominal.source} is "
+            f"{_fmt(nominal.value)} {unit} ({ratio:.3g}x){why}.", ev)]
     if state.format == "deepspeed" and diff != 0:
         return [finding(
             "LRD109",
-            f"{prog.name} is {_fmt(prog.value)} but {nominal.source} is {_fmt(nominal.value)} "
-            f"({ratio:.3g}x).", ev)]
+            f"{prog.name} is {_fmt(prog.value)} {unit} but {nominal.source} is "
+            f"{_fmt(nominal.value)} {unit} ({ratio:.3g}x).", ev)]
     if abs(diff) <= max(1.0, REL_TOL * nominal.value):
         return []
     if ratio > 1:

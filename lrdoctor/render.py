@@ -54,35 +54,40 @@ def render_inspect(report, con: Console | None = None) -> None:
     st = report.state
     con.rule(f"[bold]{report.target}[/bold]  ({report.format})")
     table = Table(title="Progress counters", title_justify="left", show_edge=False)
-    for col in ("counter", "value", "unit", "source"):
-        table.add_column(col, overflow="fold")
+    for col in ("role", "counter", "value", "unit", "source"):
+        table.add_column(col, overflow="fold", justify="right" if col == "value" else "left")
     rows = []
+    # The three that diagnosis compares first, then every raw counter read.
     if st.get("scheduler_progress"):
-        rows.append(("scheduler", st["scheduler_progress"]))
+        rows.append(("[bold]scheduler[/bold]", st["scheduler_progress"]))
     if st.get("nominal_progress"):
-        rows.append(("nominal (trainer)", st["nominal_progress"]))
-    rows += [("", c) for c in st.get("counters", [])]
+        rows.append(("[bold]nominal[/bold]", st["nominal_progress"]))
     if st.get("planned_end"):
-        rows.append(("planned end", st["planned_end"]))
-    for label, c in rows:
-        name = f"[bold]{c['name']}[/bold] ({label})" if label else c["name"]
-        table.add_row(name, _num(c["value"]), c["unit"], _short(c.get("source", ""), report.target))
+        rows.append(("[bold]planned end[/bold]", st["planned_end"]))
+    rows += [("", c) for c in st.get("counters", [])]
+    for role, c in rows:
+        table.add_row(role, c["name"], _num(c["value"]), c["unit"],
+                      _short(c.get("source", ""), report.target))
     con.print(table)
     spec, d = st.get("schedule"), st.get("derived", {})
     if spec:
+        unit = spec["unit"]
+        horizon = f"{_num(spec['horizon'])} {unit}" if spec.get("horizon") else "none"
+        source = _short(spec.get("source") or "checkpoint", report.target)
         con.print(
             f"schedule: [bold]{spec['family']} {spec['kind']}[/bold] max_lr {spec['max_lr']:g}, "
-            f"min_lr {spec['min_lr']:g}, warmup {_num(spec['warmup'])}, horizon "
-            f"{_num(spec['horizon'])} {spec['unit']}  [dim]({spec.get('source') or 'checkpoint'})[/dim]")
+            f"min_lr {spec['min_lr']:g}, warmup {_num(spec['warmup'])} {unit}, decay horizon "
+            f"{horizon}  [dim]({source})[/dim]")
         parts = []
         if d.get("horizon_fraction") is not None:
-            parts.append(f"scheduler at {d['horizon_fraction']:.1%} of its horizon")
-        if d.get("lr_at_scheduler_progress") is not None:
-            parts.append(f"LR now {d['lr_at_scheduler_progress']:.6g}")
-        if d.get("lr_at_nominal_progress") is not None:
-            parts.append(f"LR intended at the trainer's progress {d['lr_at_nominal_progress']:.6g}")
+            parts.append(f"scheduler at {d['horizon_fraction']:.1%} of its decay horizon")
         if d.get("progress_ratio") is not None:
-            parts.append(f"scheduler/trainer ratio {d['progress_ratio']:.4g}")
+            parts.append(f"scheduler/nominal progress {d['progress_ratio']:.4g}x")
+        if d.get("lr_at_scheduler_progress") is not None:
+            lr = f"schedule LR now {d['lr_at_scheduler_progress']:.6g}"
+            if d.get("lr_at_nominal_progress") is not None:
+                lr += f" (at the nominal progress: {d['lr_at_nominal_progress']:.6g})"
+            parts.append(lr)
         if parts:
             con.print("position: " + "; ".join(parts))
     if st.get("optimizer_lrs"):

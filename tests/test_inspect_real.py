@@ -86,7 +86,8 @@ def test_megatron_scheduler_stepped_per_micro_batch(tmp_path):
     assert codes(early) == ["LRD104"]
     e = ev(early, "LRD104")
     assert (e["scheduler_progress"], e["nominal_progress"], e["ratio"]) == (640, 160, 4.0)
-    assert e["unit"] == "samples"
+    assert e["unit"] == "samples" and e["k"] == 4
+    assert "4 micro-batches per iteration" in early.findings[0].message
     assert early.exit_code("error") == 1
     assert codes(late) == ["LRD101", "LRD104"]
     assert ev(late, "LRD104")["ratio"] == 4.0
