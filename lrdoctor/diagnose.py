@@ -98,7 +98,9 @@ def _progress_ratio(state: RunState) -> list[Finding]:
         return [finding(
             "LRD109",
             f"{prog.name} is {_fmt(prog.value)} {unit} but {nominal.source} is "
-            f"{_fmt(nominal.value)} {unit} ({ratio:.3g}x).", ev)]
+            f"{_fmt(nominal.value)} {unit} ({ratio:.3g}x)"
+            + (": engine.step() already steps the scheduler it was given, so the script "
+               "steps it again" if ratio > 1 else "") + ".", ev)]
     if abs(diff) <= max(1.0, REL_TOL * nominal.value):
         return []
     if ratio > 1:
@@ -114,6 +116,10 @@ def _progress_ratio(state: RunState) -> list[Finding]:
         if near_int:
             fix = (f"Step the scheduler only when the optimizer steps (or divide its budget by "
                    f"{k}); repair this checkpoint with `lrdoctor fix --policy rescale --k {k}`.")
+            if _accelerate_multiplier(state, k):
+                fix = (f"Size the scheduler's budget in num_processes x updates (x {k}, as "
+                       "accelerate's examples do) or prepare with split_batches=True; repair "
+                       f"this checkpoint with `lrdoctor fix --policy rescale --k {k}`.")
         return [finding(
             "LRD103",
             f"{prog.name} = {_fmt(prog.value)} is {ratio:.3g}x {nominal.source} = "
@@ -127,12 +133,17 @@ def _progress_ratio(state: RunState) -> list[Finding]:
         f"{_fmt(nominal.value)}.", ev, severity=severity)]
 
 
+def _accelerate_multiplier(state: RunState, k: int) -> bool:
+    return state.format == "accelerate" and (state.extras or {}).get("num_processes") == k
+
+
 def _k_causes(state: RunState, k: int) -> str:
     """The likely reason for k scheduler steps per update, as far as the format tells."""
     ex = state.extras or {}
-    if state.format == "accelerate" and ex.get("num_processes") == k:
+    if _accelerate_multiplier(state, k):
         return (f"accelerate's AcceleratedScheduler steps it num_processes={k} times per "
-                "call (split_batches=False) while its budget counts single-process updates")
+                "call (split_batches=False) while its budget counts optimizer updates (that is "
+                f"intended only if the budget was multiplied by {k} too)")
     if state.format == "lightning" and ex.get("lightning.extra_scheduler_calls"):
         return ("the scheduler is stepped by hand (e.g. in training_step) on top of "
                 "Lightning's own step")
