@@ -35,10 +35,22 @@ class LRDoctorWarning(RuntimeWarning):
     """What the guards warn with, so a loop can filter or escalate them."""
 
 
+_PROGRESS = ("last_epoch", "num_steps", "last_batch_iteration")
+
+
+def _unwrap(scheduler: Any) -> Any:
+    """accelerate's ``AcceleratedScheduler`` keeps the real one in ``.scheduler``."""
+    inner = getattr(scheduler, "scheduler", None)
+    if inner is not None and not any(hasattr(scheduler, a) for a in _PROGRESS):
+        return inner
+    return scheduler
+
+
 def scheduler_progress(scheduler: Any) -> float | None:
     """The scheduler's own step counter (torch ``last_epoch``, Megatron ``num_steps``,
-    DeepSpeed ``last_batch_iteration``)."""
-    for attr in ("last_epoch", "num_steps", "last_batch_iteration"):
+    DeepSpeed ``last_batch_iteration``), through an accelerate wrapper."""
+    scheduler = _unwrap(scheduler)
+    for attr in _PROGRESS:
         v = getattr(scheduler, attr, None)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return float(v)
@@ -48,6 +60,7 @@ def scheduler_progress(scheduler: Any) -> float | None:
 def scheduler_horizon(scheduler: Any) -> float | None:
     """Where a decaying schedule ends, in the scheduler's own steps; None when unknown
     or when the schedule does not decay (a warm-up-only ``LinearLR``, ``ConstantLR``)."""
+    scheduler = _unwrap(scheduler)
     name = type(scheduler).__name__
     if hasattr(scheduler, "lr_decay_steps") and hasattr(scheduler, "num_steps"):
         return float(scheduler.lr_decay_steps)
@@ -276,6 +289,9 @@ class StepGuard(_Reporter):
         # functools.wraps keeps torch's own step-tracking marks (``_wrapped_by_lr_sched``).
         @functools.wraps(opt_step)
         def opt_wrapped(*a, **kw):
+            state = getattr(optimizer, "gradient_state", None)  # accelerate's wrapper
+            if state is not None and not getattr(state, "sync_gradients", True):
+                return opt_step(*a, **kw)  # inside an accumulation window: a no-op
             if self._window_micro >= 2:  # the LR the window's last micro-batch ran with
                 self._check_window()
             out = opt_step(*a, **kw)
@@ -284,19 +300,36 @@ class StepGuard(_Reporter):
             self._window_lr, self._window_micro = None, 0
             return out
 
+        # accelerate's wrapper steps the real scheduler k times per call (k processes) or
+        # not at all (inside an accumulation window): count what its counter moved.
+        # A plain scheduler is counted per call, before it steps, so "raise" stops the
+        # extra step from happening.
+        inner = _unwrap(scheduler)
+        by_counter = inner is not scheduler and hasattr(inner, "last_epoch")
+
         @functools.wraps(sched_step)
         def sched_wrapped(*a, **kw):
-            self._since_update += 1
-            self.scheduler_steps += 1
-            if self._since_update > self.per_update:
-                self._violation()
-            out = sched_step(*a, **kw)
+            if not by_counter:
+                self._count(1)
+                out = sched_step(*a, **kw)
+            else:
+                before = scheduler_progress(scheduler)
+                out = sched_step(*a, **kw)
+                moved = round(scheduler_progress(scheduler) - before)
+                if moved > 0:
+                    self._count(moved)
             self._check_horizon(scheduler_progress(scheduler), self.horizon,
                                 self.optimizer_steps, self.max_steps)
             return out
 
         optimizer.step = opt_wrapped
         scheduler.step = sched_wrapped
+
+    def _count(self, moved: int) -> None:
+        self._since_update += moved
+        self.scheduler_steps += moved
+        if self._since_update > self.per_update:
+            self._violation()
 
     def micro_batch(self) -> None:
         """Call at the start of every micro-batch: the LR must not change inside a window."""

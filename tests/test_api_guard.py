@@ -47,6 +47,7 @@ def hand_loop(*, ga: int = 4, per_micro: bool, updates: int = 6, t_max: int | No
     return guard
 
 
+@pytest.mark.filterwarnings("ignore:Detected call of:UserWarning")
 def test_hand_loop_stepping_per_micro_batch_is_caught():
     with pytest.raises(SchedulerStepError, match="LRD103") as exc:
         hand_loop(per_micro=True, windows=False)  # plain `with StepGuard(opt, sched):`
@@ -85,6 +86,60 @@ def test_hand_loop_with_a_short_horizon_is_caught():
     guard = hand_loop(per_micro=False, t_max=3, guard_kw={"max_steps": 6,
                                                           "ignore": ["LRD101"]})
     assert guard.findings == []
+
+
+def accelerate_loop(monkeypatch=None, processes: int = 1) -> StepGuard:
+    """accelerate's documented loop: every call inside ``accumulate``; its wrappers make
+    the optimizer and scheduler no-ops until the window closes."""
+    from accelerate import Accelerator
+
+    acc = Accelerator(cpu=True, gradient_accumulation_steps=4)
+    if processes > 1:  # what AcceleratedScheduler does on `processes` ranks
+        import accelerate.scheduler as acc_sched
+
+        monkeypatch.setattr(acc_sched, "AcceleratorState",
+                            lambda: type("S", (), {"num_processes": processes})())
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=6)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(48, 4)),
+                                       batch_size=2)
+    model, opt, data, sched = acc.prepare(model, opt, data, sched)
+    try:
+        with StepGuard(opt, sched, max_steps=6, action="warn") as guard:
+            for (x,) in data:
+                with acc.accumulate(model):
+                    guard.micro_batch()
+                    acc.backward(model(x).pow(2).mean())
+                    opt.step()
+                    sched.step()
+                    opt.zero_grad()
+    finally:  # accelerate's state is process-wide: leave none for the next test
+        from accelerate.state import AcceleratorState, GradientState
+
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+    return guard
+
+
+@pytest.mark.frameworks
+def test_accelerate_accumulate_loop_is_silent():
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        guard = accelerate_loop()
+    assert lrd_warnings(w) == [] and guard.findings == []
+    assert guard.optimizer_steps == guard.scheduler_steps == 6  # real updates, not calls
+
+
+@pytest.mark.frameworks
+def test_accelerate_stepping_once_per_process_is_caught(monkeypatch):
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        guard = accelerate_loop(monkeypatch, processes=2)
+    codes = {f.code: f for f in guard.findings}
+    assert codes["LRD103"].evidence["since_last_update"] == 2
+    assert codes["LRD101"].evidence["optimizer_updates"] == 3  # T_max 6 used up at update 3
 
 
 @pytest.mark.frameworks
