@@ -158,6 +158,11 @@ def _horizon(state: RunState) -> list[Finding]:
     if spec is None or prog is None or not spec.horizon or spec.horizon <= 0:
         return []
     horizon = float(spec.horizon)
+    end_lr = _lr_or_none(spec, horizon)
+    if end_lr is not None and spec.max_lr > 0 and end_lr >= spec.max_lr * (1 - 1e-9):
+        # Nothing decays by the horizon (a warmup-only LinearLR, ConstantLR, a constant
+        # style): running past it changes nothing; k x stepping is LRD103's to report.
+        return []
     planned = planned_end_in_schedule_units(state)
     ratio = progress_ratio(state)
     consistent = ratio is not None and abs(ratio - 1) <= REL_TOL

@@ -258,3 +258,60 @@ def test_torch_scheduler_stepped_per_micro_batch(tmp_path):
     assert e["lr_at_scheduler_progress"] == pytest.approx(truth.last.lrs[0], rel=1e-9)
     assert e["lr_at_scheduler_progress"] == pytest.approx(1e-3)
     assert "does not hold min_lr" in next(f.message for f in r.findings if f.code == "LRD101")
+
+
+def _loop_with(tmp_path, name, make, updates=20, total=20):
+    """A real loop stepping ``make(opt)`` once per update, saved with its budget."""
+    import torch
+
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 1)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    sched = make(opt)
+    for _ in range(updates):
+        m(torch.randn(2, 4)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+    p = tmp_path / f"{name}.pt"
+    torch.save({"model": m.state_dict(), "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(), "step": updates, "epoch": 0,
+                "total_steps": total}, p)
+    return p
+
+
+def _makers():
+    from torch.optim import lr_scheduler as L
+
+    return {
+        # warmup-only and constant phases end at the peak: no decay horizon to run past
+        "warmup_only_LinearLR": lambda o: L.LinearLR(o, start_factor=0.01, total_iters=5),
+        "ConstantLR": lambda o: L.ConstantLR(o, factor=0.5, total_iters=5),
+        "ExponentialLR": lambda o: L.ExponentialLR(o, 0.95),
+        "PolynomialLR": lambda o: L.PolynomialLR(o, total_iters=20, power=2.0),
+        "StepLR": lambda o: L.StepLR(o, 5, 0.5),
+        "MultiStepLR": lambda o: L.MultiStepLR(o, [8, 16], 0.1),
+        "SequentialLR": lambda o: L.SequentialLR(
+            o, [L.LinearLR(o, 0.01, total_iters=4), L.CosineAnnealingLR(o, T_max=16)],
+            milestones=[4]),
+        "CosineAnnealingLR_at_T_max": lambda o: L.CosineAnnealingLR(o, T_max=20),
+    }
+
+
+@pytest.mark.parametrize("name", list(_makers()))
+def test_torch_scheduler_classes_healthy(name, tmp_path):
+    (r,) = inspect_path(_loop_with(tmp_path, name, _makers()[name]))
+    assert r.findings == [], [(f.code, f.message) for f in r.findings]
+    assert r.state["derived"]["progress_ratio"] == 1.0
+
+
+def test_torch_unmodelled_classes_are_info_only(tmp_path):
+    from torch.optim import lr_scheduler as L
+
+    for name, make in {
+        "CyclicLR": lambda o: L.CyclicLR(o, 1e-4, 1e-3, step_size_up=4),
+        "CosineAnnealingWarmRestarts": lambda o: L.CosineAnnealingWarmRestarts(o, 5),
+    }.items():
+        (r,) = inspect_path(_loop_with(tmp_path, name, make))
+        quiet([r], allowed={"LRD107"})
+        assert codes(r) == ["LRD107"] and name in r.findings[0].message
