@@ -96,6 +96,7 @@ def _hf_class() -> type:
             self._setup(strict, batch_log, max_steps, horizon, ignore, tokens_fn)
             self._hook: Any = None
             self._state: Any = None
+            self._armed = False
 
         def on_train_begin(self, args, state, control, model=None, optimizer=None,
                            lr_scheduler=None, **kw):
@@ -113,15 +114,20 @@ def _hf_class() -> type:
                 self._hook = model.register_forward_pre_hook(self._forward, with_kwargs=True)
 
         def _forward(self, module, args, kwargs):
-            if module.training:  # not evaluation / prediction
+            # The first training forward after a micro-batch boundary is that
+            # micro-batch; a loss that calls the model again is not more samples.
+            if module.training and self._armed:
+                self._armed = False
                 self._record(self._state.global_step, kwargs if kwargs else
                              (args[0] if len(args) == 1 else args))
 
         def on_step_begin(self, args, state, control, **kw):
+            self._armed = True
             for w in self.watches:
                 w.micro_batch(first=True)
 
         def on_substep_end(self, args, state, control, **kw):
+            self._armed = True
             for w in self.watches:
                 w.micro_batch(first=False)
 

@@ -195,8 +195,15 @@ class TokenData(torch.utils.data.Dataset):
                 "labels": torch.tensor(float(i % 3))}
 
 
-def hf_train(tmp_path, callbacks, *, ga=4, max_steps=6, bs=2):
+def hf_train(tmp_path, callbacks, *, ga=4, max_steps=6, bs=2, twice=False):
     from transformers import Trainer, TrainingArguments
+
+    class TwiceTrainer(Trainer):
+        """A loss that runs the model a second time (an auxiliary pass)."""
+
+        def compute_loss(self, model, inputs, **kw):
+            aux = model(**inputs)["loss"]
+            return super().compute_loss(model, inputs, **kw) + 0.0 * aux
 
     args = TrainingArguments(
         output_dir=str(tmp_path / "out"), max_steps=max_steps, learning_rate=1e-3,
@@ -204,7 +211,8 @@ def hf_train(tmp_path, callbacks, *, ga=4, max_steps=6, bs=2):
         gradient_accumulation_steps=ga, use_cpu=True, report_to=[], save_strategy="no",
         logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0, seed=0)
     model = TokenModel()
-    trainer = Trainer(model=model, args=args, train_dataset=TokenData(), callbacks=callbacks)
+    trainer = (TwiceTrainer if twice else Trainer)(model=model, args=args,
+                                                   train_dataset=TokenData(), callbacks=callbacks)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         trainer.train()
@@ -239,6 +247,18 @@ def test_hf_healthy_run_is_silent_and_records_the_batch_log(tmp_path):
     assert df.groupby("step").size().tolist() == [8] * 6
     assert df["tokens"].tolist() == [t for mb in model.seen for t in mb]
     assert set(df["tokens"]) <= set(range(3, 9))
+
+
+@pytest.mark.frameworks
+def test_hf_batch_log_counts_a_micro_batch_once_when_the_loss_runs_the_model_twice(tmp_path):
+    from lrdoctor.callbacks import hf_callback
+
+    model, msgs = hf_train(tmp_path, [hf_callback(batch_log=tmp_path / "b.csv")], ga=2,
+                           twice=True)
+    assert len(model.seen) == 2 * 6 * 2  # two forwards per micro-batch
+    df = read_batch_log(tmp_path / "b.csv")
+    assert df.groupby("step").size().tolist() == [2 * 2] * 6
+    assert df["tokens"].tolist() == [t for mb in model.seen[::2] for t in mb]
 
 
 @pytest.mark.frameworks
