@@ -66,8 +66,8 @@ def scheduler_horizon(scheduler: Any) -> float | None:
         return float(scheduler.lr_decay_steps)
     if name == "CosineAnnealingLR":
         return float(scheduler.T_max)
-    if name == "OneCycleLR":
-        return float(scheduler.total_steps - 1)
+    if name == "OneCycleLR":  # torch refuses to step past total_steps
+        return float(scheduler.total_steps)
     if name == "PolynomialLR":
         return float(scheduler.total_iters)
     if name == "LinearLR" and scheduler.end_factor < scheduler.start_factor:

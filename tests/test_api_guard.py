@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from lrdoctor.live import LoopWatch, LRDoctorWarning, SchedulerStepError, StepGuard
+from lrdoctor.live import (
+    LoopWatch,
+    LRDoctorWarning,
+    SchedulerStepError,
+    StepGuard,
+    scheduler_horizon,
+)
 from lrdoctor.replay.batchlog import read_batch_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,6 +146,45 @@ def test_accelerate_stepping_once_per_process_is_caught(monkeypatch):
     codes = {f.code: f for f in guard.findings}
     assert codes["LRD103"].evidence["since_last_update"] == 2
     assert codes["LRD101"].evidence["optimizer_updates"] == 3  # T_max 6 used up at update 3
+
+
+def _opt():
+    return torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+
+
+@pytest.mark.parametrize(("make", "horizon"), [
+    (lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10), 10),
+    (lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.1, total_steps=10), 10),
+    (lambda o: torch.optim.lr_scheduler.LinearLR(o, 1.0, 0.1, total_iters=10), 10),
+    (lambda o: torch.optim.lr_scheduler.LinearLR(o, 0.1, 1.0, total_iters=10), None),  # warm-up
+    (lambda o: torch.optim.lr_scheduler.PolynomialLR(o, total_iters=10), 10),
+    (lambda o: torch.optim.lr_scheduler.SequentialLR(
+        o, [torch.optim.lr_scheduler.LinearLR(o, 0.1, 1.0, total_iters=3),
+            torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=7)], milestones=[3]), 10),
+    (lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda n: 1.0), None),
+], ids=["cosine", "onecycle", "linear-decay", "linear-warmup", "poly", "sequential", "lambda"])
+def test_horizon_read_from_real_torch_schedulers(make, horizon):
+    assert scheduler_horizon(make(_opt())) == horizon
+
+
+@pytest.mark.frameworks
+def test_horizon_read_from_hf_schedulers():
+    import transformers as tf
+
+    assert scheduler_horizon(tf.get_cosine_schedule_with_warmup(_opt(), 2, 10)) == 10
+    assert scheduler_horizon(tf.get_scheduler("linear", _opt(), 1, 12)) == 12
+    assert scheduler_horizon(tf.get_wsd_schedule(_opt(), 2, 3, num_stable_steps=4)) == 9
+    assert scheduler_horizon(tf.get_constant_schedule_with_warmup(_opt(), 2)) is None
+
+
+def test_one_cycle_used_to_its_last_step_is_silent():
+    o = _opt()
+    s = torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.1, total_steps=6)
+    with StepGuard(o, s, max_steps=6) as guard:
+        for _ in range(6):
+            o.step()
+            s.step()
+    assert guard.findings == [] and s.last_epoch == 6
 
 
 @pytest.mark.frameworks
