@@ -266,12 +266,15 @@ def roll_run(output_dir: Path, *, pipeline_max_steps: int = 10, nominal_per_step
 def hf_run(output_dir: Path, *, max_steps: int = 12, save_steps: int = 4, lr: float = 1e-3,
            scheduler: str = "cosine", warmup_steps: float = 3, logging_steps: int = 1,
            grad_accum: int = 1, scheduler_kwargs: dict | None = None,
-           save_state: bool = True, callbacks=()) -> Truth:
+           save_state: bool = True, callbacks=(), args_over: dict | None = None,
+           resume_from: str | None = None) -> Truth:
     """A real ``transformers.Trainer`` run of a two-layer model on CPU.
 
     ``save_state``: end with ``Trainer.save_state()`` (output_dir/trainer_state.json,
     whose log holds the run time, so it differs between runs). ``callbacks``: more
     ``TrainerCallback`` instances (a user's callback that misbehaves, for bug runs).
+    ``args_over``: more ``TrainingArguments`` (num_train_epochs, save_strategy...);
+    ``resume_from``: a checkpoint to resume from, as ``trainer.train`` does.
     """
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
@@ -304,17 +307,17 @@ def hf_run(output_dir: Path, *, max_steps: int = 12, save_steps: int = 4, lr: fl
                                _opt_step(opt), {"global_step": state.global_step,
                                                 "max_steps": state.max_steps}))
 
-    args = TrainingArguments(
-        output_dir=str(output_dir), max_steps=max_steps, save_steps=save_steps,
-        learning_rate=lr, lr_scheduler_type=scheduler, warmup_steps=warmup_steps,
-        logging_steps=logging_steps, per_device_train_batch_size=4,
-        gradient_accumulation_steps=grad_accum, use_cpu=True, report_to=[],
-        save_strategy="steps", seed=0, disable_tqdm=True, dataloader_num_workers=0,
-        lr_scheduler_kwargs=scheduler_kwargs or {},
-    )
+    args = TrainingArguments(**{
+        **dict(output_dir=str(output_dir), max_steps=max_steps, save_steps=save_steps,
+               learning_rate=lr, lr_scheduler_type=scheduler, warmup_steps=warmup_steps,
+               logging_steps=logging_steps, per_device_train_batch_size=4,
+               gradient_accumulation_steps=grad_accum, use_cpu=True, report_to=[],
+               save_strategy="steps", seed=0, disable_tqdm=True, dataloader_num_workers=0,
+               lr_scheduler_kwargs=scheduler_kwargs or {}),
+        **(args_over or {})})
     trainer = Trainer(model=TwoLayer(), args=args, train_dataset=DS(),
                       callbacks=[*callbacks, Record()])
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume_from)
     if save_state:  # what most scripts do at the end
         trainer.save_state()
     return Truth(Path(output_dir), saves, meta={"args": args})

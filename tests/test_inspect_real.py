@@ -162,6 +162,31 @@ def test_hf_healthy_schedule_types(kw, tmp_path):
     quiet(reps)
 
 
+def test_hf_healthy_epochs_partial_accumulation_and_epoch_saves(tmp_path):
+    """num_train_epochs with GA 3 over 16 batches (a short last window), and epoch saves."""
+    truth = hf_run(tmp_path / "a", max_steps=-1, grad_accum=3, warmup_steps=0.1,
+                   save_state=False, args_over={"num_train_epochs": 2})
+    reps = inspect_path(truth.root, all=True)
+    assert len(reps) == len(truth.saves) >= 3
+    quiet(reps)
+    truth = hf_run(tmp_path / "b", max_steps=-1, grad_accum=2, save_state=False,
+                   args_over={"num_train_epochs": 3, "save_strategy": "epoch"})
+    reps = inspect_path(truth.root, all=True)
+    assert [r.target.rsplit("-", 1)[-1] for r in reps] == ["8", "16", "24"]
+    quiet(reps)
+
+
+def test_hf_resumed_run_healthy(tmp_path):
+    out = tmp_path / "out"
+    first = hf_run(out, max_steps=12, save_steps=4, save_state=False)
+    for s in first.saves[1:]:
+        shutil.rmtree(s.path)
+    hf_run(out, max_steps=12, save_steps=4, resume_from=str(first.saves[0].path))
+    reps = inspect_path(out, all=True)
+    assert len(reps) == 3
+    quiet(reps)
+
+
 def test_hf_fitted_from_log_history_is_info_only(hf_run_dir, tmp_path):
     for saved in hf_run_dir.saves:
         ck = tmp_path / saved.path.name
