@@ -170,8 +170,12 @@ class BatchLogRecorder:
         if self.format == "jsonl":
             import json
 
-            return "".join(json.dumps(dict(zip(self._columns, r, strict=True)),
-                                      separators=(",", ":")) + "\n" for r in rows).encode()
+            # Every value is an int except prompt_id (validated in log()): format ints
+            # directly, JSON-escape only the strings.
+            keys = [f'"{c}":' for c in self._columns]
+            enc = [json.dumps if c == "prompt_id" else str for c in self._columns]
+            return "".join("{" + ",".join(k + f(v) for k, f, v in zip(keys, enc, r, strict=True))
+                           + "}\n" for r in rows).encode()
         import csv
         import io
 
