@@ -255,7 +255,7 @@ class NormalizedStepper:
 class StepGuard(_Reporter):
     """Raise (or warn) when the scheduler steps more than ``per_update`` times per update.
 
-    >>> with StepGuard(optimizer, scheduler, max_steps=1000):
+    >>> with StepGuard(optimizer, scheduler, max_steps=1000) as guard:
     ...     for i, batch in enumerate(loader):
     ...         guard.micro_batch()        # optional: enables the LRD205 window check
     ...         ...
