@@ -35,7 +35,7 @@ test: install-test
 	$(BIN)/python -m pytest -q
 
 bench: install-test
-	$(BIN)/python benchmarks/bench_inspect.py
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV)
