@@ -187,6 +187,31 @@ def test_hf_resumed_run_healthy(tmp_path):
     quiet(reps)
 
 
+@pytest.mark.parametrize("fp16", [True, False])
+def test_hf_fp16_overflowed_steps_are_not_a_lag(fp16, tmp_path):
+    """On a GPU, an fp16 overflow skips optimizer.step() and accelerate skips the scheduler,
+    while global_step counts the step. Constructed from a real (CPU, no GradScaler) run:
+    checkpoint-10 carrying checkpoint-8's optimizer and scheduler is what two overflowed
+    steps leave. Without fp16 nothing skips steps, so the lag stays a finding."""
+    truth = hf_run(tmp_path / "out", max_steps=12, save_steps=2, save_state=False,
+                   args_over={"fp16": fp16})
+    ck = tmp_path / "checkpoint-10"
+    shutil.copytree(truth.root / "checkpoint-10", ck)
+    for f in ("scheduler.pt", "optimizer.pt"):
+        shutil.copy(truth.root / "checkpoint-8" / f, ck / f)
+    (r,) = inspect_path(ck)
+    if fp16:
+        quiet([r])
+        assert r.findings == []
+        counters = {c["name"]: c["value"] for c in r.state["counters"]}
+        assert counters["trainer.overflowed_steps"] == 2
+        assert r.state["nominal_progress"]["value"] == 8
+    else:
+        assert codes(r) == ["LRD108"]
+        assert (ev(r, "LRD108")["scheduler_progress"], ev(r, "LRD108")["nominal_progress"]) == (
+            8, 10)
+
+
 def test_hf_fitted_from_log_history_is_info_only(hf_run_dir, tmp_path):
     for saved in hf_run_dir.saves:
         ck = tmp_path / saved.path.name

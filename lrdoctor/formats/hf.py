@@ -186,11 +186,33 @@ def read(path: Path) -> RunState:
                 st.notes.append("no schedule type fits log_history; schedule unknown")
     if base_lr is not None:
         st.extras["base_lr"] = base_lr
+    _overflowed_steps(st, args)
     for k in ("train_batch_size", "num_train_epochs", "logging_steps", "save_steps",
               "num_input_tokens_seen"):
         if k in ts:
             st.extras[k] = ts[k]
     return st
+
+
+def _overflowed_steps(st: RunState, args: dict | None) -> None:
+    """fp16 with a GradScaler: an overflowed step skips optimizer.step(), and accelerate's
+    AcceleratedScheduler then skips the scheduler too, while global_step still counts it.
+    When scheduler and optimizer agree and trail global_step, that is by design."""
+    if args is not None and not args.get("fp16"):
+        return
+    sp, opt, nom = st.scheduler_progress, st.counter("optimizer.step"), st.nominal_progress
+    if sp is None or opt is None or nom is None or sp.value != opt.value:
+        return
+    skipped = nom.value - opt.value
+    if skipped <= 0:
+        return
+    st.counters.append(Counter("trainer.overflowed_steps", skipped, Unit.UPDATES,
+                               "trainer.global_step - optimizer.step"))
+    st.nominal_progress = Counter("trainer.global_step - overflowed steps", opt.value,
+                                  Unit.UPDATES, "trainer_state.global_step - (global_step - "
+                                  "optimizer.step): fp16-overflowed steps skip the scheduler")
+    st.notes.append(f"{skipped:,.0f} step(s) skipped the optimizer (fp16 overflow) and so the "
+                    "scheduler: it trails global_step by that much by design")
 
 
 def _schedule_from_args(args: dict, max_steps: Any, base_lr: float | None,
