@@ -99,16 +99,25 @@ def render_inspect(report, con: Console | None = None) -> None:
 
 def render_trend(reports, con: Console | None = None) -> None:
     con = con or console()
+    import os
+
+    units = {(r.state.get("scheduler_progress") or {}).get("unit") for r in reports} - {None}
+    unit = f" ({units.pop()})" if len(units) == 1 else ""
     table = Table(title="Trend over checkpoints", title_justify="left", show_edge=False)
-    for col in ("checkpoint", "scheduler", "nominal", "ratio", "horizon %", "LR", "worst"):
-        table.add_column(col)
+    for col in ("checkpoint", f"scheduler{unit}", f"nominal{unit}", "ratio", "horizon %",
+                "LR", "worst"):
+        table.add_column(col, justify="left" if col in ("checkpoint", "worst") else "right")
+    # The checkpoints' own names, not a long shared prefix that the table would cut.
+    base = os.path.commonpath([r.target for r in reports]) if len(reports) > 1 else ""
     for r in reports:
         st, d = r.state, r.state.get("derived", {})
         sp, nom = st.get("scheduler_progress"), st.get("nominal_progress")
         worst = max((f.severity for f in r.findings), default=None)
+        ratio = d.get("progress_ratio")
+        name = os.path.relpath(r.target, base) if base and r.target != base else r.target
         table.add_row(
-            r.target, _num(sp["value"]) if sp else "-", _num(nom["value"]) if nom else "-",
-            _num(d.get("progress_ratio")),
+            name, _num(sp["value"]) if sp else "-", _num(nom["value"]) if nom else "-",
+            f"{ratio:.4g}x" if ratio is not None else "-",
             f"{d['horizon_fraction']:.1%}" if d.get("horizon_fraction") is not None else "-",
             _num(d.get("lr_at_scheduler_progress")),
             f"[{_STYLE[worst]}]{worst}[/]" if worst else "[green]ok[/green]")

@@ -365,3 +365,26 @@ def test_torch_unmodelled_classes_are_info_only(tmp_path):
         (r,) = inspect_path(_loop_with(tmp_path, name, make))
         quiet([r], allowed={"LRD107"})
         assert codes(r) == ["LRD107"] and name in r.findings[0].message
+
+
+def test_text_report_labels_units_and_checkpoint_names(tmp_path):
+    """What a user reads: roles, units on every count, the checkpoints' own names."""
+    from rich.console import Console
+
+    from lrdoctor.render import render_inspect, render_trend
+
+    truth = roll_run(tmp_path / "out", updates_per_step=lambda s: 9 + s % 3, save_at=(3, 7))
+    reps = inspect_path(truth.root, all=True)
+    con = Console(record=True, width=240, highlight=False)
+    render_inspect(reps[-1], con)
+    render_trend(reps, con)
+    text = con.export_text()
+    lines = text.splitlines()
+    row = next(ln for ln in lines if "scheduler.num_steps" in ln and "│" in ln)
+    assert row.split("│")[0].strip() == "scheduler" and "79" in row and "optimizer updates" in row
+    assert next(ln for ln in lines if ln.startswith(" nominal ")).count("32") == 1
+    assert "warmup 2 optimizer updates, decay horizon 40 optimizer updates" in text
+    assert "scheduler/nominal progress 2.469x" in text
+    assert "scheduler (optimizer updates)" in text
+    names = [ln.split("│")[0].strip() for ln in lines if "│" in ln and "checkpoint-" in ln]
+    assert names[-2:] == ["checkpoint-3", "checkpoint-7"]
