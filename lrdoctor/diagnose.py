@@ -169,12 +169,18 @@ def _horizon(state: RunState) -> list[Finding]:
     unit = prog.unit.value
     if planned is not None and horizon < planned * (1 - 1e-9) and (consistent or ratio is None):
         tail = 1 - horizon / planned
+        ev = {"horizon": horizon, "planned_end": planned, "tail_fraction": round(tail, 6)}
+        lr_end = _lr_or_none(spec, planned)
+        what = f"runs at min_lr {spec.min_lr:g} by configuration"
+        if lr_end is not None and not math.isclose(lr_end, spec.min_lr, rel_tol=1e-6,
+                                                    abs_tol=1e-15):
+            ev["lr_at_planned_end"] = lr_end
+            what = (f"is past the horizon, where {spec.kind} does not hold min_lr "
+                    f"{spec.min_lr:g} (it gives {lr_end:.6g} at the planned end)")
         return [finding(
             "LRD102",
             f"The decay horizon ({_fmt(horizon)} {unit}) ends before the planned end of "
-            f"training ({_fmt(planned)} {unit}): the last {tail:.0%} runs at min_lr "
-            f"{spec.min_lr:g} by configuration.",
-            {"horizon": horizon, "planned_end": planned, "tail_fraction": round(tail, 6)})]
+            f"training ({_fmt(planned)} {unit}): the last {tail:.0%} {what}.", ev)]
     if prog.value <= horizon:
         return []
     at_floor = (prog.value - horizon) / prog.value

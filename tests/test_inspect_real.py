@@ -388,3 +388,19 @@ def test_text_report_labels_units_and_checkpoint_names(tmp_path):
     assert "scheduler (optimizer updates)" in text
     names = [ln.split("│")[0].strip() for ln in lines if "│" in ln and "checkpoint-" in ln]
     assert names[-2:] == ["checkpoint-3", "checkpoint-7"]
+
+
+def test_torch_cosine_shorter_than_the_plan_says_it_climbs_back(tmp_path):
+    """T_max 10 of 15 planned updates: info only, and not 'runs at min_lr' (torch's cosine
+    rises again past T_max)."""
+    from torch.optim import lr_scheduler as L
+
+    p = _loop_with(tmp_path, "short", lambda o: L.CosineAnnealingLR(o, T_max=10),
+                   updates=4, total=15)
+    (r,) = inspect_path(p)
+    quiet([r], allowed={"LRD102"})
+    assert codes(r) == ["LRD102"]
+    e = ev(r, "LRD102")
+    assert (e["horizon"], e["planned_end"]) == (10, 15)
+    assert e["lr_at_planned_end"] == pytest.approx(5e-4)  # 1e-3 x (1 + cos(1.5 pi)) / 2
+    assert "does not hold min_lr" in r.findings[0].message
