@@ -65,7 +65,7 @@ def _config(state: RunState) -> list[Finding]:
            for msg in problems(spec)]
     if spec.source and "fitted" in spec.source:
         out.append(finding("LRD107", f"Schedule {spec.kind!r} was {spec.source}; "
-                           "numbers below rest on that fit.", {"source": spec.source}))
+                           "the schedule LRs reported rest on that fit.", {"source": spec.source}))
     return out
 
 
