@@ -172,7 +172,7 @@ def read(path: Path) -> RunState:
             if k in args:
                 st.extras[k] = _common.plain(args[k]) if k == "lr_scheduler_type" else args[k]
     else:
-        st.notes.append(f"training_args.bin not used ({why}); schedule fitted from log_history")
+        st.notes.append(f"training_args.bin not used ({why}): the schedule is fitted to log_history")
         if base_lr is None and history:
             base_lr = max(lr for _, lr in history)
             st.notes.append("initial LR unknown; the fit takes the largest logged LR")
