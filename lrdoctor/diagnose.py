@@ -120,10 +120,13 @@ def _progress_ratio(state: RunState) -> list[Finding]:
                 fix = (f"Size the scheduler's budget in num_processes x updates (x {k}, as "
                        "accelerate's examples do) or prepare with split_batches=True; repair "
                        f"this checkpoint with `lrdoctor fix --policy rescale --k {k}`.")
+        # accelerate's multiplier is intended when the budget was multiplied too, and
+        # the checkpoint cannot tell which: warn rather than fail.
+        severity = Severity.WARNING if near_int and _accelerate_multiplier(state, k) else None
         return [finding(
             "LRD103",
             f"{prog.name} = {_fmt(prog.value)} is {ratio:.3g}x {nominal.source} = "
-            f"{_fmt(nominal.value)}: likely {causes}.", ev, fix=fix)]
+            f"{_fmt(nominal.value)}: likely {causes}.", ev, fix=fix, severity=severity)]
     severity = None
     if state.schedule is not None and state.schedule.kind in _EPOCH_STYLE:
         severity = Severity.INFO
