@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from lrdoctor.errors import UnusableInput
+from lrdoctor.formats import _torchstate
 from lrdoctor.formats import accelerate as acc_fmt
 from lrdoctor.model import Unit
 
@@ -234,8 +235,8 @@ def test_every_torch_scheduler_class_is_identified(cls):
         sched.step(1.0) if cls == "ReduceLROnPlateau" else sched.step()
     sd = sched.state_dict()
     expected = "LambdaLR" if cls == "MultiplicativeLR" else cls
-    assert acc_fmt.torch_scheduler_kind(sd) == expected
-    spec, prog, notes = acc_fmt.torch_scheduler(sd, unit=Unit.UPDATES, source="s")
+    assert _torchstate.torch_scheduler_kind(sd) == expected
+    spec, prog, notes = _torchstate.torch_scheduler(sd, unit=Unit.UPDATES, source="s")
     assert prog.value == sched.last_epoch == 3
     modelled = cls not in ("LambdaLR", "MultiplicativeLR", "ReduceLROnPlateau",
                            "CosineAnnealingWarmRestarts", "CyclicLR", "OneCycleLR")

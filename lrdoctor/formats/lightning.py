@@ -29,7 +29,7 @@ from typing import Any
 
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
-from lrdoctor.formats.accelerate import add_optimizer, optimizer_info, torch_scheduler
+from lrdoctor.formats._torchstate import add_optimizer, optimizer_info, torch_scheduler
 from lrdoctor.model import Counter, RunState, Unit
 
 NAME = "lightning"

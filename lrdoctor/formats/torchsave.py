@@ -21,6 +21,7 @@ from typing import Any
 
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
+from lrdoctor.formats._torchstate import optimizer_info, torch_scheduler, torch_scheduler_kind
 from lrdoctor.model import Counter, RunState, Unit
 
 NAME = "torch"
@@ -119,8 +120,6 @@ def scheduler_state(sd: dict) -> tuple[str | None, Any]:
 
 def identify(sched: dict) -> str:
     """The torch LRScheduler class whose ``state_dict()`` has these keys."""
-    from lrdoctor.formats.accelerate import torch_scheduler_kind
-
     return torch_scheduler_kind(sched) or "unknown"
 
 
@@ -132,8 +131,6 @@ def read(path: Path) -> RunState:
     src = str(f)
     sd = _common.load_dict(f, "a dict of training state")
     st = RunState(format=NAME, path=src, files=[src])
-
-    from lrdoctor.formats.accelerate import optimizer_info
 
     okey, ostate = optimizer_state(sd)
     opt = optimizer_info(ostate) if okey else None
@@ -186,8 +183,6 @@ def read(path: Path) -> RunState:
 
 def _read_scheduler(st: RunState, sched: dict, src: str, opt: dict | None) -> None:
     """Schedule spec and progress through the one shared torch-scheduler converter."""
-    from lrdoctor.formats.accelerate import torch_scheduler
-
     st.extras["scheduler_class"] = identify(sched)
     for k in ("_step_count", "_last_lr", "base_lrs"):
         if k in sched:
