@@ -103,7 +103,9 @@ class CheckConfig:
 
     def resolve(self, p: str) -> str:
         """``p`` relative to the config's directory, kept relative to cwd when possible."""
-        full = p if os.path.isabs(p) else os.path.join(self.root, p)
+        if os.path.isabs(p):
+            return p  # as the user wrote it: '/data/ckpt', never '../../data/ckpt'
+        full = os.path.join(self.root, p)
         try:
             return os.path.relpath(full)
         except ValueError:  # pragma: no cover - different drive on Windows

@@ -57,9 +57,17 @@ def plot_inspect(reports, out: Path) -> Path:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(out)
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(tmp, format="png")
+        tmp.replace(out)
+    except OSError as exc:
+        from lrdoctor.errors import UnusableInput
+
+        raise UnusableInput(f"--plot: cannot write ({exc.strerror or exc})", str(out)) from None
+    finally:
+        plt.close(fig)
+        if tmp.exists():
+            tmp.unlink()
     return out

@@ -51,6 +51,15 @@ def die(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def warn_unusable(reports) -> bool:
+    """One stderr line per checked input that could not be used (LRD303), so the reason
+    is seen even when stdout goes to a file or a report page; True when there was one."""
+    lines = [f.message for r in reports for f in r.findings if f.code == "LRD303"]
+    for line in lines:
+        print(f"lrdoctor: error: {line}", file=sys.stderr)
+    return bool(lines)
+
+
 T = TypeVar("T")
 
 

@@ -16,6 +16,7 @@ from lrdoctor.commands._common import (
     emit,
     guarded,
     resolve_format,
+    warn_unusable,
 )
 
 HELP = """Run every inspect and replay named in [tool.lrdoctor] (pyproject.toml or
@@ -95,6 +96,7 @@ def check_cmd(
         guarded(lambda: _write_atomic(output, buf.getvalue()))
     if fmt is OutputFormat.github:
         _step_summary(reports, default.value)
+    warn_unusable(reports)
     raise typer.Exit(ci_check.check_exit_code(reports))
 
 

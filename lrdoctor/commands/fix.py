@@ -8,7 +8,13 @@ from typing import Annotated
 
 import typer
 
-from lrdoctor.commands._common import JsonOpt, guarded
+from lrdoctor.commands._common import (
+    FailOn,
+    JsonOpt,
+    OutputFormatOpt,
+    guarded,
+    resolve_format,
+)
 
 HELP = """Write a repaired copy of a checkpoint a run can resume from (the input is never touched).
 
@@ -34,7 +40,9 @@ Examples:
 
   lrdoctor fix ckpt.pt --out ckpt-fixed.pt --from-replay replay.json
 
-Exit codes: 0 written (or nothing to fix), 2 unusable input or ambiguous intent.
+Exit codes: 0 written (or nothing to fix), 1 a finding at/above --fail-on is still there
+after the fix (with --dry-run: is there now; default never), 2 unusable input or
+ambiguous intent (an existing --out without --force, no --out, conflicting options).
 """
 
 
@@ -57,12 +65,19 @@ def register(app: typer.Typer) -> None:
         force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
         format: Annotated[str | None, typer.Option("--format", help="Force the checkpoint format.")] = None,
         json_out: JsonOpt = False,
+        output_format: OutputFormatOpt = None,
+        fail_on: Annotated[FailOn, typer.Option(
+            "--fail-on", help="Lowest severity still found after the fix (with --dry-run: "
+            "found now) that makes the exit code 1.")] = FailOn.never,
     ) -> None:
+        fmt = resolve_format(json_out, output_format)
+
         def run() -> int:
             from lrdoctor.repair.cli import run_fix
 
             return run_fix(path, out=out, policy=policy.value if policy else None, k=k,
                            progress=progress, replay=from_replay, dry_run=dry_run,
-                           force=force, format=format, json_out=json_out)
+                           force=force, format=format, output_format=fmt.value,
+                           fail_on=fail_on.value)
 
         raise typer.Exit(guarded(run))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from lrdoctor.commands._common import FailOn, FailOnOpt, guarded
+from lrdoctor.commands._common import FailOn, FailOnOpt, guarded, warn_unusable
 
 HELP = """Write a self-contained HTML report (index.html, figures embedded, PNGs alongside).
 
@@ -76,7 +76,7 @@ def report_cmd(
     index = guarded(lambda: write_report(reports, out, title=title))
     pngs = sorted(p.name for p in Path(out).glob("*.png"))
     print(f"report written to {index} ({len(reports)} target(s), {len(pngs)} figure(s))")
-    if any(f.code == "LRD303" for r in reports for f in r.findings):
+    if warn_unusable(reports):
         raise typer.Exit(2)
     code = max((exit_code(r.findings, fail_on.value) for r in reports), default=0)
     raise typer.Exit(code)

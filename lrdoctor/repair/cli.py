@@ -65,7 +65,7 @@ def render(plan: FixPlan, *, dry_run: bool, out: Path | None,
     if t.horizon is not None:
         con.print(f"decay horizon {_fmt(t.horizon_before)} -> {_fmt(t.horizon)} {unit}")
     if t.lr_before is not None or t.lr is not None:
-        con.print(f"LR now {_fmt(t.lr_before)} -> after {_fmt(t.lr)}")
+        con.print(f"learning rate {_fmt(t.lr_before)} -> {_fmt(t.lr)}")
     for n in plan.notes:
         con.print(f"[dim]note:[/dim] {n}")
     if dry_run:
@@ -79,7 +79,11 @@ def render(plan: FixPlan, *, dry_run: bool, out: Path | None,
 
 def run_fix(path: Path, *, out: Path | None, policy: str | None, k: float | None,
             progress: float | None, replay: Path | None, dry_run: bool, force: bool,
-            format: str | None, json_out: bool) -> int:
+            format: str | None, json_out: bool = False, output_format: str = "text",
+            fail_on: str = "never") -> int:
+    """Plan, write and print a fix; the exit code is 1 when a finding at or above
+    ``fail_on`` remains (after the write, or as it is now with --dry-run / nothing to fix)."""
+    fmt = "json" if json_out else output_format
     if out is None and not dry_run:
         raise UnusableInput("give --out NEW (or --dry-run): fix never modifies its input")
     plan = plan_fix(path, policy=policy, k=k, progress=progress, replay=replay, format=format)
@@ -88,17 +92,26 @@ def run_fix(path: Path, *, out: Path | None, policy: str | None, k: float | None
     result = None
     if not dry_run and not plan.noop:
         assert out is not None
-        bar = _progress(json_out)
+        bar = _progress(fmt != "text")
         try:
             result = write_fix(plan, out, force=force, progress=bar)
         finally:
             if bar is not None:
                 bar.stop()
-    if json_out:
-        print(report(plan, dry_run=dry_run, out=out, result=result).to_json())
-    else:
+    rep = report(plan, dry_run=dry_run, out=out, result=result)
+    if fmt == "json":
+        print(rep.to_json())
+    elif fmt == "text":
         render(plan, dry_run=dry_run, out=out, result=result)
-    return 0
+    else:
+        from lrdoctor import output
+
+        print(output.render([rep], fmt, fail_on=fail_on))
+    from lrdoctor.findings import exit_code
+
+    remaining = (result.after_findings if result is not None and result.written is not None
+                 else plan.findings)
+    return exit_code(remaining, fail_on)
 
 
 def _has_manifest(path: Path) -> bool:
@@ -134,7 +147,7 @@ class _Bar:
         self.p.stop()
 
 
-def _progress(json_out: bool):
-    if json_out or not sys.stderr.isatty():
+def _progress(quiet: bool):
+    if quiet or not sys.stderr.isatty():
         return None
     return _Bar()
