@@ -33,7 +33,7 @@ def plot_inspect(reports, out: Path) -> Path:
     xs = [xs_max * i / (n - 1) for i in range(n)]
     ys = [lr_at(spec, x) for x in xs]
 
-    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
+    fig, ax = plt.subplots(figsize=(9, 5.4), dpi=110)
     ax.plot(xs, ys, color="#1f77b4", lw=2, label=f"intended {spec.family} {spec.kind} schedule")
     if spec.horizon:
         ax.axvline(spec.horizon, color="gray", ls="--", lw=1)
@@ -49,11 +49,13 @@ def plot_inspect(reports, out: Path) -> Path:
         ax.scatter([sp["value"]], [lr_at(spec, sp["value"])], s=80, marker="X", color="#d62728",
                    zorder=6, label=f"scheduler is at {sp['value']:,.0f}")
     ax.set_xlabel(f"scheduler progress ({spec.unit.value})")
-    ax.set_ylabel("learning rate")
+    ax.set_ylabel("learning rate (param group 0)")
     ax.set_title(f"{Path(report.target).name} ({report.format})", fontsize=10)
     ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     ax.set_ylim(bottom=min(0, spec.min_lr) if spec.min_lr >= 0 else spec.min_lr * 1.1)
-    ax.legend(fontsize=8, loc="upper right")
+    # Below the axes: inside, it sat on the curve (a torch cosine climbs back up on the right).
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3,
+              frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     out = Path(out)
