@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from lrdoctor.findings import Severity
 
@@ -44,18 +46,17 @@ def render_findings(report, con: Console | None = None) -> None:
         return
     for f in sorted(report.findings, key=lambda f: -f.severity):
         con.print(f"[{_STYLE[f.severity]}]{f.code} {f.severity}[/]: [bold]{f.title}[/bold]")
-        con.print(f"  {f.message}")
+        # Hanging indent: a wrapped message stays under its finding, not at column 0.
+        con.print(Padding(Text(f.message), (0, 0, 0, 2)))
         if f.fix:
-            con.print(f"  [dim]fix:[/dim] {f.fix}")
+            fix = Text.assemble(("fix: ", "dim"), f.fix)
+            con.print(Padding(fix, (0, 0, 0, 2)))
 
 
 def render_inspect(report, con: Console | None = None) -> None:
     con = con or console()
     st = report.state
     con.rule(f"[bold]{report.target}[/bold]  ({report.format})")
-    table = Table(title="Progress counters", title_justify="left", show_edge=False)
-    for col in ("role", "counter", "value", "unit", "source"):
-        table.add_column(col, overflow="fold", justify="right" if col == "value" else "left")
     rows = []
     # The three that diagnosis compares first, then every raw counter read.
     if st.get("scheduler_progress"):
@@ -64,18 +65,20 @@ def render_inspect(report, con: Console | None = None) -> None:
         rows.append(("[bold]nominal[/bold]", st["nominal_progress"]))
     if st.get("planned_end"):
         rows.append(("[bold]planned end[/bold]", st["planned_end"]))
-    rows += [("", c) for c in st.get("counters", [])]
-    for role, c in rows:
-        table.add_row(role, c["name"], _num(c["value"]), c["unit"],
-                      _short(c.get("source", ""), report.target))
-    con.print(table)
+    compared = len(rows)
+    rows += [("[dim]read[/dim]", c) for c in st.get("counters", [])]
+    con.print(_counter_table(rows, compared, report.target, con.width))
+    # Label | text, so a wrapped line stays under its text instead of under the label.
+    info = Table.grid(padding=(0, 1))
+    info.add_column(no_wrap=True)
+    info.add_column()
     spec, d = st.get("schedule"), st.get("derived", {})
     if spec:
         unit = spec["unit"]
         horizon = f"{_num(spec['horizon'])} {unit}" if spec.get("horizon") else "none"
         source = _short(spec.get("source") or "checkpoint", report.target)
-        con.print(
-            f"schedule: [bold]{spec['family']} {spec['kind']}[/bold] max_lr {spec['max_lr']:g}, "
+        info.add_row(
+            "schedule:", f"[bold]{spec['family']} {spec['kind']}[/bold] max_lr {spec['max_lr']:g}, "
             f"min_lr {spec['min_lr']:g}, warmup {_num(spec['warmup'])} {unit}, decay horizon "
             f"{horizon}  [dim]({source})[/dim]")
         parts = []
@@ -89,12 +92,41 @@ def render_inspect(report, con: Console | None = None) -> None:
                 lr += f" (at the nominal progress: {d['lr_at_nominal_progress']:.6g})"
             parts.append(lr)
         if parts:
-            con.print("position: " + "; ".join(parts))
+            info.add_row("position:", "; ".join(parts))
     if st.get("optimizer_lrs"):
-        con.print("optimizer param-group lr: " + ", ".join(f"{x:.6g}" for x in st["optimizer_lrs"]))
+        info.add_row("optimizer lr:", "param groups " + ", ".join(
+            f"{x:.6g}" for x in st["optimizer_lrs"]))
     for note in st.get("notes", []):
-        con.print(f"[dim]note: {note}[/dim]")
+        info.add_row("[dim]note:[/dim]", f"[dim]{note}[/dim]")
+    if info.row_count:
+        con.print(info)
     render_findings(report, con)
+
+
+def _counter_table(rows, compared: int, target: str, width: int) -> Table:
+    """A five-column table when it fits; on a narrow terminal one line per counter, wrapped
+    under itself (the table split names like scheduler.num_steps mid-word at 80 columns)."""
+    if width >= 110:
+        table = Table(title="Progress counters", title_justify="left", show_edge=False)
+        for col in ("role", "counter", "value", "unit", "source"):
+            table.add_column(col, overflow="fold", justify="right" if col == "value" else "left")
+        for i, (role, c) in enumerate(rows):
+            if i == compared and i:
+                table.add_section()
+            table.add_row(role, c["name"], _num(c["value"]), c["unit"],
+                          _short(c.get("source", ""), target))
+        return table
+    grid = Table.grid(padding=(0, 2))
+    grid.title, grid.title_justify = "Progress counters", "left"
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for role, c in rows:
+        line = Text.assemble((c["name"], "bold"), f" = {_num(c['value'])} {c['unit']}")
+        src = _short(c.get("source", ""), target)
+        if src:
+            line.append(f"  ({src})", "dim")
+        grid.add_row(role, line)
+    return grid
 
 
 def render_trend(reports, con: Console | None = None) -> None:
