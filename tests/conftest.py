@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -408,23 +409,11 @@ def roll_run_dir(tmp_path_factory) -> Truth:
     return roll_run(tmp_path_factory.mktemp("roll") / "output")
 
 
-def values_kept() -> bool:
-    """Whether lrdoctor.safeload can read tiny tensor values (the interim one cannot)."""
-    import torch
-
-    from lrdoctor import safeload
-
-    p = Path(os.environ.get("TMPDIR", "/tmp")) / f"lrd_probe_{os.getpid()}.pt"
-    torch.save({"s": torch.tensor(3.0)}, p)
-    try:
-        ref = safeload.load(p)["s"]
-        return safeload.read_values(ref) == [3.0]
-    except NotImplementedError:
-        return False
-    finally:
-        p.unlink(missing_ok=True)
-
-
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for torch.distributed rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def approx_rel(a: float, b: float, tol: float = 1e-12) -> bool:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from conftest import free_port
 from test_fix_support import diff, load, tree_hash
 
 from lrdoctor.findings import Severity
@@ -66,9 +66,7 @@ GEN = textwrap.dedent("""
 
 
 def engine(tmp, mode, out):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     (tmp / "gen.py").write_text(GEN)
     env = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", CUDA_VISIBLE_DEVICES="")

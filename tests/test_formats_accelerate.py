@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _torchstate
@@ -60,12 +60,6 @@ GEN = textwrap.dedent("""
 """)
 
 SCENARIOS = ["cosine", "onecycle", "lambda", "sequential"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +176,7 @@ def test_two_processes_step_the_scheduler_twice_per_update(tmp_path):
     script.write_text(GEN)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     torchrun = Path(sys.executable).with_name("torchrun")
-    subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_port", str(_free_port()),
+    subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_port", str(free_port()),
                     str(script), str(tmp_path), "cosine"], check=True, env=env,
                    capture_output=True, timeout=300)
     t = truth(tmp_path / "cosine")

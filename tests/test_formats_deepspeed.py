@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import deepspeed as ds_fmt
@@ -92,18 +92,12 @@ GEN = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("deepspeed")
     (out / "gen.py").write_text(GEN)
     env = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+               MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
                CUDA_VISIBLE_DEVICES="")
     r = subprocess.run([sys.executable, str(out / "gen.py"), str(out)], env=env,
                        capture_output=True, text=True, timeout=600)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +188,28 @@ def optimizer_summary(opt_sd: Any) -> dict[str, Any]:
         "params_with_state": n_state,
         **extra,
     }
+
+
+# ---------------------------------------------------------------- ranks
+
+def compare_ranks(st: Any, others: Iterable[Path], what: str,
+                  differs: Callable[[dict], dict]) -> list[dict]:
+    """Load every other rank's file and record which disagree with the one read.
+
+    ``differs(other)`` gives ``{key: (ours, theirs)}`` for one rank's dict. Each
+    file joins ``st.files``; ``ranks_agree`` / ``rank_disagreement`` go in
+    ``st.extras``. Returns the disagreements so the reader can word its note.
+    """
+    disagree = []
+    for f in others:
+        diffs = differs(load_dict(f, what))
+        if diffs:
+            disagree.append({"file": str(f), "differs": diffs})
+        st.files.append(str(f))
+    st.extras["ranks_agree"] = not disagree
+    if disagree:
+        st.extras["rank_disagreement"] = disagree
+    return disagree
 
 
 # ---------------------------------------------------------------- run dirs

@@ -1,12 +1,14 @@
 """Torch ``LRScheduler`` / optimizer state_dicts as lrdoctor's model.
 
 Every torch-based format (accelerate, DeepSpeed client schedulers, Lightning,
-plain torch.save) saves the same ``state_dict()`` objects; reading them in one
-place keeps the class identification and the ScheduleSpec fields consistent.
+plain torch.save, the HF/ROLL optimizer files) saves the same ``state_dict()``
+objects; reading them in one place keeps the class identification, the
+ScheduleSpec fields and the optimizer counters consistent.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from lrdoctor.formats import _common
@@ -207,3 +209,19 @@ def add_optimizer(st: RunState, info: dict[str, Any], source: str) -> None:
     elif info["unreadable_steps"]:
         st.notes.append(f"{source}: optimizer step tensors could not be read")
     st.optimizer_lrs = info["lrs"]
+
+
+def read_optimizer_file(st: RunState, f: Path) -> dict[str, Any]:
+    """Read a standalone optimizer file (HF ``optimizer.pt``, ROLL's) onto ``st``.
+
+    Records the file, the param-group LRs and the ``optimizer.step`` counter;
+    returns :func:`_common.optimizer_summary` for the reader's own use.
+    """
+    opt = _common.optimizer_summary(_common.load(f))
+    st.files.append(str(f))
+    st.optimizer_lrs = opt["lrs"]
+    if opt["step"] is not None:
+        st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, str(f)))
+    elif opt["unreadable_steps"]:
+        st.notes.append("optimizer step tensors could not be read")
+    return opt

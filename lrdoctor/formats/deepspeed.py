@@ -364,15 +364,10 @@ RANK_KEYS = ("global_steps", "global_samples", "skipped_steps", "lr_scheduler")
 
 def _check_ranks(st: RunState, sd: dict, main: Path, others: list[Path]) -> None:
     """Every model-state file (mp ranks, ZeRO-3 dp ranks) must carry the same counters."""
-    disagree = []
-    for f in others:
-        other = _common.load_dict(f, "a DeepSpeed model-states dict")
-        diffs = {k: (sd.get(k), other.get(k)) for k in RANK_KEYS if sd.get(k) != other.get(k)}
-        if diffs:
-            disagree.append({"file": str(f), "differs": diffs})
-        st.files.append(str(f))
-    st.extras["ranks_agree"] = not disagree
+    disagree = _common.compare_ranks(
+        st, others, "a DeepSpeed model-states dict",
+        lambda other: {k: (sd.get(k), other.get(k)) for k in RANK_KEYS
+                       if sd.get(k) != other.get(k)})
     if disagree:
-        st.extras["rank_disagreement"] = disagree
         st.notes.append(f"{len(disagree)} of {len(others) + 1} model-state files disagree with "
                         f"{main.name} on {', '.join(sorted({k for d in disagree for k in d['differs']}))}")

@@ -25,6 +25,7 @@ from typing import Any
 
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
+from lrdoctor.formats._torchstate import read_optimizer_file
 from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
 
 NAME = "hf"
@@ -148,13 +149,7 @@ def read(path: Path) -> RunState:
     ofile = optimizer_file(ckpt)
     opt = None
     if ofile is not None:
-        opt = _common.optimizer_summary(_common.load(ofile))
-        st.files.append(str(ofile))
-        st.optimizer_lrs = opt["lrs"]
-        if opt["step"] is not None:
-            st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, str(ofile)))
-        elif opt["unreadable_steps"]:
-            st.notes.append("optimizer step tensors could not be read")
+        opt = read_optimizer_file(st, ofile)
 
     base_lrs = (sched or {}).get("base_lrs") or (opt or {}).get("initial_lrs") or []
     base_lr = float(base_lrs[0]) if base_lrs else None

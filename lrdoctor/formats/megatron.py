@@ -151,9 +151,6 @@ def resolve(path: Path) -> tuple[Path | None, list[Path]]:
     return path, files
 
 
-_resolve = resolve  # older name, used by lrdoctor.repair.megatron
-
-
 def scheduler_state(sd: dict) -> dict | None:
     """The scheduler dict of a Megatron state (current or pre-2021 key)."""
     for key in ("opt_param_scheduler", "lr_scheduler"):
@@ -342,19 +339,15 @@ def _expected_from_args(args: dict) -> dict[str, float]:
 
 def _check_ranks(st: RunState, sd: dict, sched: dict, files: list[Path]) -> None:
     """Every rank must carry the same scheduler state and iteration; record any that do not."""
-    disagree = []
-    for f in files[1:]:
-        other = _common.load_dict(f, "a Megatron checkpoint dict")
+    def differs(other: dict) -> dict:
         o_sched = scheduler_state(other) or {}
         diffs = {k: (sched.get(k), o_sched.get(k)) for k in set(sched) | set(o_sched)
                  if sched.get(k) != o_sched.get(k)}
         if other.get("iteration") != sd.get("iteration"):
             diffs["iteration"] = (sd.get("iteration"), other.get("iteration"))
-        if diffs:
-            disagree.append({"file": str(f), "differs": diffs})
-        st.files.append(str(f))
-    st.extras["ranks_agree"] = not disagree
+        return diffs
+
+    disagree = _common.compare_ranks(st, files[1:], "a Megatron checkpoint dict", differs)
     if disagree:
-        st.extras["rank_disagreement"] = disagree
         st.notes.append(f"{len(disagree)} of {len(files)} rank files disagree with "
                         f"{files[0].parent.name} on scheduler state or iteration")

@@ -28,6 +28,7 @@ from typing import Any
 
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
+from lrdoctor.formats._torchstate import read_optimizer_file
 from lrdoctor.formats.megatron import SCHEDULER_KEYS, scheduler_field
 from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
 
@@ -217,13 +218,7 @@ def read(path: Path) -> RunState:
 
     opt_loc = optimizer_location(sfile.parent)
     if opt_loc is not None and opt_loc.is_file():
-        opt = _common.optimizer_summary(_common.load(opt_loc))
-        st.files.append(str(opt_loc))
-        st.optimizer_lrs = opt["lrs"]
-        if opt["step"] is not None:
-            st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, str(opt_loc)))
-        elif opt["unreadable_steps"]:
-            st.notes.append("optimizer step tensors could not be read")
+        read_optimizer_file(st, opt_loc)
     elif opt_loc is not None:
         st.notes.append(f"optimizer saved as a torch_dist checkpoint ({opt_loc.name}/): "
                         "its param groups are not read")

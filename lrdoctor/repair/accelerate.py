@@ -11,14 +11,7 @@ from pathlib import Path
 from lrdoctor.formats import accelerate as reader
 from lrdoctor.model import RunState
 from lrdoctor.repair.policies import Refusal, Target
-from lrdoctor.repair.torchstate import (
-    group_lrs,
-    is_optimizer,
-    is_scheduler,
-    optimizer_changes,
-    scheduler_changes,
-)
-from lrdoctor.repair.writer import load_pickle
+from lrdoctor.repair.torchstate import plan_scheduler_file
 
 
 def plan(path: Path, state: RunState, target: Target):
@@ -29,14 +22,7 @@ def plan(path: Path, state: RunState, target: Target):
     opts = reader._numbered(ckpt, reader.OPTIMIZER_FILE)
     if not scheds:
         raise Refusal("no scheduler.bin to repair", str(ckpt))
-    sched = load_pickle(scheds[0])
-    if not is_scheduler(sched):
-        raise Refusal("not a torch LRScheduler state dict", str(scheds[0]))
-    opt = load_pickle(opts[0]) if opts else None
-    lrs = group_lrs(opt, target) if opt is not None and is_optimizer(opt) else None
-    changes = scheduler_changes(scheds[0].name, sched, (), target, lrs)
-    if opt is not None and is_optimizer(opt):
-        changes += optimizer_changes(opts[0].name, opt, (), lrs)
+    changes, _, _ = plan_scheduler_file(scheds[0], opts[0] if opts else None, target)
     notes = []
     if target.policy == "rescale":
         notes.append("a prepared AcceleratedScheduler steps num_processes times per update: "

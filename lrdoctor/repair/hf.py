@@ -14,14 +14,7 @@ from pathlib import Path
 from lrdoctor.formats import hf as reader
 from lrdoctor.model import RunState
 from lrdoctor.repair.policies import Refusal, Target
-from lrdoctor.repair.torchstate import (
-    group_lrs,
-    is_optimizer,
-    is_scheduler,
-    optimizer_changes,
-    scheduler_changes,
-)
-from lrdoctor.repair.writer import load_pickle
+from lrdoctor.repair.torchstate import plan_scheduler_file
 
 
 def plan(path: Path, state: RunState, target: Target):
@@ -35,17 +28,9 @@ def plan(path: Path, state: RunState, target: Target):
     sfile = reader.scheduler_file(ckpt)
     if not sfile.is_file():
         raise Refusal(f"no {reader.SCHEDULER_FILE} to repair", str(ckpt))
-    sched = load_pickle(sfile)
-    if not is_scheduler(sched):
-        raise Refusal("not a torch LRScheduler state dict", str(sfile))
-    ofile = reader.optimizer_file(ckpt)
-    opt = load_pickle(ofile) if ofile is not None else None
-    lrs = group_lrs(opt, target) if opt is not None and is_optimizer(opt) else None
-    changes = scheduler_changes(sfile.name, sched, (), target, lrs)
+    changes, has_opt, lrs = plan_scheduler_file(sfile, reader.optimizer_file(ckpt), target)
     notes = []
-    if opt is not None and is_optimizer(opt):
-        changes += optimizer_changes(ofile.name, opt, (), lrs)
-    else:
+    if not has_opt:
         notes.append("no optimizer.pt param groups: the first resumed update keeps its LR")
     if lrs is None:
         notes.append("the schedule is not known, so the param-group lr stays as saved")

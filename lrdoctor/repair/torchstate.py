@@ -7,10 +7,11 @@ rather than by a framework's key names keeps one writer for all of them.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from lrdoctor.repair.policies import Refusal, Target, group_lr
-from lrdoctor.repair.writer import Change, Key, get_at, walk
+from lrdoctor.repair.writer import Change, Key, get_at, load_pickle, walk
 
 # Horizon fields of torch's built-in schedulers (state_dict() keys).
 HORIZON_KEYS = ("T_max", "total_iters")
@@ -109,3 +110,22 @@ def plan_torch_state(file: str, obj: Any, target: Target) -> tuple[list[Change],
         if ok is not None:
             changes += optimizer_changes(file, obj, ok, lrs)
     return changes, notes
+
+
+def plan_scheduler_file(sfile: Path, ofile: Path | None, target: Target,
+                        ) -> tuple[list[Change], bool, list[float] | None]:
+    """Changes for a scheduler saved in a file of its own and the optimizer file beside it
+    (accelerate ``scheduler.bin``/``optimizer.bin``, HF ``scheduler.pt``/``optimizer.pt``).
+
+    Returns (changes, whether ``ofile`` held param groups, the new group LRs or None).
+    """
+    sched = load_pickle(sfile)
+    if not is_scheduler(sched):
+        raise Refusal("not a torch LRScheduler state dict", str(sfile))
+    opt = load_pickle(ofile) if ofile is not None else None
+    has_opt = opt is not None and is_optimizer(opt)
+    lrs = group_lrs(opt, target) if has_opt else None
+    changes = scheduler_changes(sfile.name, sched, (), target, lrs)
+    if has_opt:
+        changes += optimizer_changes(ofile.name, opt, (), lrs)
+    return changes, has_opt, lrs
