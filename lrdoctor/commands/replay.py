@@ -217,13 +217,19 @@ def _render(report, trace: Path | None, plot: Path | None) -> None:
     sw = report.extra.get("sweep")
     if sw:
         st = Table(title=f"sweep over {sw['key']}", header_style="bold")
-        cols = [sw["key"].split(".")[-1], "updates", "per step", "progress", "ratio",
-                "floor step", "max tokens/mb", "findings"]
+        # Short headers that fit 80 columns (a dotted key was cut to '…'); units in the caption.
+        st.caption = (f"updates: optimizer updates; progress: scheduler's, in {s['scheduler_unit']};"
+                      " floor: train step where the LR reaches min_lr; max tokens: most real "
+                      "tokens in one micro-batch")
+        st.caption_justify = "left"
+        cols = ["value", "updates", "per step", "progress", "ratio", "floor", "max tokens",
+                "findings"]
         for c in cols:
-            st.add_column(c, justify="right")
+            st.add_column(c, justify="left" if c == "findings" else "right")
         for r in sw["rows"]:
+            lo, hi = r["updates_per_step_min"], r["updates_per_step_max"]
             st.add_row(str(r[sw["key"]]), _num(r["actual_updates"]),
-                       f"{_num(r['updates_per_step_min'])}..{_num(r['updates_per_step_max'])}",
+                       _num(lo) if lo == hi else f"{_num(lo)}..{_num(hi)}",
                        _num(r["scheduler_progress_end"]), f"{r['progress_ratio']:.3g}x",
                        _num(r["floor_step"]), _num(r["max_rank_tokens"]),
                        ", ".join(r.get("findings", [])) or "none")
