@@ -20,11 +20,12 @@ HELP = """Write a repaired copy of a checkpoint a run can resume from (the input
 
 The policy follows the finding (LRD103 -> rescale, LRD104/LRD109 -> nominal) or is given:
 
-  nominal         scheduler progress := the trainer's own count (or --progress / --from-replay)
-
+\b
+  nominal         scheduler progress := the trainer's own count
+                  (or --progress / --from-replay)
   rescale         scheduler counters ran k times too fast: divide them by k (--k)
-
-  extend-horizon  keep progress, move the decay horizon so the schedule ends at the planned end
+  extend-horizon  keep progress, move the decay horizon so the schedule ends
+                  at the planned end
 
 The optimizer's param-group lr is set to what the schedule gives at the new progress.
 The output is written to a temporary sibling, verified by inspecting it again, and renamed
@@ -32,13 +33,13 @@ into place; lrdoctor-fix.json in it records every changed field.
 
 Examples:
 
+\b
   lrdoctor fix ckpt/ --out ckpt-fixed/ --dry-run
-
   lrdoctor fix ckpt/ --out ckpt-fixed/ --policy extend-horizon
-
-  lrdoctor fix run/checkpoint-800 --out run/checkpoint-800-fixed --policy rescale --k 4
-
+  lrdoctor fix run/checkpoint-800 --out run/checkpoint-800-fixed \\
+      --policy rescale --k 4
   lrdoctor fix ckpt.pt --out ckpt-fixed.pt --from-replay replay.json
+  lrdoctor fix ckpt/ --out ckpt-fixed/ --json
 
 Exit codes: 0 written (or nothing to fix), 1 a finding at/above --fail-on is still there
 after the fix (with --dry-run: is there now; default never), 2 unusable input or
@@ -55,7 +56,8 @@ class Policy(str, Enum):
 def register(app: typer.Typer) -> None:
     @app.command("fix", help=HELP)
     def fix(
-        path: Annotated[Path, typer.Argument(help="Checkpoint (file, checkpoint dir or run dir).")],
+        path: Annotated[Path, typer.Argument(
+            metavar="PATH", help="Checkpoint (file, checkpoint dir or run dir).")],
         out: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write the repaired copy.")] = None,
         policy: Annotated[Policy | None, typer.Option("--policy", help="nominal, rescale or extend-horizon (default: from the finding).")] = None,
         k: Annotated[float | None, typer.Option("--k", help="rescale: how many times too fast the scheduler ran.")] = None,

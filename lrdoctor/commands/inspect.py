@@ -36,7 +36,8 @@ Examples:
 
 
 def inspect_cmd(
-    path: Annotated[Path, typer.Argument(help="Run directory, checkpoint directory or file.")],
+    path: Annotated[Path, typer.Argument(
+        metavar="PATH", help="Run directory, checkpoint directory or file.")],
     format: Annotated[str | None, typer.Option(
         "--format", help="Force a format: megatron, roll, hf, torchsave, deepspeed, "
         "lightning, accelerate.")] = None,

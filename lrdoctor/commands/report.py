@@ -17,14 +17,15 @@ TARGETS are checkpoint paths (inspected) and run configs ending in .yaml/.yml
 
 Examples:
 
+\b
   lrdoctor report runs/llama/ --out lrdoctor-report/
-
-  lrdoctor report configs/run.yaml --synthetic lognormal:mean=2000 --out report/ \\
-      --sweep batching.max_tokens_per_microbatch=4096,8192
-
+  lrdoctor report configs/run.yaml --synthetic lognormal:mean=2000 \\
+      --sweep batching.max_tokens_per_microbatch=4096,8192 --out report/
   lrdoctor report --out report/          # everything [tool.lrdoctor] names
 
-Exit code: 0 (or 1 with --fail-on when findings reach it), 2 unusable input.
+Exit codes: 0 written (1 with --fail-on when findings reach it); 2 unusable input:
+when a target cannot be used the page still shows the others, and the reason is
+printed on stderr.
 """
 
 _REPLAY_SUFFIXES = (".yaml", ".yml")
