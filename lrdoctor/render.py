@@ -45,7 +45,11 @@ def render_findings(report, con: Console | None = None) -> None:
         con.print("[green]No findings: the scheduler and the trainer agree.[/green]")
         return
     for f in sorted(report.findings, key=lambda f: -f.severity):
-        con.print(f"[{_STYLE[f.severity]}]{f.code} {f.severity}[/]: [bold]{f.title}[/bold]")
+        head = Table.grid(padding=(0, 1))
+        head.add_column(no_wrap=True)
+        head.add_column()
+        head.add_row(f"[{_STYLE[f.severity]}]{f.code} {f.severity}:[/]", f"[bold]{f.title}[/bold]")
+        con.print(head)
         # Hanging indent: a wrapped message stays under its finding, not at column 0.
         con.print(Padding(Text(f.message), (0, 0, 0, 2)))
         if f.fix:
