@@ -1,3 +1,5 @@
+"""``python -m lrdoctor``: the same CLI as the ``lrdoctor`` script, for envs without it on PATH."""
+
 from lrdoctor.cli import main
 
 main()

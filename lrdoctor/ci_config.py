@@ -111,9 +111,6 @@ class CheckConfig:
         except ValueError:  # pragma: no cover - different drive on Windows
             return full
 
-    def all_ignores(self) -> list[Ignore]:
-        return self.ignores + [i for t in self.targets for i in t.ignores]
-
 
 # ---------------------------------------------------------------- discovery
 

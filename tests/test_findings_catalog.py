@@ -1,3 +1,5 @@
+"""The finding codes are a public contract: docs/findings.md must match the rule table."""
+
 from pathlib import Path
 
 from lrdoctor.findings import RULES, catalog_markdown

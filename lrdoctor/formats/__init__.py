@@ -1,4 +1,4 @@
-"""Framework readers (and writers): one module per framework.
+"""Framework readers: one module per checkpoint layout, picked by ``detect``.
 
 Each module exposes::
 
@@ -7,7 +7,10 @@ Each module exposes::
     def find_checkpoints(path: Path) -> list[Path]  # a run dir -> its checkpoints, oldest first
     def read(path: Path) -> RunState       # one checkpoint -> normalized model
 
-and, for ``lrdoctor fix``, ``write(...)`` (see lrdoctor.repair).
+The modules here only read; ``lrdoctor fix`` edits through
+``lrdoctor.repair.<module>.plan`` (same module names). Helpers shared by the
+readers live in ``_common`` (safe loading, optimizer summaries, rank checks)
+and ``_torchstate`` (torch LRScheduler/optimizer state_dicts).
 """
 
 from __future__ import annotations

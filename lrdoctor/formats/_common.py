@@ -86,7 +86,7 @@ def plain(value: Any) -> Any:
 
 def number(value: Any) -> float | None:
     """A scalar from a checkpoint: int/float, or a tiny tensor read through read_values."""
-    from lrdoctor.safeload import TensorRef
+    from lrdoctor.safeload import TensorRef, read_values
 
     if isinstance(value, bool):
         return None
@@ -95,18 +95,9 @@ def number(value: Any) -> float | None:
     if isinstance(value, TensorRef):
         if value.numel != 1:
             return None
-        vals = tensor_values(value)
+        vals = read_values(value)
         return vals[0] if vals else None
     return None
-
-
-def tensor_values(ref: Any) -> list[float] | None:
-    from lrdoctor import safeload
-
-    try:
-        return list(safeload.read_values(ref))
-    except NotImplementedError:  # the interim loader keeps no values
-        return None
 
 
 # ---------------------------------------------------------------- optimizers

@@ -21,7 +21,6 @@ import numpy as np
 from lrdoctor.errors import UnusableInput
 
 REQUIRED = ("step", "tokens")
-OPTIONAL = ("prompt_id", "docs", "rank")
 # Names the frameworks' own logs use for the same thing.
 ALIASES = {
     "step": ("step", "train_step", "global_step", "pipeline_step", "rollout_step"),

@@ -88,15 +88,10 @@ class StepFrame:
         return len(self.columns["tokens"])
 
 
-def iter_step_frames(samples: pd.DataFrame, steps: int,
-                     notes: dict | None = None) -> Iterator[StepFrame]:
-    """Yield ``steps`` step frames; a shorter log is cycled (and ``notes`` says so)."""
-    for frame, _ in _iter_frames(samples, steps, notes):
-        yield frame
-
-
 def _iter_frames(samples: pd.DataFrame, steps: int,
                  notes: dict | None = None) -> Iterator[tuple[StepFrame, int]]:
+    """``steps`` step frames and the logged step each came from; a shorter log is cycled
+    (and ``notes`` says so)."""
     order = np.argsort(samples["step"].to_numpy(), kind="stable")
     cols = {c: samples[c].to_numpy()[order] for c in samples.columns}
     step_col = cols["step"]

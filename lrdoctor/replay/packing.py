@@ -44,10 +44,6 @@ class MicroBatch:
     def size(self) -> int:
         return sum(len(r) for r in self.ranks)
 
-    @property
-    def total_tokens(self) -> int:
-        return sum(self.tokens)
-
 
 @dataclass
 class StepPlan:

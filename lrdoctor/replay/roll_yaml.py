@@ -407,19 +407,3 @@ def _translate(data: dict) -> dict:
         "accumulation": {"rule": "correct"},
         "scheduler": {"step_on": "update", "increment": 1},
     }
-
-
-def explain(cfg: dict) -> str:
-    """One line saying what the translation found (for the CLI's human output)."""
-    t = cfg["train"]
-    b = cfg["batching"]
-    dyn = (
-        f"dynamic batching {b['max_tokens_per_microbatch']} tokens, round {b['round_to']}"
-        if b["strategy"] == "token_budget"
-        else "static batches"
-    )
-    return (
-        f"ROLL: {t['steps']} pipeline steps x {t['samples_per_step']} sequences, "
-        f"ppo_epochs {t['epochs_per_step']}, micro-batch {t['micro_batch_size']} x GA "
-        f"{t['gradient_accumulation']} on dp {cfg['dp']['size']}, {dyn}"
-    )
