@@ -140,19 +140,23 @@ def render_trend(reports, con: Console | None = None) -> None:
     units = {(r.state.get("scheduler_progress") or {}).get("unit") for r in reports} - {None}
     unit = f" ({units.pop()})" if len(units) == 1 else ""
     table = Table(title="Trend over checkpoints", title_justify="left", show_edge=False)
-    for col in ("checkpoint", f"scheduler{unit}", f"nominal{unit}", "ratio", "horizon %",
-                "LR", "worst"):
-        table.add_column(col, justify="left" if col in ("checkpoint", "worst") else "right")
     # The checkpoints' own names, not a long shared prefix that the table would cut.
     base = os.path.commonpath([r.target for r in reports]) if len(reports) > 1 else ""
+    names = [os.path.relpath(r.target, base) if base and r.target != base else r.target
+             for r in reports]
+    for col in ("checkpoint", f"scheduler{unit}", f"nominal{unit}", "ratio", "horizon %", "LR",
+                "worst"):
+        # Names are never cut: at 80 columns every row read 'checkpoint-…'.
+        table.add_column(col, justify="left" if col in ("checkpoint", "worst") else "right",
+                         no_wrap=col == "checkpoint",
+                         min_width=min(max(map(len, names)), 40) if col == "checkpoint" else None)
     for r in reports:
         st, d = r.state, r.state.get("derived", {})
         sp, nom = st.get("scheduler_progress"), st.get("nominal_progress")
         worst = max((f.severity for f in r.findings), default=None)
         ratio = d.get("progress_ratio")
-        name = os.path.relpath(r.target, base) if base and r.target != base else r.target
         table.add_row(
-            name, _num(sp["value"]) if sp else "-", _num(nom["value"]) if nom else "-",
+            names[reports.index(r)], _num(sp["value"]) if sp else "-", _num(nom["value"]) if nom else "-",
             f"{ratio:.4g}x" if ratio is not None else "-",
             f"{d['horizon_fraction']:.1%}" if d.get("horizon_fraction") is not None else "-",
             _num(d.get("lr_at_scheduler_progress")),

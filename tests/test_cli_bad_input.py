@@ -178,3 +178,16 @@ def test_replay_sweep_table_not_cut_at_80_columns(tmp_path):
     assert "…" not in p.stdout
     assert "sweep over batching.max_tokens_per_microbatch" in p.stdout
     assert "progress: scheduler's, in optimizer updates" in p.stdout
+
+
+@pytest.mark.parametrize("cmd", [["inspect", SAMPLES / "hf-healthy"], ["replay", "-c", EXAMPLE]])
+def test_plot_needs_a_png_name(tmp_path, cmd):
+    assert_unusable(lrdoctor(*cmd, "--plot", "lr.txt", cwd=tmp_path), "lr.txt", ".png")
+    assert not (tmp_path / "lr.txt").exists()
+
+
+def test_trend_names_not_cut_at_80_columns(tmp_path):
+    p = lrdoctor("inspect", SAMPLES / "roll-overshoot", "--all", cwd=tmp_path, columns=80)
+    names = [ln.split("│")[0].strip() for ln in p.stdout.splitlines()
+             if "│" in ln and "checkpoint-" in ln]
+    assert names == ["checkpoint-100", "checkpoint-200", "checkpoint-299"]

@@ -60,6 +60,13 @@ def warn_unusable(reports) -> bool:
     return bool(lines)
 
 
+def png_path(path):
+    """--plot writes PNG bytes: refuse a name that says otherwise before any work is done."""
+    if path is not None and path.suffix.lower() != ".png":
+        die(f"{path}: --plot writes a PNG image: use a .png name")
+    return path
+
+
 T = TypeVar("T")
 
 

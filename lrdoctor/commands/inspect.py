@@ -15,6 +15,7 @@ from lrdoctor.commands._common import (
     OutputFormatOpt,
     emit,
     guarded,
+    png_path,
     resolve_format,
 )
 
@@ -50,6 +51,7 @@ def inspect_cmd(
     from lrdoctor.inspect_api import inspect_path
 
     fmt = resolve_format(json_, output_format)
+    png_path(plot)
     reports = guarded(lambda: inspect_path(path, format=format, all=all))
     if plot is not None:
         from lrdoctor.plots import plot_inspect

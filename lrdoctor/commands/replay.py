@@ -16,6 +16,7 @@ from lrdoctor.commands._common import (
     OutputFormatOpt,
     emit,
     guarded,
+    png_path,
     resolve_format,
 )
 
@@ -96,6 +97,7 @@ def replay_cmd(
     from lrdoctor.replay import replay_full
 
     fmt = resolve_format(json_, output_format)
+    png_path(plot)
     engine = "auto" if fast is None else ("fast" if fast else "torch")
     show_bar = fmt is OutputFormat.text and sys.stderr.isatty()
 
