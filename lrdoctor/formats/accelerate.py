@@ -38,7 +38,8 @@ CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+)$")
 
 # ---------------------------------------------------------------- layout
 
-def _numbered(d: Path, pattern: re.Pattern) -> list[Path]:
+def numbered_files(d: Path, pattern: re.Pattern) -> list[Path]:
+    """Files of ``d`` named like ``pattern`` (``scheduler.bin``, ``scheduler_1.bin`` ...), by N."""
     out = []
     try:
         children = list(d.iterdir())
@@ -52,8 +53,8 @@ def _numbered(d: Path, pattern: re.Pattern) -> list[Path]:
 
 
 def _is_state_dir(d: Path) -> bool:
-    return d.is_dir() and bool(_numbered(d, SCHEDULER_FILE) or _numbered(d, OPTIMIZER_FILE)
-                               or _numbered(d, RANDOM_FILE))
+    return d.is_dir() and bool(numbered_files(d, SCHEDULER_FILE) or numbered_files(d, OPTIMIZER_FILE)
+                               or numbered_files(d, RANDOM_FILE))
 
 
 def _candidates(path: Path) -> list[Path]:
@@ -94,9 +95,9 @@ def find_checkpoints(path: Path) -> list[Path]:
 def read(path: Path) -> RunState:
     path = Path(path)
     ckpt = find_checkpoints(path)[-1]
-    scheds = _numbered(ckpt, SCHEDULER_FILE)
-    opts = _numbered(ckpt, OPTIMIZER_FILE)
-    randoms = _numbered(ckpt, RANDOM_FILE)
+    scheds = numbered_files(ckpt, SCHEDULER_FILE)
+    opts = numbered_files(ckpt, OPTIMIZER_FILE)
+    randoms = numbered_files(ckpt, RANDOM_FILE)
     if not scheds and not opts:
         raise UnusableInput("no scheduler.bin or optimizer.bin in this save_state folder", str(ckpt))
     st = RunState(format=NAME, path=str(ckpt))

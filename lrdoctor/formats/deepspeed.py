@@ -48,7 +48,7 @@ CONFIG_KEPT = ("train_batch_size", "train_micro_batch_size_per_gpu",
 
 # ---------------------------------------------------------------- layout
 
-def _model_files(tag: Path) -> list[Path]:
+def model_files(tag: Path) -> list[Path]:
     """Model-state files of one tag dir, the one to read first (dp 0, mp 0)."""
     out = []
     try:
@@ -63,7 +63,7 @@ def _model_files(tag: Path) -> list[Path]:
 
 
 def _is_tag(d: Path) -> bool:
-    return d.is_dir() and bool(_model_files(d))
+    return d.is_dir() and bool(model_files(d))
 
 
 def _defers_to_other_format(d: Path) -> bool:
@@ -120,7 +120,7 @@ def find_checkpoints(path: Path) -> list[Path]:
     return tags
 
 
-def _resolve(path: Path) -> tuple[Path, Path]:
+def resolve(path: Path) -> tuple[Path, Path]:
     """(tag dir, model-states file) for any accepted input."""
     if path.is_file():
         return path.parent, path
@@ -134,7 +134,7 @@ def _resolve(path: Path) -> tuple[Path, Path]:
                                     str(path / LATEST))
             tag = path / latest
         path = tag
-    return path, _model_files(path)[0]
+    return path, model_files(path)[0]
 
 
 def _ds_config(sd: dict, tag: Path) -> tuple[dict | None, str]:
@@ -157,7 +157,7 @@ def _ds_config(sd: dict, tag: Path) -> tuple[dict | None, str]:
 
 def read(path: Path) -> RunState:
     path = Path(path)
-    tag, main = _resolve(path)
+    tag, main = resolve(path)
     sd = _common.load_dict(main, "a DeepSpeed model-states dict")
     if "global_steps" not in sd and "lr_scheduler" not in sd:
         raise UnusableInput("no 'global_steps' or 'lr_scheduler': not a DeepSpeed engine "
@@ -219,7 +219,7 @@ def read(path: Path) -> RunState:
     if latest is not None:
         st.extras["latest"] = latest
         st.files.append(str(tag.parent / LATEST))
-    others = [f for f in _model_files(tag) if f != main]
+    others = [f for f in model_files(tag) if f != main]
     if others:
         st.extras["model_state_files"] = 1 + len(others)
         _check_ranks(st, sd, main, others)

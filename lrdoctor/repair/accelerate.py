@@ -18,8 +18,8 @@ def plan(path: Path, state: RunState, target: Target):
     from lrdoctor.repair.engine import FormatPlan
 
     ckpt = reader.find_checkpoints(Path(path))[-1]
-    scheds = reader._numbered(ckpt, reader.SCHEDULER_FILE)
-    opts = reader._numbered(ckpt, reader.OPTIMIZER_FILE)
+    scheds = reader.numbered_files(ckpt, reader.SCHEDULER_FILE)
+    opts = reader.numbered_files(ckpt, reader.OPTIMIZER_FILE)
     if not scheds:
         raise Refusal("no scheduler.bin to repair", str(ckpt))
     changes, _, _ = plan_scheduler_file(scheds[0], opts[0] if opts else None, target)

@@ -23,7 +23,7 @@ def plan(path: Path, state: RunState, target: Target):
     from lrdoctor.repair.engine import FormatPlan
 
     path = Path(path)
-    tag, _ = reader._resolve(path)
+    tag, _ = reader.resolve(path)
     if path.is_file():
         raise Refusal("give the checkpoint's tag directory (or the save directory), not one "
                       "file: DeepSpeed keeps the optimizer state in sibling files", str(path))
@@ -40,7 +40,7 @@ def plan(path: Path, state: RunState, target: Target):
     changes: list[Change] = []
     notes: list[str] = []
     lrs_known = True
-    for f in reader._model_files(tag):
+    for f in reader.model_files(tag):
         sd = load_pickle(f)
         sched = sd.get("lr_scheduler")
         if isinstance(sched, dict) and "last_batch_iteration" in sched:
