@@ -20,6 +20,7 @@ app = typer.Typer(
         "  lrdoctor replay --config run.yaml --batch-log batches.jsonl\n\n"
         "  lrdoctor fix ckpt/ --out ckpt-fixed/ --dry-run\n\n"
         "  lrdoctor check                    # CI gate from [tool.lrdoctor]\n\n"
+        "  lrdoctor report ckpt/ --out report/   # HTML page with the LR figures\n\n"
         "Exit codes: 0 clean, 1 findings at/above --fail-on, 2 unusable input."
     ),
     no_args_is_help=True,

@@ -211,6 +211,8 @@ def render_html(reports: list[Report], figures: dict[int, list[tuple[str, Path]]
         summary = ", ".join(f'<span class="{s}">{n} {s}</span>'
                             for s, n in sorted(counts.items(), reverse=True) if n) or "none"
         verdict = '<span class="fail">FAIL</span>' if bad else '<span class="ok">ok</span>'
+        if not bad and rep.findings and rep.extra.get("fail_on") == "never":
+            verdict = "not gated"  # 'ok' beside an error read as if the error did not count
         parts.append(
             f'<tr><td><a href="#t{i}"><code>{_esc(rep.target)}</code></a></td>'
             f"<td>{_esc(rep.command)}</td><td>{_esc(rep.format or '')}</td>"

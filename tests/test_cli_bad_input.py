@@ -191,3 +191,13 @@ def test_trend_names_not_cut_at_80_columns(tmp_path):
     names = [ln.split("│")[0].strip() for ln in p.stdout.splitlines()
              if "│" in ln and "checkpoint-" in ln]
     assert names == ["checkpoint-100", "checkpoint-200", "checkpoint-299"]
+
+
+def test_report_page_does_not_call_an_ungated_error_ok(tmp_path):
+    p = lrdoctor("report", SAMPLES / "torch-microstep", "--out", "rep", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    page = (tmp_path / "rep" / "index.html").read_text()
+    row = page.split("<tbody>", 1)[1].split("</tr>", 1)[0]
+    assert "error" in row and "not gated" in row and '<span class="ok">ok</span>' not in row
+    assert lrdoctor("report", SAMPLES / "torch-microstep", "--out", "rep2", "--fail-on", "error",
+                    cwd=tmp_path).returncode == 1
