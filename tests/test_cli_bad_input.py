@@ -201,3 +201,11 @@ def test_report_page_does_not_call_an_ungated_error_ok(tmp_path):
     assert "error" in row and "not gated" in row and '<span class="ok">ok</span>' not in row
     assert lrdoctor("report", SAMPLES / "torch-microstep", "--out", "rep2", "--fail-on", "error",
                     cwd=tmp_path).returncode == 1
+
+
+def test_replay_constant_schedule_never_reaches_floor_on_plan_either(tmp_path):
+    p = lrdoctor("replay", "-c", ROOT / "examples" / "skyrl-stepwise.yaml", "--batch-log",
+                 ROOT / "examples" / "batchlogs" / "skyrl-stepwise.jsonl", "--fast", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    row = next(ln for ln in p.stdout.splitlines() if "LR reaches its floor" in ln)
+    assert row.split("│")[2].strip() == "never" and row.split("│")[3].strip() == "never"

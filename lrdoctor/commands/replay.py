@@ -207,7 +207,11 @@ def _render(report, trace: Path | None, plot: Path | None) -> None:
               _num(s["scheduler_progress_end"]) + f"  ({s['progress_ratio']:.3g}x)")
     floor = (f"after step {s['floor_step']} of {s['train_steps']}" if s["floor_step"]
              else "never")
-    t.add_row("LR reaches its floor", f"at step {s['train_steps']}", floor)
+    # A schedule that never reached its floor even at >= the planned progress (constant)
+    # does not reach it on plan either: 'at step N' beside 'never' read as a finding.
+    never = not s["floor_step"] and (s.get("progress_ratio") or 0) >= 1
+    t.add_row("LR reaches its floor",
+              "never" if never else f"at step {s['train_steps']}", floor)
     ws = s["window_sizes"]
     by_strategy = s.get("windows_by") == "strategy"
     t.add_row("micro-batches per update",
