@@ -209,3 +209,9 @@ def test_replay_constant_schedule_never_reaches_floor_on_plan_either(tmp_path):
     assert p.returncode == 0, p.stderr
     row = next(ln for ln in p.stdout.splitlines() if "LR reaches its floor" in ln)
     assert row.split("│")[2].strip() == "never" and row.split("│")[3].strip() == "never"
+
+
+def test_fix_k_must_be_positive(tmp_path):
+    p = lrdoctor("fix", SAMPLES / "torch-microstep", "--dry-run", "--policy", "rescale",
+                 "--k", "0", cwd=tmp_path)
+    assert_unusable(p, "--k 0", "greater than 0")

@@ -12,6 +12,7 @@ from lrdoctor.commands._common import (
     FailOn,
     JsonOpt,
     OutputFormatOpt,
+    die,
     guarded,
     resolve_format,
 )
@@ -73,6 +74,8 @@ def register(app: typer.Typer) -> None:
             "found now) that makes the exit code 1.")] = FailOn.never,
     ) -> None:
         fmt = resolve_format(json_out, output_format)
+        if k is not None and not k > 0:
+            die(f"--k {k:g}: must be greater than 0 (how many times too fast the scheduler ran)")
 
         def run() -> int:
             from lrdoctor.repair.cli import run_fix
