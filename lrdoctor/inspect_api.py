@@ -3,37 +3,37 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from lrdoctor import formats
 from lrdoctor.diagnose import diagnose, planned_end_in_schedule_units, progress_ratio
+from lrdoctor.errors import UnusableInput
 from lrdoctor.model import RunState
 from lrdoctor.report import Report
 
 
 def read_state(path: str | Path, format: str | None = None) -> RunState:
     """Normalize one checkpoint (the latest one when ``path`` is a run directory)."""
-    path = Path(path)
-    mod = formats.detect(path, format)
-    ckpts = mod.find_checkpoints(path)
-    if not ckpts:
-        from lrdoctor.errors import UnusableInput
-
-        raise UnusableInput(f"no {mod.NAME} checkpoint found", str(path))
+    mod, ckpts = _checkpoints(path, format)
     return mod.read(ckpts[-1])
 
 
 def inspect_path(path: str | Path, format: str | None = None,
                  all: bool = False) -> list[Report]:
     """One report per inspected checkpoint: the latest, or each with ``all``."""
+    mod, ckpts = _checkpoints(path, format)
+    return [report_for(mod.read(c), c) for c in (ckpts if all else ckpts[-1:])]
+
+
+def _checkpoints(path: str | Path, format: str | None) -> tuple[ModuleType, list[Path]]:
+    """The reader for ``path`` and its checkpoints, oldest first; none is bad input."""
     path = Path(path)
     mod = formats.detect(path, format)
     ckpts = mod.find_checkpoints(path)
     if not ckpts:
-        from lrdoctor.errors import UnusableInput
-
         raise UnusableInput(f"no {mod.NAME} checkpoint found", str(path))
-    return [report_for(mod.read(c), c) for c in (ckpts if all else ckpts[-1:])]
+    return mod, ckpts
 
 
 def report_for(state: RunState, target: Path | str) -> Report:

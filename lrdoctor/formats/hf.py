@@ -160,7 +160,7 @@ def read(path: Path) -> RunState:
     st.extras["logged_lr_points"] = len(history)
     if args is not None:
         st.files.append(str(ckpt / TRAINING_ARGS))
-        st.schedule = _schedule_from_args(args, max_steps, base_lr, str(ckpt / TRAINING_ARGS))
+        st.schedule = _schedule_from_args(args, max_steps, base_lr)
         for k in ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
                   "warmup_steps", "warmup_ratio", "max_steps", "num_train_epochs",
                   "lr_scheduler_type", "lr_scheduler_kwargs"):
@@ -210,8 +210,7 @@ def _overflowed_steps(st: RunState, args: dict | None) -> None:
                     "scheduler: it trails global_step by that much by design")
 
 
-def _schedule_from_args(args: dict, max_steps: Any, base_lr: float | None,
-                        src: str) -> ScheduleSpec:
+def _schedule_from_args(args: dict, max_steps: Any, base_lr: float | None) -> ScheduleSpec:
     kind = str(_common.plain(args.get("lr_scheduler_type")) or "linear")
     horizon = max_steps if isinstance(max_steps, int) and max_steps > 0 else None
     warmup = resolved_warmup(args, horizon or 0)

@@ -39,7 +39,6 @@ def plan(path: Path, state: RunState, target: Target):
 
     changes: list[Change] = []
     notes: list[str] = []
-    lrs_known = True
     for f in reader.model_files(tag):
         sd = load_pickle(f)
         sched = sd.get("lr_scheduler")
@@ -67,10 +66,8 @@ def plan(path: Path, state: RunState, target: Target):
             changes += ch
     for f in sorted(tag.iterdir()):
         if reader.OPTIM_STATES.match(f.name):
-            ch, found = optimizer_edits(rel(f), load_pickle(f), (), target)
+            ch, _ = optimizer_edits(rel(f), load_pickle(f), (), target)
             changes += ch
     if target.lr is None:
-        lrs_known = False
-    if not lrs_known:
         notes.append("the schedule is not known, so the param-group lr stays as saved")
     return FormatPlan(root=root, files=files, changes=changes, notes=notes)
