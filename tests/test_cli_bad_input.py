@@ -215,3 +215,12 @@ def test_fix_k_must_be_positive(tmp_path):
     p = lrdoctor("fix", SAMPLES / "torch-microstep", "--dry-run", "--policy", "rescale",
                  "--k", "0", cwd=tmp_path)
     assert_unusable(p, "--k 0", "greater than 0")
+
+
+def test_fix_prints_its_table_on_github_actions(tmp_path, monkeypatch):
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    env = {**os.environ, "COLUMNS": "120"}
+    p = subprocess.run([sys.executable, "-m", "lrdoctor", "fix", str(SAMPLES / "torch-microstep"),
+                        "--dry-run"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert p.returncode == 0 and "::error" not in p.stdout
+    assert "lrdoctor fix --policy rescale" in p.stdout and "dry run: nothing written" in p.stdout

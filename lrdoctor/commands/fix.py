@@ -11,7 +11,7 @@ import typer
 from lrdoctor.commands._common import (
     FailOn,
     JsonOpt,
-    OutputFormatOpt,
+    OutputFormat,
     die,
     guarded,
     resolve_format,
@@ -68,12 +68,15 @@ def register(app: typer.Typer) -> None:
         force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
         format: Annotated[str | None, typer.Option("--format", help="Force the checkpoint format.")] = None,
         json_out: JsonOpt = False,
-        output_format: OutputFormatOpt = None,
+        output_format: Annotated[OutputFormat | None, typer.Option(
+            "--output-format", help="text, json, sarif, junit or github (default: text, "
+            "also on GitHub Actions).")] = None,
         fail_on: Annotated[FailOn, typer.Option(
             "--fail-on", help="Lowest severity still found after the fix (with --dry-run: "
             "found now) that makes the exit code 1.")] = FailOn.never,
     ) -> None:
-        fmt = resolve_format(json_out, output_format)
+        # Not github by default on Actions: a repair's table says more than annotations.
+        fmt = resolve_format(json_out, output_format or OutputFormat.text)
         if k is not None and not k > 0:
             die(f"--k {k:g}: must be greater than 0 (how many times too fast the scheduler ran)")
 
