@@ -678,7 +678,19 @@ def load(path: str | Path, *, unknown_as_opaque: bool = False) -> Any:
 def _load_any(path: str, unknown_as_opaque: bool) -> Any:
     if zipfile.is_zipfile(path):
         return _load_zip(path, unknown_as_opaque)
-    return _load_stream(path, unknown_as_opaque)
+    try:
+        return _load_stream(path, unknown_as_opaque)
+    except UnusableInput:
+        raise
+    except Exception:
+        # Neither a zip nor a binary pickle from the first byte: say what it is not,
+        # rather than quote the unpickler's complaint about arbitrary bytes.
+        with open(path, "rb") as f:
+            head = f.read(1)
+        if head != b"\x80":
+            raise UnusableInput("not a checkpoint: neither a torch zip archive nor a pickle",
+                                path) from None
+        raise
 
 
 load_obj = load

@@ -53,7 +53,8 @@ def test_truncated_checkpoint(tmp_path):
 def test_not_a_checkpoint_and_empty_dir(tmp_path):
     (tmp_path / "notes.pt").write_text("hello\n")
     (tmp_path / "empty").mkdir()
-    assert_unusable(lrdoctor("inspect", "notes.pt", cwd=tmp_path), "notes.pt")
+    line = assert_unusable(lrdoctor("inspect", "notes.pt", cwd=tmp_path), "notes.pt")
+    assert "not a checkpoint" in line
     assert_unusable(lrdoctor("inspect", "empty", cwd=tmp_path), "empty", "--format")
     assert_unusable(lrdoctor("inspect", "missing", cwd=tmp_path), "missing")
 
@@ -224,3 +225,14 @@ def test_fix_prints_its_table_on_github_actions(tmp_path, monkeypatch):
                         "--dry-run"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert p.returncode == 0 and "::error" not in p.stdout
     assert "lrdoctor fix --policy rescale" in p.stdout and "dry run: nothing written" in p.stdout
+
+
+def test_replay_json_and_batch_log_kinds(tmp_path):
+    (tmp_path / "rep.yaml").write_text("{\n")
+    line = assert_unusable(lrdoctor("fix", SAMPLES / "torch-microstep", "--out", "o",
+                                    "--from-replay", "rep.yaml", cwd=tmp_path), "rep.yaml")
+    assert "not JSON" in line
+    (tmp_path / "logs").mkdir()
+    line = assert_unusable(lrdoctor("replay", "--config", EXAMPLE, "--batch-log", "logs",
+                                    cwd=tmp_path), "logs")
+    assert "is a directory" in line

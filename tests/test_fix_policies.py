@@ -81,7 +81,7 @@ def test_replay_ratio(tmp_path):
     assert make_target(st, [], replay=rep).progress == 100
     assert make_target(st, [], replay=rep, policy="extend-horizon").horizon == 500
     rep.write_text("{not json")
-    with pytest.raises(UnusableInput, match="cannot read replay"):
+    with pytest.raises(UnusableInput, match="not JSON"):
         make_target(st, [], replay=rep)
 
 

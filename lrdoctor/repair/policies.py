@@ -112,8 +112,11 @@ def read_replay(path: Path) -> tuple[float, float]:
     """(nominal, actual) scheduler progress from ``lrdoctor replay --json``."""
     try:
         doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise UnusableInput(f"cannot read replay report: {exc}", str(path)) from None
+    except OSError as exc:
+        raise UnusableInput(f"cannot read replay report: {exc.strerror}", str(path)) from None
+    except ValueError:
+        raise UnusableInput("not JSON: expected the output of `lrdoctor replay --json`",
+                            str(path)) from None
     if isinstance(doc, list) and doc:
         doc = doc[0]
     summary = doc.get("summary") if isinstance(doc, dict) else None

@@ -225,6 +225,9 @@ def read_batch_log(path: str | Path):
     """Read a batch log into a DataFrame: step, tokens (+ prompt_id, docs, rank)."""
     p = Path(path)
     sp = str(path)
+    if p.is_dir():
+        raise UnusableInput("is a directory, expected a batch log file (.jsonl, .csv or "
+                            ".parquet)", sp)
     if not p.is_file():
         raise UnusableInput("no such batch log file", sp)
     fmt = _fmt(p)
