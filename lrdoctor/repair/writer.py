@@ -319,7 +319,11 @@ def write_output(src: Path, out: Path, files: list[str], changes: list[Change],
     parent = out.parent
     # A hidden holder dir next to the output; inside it the output under its final
     # name, so verification reads exactly what will be renamed into place.
-    holder = Path(tempfile.mkdtemp(prefix=f".{out.name}.lrdoctor-tmp-", dir=parent))
+    try:
+        holder = Path(tempfile.mkdtemp(prefix=f".{out.name}.lrdoctor-tmp-", dir=parent))
+    except OSError as exc:
+        raise UnusableInput(f"cannot write the repaired copy here: {exc.strerror}",
+                            str(out)) from None
     tmp = holder / out.name
     if not single:
         tmp.mkdir()
