@@ -7,6 +7,7 @@ and the torch path are judged by the same rules.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -173,15 +174,33 @@ def _notes(rep: Replay, key: str) -> list[tuple[int, Any]]:
     return [(i.step, i.plan.notes[key]) for i in rep.infos if key in (i.plan.notes or {})]
 
 
-def findings(rep: Replay, summary: dict[str, Any] | None = None,
-             knob: dict[str, Any] | None = None) -> list[Finding]:
-    """LRD201-LRD212 from one replay (``knob``: a memory-knob comparison, for LRD203)."""
-    cfg, spec, t = rep.cfg, rep.spec, rep.trace
-    s = summary or summarize(rep)
-    out: list[Finding] = []
-    steps = cfg.train.steps
+@dataclass
+class _Ctx:
+    """What every replay rule reads: the replay, its summary, and the shared fix text."""
+
+    rep: Replay
+    s: dict[str, Any]
+    knob: dict[str, Any] | None
+    fix_tail: str
+    ev_core: dict[str, Any]
+
+    @property
+    def cfg(self):
+        return self.rep.cfg
+
+    @property
+    def spec(self):
+        return self.rep.spec
+
+    @property
+    def t(self) -> dict[str, np.ndarray]:
+        return self.rep.trace
+
+
+def _context(rep: Replay, s: dict[str, Any], knob: dict[str, Any] | None) -> _Ctx:
+    cfg, spec = rep.cfg, rep.spec
     unit = spec.unit.value
-    hz, end, ratio = s["horizon"], s["scheduler_progress_end"], s["progress_ratio"]
+    end = s["scheduler_progress_end"]
     scale = s["corrected"]["progress_scale"]
     inc = cfg.scheduler.increment
     fix_tail = (f"Scale every scheduler advance by nominal/actual = {_f(scale)} (ROLL issue "
@@ -198,175 +217,252 @@ def findings(rep: Replay, summary: dict[str, Any] | None = None,
         fix_tail = ("Increment the scheduler by samples (the global batch) or once per update, "
                     "so an update moves it the same at every dp size (LRD210); a single "
                     "scale or horizon only fits this dp history. " + fix_tail)
-    ev_core = {"horizon": hz, "scheduler_progress_end": end, "ratio": ratio,
+    ev_core = {"horizon": s["horizon"], "scheduler_progress_end": end,
+               "ratio": s["progress_ratio"],
                "nominal_updates": s["nominal_updates"], "budget_updates": s["budget_updates"],
                "actual_updates": s["actual_updates"], "updates_per_step": s["updates_per_step"],
-               "floor_step": s["floor_step"], "train_steps": steps,
+               "floor_step": s["floor_step"], "train_steps": cfg.train.steps,
                "corrected_progress_scale": scale,
                "corrected_increment": s["corrected"]["per_update_increment"],
                "corrected_horizon": end}
+    return _Ctx(rep, s, knob, fix_tail, ev_core)
 
-    if ratio > 1 + REL_TOL:
-        where = (f"; the LR reaches its floor ({_f(spec.min_lr)}) after train step "
-                 f"{s['floor_step']} of {steps} ({s['floor_fraction']:.0%})"
-                 if s["floor_step"] is not None else "")
-        out.append(finding(
-            "LRD201",
-            f"The replayed loop advances the scheduler to {_f(end)} {unit}, {ratio:.3g}x its "
-            f"horizon of {_f(hz)} ({s['actual_updates']} optimizer updates vs "
-            f"{_f(s['budget_updates'])} budgeted, {_f(s['updates_per_step']['mean'])} per "
-            f"train step instead of {_f(s['nominal_updates_per_step'])}){where}.",
-            ev_core, fix=fix_tail, location="scheduler",
-            # A few percent early is a drift to fix, not a broken run.
-            severity=Severity.WARNING if ratio < 1.05 else None))
-    elif ratio < 1 - REL_TOL:
-        out.append(finding(
-            "LRD202",
-            f"The replayed loop advances the scheduler to only {_f(end)} of {_f(hz)} {unit} "
-            f"({ratio:.1%}): {s['actual_updates']} optimizer updates vs "
-            f"{_f(s['budget_updates'])} budgeted; the last LR is {_f(s['lr_end'])}, the "
-            f"floor {_f(spec.min_lr)}.",
-            ev_core, fix=fix_tail, location="scheduler"))
 
-    if knob and knob.get("differs"):
-        rows = "; ".join(f"{knob['key'].split('.')[-1]} {_f(v)}: {_f(u)} updates, "
-                         f"progress {_f(p)}" for v, u, p in knob["rows"])
-        out.append(finding(
-            "LRD203",
-            f"Scheduler progress depends on {knob['key']} ({knob['source']}): {rows}.",
-            {"key": knob["key"], "rows": knob["rows"]}, location=knob["key"]))
+def _lrd201(c: _Ctx) -> Finding | None:
+    """The scheduler runs past its horizon: the LR reaches its floor early."""
+    s, spec = c.s, c.spec
+    ratio = s["progress_ratio"]
+    if not ratio > 1 + REL_TOL:
+        return None
+    where = (f"; the LR reaches its floor ({_f(spec.min_lr)}) after train step "
+             f"{s['floor_step']} of {c.cfg.train.steps} ({s['floor_fraction']:.0%})"
+             if s["floor_step"] is not None else "")
+    return finding(
+        "LRD201",
+        f"The replayed loop advances the scheduler to {_f(s['scheduler_progress_end'])} "
+        f"{spec.unit.value}, {ratio:.3g}x its "
+        f"horizon of {_f(s['horizon'])} ({s['actual_updates']} optimizer updates vs "
+        f"{_f(s['budget_updates'])} budgeted, {_f(s['updates_per_step']['mean'])} per "
+        f"train step instead of {_f(s['nominal_updates_per_step'])}){where}.",
+        c.ev_core, fix=c.fix_tail, location="scheduler",
+        # A few percent early is a drift to fix, not a broken run.
+        severity=Severity.WARNING if ratio < 1.05 else None)
 
-    ws = s["window_sizes"]
-    ruled = ~_has_boundaries(rep)
-    if len(t["lr"]) and ruled[0] and ws["first"] is not None and ws["nominal"] > 1 \
-            and ws["first"] < ws["nominal"] and ws["max"] >= ws["nominal"]:
-        sizes = t["window_size"][t["is_update"]][:4].tolist()
-        out.append(finding(
-            "LRD204",
-            f"The first optimizer update uses {ws['first']} micro-batch(es) instead of "
-            f"{ws['nominal']} (window sizes {', '.join(map(str, sizes))}, ...), and every "
-            "later window is shifted.",
-            {"window_sizes_head": sizes, "k": ws["nominal"], "rule": cfg.accumulation.rule},
-            location="accumulation.rule"))
 
+def _lrd202(c: _Ctx) -> Finding | None:
+    """The scheduler stops short of its horizon: the LR never decays to its floor."""
+    s = c.s
+    ratio = s["progress_ratio"]
+    if not ratio < 1 - REL_TOL:
+        return None
+    return finding(
+        "LRD202",
+        f"The replayed loop advances the scheduler to only {_f(s['scheduler_progress_end'])} "
+        f"of {_f(s['horizon'])} {c.spec.unit.value} "
+        f"({ratio:.1%}): {s['actual_updates']} optimizer updates vs "
+        f"{_f(s['budget_updates'])} budgeted; the last LR is {_f(s['lr_end'])}, the "
+        f"floor {_f(c.spec.min_lr)}.",
+        c.ev_core, fix=c.fix_tail, location="scheduler")
+
+
+def _lrd203(c: _Ctx) -> Finding | None:
+    """A memory knob (micro-batch size, token cap) changes scheduler progress."""
+    knob = c.knob
+    if not (knob and knob.get("differs")):
+        return None
+    rows = "; ".join(f"{knob['key'].split('.')[-1]} {_f(v)}: {_f(u)} updates, "
+                     f"progress {_f(p)}" for v, u, p in knob["rows"])
+    return finding(
+        "LRD203",
+        f"Scheduler progress depends on {knob['key']} ({knob['source']}): {rows}.",
+        {"key": knob["key"], "rows": knob["rows"]}, location=knob["key"])
+
+
+def _lrd204(c: _Ctx) -> Finding | None:
+    """The first accumulation window is short, so every later window is shifted."""
+    t, ws = c.t, c.s["window_sizes"]
+    ruled = ~_has_boundaries(c.rep)
+    if not (len(t["lr"]) and ruled[0] and ws["first"] is not None and ws["nominal"] > 1
+            and ws["first"] < ws["nominal"] and ws["max"] >= ws["nominal"]):
+        return None
+    sizes = t["window_size"][t["is_update"]][:4].tolist()
+    return finding(
+        "LRD204",
+        f"The first optimizer update uses {ws['first']} micro-batch(es) instead of "
+        f"{ws['nominal']} (window sizes {', '.join(map(str, sizes))}, ...), and every "
+        "later window is shifted.",
+        {"window_sizes_head": sizes, "k": ws["nominal"], "rule": c.cfg.accumulation.rule},
+        location="accumulation.rule")
+
+
+def _lrd205(c: _Ctx) -> Finding | None:
+    """The LR moves inside accumulation windows (scheduler stepped per micro-batch)."""
+    s, cfg = c.s, c.cfg
     changes = s["lr_changes_inside_windows"]
-    if changes:
-        nwin = max(1, s["actual_updates"])
-        calls = _scheduler_calls_per_update(t)
-        speed = (f"; the scheduler moves {calls:.3g} times per optimizer update, so a budget "
-                 f"counted in updates runs {calls:.3g}x fast" if calls > 1 + REL_TOL else "")
-        out.append(finding(
-            "LRD205",
-            f"The LR changes {changes} times inside accumulation windows "
-            f"({changes / nwin:.2g} per update): micro-batches of one update see different "
-            f"LRs (scheduler stepped on {cfg.scheduler.step_on.replace('_', ' ')}){speed}.",
-            {"changes": changes, "updates": s["actual_updates"],
-             "step_on": cfg.scheduler.step_on, "scheduler_moves_per_update": calls},
-            location="scheduler.step_on"))
+    if not changes:
+        return None
+    nwin = max(1, s["actual_updates"])
+    calls = _scheduler_calls_per_update(c.t)
+    speed = (f"; the scheduler moves {calls:.3g} times per optimizer update, so a budget "
+             f"counted in updates runs {calls:.3g}x fast" if calls > 1 + REL_TOL else "")
+    return finding(
+        "LRD205",
+        f"The LR changes {changes} times inside accumulation windows "
+        f"({changes / nwin:.2g} per update): micro-batches of one update see different "
+        f"LRs (scheduler stepped on {cfg.scheduler.step_on.replace('_', ' ')}){speed}.",
+        {"changes": changes, "updates": s["actual_updates"],
+         "step_on": cfg.scheduler.step_on, "scheduler_moves_per_update": calls},
+        location="scheduler.step_on")
 
+
+def _lrd206(c: _Ctx) -> Finding | None:
+    """Train steps hold different amounts of optimizer work."""
+    s, t = c.s, c.t
     ups = s["updates_per_step"]
-    mbs_per_step = per_step(rep)["micro_batches"]
-    if ups["max"] != ups["min"]:
-        if cfg.accumulation.flush_at_step_end:
-            spread = None
-        else:
-            # Windows span train steps: 0/1 (or 8/9) updates per step is only where
-            # windows happen to end. A drift is steps holding different amounts of
-            # work: micro-batches per step in units of the mean window.
-            mean_window = len(t["lr"]) / max(1, s["actual_updates"])
-            work = mbs_per_step / mean_window
-            spread = (float(work.min()), float(work.max()))
-        if spread is None or spread[1] - spread[0] >= 1 - REL_TOL:
-            extra = ("" if spread is None else
-                     f"; with windows spanning steps, steps hold {spread[0]:.3g} to "
-                     f"{spread[1]:.3g} updates' worth of micro-batches "
-                     f"({int(mbs_per_step.min())}..{int(mbs_per_step.max())} per step)")
-            out.append(finding(
-                "LRD206",
-                f"Optimizer updates per train step vary from {_f(ups['min'])} to "
-                f"{_f(ups['max'])} (mean {ups['mean']:.3g}, nominal "
-                f"{_f(s['nominal_updates_per_step'])}){extra}.",
-                {"updates_per_step": ups, "work_per_step_in_updates": spread}))
+    if ups["max"] == ups["min"]:
+        return None
+    mbs_per_step = per_step(c.rep)["micro_batches"]
+    if c.cfg.accumulation.flush_at_step_end:
+        spread = None
+    else:
+        # Windows span train steps: 0/1 (or 8/9) updates per step is only where
+        # windows happen to end. A drift is steps holding different amounts of
+        # work: micro-batches per step in units of the mean window.
+        mean_window = len(t["lr"]) / max(1, s["actual_updates"])
+        work = mbs_per_step / mean_window
+        spread = (float(work.min()), float(work.max()))
+    if spread is not None and spread[1] - spread[0] < 1 - REL_TOL:
+        return None
+    extra = ("" if spread is None else
+             f"; with windows spanning steps, steps hold {spread[0]:.3g} to "
+             f"{spread[1]:.3g} updates' worth of micro-batches "
+             f"({int(mbs_per_step.min())}..{int(mbs_per_step.max())} per step)")
+    return finding(
+        "LRD206",
+        f"Optimizer updates per train step vary from {_f(ups['min'])} to "
+        f"{_f(ups['max'])} (mean {ups['mean']:.3g}, nominal "
+        f"{_f(s['nominal_updates_per_step'])}){extra}.",
+        {"updates_per_step": ups, "work_per_step_in_updates": spread})
 
-    if t["loss_divisor"].size and not np.all(np.isnan(t["loss_divisor"])):
-        sums = t["window_weight_sum"][t["is_update"]]
-        # A wrong divisor is off by whole documents; 1e-6 only absorbs float sums.
-        bad = np.abs(sums - 1.0) > 1e-6
-        if bad.any():
-            out.append(finding(
-                "LRD207",
-                f"{int(bad.sum())} of {len(sums)} updates weight their documents by a divisor "
-                f"other than the step's global document total (loss-weight sums "
-                f"{_f(float(sums.min()))}..{_f(float(sums.max()))}, should be 1).",
-                {"bad_updates": int(bad.sum()), "weight_sum_min": float(sums.min()),
-                 "weight_sum_max": float(sums.max())},
-                location="batching.loss_divisor"))
 
-    short = _notes(rep, "short_padding")
-    if short:
-        first = short[0][1][0] if isinstance(short[0][1], list) else short[0][1]
-        out.append(finding(
-            "LRD208",
-            f"Padding to dp comes up short in {sum(len(v) if isinstance(v, list) else 1 for _, v in short)} "
-            f"mini-batch(es) over {len(short)} train step(s); e.g. step {short[0][0]}: "
-            f"mb_size {first.get('mb_size')}, pad_size {first.get('pad_size')}, dp "
-            f"{first.get('dp')}: {first.get('rows_after_padding')} rows instead of "
-            f"{first.get('needed')}.",
-            {"steps": len(short), "example": first}, location="batching.pad_mode"))
+def _lrd207(c: _Ctx) -> Finding | None:
+    """Documents are weighted by a divisor other than the window's global document total."""
+    t = c.t
+    if not (t["loss_divisor"].size and not np.all(np.isnan(t["loss_divisor"]))):
+        return None
+    sums = t["window_weight_sum"][t["is_update"]]
+    # A wrong divisor is off by whole documents; 1e-6 only absorbs float sums.
+    bad = np.abs(sums - 1.0) > 1e-6
+    if not bad.any():
+        return None
+    return finding(
+        "LRD207",
+        f"{int(bad.sum())} of {len(sums)} updates weight their documents by a divisor "
+        f"other than the step's global document total (loss-weight sums "
+        f"{_f(float(sums.min()))}..{_f(float(sums.max()))}, should be 1).",
+        {"bad_updates": int(bad.sum()), "weight_sum_min": float(sums.min()),
+         "weight_sum_max": float(sums.max())},
+        location="batching.loss_divisor")
 
+
+def _lrd208(c: _Ctx) -> Finding | None:
+    """Padding a mini-batch to a multiple of dp yields fewer rows than it needs."""
+    short = _notes(c.rep, "short_padding")
+    if not short:
+        return None
+    first = short[0][1][0] if isinstance(short[0][1], list) else short[0][1]
+    n_minis = sum(len(v) if isinstance(v, list) else 1 for _, v in short)
+    return finding(
+        "LRD208",
+        f"Padding to dp comes up short in {n_minis} "
+        f"mini-batch(es) over {len(short)} train step(s); e.g. step {short[0][0]}: "
+        f"mb_size {first.get('mb_size')}, pad_size {first.get('pad_size')}, dp "
+        f"{first.get('dp')}: {first.get('rows_after_padding')} rows instead of "
+        f"{first.get('needed')}.",
+        {"steps": len(short), "example": first}, location="batching.pad_mode")
+
+
+def _lrd209(c: _Ctx) -> Finding | None:
+    """A micro-batch on one rank is over the configured token cap."""
+    cfg, t = c.cfg, c.t
     cap = cfg.batching.max_tokens_per_microbatch
-    if cap and len(t["lr"]):
-        # The trace's per-rank cost is real tokens when the framework packs (verl,
-        # OpenRLHF, SkyRL) and rows x padded length when it pads (ROLL, static).
-        first_pass = t["epoch"] == 0
-        cost = t["max_rank_tokens"][first_pass]
-        over = cost > cap
-        if over.any():
-            packed = cfg.batching.is_packed
-            what = ("real tokens (packed, no padding)" if packed
-                    else "tokens as rows x padded length")
-            over_steps = np.unique(t["train_step"][first_pass][over])
-            single = _notes(rep, "sequence_over_cap")
-            longest = max((int(v.get("max_len", 0)) for _, v in single
-                           if isinstance(v, dict)), default=0)
-            why = (f"; {sum(int(v.get('count', 0)) for _, v in single)} single sequence(s) are "
-                   f"longer than the cap (up to {longest})" if longest > cap else
-                   "; the partitions are balanced, not capped" if cfg.batching.strategy
-                   == "karmarkar_karp" else "")
-            out.append(finding(
-                "LRD209",
-                f"A micro-batch holds up to {int(cost.max())} {what} on one rank, over the "
-                f"cap of {cap}: {int(over.sum())} of {len(cost)} micro-batches in "
-                f"{len(over_steps)} of {steps} train step(s){why}.",
-                {"cap": cap, "max_tokens": int(cost.max()), "measure":
-                 "real tokens" if packed else "rows x padded length",
-                 "micro_batches_over": int(over.sum()), "micro_batches": int(len(cost)),
-                 "steps": int(len(over_steps)), "longest_sequence": longest or None},
-                location="batching.max_tokens_per_microbatch"))
+    if not (cap and len(t["lr"])):
+        return None
+    # The trace's per-rank cost is real tokens when the framework packs (verl,
+    # OpenRLHF, SkyRL) and rows x padded length when it pads (ROLL, static).
+    first_pass = t["epoch"] == 0
+    cost = t["max_rank_tokens"][first_pass]
+    over = cost > cap
+    if not over.any():
+        return None
+    packed = cfg.batching.is_packed
+    what = ("real tokens (packed, no padding)" if packed
+            else "tokens as rows x padded length")
+    over_steps = np.unique(t["train_step"][first_pass][over])
+    single = _notes(c.rep, "sequence_over_cap")
+    longest = max((int(v.get("max_len", 0)) for _, v in single
+                   if isinstance(v, dict)), default=0)
+    why = (f"; {sum(int(v.get('count', 0)) for _, v in single)} single sequence(s) are "
+           f"longer than the cap (up to {longest})" if longest > cap else
+           "; the partitions are balanced, not capped" if cfg.batching.strategy
+           == "karmarkar_karp" else "")
+    return finding(
+        "LRD209",
+        f"A micro-batch holds up to {int(cost.max())} {what} on one rank, over the "
+        f"cap of {cap}: {int(over.sum())} of {len(cost)} micro-batches in "
+        f"{len(over_steps)} of {cfg.train.steps} train step(s){why}.",
+        {"cap": cap, "max_tokens": int(cost.max()), "measure":
+         "real tokens" if packed else "rows x padded length",
+         "micro_batches_over": int(over.sum()), "micro_batches": int(len(cost)),
+         "steps": int(len(over_steps)), "longest_sequence": longest or None},
+        location="batching.max_tokens_per_microbatch")
 
-    if cfg.dp.changes:
-        ps = per_step(rep)
-        by_dp = {int(d): float(np.mean(ps["advance"][ps["dp"] == d]))
-                 for d in np.unique(ps["dp"])}
-        vals = list(by_dp.values())
-        if max(vals) - min(vals) > REL_TOL * max(abs(v) for v in vals):
-            desc = ", ".join(f"dp {d}: {_f(v)}" for d, v in by_dp.items())
-            out.append(finding(
-                "LRD210",
-                f"Scheduler advance per train step depends on the dp size ({desc} {unit} per "
-                f"step) with the same global batch: increment '{inc}' counts per-rank work.",
-                {"advance_by_dp": by_dp, "increment": inc}, location="scheduler.increment"))
 
-    if cfg.scheduler.step_on_failed_update and s["failed_updates"]:
-        out.append(finding(
-            "LRD211",
-            f"{s['failed_updates']} failed update(s) still advanced the scheduler.",
-            {"failed_updates": s["failed_updates"]}, location="scheduler.step_on_failed_update"))
+def _lrd210(c: _Ctx) -> Finding | None:
+    """Scheduler advance per train step depends on the dp size (elastic runs)."""
+    if not c.cfg.dp.changes:
+        return None
+    ps = per_step(c.rep)
+    by_dp = {int(d): float(np.mean(ps["advance"][ps["dp"] == d]))
+             for d in np.unique(ps["dp"])}
+    vals = list(by_dp.values())
+    if not max(vals) - min(vals) > REL_TOL * max(abs(v) for v in vals):
+        return None
+    desc = ", ".join(f"dp {d}: {_f(v)}" for d, v in by_dp.items())
+    inc = c.cfg.scheduler.increment
+    return finding(
+        "LRD210",
+        f"Scheduler advance per train step depends on the dp size ({desc} "
+        f"{c.spec.unit.value} per "
+        f"step) with the same global batch: increment '{inc}' counts per-rank work.",
+        {"advance_by_dp": by_dp, "increment": inc}, location="scheduler.increment")
 
-    div = _divisibility(rep)
-    if div:
-        out.append(div)
-    return out
+
+def _lrd211(c: _Ctx) -> Finding | None:
+    """Failed (skipped) updates still advanced the scheduler."""
+    if not (c.cfg.scheduler.step_on_failed_update and c.s["failed_updates"]):
+        return None
+    return finding(
+        "LRD211",
+        f"{c.s['failed_updates']} failed update(s) still advanced the scheduler.",
+        {"failed_updates": c.s["failed_updates"]}, location="scheduler.step_on_failed_update")
+
+
+def _lrd212(c: _Ctx) -> Finding | None:
+    """A step's samples do not divide into the configured mini-batches or dp ranks."""
+    return _divisibility(c.rep)
+
+
+# One function per finding code, in catalog order.
+RULES = (_lrd201, _lrd202, _lrd203, _lrd204, _lrd205, _lrd206, _lrd207, _lrd208, _lrd209,
+         _lrd210, _lrd211, _lrd212)
+
+
+def findings(rep: Replay, summary: dict[str, Any] | None = None,
+             knob: dict[str, Any] | None = None) -> list[Finding]:
+    """LRD201-LRD212 from one replay (``knob``: a memory-knob comparison, for LRD203)."""
+    ctx = _context(rep, summary or summarize(rep), knob)
+    return [f for rule in RULES if (f := rule(ctx)) is not None]
 
 
 def _divisibility(rep: Replay) -> Finding | None:

@@ -1,0 +1,61 @@
+"""Fast-LLM ``docs_per_step``: accumulate micro-batches until a global document target."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lrdoctor.errors import UnusableInput
+from lrdoctor.replay.packing.common import StepPlan
+from lrdoctor.replay.packing.static import _static_core
+
+
+def plan_doc_target(
+    fr, dp, micro_batch_size, docs_per_step, round_to=1, loss_divisor="step_total"
+) -> StepPlan:
+    """Fast-LLM ``docs_per_step``: accumulate until the global document count reaches the target.
+
+    Micro-batches are taken one micro-step at a time (``micro_batch_size`` rows on
+    every rank), the step's document count is summed over ranks, and the
+    optimizer step closes as soon as it is >= ``docs_per_step`` (overshoot
+    allowed). Every micro-batch in the window divides its loss by the window's
+    global document total (``loss_divisor='micro_batch'`` reproduces a loop that
+    divides by its own micro-batch's documents instead). Micro-batches left at
+    the end of the train step close a short window (reported in notes).
+    """
+    notes: dict = {}
+    tokens = fr["tokens"]
+    docs = fr["docs"].astype(np.int64) if "docs" in fr else np.ones(len(tokens), np.int64)
+    target = int(docs_per_step)
+    if target <= 0:
+        raise UnusableInput("batching.docs_per_step must be a positive integer")
+    # Global documents per micro-step (summed over ranks) come with the static plan.
+    mbs, mb_docs = _static_core(fr, dp, micro_batch_size, round_to, notes, extra=docs)
+    bounds: list[int] = []
+    divisors: list[float] = []
+    acc = 0
+    start = 0
+    overshoot = []
+    for i, d in enumerate(mb_docs):
+        acc += d
+        if acc >= target:
+            bounds.append(i)
+            divisors.extend([float(acc)] * (i - start + 1))
+            if acc > target:
+                overshoot.append(acc - target)
+            acc = 0
+            start = i + 1
+    if start < len(mbs):
+        bounds.append(len(mbs) - 1)
+        divisors.extend([float(acc)] * (len(mbs) - start))
+        notes["partial_tail"] = {"docs": acc, "target": target, "micro_batches": len(mbs) - start}
+    if overshoot:
+        notes["overshoot"] = {
+            "windows": len(overshoot),
+            "max": max(overshoot),
+            "total": sum(overshoot),
+        }
+    if loss_divisor == "micro_batch":
+        divisors = [float(max(d, 1)) for d in mb_docs]
+    notes["docs_per_step"] = target
+    notes["micro_batch_docs"] = mb_docs
+    return StepPlan(mbs, bounds, divisors, notes)

@@ -1,0 +1,60 @@
+"""Fixed-size micro-batches: ``micro_batch_size`` rows per rank, in order (every framework's default)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lrdoctor.replay.packing.common import _EMPTY, MicroBatch, StepPlan, _rank_layout, _round_up
+
+
+def plan_static(fr, dp, micro_batch_size, round_to=1) -> StepPlan:
+    """Fixed ``micro_batch_size`` sequences per rank, in order, from each rank's rows."""
+    notes: dict = {}
+    mbs, _ = _static_core(fr, dp, micro_batch_size, round_to, notes)
+    return StepPlan(mbs, None, None, notes)
+
+
+def _static_core(fr, dp, micro_batch_size, round_to, notes, extra=None):
+    """Static micro-batches, plus per micro-step global sums of column ``extra``.
+
+    Every micro-batch is a contiguous run of the rank-ordered rows, so sums and
+    maxima come from ``reduceat`` calls over the whole step.
+    """
+    tokens = fr["tokens"]
+    perm, bounds = _rank_layout(fr, dp, notes)
+    m = max(1, int(micro_batch_size))
+    segs = [list(range(bounds[k], bounds[k + 1], m)) for k in range(dp)]
+    counts = [len(x) for x in segs]
+    count = max(counts, default=0)
+    if count == 0:
+        return [], []
+    if len(set(counts)) > 1:
+        notes["uneven_micro_batch_counts"] = counts
+    flat_starts = [a for x in segs for a in x]
+    tp = tokens[perm]
+    sums = np.add.reduceat(tp, flat_starts).tolist()
+    maxs = np.maximum.reduceat(tp, flat_starts)
+    maxs = _round_up(maxs, round_to).tolist()
+    ex = np.add.reduceat(extra[perm], flat_starts).tolist() if extra is not None else None
+    ex_step = [0] * count
+    off = [0]
+    for c in counts:
+        off.append(off[-1] + c)
+    mbs: list[MicroBatch] = []
+    for i in range(count):
+        ranks, pl, tk = [], [], []
+        for k in range(dp):
+            if i < counts[k]:
+                a = segs[k][i]
+                b = min(a + m, bounds[k + 1])
+                ranks.append(perm[a:b])
+                pl.append(maxs[off[k] + i])
+                tk.append(sums[off[k] + i])
+                if ex is not None:
+                    ex_step[i] += ex[off[k] + i]
+            else:
+                ranks.append(_EMPTY)
+                pl.append(0)
+                tk.append(0)
+        mbs.append(MicroBatch(ranks, pl, tk))
+    return mbs, ex_step
