@@ -8,6 +8,7 @@ any supported framework must produce no warning or error.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from lrdoctor.findings import Finding, Severity, finding
 from lrdoctor.model import RunState, Unit
@@ -23,7 +24,105 @@ def diagnose(state: RunState) -> list[Finding]:
     out: list[Finding] = []
     for rule in (_config, _progress_ratio, _horizon, _optimizer_lr):
         out.extend(rule(state))
+    _agree(out)
     return out
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The one repair a checkpoint's findings call for, and the other one that works.
+
+    One per checkpoint, so that every finding's fix text and ``lrdoctor fix`` without
+    ``--policy`` say the same thing: LRD101 past the horizon is usually a consequence
+    of LRD103/LRD104/LRD109 and must not recommend a different repair than its cause.
+    """
+
+    policy: str  # nominal | rescale | extend-horizon | sync-lr
+    because: tuple[str, ...]  # the finding codes this repair resolves, the cause first
+    k: float | None = None  # rescale: the whole number of scheduler steps per update
+    alternative: str | None = None  # the other option, as `lrdoctor fix` flags
+    why: str = ""  # one clause: why this policy over the alternative
+
+    @property
+    def flags(self) -> str:
+        """``--policy rescale --k 4``: what `lrdoctor fix` does without --policy."""
+        f = f"--policy {self.policy}"
+        return f + (f" --k {_fmt(self.k)}" if self.k is not None else "")
+
+    def to_dict(self) -> dict:
+        return {"policy": self.policy, "k": self.k, "because": list(self.because),
+                "alternative": self.alternative, "why": self.why}
+
+
+def recommend(findings: list[Finding]) -> Recommendation | None:
+    """The repair the findings call for; None when none of them calls for one.
+
+    A scheduler k times too fast (whole k) is rescaled; a non-whole ratio (dynamic
+    micro-batching, ROLL issue 442) goes back to the nominal budget, as that issue
+    proposes; Megatron's and DeepSpeed's own invariants (LRD104/LRD109) name the right
+    count, so nominal; LRD101 alone (no nominal count known) keeps the progress and
+    moves the horizon; an LR that only disagrees with the schedule (LRD105) is synced.
+    """
+    by = {f.code: f for f in findings}
+    codes = [c for c in ("LRD103", "LRD104", "LRD109", "LRD101", "LRD105") if c in by]
+    if not codes:
+        return None
+    if "LRD103" in by:
+        k = _whole_k(by["LRD103"])
+        if k is not None:
+            return Recommendation(
+                "rescale", _with("LRD103", codes, ("LRD101", "LRD105")), k=k,
+                alternative="--policy nominal",
+                why=f"the scheduler ran a whole {_fmt(k)} times too fast")
+        return Recommendation(
+            "nominal", _with("LRD103", codes, ("LRD101", "LRD105")),
+            alternative="--policy extend-horizon",
+            why="a non-whole ratio means dynamic micro-batching: back to the nominal "
+                "budget, as ROLL issue 442 proposes")
+    for code in ("LRD104", "LRD109"):
+        if code in by:
+            k = _whole_k(by[code])
+            return Recommendation(
+                "nominal", _with(code, codes, ("LRD101", "LRD105")),
+                alternative=f"--policy rescale --k {_fmt(k)}" if k else "--policy extend-horizon",
+                why="the framework's own counters say where the scheduler should be")
+    if "LRD101" in by:
+        return Recommendation(
+            "extend-horizon", _with("LRD101", codes, ("LRD105",)),
+            alternative="--policy nominal --progress N",
+            why="the checkpoint has no nominal count to move progress back to")
+    return Recommendation("sync-lr", ("LRD105",),
+                          why="only the param-group lr disagrees with the schedule")
+
+
+def _with(cause: str, codes: list[str], consequences: tuple[str, ...]) -> tuple[str, ...]:
+    return (cause,) + tuple(c for c in codes if c in consequences)
+
+
+def _whole_k(f: Finding) -> float | None:
+    k = f.evidence.get("k")
+    if isinstance(k, (int, float)) and not isinstance(k, bool) and k >= 2 \
+            and float(k).is_integer():
+        return float(k)
+    return None
+
+
+def _agree(findings: list[Finding]) -> None:
+    """End every repairable finding's fix with the checkpoint's one recommendation."""
+    rec = recommend(findings)
+    if rec is None or rec.policy == "sync-lr":
+        return
+    repair = (f"repair this checkpoint with `lrdoctor fix --out NEW` (it applies "
+              f"`{rec.flags}`"
+              + (f"; the alternative: `{rec.alternative}`" if rec.alternative else "") + ").")
+    cause = rec.because[0]
+    for f in findings:
+        if f.code not in rec.because:
+            continue
+        if f.code == cause:
+            f.fix = f"{f.fix.rstrip('.')}; {repair}"
+        else:
+            f.fix = f"Follows from {cause} (fix that at the source); {repair}"
 
 
 def progress_ratio(state: RunState) -> float | None:
@@ -111,15 +210,13 @@ def _progress_ratio(state: RunState) -> list[Finding]:
                   "was computed from nominal batches")
         ev["k"] = k if near_int else round(ratio, 4)
         fix = (f"Advance the scheduler by nominal/actual = {1 / ratio:.4g} per update, or make "
-               "the budget follow the real update count; repair this checkpoint with "
-               "`lrdoctor fix --policy nominal` (or `--policy extend-horizon`).")
+               "the budget follow the real update count.")
         if near_int:
             fix = (f"Step the scheduler only when the optimizer steps (or divide its budget by "
-                   f"{k}); repair this checkpoint with `lrdoctor fix --policy rescale --k {k}`.")
+                   f"{k}).")
             if _accelerate_multiplier(state, k):
                 fix = (f"Size the scheduler's budget in num_processes x updates (x {k}, as "
-                       "accelerate's examples do) or prepare with split_batches=True; repair "
-                       f"this checkpoint with `lrdoctor fix --policy rescale --k {k}`.")
+                       "accelerate's examples do) or prepare with split_batches=True.")
         # accelerate's multiplier is intended when the budget was multiplied too, and
         # the checkpoint cannot tell which: warn rather than fail.
         severity = Severity.WARNING if near_int and _accelerate_multiplier(state, k) else None

@@ -108,8 +108,10 @@ _RULES = [
          "of 2400 planned updates: 72% of the progress happened at `min_lr`.",
          "Make scheduler progress follow the nominal budget (`lrdoctor fix --policy "
          "nominal`) or move the horizon to the real update count (`--policy "
-         "extend-horizon`); at the source, advance the scheduler by nominal/actual per "
-         "update or compute the budget from the real micro-batch count."),
+         "extend-horizon`, what `lrdoctor fix` does when LRD101 is alone); at the source, "
+         "advance the scheduler by nominal/actual per update or compute the budget from the "
+         "real micro-batch count. Next to LRD103/LRD104/LRD109 it follows from that finding "
+         "and is repaired with it."),
     Rule("LRD102", "min-lr-tail", _I,
          "A min-LR tail is configured",
          "The decay horizon ends before the planned end of training on purpose "

@@ -35,14 +35,34 @@ def test_k_times_fast_suggests_rescale_with_inferred_k():
     assert t.lr_before == 1e-5
 
 
-def test_ambiguous_intent_is_refused_with_the_option_to_give():
-    st = state(progress=250.0, nominal=100.0)  # 2.5x: not a whole k
-    with pytest.raises(Refusal, match="--policy nominal.*--policy extend-horizon"):
-        make_target(st, diagnose(st))
-    # LRD101 alone (no nominal progress known): also a choice for the user.
+def test_one_recommendation_per_checkpoint_and_every_finding_names_it():
+    # A whole k: rescale; LRD101 follows from LRD103 and names the same repair.
+    fs = diagnose(state())
+    t = make_target(state(), fs)
+    assert (t.policy, t.k, t.chosen_by, t.alternative) == ("rescale", 4.0, "findings",
+                                                             "--policy nominal")
+    by = {f.code: f for f in fs}
+    for code in ("LRD103", "LRD101"):
+        assert "`--policy rescale --k 4`" in by[code].fix, by[code].fix
+        assert "extend-horizon" not in by[code].fix
+    assert by["LRD101"].fix.startswith("Follows from LRD103")
+    # 2.5x: not a whole k -> dynamic batching -> nominal (ROLL issue 442), both findings agree.
+    st = state(progress=250.0, nominal=100.0)
+    fs = diagnose(st)
+    t = make_target(st, fs)
+    assert (t.policy, t.progress, t.alternative) == ("nominal", 100, "--policy extend-horizon")
+    assert all("`--policy nominal`" in f.fix for f in fs if f.code in ("LRD103", "LRD101"))
+    # LRD101 alone (no nominal progress known): keep progress, move the horizon.
     st = state(progress=250.0, nominal=None)
-    with pytest.raises(Refusal, match="LRD101"):
-        make_target(st, [finding("LRD101", "past")])
+    fs = diagnose(st)
+    assert [f.code for f in fs if f.code.startswith("LRD10")] == ["LRD101"]
+    t = make_target(st, fs)
+    assert (t.policy, t.progress, t.horizon) == ("extend-horizon", 250, 500)
+    assert t.alternative == "--policy nominal --progress N"
+
+
+def test_options_refused_when_the_intent_is_unclear():
+    st = state(progress=250.0, nominal=None)
     with pytest.raises(Refusal, match="--progress N or --from-replay"):
         make_target(st, [], policy="nominal")
     with pytest.raises(Refusal, match="--k N"):

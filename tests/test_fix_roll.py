@@ -10,7 +10,7 @@ import torch
 from conftest import roll_run
 from test_fix_support import diff, load, tree_hash
 
-from lrdoctor.repair import Refusal, plan_fix, write_fix
+from lrdoctor.repair import plan_fix, write_fix
 
 pytestmark = pytest.mark.frameworks
 STEPS, NOMINAL, REAL, SAVE = 10, 4, 9, 4  # 9 real updates per step where 4 were budgeted
@@ -34,9 +34,13 @@ def overshoot(tmp_path_factory):
                     save_at=(SAVE,)).last.path
 
 
-def test_overshoot_needs_an_explicit_policy(overshoot):
-    with pytest.raises(Refusal, match="--policy nominal"):
-        plan_fix(overshoot)
+def test_overshoot_defaults_to_nominal_as_roll_issue_442_proposes(overshoot):
+    plan = plan_fix(overshoot)  # no --policy: a non-whole ratio is dynamic batching
+    t = plan.target
+    assert (t.policy, t.chosen_by, t.alternative) == ("nominal", "findings",
+                                                       "--policy extend-horizon")
+    assert t.progress == (SAVE + 1) * NOMINAL
+    assert t.motivated_by[0] == "LRD103" and "LRD101" in t.motivated_by
 
 
 def test_nominal_rewinds_num_steps_to_the_budget(overshoot, tmp_path):

@@ -19,7 +19,9 @@ from lrdoctor.commands._common import (
 
 HELP = """Write a repaired copy of a checkpoint a run can resume from (the input is never touched).
 
-The policy follows the finding (LRD103 -> rescale, LRD104/LRD109 -> nominal) or is given:
+Without --policy, fix does what the findings recommend and prints it with the alternative
+(LRD103 whole k -> rescale; LRD103 non-whole ratio, LRD104, LRD109 -> nominal;
+LRD101 alone -> extend-horizon). Policies:
 
 \b
   nominal         scheduler progress := the trainer's own count
@@ -60,7 +62,7 @@ def register(app: typer.Typer) -> None:
         path: Annotated[Path, typer.Argument(
             metavar="PATH", help="Checkpoint (file, checkpoint dir or run dir).")],
         out: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write the repaired copy.")] = None,
-        policy: Annotated[Policy | None, typer.Option("--policy", help="nominal, rescale or extend-horizon (default: from the finding).")] = None,
+        policy: Annotated[Policy | None, typer.Option("--policy", help="nominal, rescale or extend-horizon (default: what the findings recommend).")] = None,
         k: Annotated[float | None, typer.Option("--k", help="rescale: how many times too fast the scheduler ran.")] = None,
         progress: Annotated[float | None, typer.Option("--progress", help="nominal: the scheduler progress to set, in the schedule's unit.")] = None,
         from_replay: Annotated[Path | None, typer.Option("--from-replay", help="Use nominal/actual progress from `lrdoctor replay --json` output.")] = None,

@@ -68,6 +68,7 @@ def render(plan: FixPlan, *, dry_run: bool, out: Path | None,
         con.print(f"learning rate {_fmt(t.lr_before)} -> {_fmt(t.lr)}")
     for n in plan.notes:
         con.print(f"[dim]note:[/dim] {n}")
+    con.print(choice_line(t), highlight=False)
     if dry_run:
         con.print("[yellow]dry run: nothing written[/yellow]")
     elif result is not None and result.written is not None:
@@ -75,6 +76,20 @@ def render(plan: FixPlan, *, dry_run: bool, out: Path | None,
         con.print(f"[green]wrote {w.out}[/green] ({len(w.changed)} file(s) rewritten, "
                   f"{w.copied} copied as is); verified by inspecting it again; "
                   f"manifest {w.manifest.name}")
+
+
+def choice_line(t) -> str:
+    """What fix chose and the alternative: a default repair must say it was a choice."""
+    flags = f"--policy {t.policy}" + (f" --k {_fmt(t.k)}" if t.policy == "rescale" and t.k
+                                      else "")
+    if t.chosen_by != "findings":
+        return f"policy: {flags} (as given)"
+    line = f"chose {flags} from the findings"
+    if t.why:
+        line += f" ({t.why})"
+    if t.alternative:
+        line += f"; the alternative: {t.alternative}"
+    return line
 
 
 def run_fix(path: Path, *, out: Path | None, policy: str | None, k: float | None,

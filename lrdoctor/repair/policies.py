@@ -15,21 +15,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from lrdoctor.diagnose import Recommendation, recommend
 from lrdoctor.errors import UnusableInput
 from lrdoctor.findings import Finding
 from lrdoctor.model import RunState, ScheduleSpec, Unit
 
 POLICIES = ("nominal", "rescale", "extend-horizon")
 
-# Which policy each finding calls for (None: the finding alone leaves a choice).
-SUGGESTED = {
-    "LRD101": None,  # nominal or extend-horizon: the user decides
-    "LRD103": "rescale",
-    "LRD104": "nominal",
-    "LRD109": "nominal",
-    "LRD105": "sync-lr",
-}
-MOTIVATING = tuple(SUGGESTED)
+# What `lrdoctor fix` does without --policy is lrdoctor.diagnose.recommend: one
+# recommendation per checkpoint, the same one the findings' fix texts name.
 # Findings each policy must make disappear (checked on the written output).
 RESOLVES = {
     "nominal": ("LRD101", "LRD103", "LRD104", "LRD105", "LRD108", "LRD109"),
@@ -59,6 +53,11 @@ class Target:
     lr: float | None = None  # what it gives at the new progress (None: unknown)
     motivated_by: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    # How the policy was chosen: "option" (--policy/--k/--progress/--from-replay) or
+    # "findings" (the checkpoint's recommendation), and the other repair that works.
+    chosen_by: str = "option"
+    alternative: str | None = None
+    why: str = ""
 
     @property
     def scale(self) -> float | None:
@@ -72,6 +71,7 @@ class Target:
             "horizon_before": self.horizon_before, "horizon": self.horizon, "k": self.k,
             "lr_before": self.lr_before, "lr": self.lr,
             "motivated_by": self.motivated_by, "reasons": self.reasons,
+            "chosen_by": self.chosen_by, "alternative": self.alternative, "why": self.why,
         }
 
 
@@ -149,44 +149,19 @@ def _integral(x: float) -> float | int:
     return int(r) if abs(x - r) < 1e-9 * max(1.0, abs(x)) else x
 
 
-def choose_policy(findings: list[Finding], policy: str | None) -> tuple[str | None, list[str]]:
-    """The policy to run and the finding codes that motivate it.
+def choose_policy(findings: list[Finding], policy: str | None
+                  ) -> tuple[str | None, list[str], Recommendation | None]:
+    """The policy to run, the finding codes that motivate it, and what the findings
+    recommend (None: nothing calls for a fix, or the policy was given).
 
-    Returns (None, []) when nothing calls for a fix. Raises Refusal when the
-    findings leave a choice the user must make.
+    Returns (None, [], None) when nothing calls for a fix.
     """
-    codes = [f.code for f in findings if f.code in MOTIVATING]
     if policy is not None:
-        return policy, [f.code for f in findings if f.code in RESOLVES[policy]]
-    if not codes:
-        return None, []
-    suggested = {SUGGESTED[c] for c in codes
-                 if SUGGESTED[c] is not None and not _fractional_k(c, findings)}
-    strong = suggested - {"sync-lr"}
-    if len(strong) == 1:
-        chosen = strong.pop()
-        return chosen, [c for c in codes if c in RESOLVES[chosen]]
-    if len(strong) > 1:
-        raise Refusal(f"findings {', '.join(codes)} call for different repairs "
-                      f"({', '.join(sorted(strong))}): give --policy")
-    if "LRD103" in codes:
-        raise Refusal("LRD103 with a non-integer ratio (dynamic micro-batching?) can be repaired "
-                      "with --policy nominal (scheduler progress back to the budget) or --policy "
-                      "extend-horizon (horizon moved to the real update count); give one")
-    if "LRD101" in codes:
-        raise Refusal("LRD101 (past the decay horizon) can be repaired two ways: "
-                      "--policy nominal (move scheduler progress back to the trainer's count) "
-                      "or --policy extend-horizon (keep progress, move the horizon to the "
-                      "planned end); give one")
-    return "sync-lr", codes
-
-
-def _fractional_k(code: str, findings: list[Finding]) -> bool:
-    """An LRD103 whose ratio is not a whole k: dynamic batching, not k-times stepping."""
-    if code != "LRD103":
-        return False
-    ks = [f.evidence.get("k") for f in findings if f.code == "LRD103"]
-    return not any(isinstance(k, (int, float)) and float(k).is_integer() and k >= 2 for k in ks)
+        return policy, [f.code for f in findings if f.code in RESOLVES[policy]], None
+    rec = recommend(findings)
+    if rec is None:
+        return None, [], None
+    return rec.policy, list(rec.because), rec
 
 
 def make_target(state: RunState, findings: list[Finding], *, policy: str | None = None,
@@ -213,7 +188,7 @@ def make_target(state: RunState, findings: list[Finding], *, policy: str | None 
         ratio = actual / nominal
         if policy is None:
             policy = "nominal"
-    chosen, codes = choose_policy(findings, policy)
+    chosen, codes, rec = choose_policy(findings, policy)
     if chosen is None:
         return None
     sp = state.scheduler_progress
@@ -224,6 +199,10 @@ def make_target(state: RunState, findings: list[Finding], *, policy: str | None 
     t = Target(policy=chosen, progress_before=sp.value, progress=sp.value, unit=sp.unit,
                horizon_before=horizon, schedule=spec, motivated_by=codes,
                lr_before=lr_or_none(spec, sp.value))
+    if rec is not None:
+        t.chosen_by, t.alternative, t.why = "findings", rec.alternative, rec.why
+        if rec.k is not None and k is None:
+            k = rec.k
 
     if chosen == "sync-lr":
         t.reasons.append("param-group lr set to the schedule's value at the saved progress")
