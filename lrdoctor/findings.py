@@ -228,9 +228,16 @@ _RULES = [
     Rule("LRD209", "token-cap-exceeded", _W,
          "A micro-batch exceeds the token cap",
          "Balanced partitioning (Karmarkar-Karp) keeps the partition count but can put "
-         "more tokens in one micro-batch than the cap.",
-         "max_token_len 8192, micro-batch of 9500 tokens.",
-         "Raise the cap or let the partition count grow."),
+         "more tokens in one micro-batch than the cap (a warning). A single sequence "
+         "longer than the cap is an error where the framework asserts on it, because the "
+         "real run stops there: ROLL's `dynamic_batching_shard` and NeMo-RL's dynamic "
+         "batching assert, verl's `rearrange_micro_batches` asserts `max_token_len >= "
+         "max_seq_len`, OpenRLHF raises `ValueError`; SkyRL's balanced packer puts it "
+         "alone in a micro-batch (a warning).",
+         "max_token_len 8192, micro-batch of 9500 tokens; ROLL: a 9000-token sequence "
+         "with `max_tokens_per_microbatch_in_train` 8192.",
+         "Raise the cap (at least to the longest sequence) or let the partition count "
+         "grow."),
     Rule("LRD210", "progress-depends-on-dp", _E,
          "Scheduler progress depends on the data-parallel size",
          "After a world-size change the scheduler advances a different amount per global "

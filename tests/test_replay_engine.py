@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from lrdoctor.errors import UnusableInput
+from lrdoctor.findings import Severity
 from lrdoctor.replay import engine, torch_exec
 from lrdoctor.replay.config import config_from_dict, load_config, with_key
 from lrdoctor.replay.packing import MicroBatch, StepPlan
@@ -367,6 +368,41 @@ def test_token_cap_measure_follows_packing(strategy, packed, measure, worst):
     assert f.evidence["max_tokens"] == (real if measure == "real tokens" else padded)
     if worst is not None:
         assert f.evidence["max_tokens"] == worst and f.evidence["longest_sequence"] == 1500
+    # ROLL and verl assert on a sequence longer than the cap: the real run stops (an
+    # error); SkyRL's balanced packer puts it alone in a micro-batch (a warning).
+    asserts = strategy in ("token_budget", "karmarkar_karp")
+    assert f.severity == (Severity.ERROR if asserts else Severity.WARNING)
+    assert bool(f.evidence["framework_asserts"]) == asserts
+    if asserts:
+        assert "the real run stops at train step 0" in f.message
+        assert "at least 1500" in f.fix
+
+
+@pytest.mark.parametrize("strategy, flavor, who", [
+    ("token_budget", "roll", "ROLL's dynamic_batching_shard"),
+    ("token_budget", "nemo_rl", "NeMo-RL's dynamic batching"),
+    ("karmarkar_karp", "openrlhf", "OpenRLHF's get_minimum_num_micro_batch_size"),
+    ("balanced_first_fit", "verl", None),
+])
+def test_a_sequence_over_the_cap_is_an_error_where_the_framework_asserts(strategy, flavor, who):
+    from lrdoctor.replay import analysis
+
+    cfg = config_from_dict({
+        "train": {"steps": 3, "samples_per_step": 4, "mini_batch_size": 4},
+        "batching": {"strategy": strategy, "max_tokens_per_microbatch": 1000,
+                     "flavor": flavor},
+    })
+    # Only train step 2 holds a sequence over the cap.
+    df = pd.DataFrame({"step": [0] * 4 + [1] * 4 + [2] * 4,
+                       "tokens": [100, 200, 300, 400] * 2 + [1200, 100, 100, 100]})
+    rep = engine.simulate(cfg, engine.plan_steps(cfg, df))
+    f = {x.code: x for x in analysis.findings(rep)}["LRD209"]
+    if who is None:
+        assert f.severity == Severity.WARNING and f.evidence["framework_asserts"] is None
+    else:
+        assert f.severity == Severity.ERROR
+        assert who in f.evidence["framework_asserts"]
+        assert "the real run stops at train step 2" in f.message
 
 
 def test_doc_target_windows_carry_over_train_steps_without_flush():

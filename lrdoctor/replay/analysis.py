@@ -399,13 +399,23 @@ def _lrd209(c: _Ctx) -> Finding | None:
     what = ("real tokens (packed, no padding)" if packed
             else "tokens as rows x padded length")
     over_steps = np.unique(t["train_step"][first_pass][over])
-    single = _notes(c.rep, "sequence_over_cap")
-    longest = max((int(v.get("max_len", 0)) for _, v in single
-                   if isinstance(v, dict)), default=0)
+    single = [(step, v) for step, v in _notes(c.rep, "sequence_over_cap")
+              if isinstance(v, dict)]
+    longest = max((int(v.get("max_len", 0)) for _, v in single), default=0)
     why = (f"; {sum(int(v.get('count', 0)) for _, v in single)} single sequence(s) are "
            f"longer than the cap (up to {longest})" if longest > cap else
            "; the partitions are balanced, not capped" if cfg.batching.strategy
            == "karmarkar_karp" else "")
+    # A sequence longer than the cap is not a soft overshoot where the framework
+    # asserts on it (ROLL, NeMo-RL, verl, OpenRLHF): the real run stops at that step.
+    asserts = next((v["asserts"] for _, v in single if v.get("asserts")), None)
+    severity = fix = None
+    if asserts and longest > cap:
+        first = min(step for step, v in single if v.get("asserts"))
+        severity = Severity.ERROR
+        why += f": {asserts}, so the real run stops at train step {first}"
+        fix = (f"Raise the cap to at least {longest} (the longest sequence, rounded as the "
+               "framework rounds it) or cut the sequences to the cap before training.")
     return finding(
         "LRD209",
         f"A micro-batch holds up to {int(cost.max())} {what} on one rank, over the "
@@ -414,8 +424,9 @@ def _lrd209(c: _Ctx) -> Finding | None:
         {"cap": cap, "max_tokens": int(cost.max()), "measure":
          "real tokens" if packed else "rows x padded length",
          "micro_batches_over": int(over.sum()), "micro_batches": int(len(cost)),
-         "steps": int(len(over_steps)), "longest_sequence": longest or None},
-        location="batching.max_tokens_per_microbatch")
+         "steps": int(len(over_steps)), "longest_sequence": longest or None,
+         "framework_asserts": asserts if severity else None},
+        severity=severity, fix=fix, location="batching.max_tokens_per_microbatch")
 
 
 def _lrd210(c: _Ctx) -> Finding | None:

@@ -128,13 +128,18 @@ def _rank_shards(fr: dict[str, np.ndarray], dp: int, notes: dict) -> list[np.nda
     return [perm[bounds[k] : bounds[k + 1]] for k in range(dp)]
 
 
-def _note_over_cap(notes: dict, lens: np.ndarray, cap: int | None) -> None:
+def _note_over_cap(notes: dict, lens: np.ndarray, cap: int | None,
+                   asserts: str | None = None) -> None:
+    """Record sequences longer than the cap; ``asserts`` names the framework code that
+    stops the real run on one (None: the framework's cap is soft, e.g. SkyRL's)."""
     if cap and len(lens):
         big = int(lens.max())
         if big > cap:
             rec = notes.setdefault("sequence_over_cap", {"count": 0, "max_len": 0, "cap": cap})
             rec["count"] += int((lens > cap).sum())
             rec["max_len"] = max(rec["max_len"], big)
+            if asserts:
+                rec["asserts"] = asserts
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)

@@ -15,6 +15,15 @@ from lrdoctor.replay.packing.common import (
     _rank_shards,
 )
 
+# Both stop the run on one sequence longer than the cap (read in their source, 2026-11):
+# verl's rearrange_micro_batches asserts max_token_len >= the batch's sequence length
+# (the padded width, so already at the longest sequence); OpenRLHF's
+# get_minimum_num_micro_batch_size raises ValueError past max_tokens_per_gpu.
+ASSERTS_ON_LONG_SEQUENCE = {
+    "verl": "verl's rearrange_micro_batches asserts max_token_len >= the sequence length",
+    "openrlhf": "OpenRLHF's get_minimum_num_micro_batch_size raises ValueError",
+}
+
 
 class _Desc:
     """Reverses comparison so a min-heap prefers the larger item list (tie-break only)."""
@@ -189,5 +198,5 @@ def plan_karmarkar_karp(
             "cap": cap,
             "micro_batches_over": sum(1 for mb in mbs if max(mb.tokens) > cap),
         }
-    _note_over_cap(notes, tokens, cap)
+    _note_over_cap(notes, tokens, cap, asserts=ASSERTS_ON_LONG_SEQUENCE.get(flavor))
     return StepPlan(mbs, bounds if mini_per_rank else None, None, notes)

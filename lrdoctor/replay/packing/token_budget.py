@@ -6,6 +6,15 @@ import numpy as np
 
 from lrdoctor.replay.packing.common import MicroBatch, StepPlan
 
+# Both assert on one (rounded) sequence longer than the cap (read in their source,
+# 2026-11): the real run stops there, so the replay's finding is an error.
+ASSERTS = {
+    "roll": "ROLL's dynamic_batching_shard asserts the padded sequence length "
+            "<= max_tokens_per_microbatch_in_train",
+    "nemo_rl": "NeMo-RL's dynamic batching (BatchedDataDict.shard_by_batch_size) asserts "
+               "the padded sequence length <= max_tokens_per_microbatch",
+}
+
 
 def plan_token_budget(
     fr, dp, max_tokens, round_to=1, *, flavor="roll", mini_batch_size=None
@@ -31,7 +40,7 @@ def plan_token_budget(
     if n == 0:
         return StepPlan([], None, None, notes)
     if flavor != "nemo_rl":
-        mbs = _token_budget_core(np.arange(n), tokens, dp, cap, r, r, None, notes)
+        mbs = _token_budget_core(np.arange(n), tokens, dp, cap, r, r, None, notes, "roll")
         return StepPlan(mbs, None, None, notes)
     width = int(tokens.max())
     chunk = int(mini_batch_size) if mini_batch_size else n
@@ -41,7 +50,7 @@ def plan_token_budget(
     bounds = []
     for a in range(0, n, chunk):
         part = _token_budget_core(
-            np.arange(a, min(a + chunk, n)), tokens, dp, cap, r, 0, width, notes
+            np.arange(a, min(a + chunk, n)), tokens, dp, cap, r, 0, width, notes, "nemo_rl"
         )
         if part:
             mbs.extend(part)
@@ -49,7 +58,7 @@ def plan_token_budget(
     return StepPlan(mbs, bounds, None, notes)
 
 
-def _token_budget_core(rows, all_tokens, dp, cap, r, floor, clamp, notes) -> list[MicroBatch]:
+def _token_budget_core(rows, all_tokens, dp, cap, r, floor, clamp, notes, flavor) -> list[MicroBatch]:
     """The sorted, dealt, greedy walk over ``rows`` (indices into the step frame)."""
     tokens = all_tokens[rows]
     n = len(rows)
@@ -79,6 +88,7 @@ def _token_budget_core(rows, all_tokens, dp, cap, r, floor, clamp, notes) -> lis
                 "max_len": 0,
                 "cap": cap,
                 "note": "the framework asserts on this; replayed as one sequence per micro-batch",
+                "asserts": ASSERTS[flavor],
             },
         )
         rec["count"] += sum(1 for x in pos if x > cap)
