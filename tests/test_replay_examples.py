@@ -77,6 +77,11 @@ def check_verl(rep, s):
     assert ev["cap"] == 16384 and ev["measure"] == "real tokens"
     assert 16384 < ev["max_tokens"] < 20000  # not rows x padded length (~35k)
     assert s["actual_updates"] == 400 and s["progress_ratio"] == 1.0
+    # The same run on verl 0.9.1 fits every micro-batch under the cap: no LRD209.
+    cfg = load_config(EX / "verl-dynamic-bsz.yaml")
+    new = with_key(with_key(cfg, "framework", "verl==0.9.1"), "batching.flavor", "verl")
+    infos = eng.plan_steps(new, eng.load_samples(new))
+    assert max(i.plan.notes["max_micro_batch_tokens"] for i in infos) <= 16384
 
 
 CASES = {

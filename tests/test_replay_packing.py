@@ -137,11 +137,11 @@ def test_karmarkar_karp_equal_size_and_balance():
 
 
 def test_kk_plan_exceeds_cap_and_reports_it():
-    # Three sequences of 5000 tokens, cap 8192: verl asks for ceil(15000/8192)=2
+    # Three sequences of 5000 tokens, cap 8192: verl < 0.9.1 asks for ceil(15000/8192)=2
     # micro-batches, so one holds 10000 tokens (over the cap).
     tokens = np.array([5000, 5000, 5000])
     plan = P.plan_step(
-        {"strategy": "karmarkar_karp", "max_tokens_per_microbatch": 8192},
+        {"strategy": "karmarkar_karp", "max_tokens_per_microbatch": 8192, "flavor": "verl_ceildiv"},
         {"micro_batch_size": 1},
         {"tokens": tokens},
         1,
@@ -153,6 +153,56 @@ def test_kk_plan_exceeds_cap_and_reports_it():
         "cap": 8192,
         "micro_batches_over": 1,
     }
+
+
+def test_verl_091_raises_the_count_until_every_micro_batch_fits():
+    # Same step on verl 0.9.1 (the default flavor): 2 partitions do not fit, so a third is
+    # added and every micro-batch holds one 5000-token sequence.
+    tokens = np.array([5000, 5000, 5000])
+    plan = P.plan_step(
+        {"strategy": "karmarkar_karp", "max_tokens_per_microbatch": 8192},
+        {"micro_batch_size": 1},
+        {"tokens": tokens},
+        1,
+    )
+    assert [mb.tokens[0] for mb in plan.micro_batches] == [5000, 5000, 5000]
+    assert "token_cap_exceeded" not in plan.notes
+    assert plan.notes["partitions_raised"]["added"] == 1
+
+
+def test_verl_091_cannot_fit_a_sequence_over_the_cap():
+    # One sequence longer than the cap: verl 0.9.1 raises; the replay says so.
+    tokens = np.array([9000, 100, 100])
+    plan = P.plan_step(
+        {"strategy": "karmarkar_karp", "max_tokens_per_microbatch": 8192},
+        {"micro_batch_size": 1},
+        {"tokens": tokens},
+        1,
+    )
+    assert plan.notes["verl_cannot_fit"]["mini_batches"] == 1
+    assert len(plan.micro_batches) == 3
+
+
+def test_keep_minibatch_balances_each_mini_batch_over_dp():
+    # verl balance_batch(keep_minibatch=True), lengths 1..8, dp 2, mini-batches of 4:
+    # KK(equal) of rows 0-3 -> {0,3},{1,2}; of rows 4-7 -> {4,7},{5,6}; rank lists
+    # [0,3,4,7] and [1,2,5,6], each sorted by workload and interleaved light/heavy
+    # ([0,4,7,3], [1,5,6,2]) before the ranks cut consecutive mini-batches of 2.
+    tokens = np.arange(1, 9)
+    cfg = {"strategy": "karmarkar_karp", "max_tokens_per_microbatch": 100_000}
+    train = {"micro_batch_size": 1, "mini_batch_size": 4}
+    kept = P.plan_step({**cfg, "keep_minibatch": True}, train, {"tokens": tokens}, 2)
+    assert kept.boundaries == [0, 1]
+    assert [[r.tolist() for r in mb.ranks] for mb in kept.micro_batches] == [
+        [[0, 4], [1, 5]],
+        [[7, 3], [6, 2]],
+    ]
+    # Without it the step-wide KK puts other rows together.
+    mixed = P.plan_step(cfg, train, {"tokens": tokens}, 2)
+    assert [[r.tolist() for r in mb.ranks] for mb in mixed.micro_batches] == [
+        [[1, 4], [0, 5]],
+        [[7, 2], [6, 3]],
+    ]
 
 
 def test_kk_plan_invariants_and_mini_batch_boundaries():

@@ -7,6 +7,7 @@ replay of a different loop than the one the user runs.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +17,7 @@ from lrdoctor.errors import UnusableInput
 
 STRATEGIES = ("static", "token_budget", "karmarkar_karp", "balanced_first_fit",
               "prompt_unit", "doc_target")
+FLAVORS = ("verl", "verl_ceildiv", "openrlhf", "roll", "nemo_rl", "skyrl", "skyrl_rank_first")
 TOKEN_STRATEGIES = ("token_budget", "karmarkar_karp", "balanced_first_fit")
 # Frameworks that pack a micro-batch's sequences end to end without padding (verl
 # use_remove_padding, OpenRLHF packing_samples, SkyRL, Fast-LLM): a micro-batch costs its
@@ -98,11 +100,16 @@ class BatchingCfg(_Section):
     num_micro_batches: int | None = Field(None, ge=1)
     docs_per_step: int | None = Field(None, ge=1)
     equal_size: bool = False
-    # Framework details read by lrdoctor.replay.packing (see docs/replay-frameworks.md).
-    # karmarkar_karp: verl | openrlhf (count rule and weights);
-    # token_budget: roll (any other value) | nemo_rl (per global batch, one update each)
-    flavor: Literal["verl", "openrlhf", "roll", "nemo_rl"] = "verl"
+    # Framework (and release) details read by lrdoctor.replay.packing (see
+    # docs/replay-frameworks.md). Unset: the top-level ``framework`` key decides, else
+    # the newest release of the strategy's framework.
+    # karmarkar_karp: verl (>= 0.9.1, count raised until every micro-batch fits) |
+    #   verl_ceildiv (< 0.9.1) | openrlhf;
+    # token_budget: roll | nemo_rl (per global batch, one update each);
+    # balanced_first_fit: skyrl (>= 0.2.0, mini-batch then dp) | skyrl_rank_first (< 0.2.0)
+    flavor: Literal[FLAVORS] | None = None  # type: ignore[valid-type]
     balance_dp: bool = True  # karmarkar_karp: verl balance_batch over dp ranks
+    keep_minibatch: bool = False  # karmarkar_karp: verl balance_batch per mini-batch
     prompts_per_mini_batch: int | None = Field(None, ge=1)  # prompt_unit
     pad_mode: Literal["copy", "slice"] = "copy"  # prompt_unit: slice = tensor[:pad_size]
     inner: Literal["static", "balanced_first_fit"] = "static"  # prompt_unit micro-batches
@@ -165,7 +172,37 @@ class DataCfg(_Section):
     seed: int = 0
 
 
+def _version(text: str) -> tuple[int, ...]:
+    nums = re.findall(r"\d+", text)
+    return tuple(int(x) for x in nums[:3]) or (0,)
+
+
+# framework name -> (release that changed the packer, flavor from it on, flavor before it)
+_RELEASE_SWITCH = {
+    "verl": ((0, 9, 1), "verl", "verl_ceildiv"),
+    "skyrl": ((0, 2, 0), "skyrl", "skyrl_rank_first"),
+}
+_FRAMEWORK_FLAVOR = {"openrlhf": "openrlhf", "roll": "roll", "nemo_rl": "nemo_rl",
+                     "nemo-rl": "nemo_rl"}
+
+
+def flavor_for(framework: str) -> str | None:
+    """``verl==0.9.1`` -> the packer flavor of that release (None: no release-specific packer).
+
+    A bare name means its newest release; ``skyrl-train`` counts as skyrl.
+    """
+    name, _, ver = framework.strip().partition("==")
+    name = name.strip().lower().replace("skyrl-train", "skyrl")
+    if name in _RELEASE_SWITCH:
+        since, new, old = _RELEASE_SWITCH[name]
+        return new if not ver.strip() or _version(ver) >= since else old
+    return _FRAMEWORK_FLAVOR.get(name)
+
+
 class RunConfig(_Section):
+    # The framework and release the run uses, e.g. "verl==0.9.1" or "skyrl==0.1.0":
+    # picks the release's packer when batching.flavor is not set.
+    framework: str | None = None
     schedule: ScheduleCfg = Field(default_factory=ScheduleCfg)
     budget: BudgetCfg = Field(default_factory=BudgetCfg)
     train: TrainCfg
@@ -188,6 +225,15 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
+        if self.framework and self.batching.flavor is None:
+            name = self.framework.partition("==")[0].strip().lower()
+            if name not in (*_RELEASE_SWITCH, *_FRAMEWORK_FLAVOR, "skyrl-train", "fast-llm",
+                            "fast_llm"):
+                raise ValueError(f"framework {self.framework!r}: known: verl, skyrl, openrlhf, "
+                                 "roll, nemo_rl, fast-llm (as name or name==version)")
+            flavor = flavor_for(self.framework)
+            if flavor is not None:
+                self.batching.flavor = flavor
         if self.budget.formula == "roll" and self.train.samples_per_step is None:
             raise ValueError("budget.formula roll needs train.samples_per_step")
         for ch in self.dp.changes:

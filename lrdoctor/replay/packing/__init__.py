@@ -107,6 +107,7 @@ def plan_step(batching_cfg: Any, train_cfg: Any, frame: Any, dp: int) -> StepPla
             flavor=str(_get(batching_cfg, "flavor", "verl")),
             mini_per_rank=_mini_per_rank(train_cfg, dp, notes),
             balance_dp=bool(_get(batching_cfg, "balance_dp", True)),
+            keep_minibatch=bool(_get(batching_cfg, "keep_minibatch", False)),
             round_to=round_to,
         )
         plan.notes.update(notes)
@@ -114,7 +115,12 @@ def plan_step(batching_cfg: Any, train_cfg: Any, frame: Any, dp: int) -> StepPla
     if strategy == "balanced_first_fit":
         notes = {}
         plan = plan_balanced_first_fit(
-            fr, dp, int(cap), mini_per_rank=_mini_per_rank(train_cfg, dp, notes), round_to=round_to
+            fr,
+            dp,
+            int(cap),
+            mini_per_rank=_mini_per_rank(train_cfg, dp, notes),
+            round_to=round_to,
+            flavor=str(_get(batching_cfg, "flavor", "skyrl")),
         )
         plan.notes.update(notes)
         return plan

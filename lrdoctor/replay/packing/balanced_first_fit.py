@@ -51,19 +51,45 @@ def _bins_to_views(rows: np.ndarray, bins: list[list[int]]) -> list[np.ndarray]:
     return out
 
 
-def plan_balanced_first_fit(fr, dp, max_tokens, *, mini_per_rank=None, round_to=1) -> StepPlan:
+def _minis_then_ranks(n: int, dp: int, mini_per_rank: int, notes: dict):
+    """SkyRL since PR 1376 (``MeshDispatch.stage_chunks``, skyrl 0.2.0): slice the
+    step into mini-batches of ``mini_per_rank * dp`` rows first, then chunk each
+    mini-batch contiguously over the dp ranks. Returns per rank, per mini-batch rows."""
+    size = mini_per_rank * dp
+    out: list[list[np.ndarray]] = [[] for _ in range(dp)]
+    for a in range(0, n, size):
+        rows = np.arange(a, min(a + size, n))
+        chunk = -(-len(rows) // dp)
+        if len(rows) % dp:
+            notes["not_divisible_by_dp"] = {"samples": len(rows), "dp": dp}
+        for k in range(dp):
+            out[k].append(rows[k * chunk : (k + 1) * chunk])
+    return out
+
+
+def plan_balanced_first_fit(
+    fr, dp, max_tokens, *, mini_per_rank=None, round_to=1, flavor="skyrl"
+) -> StepPlan:
     """SkyRL token-based micro-batches: each rank packs its own chunk, count synced to the max.
 
-    Ranks with fewer bins run padding micro-batches (loss-masked); they appear
-    here as empty rank lists and are counted in notes.
+    Which rows a rank holds depends on the release: since PR 1376 (skyrl >= 0.2.0,
+    ``flavor='skyrl'``) each mini-batch is sliced from the step first and then
+    chunked over dp ranks; before it (``flavor='skyrl_rank_first'``) each rank took
+    a contiguous shard of the whole step and cut its mini-batches inside it. A log
+    with a ``rank`` column is taken as it is. Ranks with fewer bins run padding
+    micro-batches (loss-masked); they appear here as empty rank lists and are
+    counted in notes.
     """
     notes: dict = {}
     tokens = fr["tokens"]
     cap = int(max_tokens)
     if len(tokens) == 0:
         return StepPlan([], None, None, notes)
-    shards = _rank_shards(fr, dp, notes)
-    minis = _mini_batches_per_rank(shards, mini_per_rank)
+    if mini_per_rank and flavor != "skyrl_rank_first" and "rank" not in fr and dp > 1:
+        minis = _minis_then_ranks(len(tokens), dp, mini_per_rank, notes)
+    else:
+        shards = _rank_shards(fr, dp, notes)
+        minis = _mini_batches_per_rank(shards, mini_per_rank)
     per_rank_minis = []
     for m in minis:
         lst = []

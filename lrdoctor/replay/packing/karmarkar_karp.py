@@ -111,6 +111,45 @@ def first_fit_count(lens, cap: int) -> int:
     return len(bins)
 
 
+VERL_FLAVORS = ("verl", "verl_ceildiv")
+
+
+def _verl_parts(rows, tokens, k, equal_size):
+    """verl's micro-batches of one rank: KK on the workload, heaviest in the middle."""
+    weights = verl_workload(tokens[rows])
+    parts = karmarkar_karp(weights.tolist(), k, equal_size=equal_size and len(rows) % k == 0)
+    w = weights.tolist()
+    parts.sort(key=lambda p: (sum(w[i] for i in p), p[0]), reverse=True)
+    return parts[::2][::-1] + parts[1::2]
+
+
+def _balance_dp(tokens, dp, mini_batch_size=None):
+    """verl's ``_balance_batch``: equal-size KK of the step over dp ranks on the workload.
+
+    With ``keep_minibatch`` (``mini_batch_size`` rows), each mini-batch is balanced
+    over the ranks on its own and the ranks' lists are concatenated, so a mini-batch
+    keeps its rows. Either way each rank's rows are then ordered light/heavy
+    interleaved (verl sorts the whole rank list by workload, which reshuffles rows
+    across mini-batches again: the order decides which rows share a mini-batch,
+    since ranks cut their rows into consecutive mini-batches).
+    """
+    work = verl_workload(tokens).tolist()
+    if mini_batch_size:
+        lists: list[list[int]] = [[] for _ in range(dp)]
+        for i in range(len(work) // mini_batch_size):
+            off = i * mini_batch_size
+            sub = work[off : off + mini_batch_size]
+            for j, part in enumerate(karmarkar_karp(sub, dp, equal_size=True)):
+                lists[j].extend(x + off for x in part)
+    else:
+        lists = karmarkar_karp(work, dp, equal_size=True)
+    shards = []
+    for p in lists:
+        p.sort(key=lambda x: (work[x], x))
+        shards.append(np.asarray(p[::2] + p[1::2][::-1], dtype=np.int64))
+    return shards
+
+
 def plan_karmarkar_karp(
     fr,
     dp,
@@ -121,16 +160,21 @@ def plan_karmarkar_karp(
     flavor="verl",
     mini_per_rank=None,
     balance_dp=True,
+    keep_minibatch=False,
     round_to=1,
 ) -> StepPlan:
-    """verl / OpenRLHF dynamic batch size: balanced partitions, not a hard cap.
+    """verl / OpenRLHF dynamic batch size: balanced partitions.
 
     dp split: the log's ``rank`` column, else (verl's balance_batch) a KK
-    equal-size partition of the step over dp ranks by workload, else contiguous
-    chunks (OpenRLHF). Each rank's mini-batch is split into N micro-batches by KK, where N is
+    equal-size partition of the step over dp ranks by workload (per mini-batch
+    with ``keep_minibatch``), else contiguous chunks (OpenRLHF). Each rank's
+    mini-batch is split into N micro-batches by KK, where N starts at
     ``ceil(sum/max_tokens)`` capped at the row count (verl) or OpenRLHF's
-    first-fit count, then the max over dp ranks. Balanced sums can exceed the
-    cap: the largest micro-batch token sum is reported in notes.
+    first-fit count, then the max over dp ranks. verl >= 0.9.1 (``flavor='verl'``)
+    then raises N, on every rank together, until every partition's token sum fits
+    the cap; before 0.9.1 (``flavor='verl_ceildiv'``) and in OpenRLHF the
+    balanced sums can exceed the cap: the largest micro-batch token sum is
+    reported in notes.
     """
     notes: dict = {}
     tokens = fr["tokens"]
@@ -138,17 +182,12 @@ def plan_karmarkar_karp(
     cap = int(max_tokens)
     if n == 0:
         return StepPlan([], None, None, notes)
+    verl = flavor in VERL_FLAVORS
     if "rank" in fr:
         shards = _rank_shards(fr, dp, notes)
-    elif flavor == "verl" and balance_dp and n >= dp and n % dp == 0 and dp > 1:
-        # verl's balance_batch: equal-size KK over dp on the workload estimate, each
-        # rank's rows ordered light/heavy-interleaved (this order decides which rows
-        # share a mini-batch, since ranks cut their rows into consecutive mini-batches).
-        work = verl_workload(tokens).tolist()
-        shards = []
-        for p in karmarkar_karp(work, dp, equal_size=True):
-            p.sort(key=lambda x: (work[x], x))
-            shards.append(np.asarray(p[::2] + p[1::2][::-1], dtype=np.int64))
+    elif verl and balance_dp and n >= dp and n % dp == 0 and dp > 1:
+        mini_global = mini_per_rank * dp if keep_minibatch and mini_per_rank else None
+        shards = _balance_dp(tokens, dp, mini_global)
     else:
         shards = _rank_shards(fr, dp, notes)
     minis = _mini_batches_per_rank(shards, mini_per_rank)
@@ -156,6 +195,7 @@ def plan_karmarkar_karp(
     mbs: list[MicroBatch] = []
     bounds: list[int] = []
     worst = 0
+    raised = []
     for j in range(n_minis):
         rows_j = [m[j] if j < len(m) else np.zeros(0, np.int64) for m in minis]
         counts = []
@@ -170,27 +210,32 @@ def plan_karmarkar_karp(
             counts.append(min(c, len(lens)) if len(lens) else 0)
         c_all = max(counts)
         per_rank: list[list[np.ndarray]] = []
-        for rows in rows_j:
-            if len(rows) == 0:
-                per_rank.append([])
-                continue
-            k = min(c_all, len(rows))
-            lens = tokens[rows]
-            weights = verl_workload(lens) if flavor == "verl" else lens
-            parts = karmarkar_karp(
-                weights.tolist(), k, equal_size=equal_size and len(rows) % k == 0
-            )
-            if flavor == "verl":
-                # verl orders micro-batches by workload, heaviest in the middle.
-                w = weights.tolist()
-                parts.sort(key=lambda p: (sum(w[i] for i in p), p[0]), reverse=True)
-                parts = parts[::2][::-1] + parts[1::2]
-            per_rank.append([rows[np.asarray(p, dtype=np.int64)] for p in parts])
+        if flavor == "verl" and cap and not num_micro_batches:
+            per_rank = _verl_fit(rows_j, tokens, c_all, cap, equal_size, notes, raised)
+        else:
+            for rows in rows_j:
+                if len(rows) == 0:
+                    per_rank.append([])
+                    continue
+                k = min(c_all, len(rows))
+                if verl:
+                    parts = _verl_parts(rows, tokens, k, equal_size)
+                else:
+                    parts = karmarkar_karp(
+                        tokens[rows].tolist(), k, equal_size=equal_size and len(rows) % k == 0
+                    )
+                per_rank.append([rows[np.asarray(p, dtype=np.int64)] for p in parts])
         part = _mb_from_rank_lists(per_rank, tokens, round_to)
         for mb in part:
             worst = max(worst, max(mb.tokens))
         mbs.extend(part)
         bounds.append(len(mbs) - 1)
+    if raised:
+        notes["partitions_raised"] = {
+            "mini_batches": len(raised),
+            "added": sum(raised),
+            "note": "verl >= 0.9.1 adds micro-batches until every one fits the cap",
+        }
     notes["max_micro_batch_tokens"] = worst
     if cap and worst > cap:
         notes["token_cap_exceeded"] = {
@@ -200,3 +245,47 @@ def plan_karmarkar_karp(
         }
     _note_over_cap(notes, tokens, cap, asserts=ASSERTS_ON_LONG_SEQUENCE.get(flavor))
     return StepPlan(mbs, bounds if mini_per_rank else None, None, notes)
+
+
+def _verl_fit(rows_j, tokens, count, cap, equal_size, notes, raised):
+    """verl >= 0.9.1: raise the shared count until every rank's partitions fit ``cap``.
+
+    verl raises ``ValueError`` when the count would pass the smallest rank's row
+    count (a sequence longer than the cap never fits); the replay then keeps the
+    last tried count, capped per rank, and says so in notes.
+    """
+    live = [r for r in rows_j if len(r)]
+    if not live:
+        return [[] for _ in rows_j]
+    min_rows = min(len(r) for r in live)
+    start = count
+    while True:
+        k_try = min(count, min_rows)
+        per_rank = [
+            [
+                rows[np.asarray(p, dtype=np.int64)]
+                for p in _verl_parts(rows, tokens, k_try, equal_size)
+            ]
+            if len(rows)
+            else []
+            for rows in rows_j
+        ]
+        fits = count <= min_rows and all(
+            int(tokens[p].sum()) <= cap for lst in per_rank for p in lst
+        )
+        if fits or count >= min_rows:
+            break
+        count += 1
+    if not fits:
+        rec = notes.setdefault(
+            "verl_cannot_fit",
+            {
+                "mini_batches": 0,
+                "note": "verl raises ValueError: the cap cannot be met with one sequence "
+                "or more per micro-batch",
+            },
+        )
+        rec["mini_batches"] += 1
+    if count > start:
+        raised.append(count - start)
+    return per_rank

@@ -1,0 +1,150 @@
+"""Load the peers' real packing functions for the randomized comparisons.
+
+verl and OpenRLHF publish their balancing code as plain modules inside packages
+whose ``__init__`` pulls in Ray, tensordict, vLLM or DeepSpeed. The comparison
+needs only the pure functions, so this loads the installed module *file* (from
+``pip install --no-deps verl==0.9.1 openrlhf==0.11.2``) without running the
+package ``__init__``; verl's three framework imports (``DataProto``, the
+tensordict helpers, the device name) are given inert stand-ins, since the
+functions compared never reach them. Nothing is copied into this project.
+
+``LRDOCTOR_PEER_VERL_OLD`` may name an unpacked older verl wheel (< 0.9.1) to
+compare the ``verl_ceildiv`` flavor too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import threading
+import types
+from pathlib import Path
+
+PEERS_INSTALL = "pip install --no-deps verl==0.9.1 openrlhf==0.11.2"
+
+
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _load_file(path: Path, modname: str, stubs: dict[str, types.ModuleType] | None = None):
+    saved = {k: sys.modules.get(k) for k in (stubs or {})}
+    sys.modules.update(stubs or {})
+    try:
+        spec = importlib.util.spec_from_file_location(modname, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+
+def _verl_stubs() -> dict[str, types.ModuleType]:
+    root = types.ModuleType("verl")
+    root.__path__ = []
+    protocol = types.ModuleType("verl.protocol")
+    protocol.DataProto = object
+    utils = types.ModuleType("verl.utils")
+    utils.__path__ = []
+    tu = types.ModuleType("verl.utils.tensordict_utils")
+    # rearrange_micro_batches slices the batch with this; the comparison wants the indices.
+    tu.index_select_tensor_dict = lambda batch, idx: list(idx)
+    utils.tensordict_utils = tu
+    device = types.ModuleType("verl.utils.device")
+    device.get_device_name = lambda: "cpu"
+    return {"verl": root, "verl.protocol": protocol, "verl.utils": utils,
+            "verl.utils.tensordict_utils": tu, "verl.utils.device": device}
+
+
+def verl_balancing(root: Path | None = None):
+    """verl's ``seqlen_balancing`` module (installed, or from an unpacked wheel at ``root``)."""
+    base = root / "verl" if root else _package_dir("verl")
+    if base is None or not (base / "utils" / "seqlen_balancing.py").exists():
+        return None
+    try:
+        import torch  # noqa: F401  (verl's module needs it)
+    except ImportError:
+        return None
+    tag = "old" if root else "installed"
+    return _load_file(base / "utils" / "seqlen_balancing.py", f"_peer_verl_{tag}_seqlen",
+                      _verl_stubs())
+
+
+def verl_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("verl")
+    except PackageNotFoundError:
+        return None
+
+
+def verl_old_balancing():
+    path = os.environ.get("LRDOCTOR_PEER_VERL_OLD")
+    return verl_balancing(Path(path)) if path else None
+
+
+def openrlhf_balancing():
+    base = _package_dir("openrlhf")
+    if base is None or not (base / "utils" / "seqlen_balancing.py").exists():
+        return None
+    return _load_file(base / "utils" / "seqlen_balancing.py", "_peer_openrlhf_seqlen")
+
+
+class FakeDist:
+    """``torch.distributed`` for ranks run as threads: all_reduce meets at a barrier.
+
+    verl's ``rearrange_micro_batches`` syncs the micro-batch count (MAX), the
+    constraints and the fit test (MIN) over the dp group; running each rank in a
+    thread against this stand-in reproduces those collectives on one CPU.
+    """
+
+    def __init__(self, world: int):
+        import torch.distributed as real
+
+        self.ReduceOp = real.ReduceOp
+        self.world = world
+        self.barrier = threading.Barrier(world)
+        self.local = threading.local()
+        self.slots: list = [None] * world
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def all_reduce(self, tensor, op=None, group=None):
+        import torch
+
+        r = self.local.rank
+        self.slots[r] = tensor.clone()
+        self.barrier.wait()
+        stacked = torch.stack(self.slots)
+        out = stacked.min(0).values if op == self.ReduceOp.MIN else stacked.max(0).values
+        self.barrier.wait()
+        tensor.copy_(out)
+
+    def run(self, fn, args_per_rank):
+        """Run ``fn(*args)`` for every rank in its own thread; results (or errors) in rank order."""
+        results: list = [None] * self.world
+
+        def body(rank, args):
+            self.local.rank = rank
+            try:
+                results[rank] = fn(*args)
+            except Exception as exc:  # one rank failing: the others see it too
+                results[rank] = exc
+                self.barrier.abort()
+
+        threads = [threading.Thread(target=body, args=(k, a)) for k, a in enumerate(args_per_rank)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return results
