@@ -97,7 +97,8 @@ def _unusable(cfg: CheckConfig, target: Target, message: str, label: str) -> Rep
 def _expand(cfg: CheckConfig, pattern: str) -> list[str]:
     full = cfg.resolve(pattern)
     if glob.has_magic(pattern):
-        return sorted(glob.glob(full))
+        # 'run-*/' matches directories only; report them without the slash glob keeps.
+        return sorted(m.rstrip("/" + os.sep) or m for m in glob.glob(full))
     return [full]
 
 
@@ -210,6 +211,19 @@ def check_exit_code(reports: list[Report]) -> int:
                default=0)
 
 
+def _from_cwd(cfg: CheckConfig, p: str) -> str:
+    """A command-line path (relative to the working directory) as the config's targets
+    hold them (relative to the config's root), so that reports show it as typed and a
+    trailing slash (directories only, in a glob) survives."""
+    if os.path.isabs(p):
+        return p
+    slash = os.sep if p.endswith(("/", os.sep)) else ""
+    try:
+        return os.path.relpath(os.path.abspath(p), cfg.root) + slash
+    except ValueError:  # pragma: no cover - another drive on Windows
+        return os.path.abspath(p) + slash
+
+
 def config_from_flags(cfg: CheckConfig, inspect: list[str], replay: list[str],
                       batch_log: str | None, synthetic: str | None,
                       max_progress_ratio: float | None) -> CheckConfig:
@@ -219,11 +233,11 @@ def config_from_flags(cfg: CheckConfig, inspect: list[str], replay: list[str],
         cfg.targets = []
         for n, p in enumerate(inspect):
             cfg.targets.append(Target(kind="inspect", key=f"--inspect[{n}]", line=1,
-                                      path=os.path.abspath(p)))
+                                      path=_from_cwd(cfg, p)))
         for n, p in enumerate(replay):
             cfg.targets.append(Target(kind="replay", key=f"--replay[{n}]", line=1,
-                                      path=os.path.abspath(p),
-                                      batch_log=os.path.abspath(batch_log) if batch_log else None,
+                                      path=_from_cwd(cfg, p),
+                                      batch_log=_from_cwd(cfg, batch_log) if batch_log else None,
                                       synthetic=synthetic))
     if max_progress_ratio is not None:
         cfg.max_progress_ratio = max_progress_ratio

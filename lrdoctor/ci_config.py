@@ -102,12 +102,17 @@ class CheckConfig:
         return str(self.source) if self.source else "command line"
 
     def resolve(self, p: str) -> str:
-        """``p`` relative to the config's directory, kept relative to cwd when possible."""
+        """``p`` relative to the config's directory, kept relative to cwd when possible.
+
+        A trailing slash is kept: in a glob it means directories only
+        ('ckpt/*/' must not match ckpt/README.md), and relpath would drop it.
+        """
         if os.path.isabs(p):
             return p  # as the user wrote it: '/data/ckpt', never '../../data/ckpt'
         full = os.path.join(self.root, p)
+        slash = os.sep if p.endswith(("/", os.sep)) else ""
         try:
-            return os.path.relpath(full)
+            return os.path.relpath(full) + slash
         except ValueError:  # pragma: no cover - different drive on Windows
             return full
 

@@ -425,3 +425,25 @@ path = "x*"
     p.write_text('[tool.lrdoctor]\nignore = [\n  {code = "LRD110", reason = "a"},\n'
                  '  {code = "LRD110", reason = "b", path = "x*"},\n]\n')
     assert [i.line for i in ci_config.load(p).ignores] == [3, 4]
+
+
+def test_trailing_slash_glob_matches_directories_only(tmp_path, monkeypatch):
+    """'checkpoints/*/' (as docs/ci.md writes it) is directories: a README beside the
+    runs is not a target, from the command line or from the config."""
+    root = project("ok", tmp_path, monkeypatch)
+    (root / "checkpoints" / "README.md").write_text("runs live here\n")
+    flags = ["check", "--json", "--fail-on", "error"]  # LRD105 there is a warning
+    res = runner.invoke(app, [*flags, "--inspect", "checkpoints/*/"])
+    docs = json.loads(res.stdout)
+    docs = docs if isinstance(docs, list) else [docs]
+    assert res.exit_code == 0, res.stdout
+    assert [d["target"] for d in docs] == [str(Path("checkpoints/run-a/iter_0000050"))]
+    assert codes(docs) == ["LRD105"]
+    # Without the slash the README is matched, and is unusable input (the contrast).
+    res = runner.invoke(app, [*flags, "--inspect", "checkpoints/*"])
+    assert res.exit_code == 2 and "LRD303" in codes(json.loads(res.stdout))
+    # The config's own glob keeps the slash too.
+    (root / "pyproject.toml").write_text('[tool.lrdoctor]\n[[tool.lrdoctor.inspect]]\n'
+                                         'path = "checkpoints/*/"\n')
+    res = runner.invoke(app, flags)
+    assert res.exit_code == 0 and codes(json.loads(res.stdout)) == ["LRD105"]
