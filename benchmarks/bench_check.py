@@ -3,7 +3,7 @@ machine formats on many findings.
 
 1. ``lrdoctor check`` in tests/projects/ok and bad (a real Megatron checkpoint and
    a replay on the fast path), each output format, in a fresh subprocess;
-2. ``output.render`` of N targets x 10 findings in sarif / junit / github;
+2. ``render.document`` of N targets x 10 findings in sarif / junit / github;
 3. ``lrdoctor check --report`` (matplotlib figures included).
 
 Goals: a check of a small project in CI < 3 s; rendering 10,000 findings < 3 s.
@@ -66,8 +66,8 @@ def main() -> None:
             print(f"{label:<48} {wall:7.2f} {cpu:7.2f} {rc:5d}")
 
     sys.path.insert(0, str(ROOT))
-    from lrdoctor import output
     from lrdoctor.findings import finding
+    from lrdoctor.render import document
     from lrdoctor.report import Report
 
     reps = [Report("inspect", f"ckpt/run-{i}", "torchsave",
@@ -79,7 +79,7 @@ def main() -> None:
         best, size = float("inf"), 0
         for _ in range(a.repeat):
             t0 = time.process_time()
-            size = len(output.render(reps, fmt))
+            size = len(document(reps, fmt))
             best = min(best, time.process_time() - t0)
         print(f"  {fmt:<7} {best:6.2f} s cpu  {size / 2**20:6.1f} MiB")
 

@@ -26,7 +26,9 @@ from lrdoctor.findings import Finding, exit_code, finding
 from lrdoctor.report import Report
 
 InspectFn = Callable[..., list[Report]]
-ReplayFn = Callable[..., Report]
+# A replay function returns its report, or the whole ReplayResult (``.report`` and the
+# replay itself, which the report page draws its figures from).
+ReplayFn = Callable[..., Any]
 
 
 def _default_inspect(path: str, format: str | None = None, all: bool = False) -> list[Report]:
@@ -36,7 +38,7 @@ def _default_inspect(path: str, format: str | None = None, all: bool = False) ->
 
 
 def _default_replay(config: str, batch_log: str | None = None, synthetic: str | None = None,
-                    **options: Any) -> Report:
+                    **options: Any) -> Any:
     import inspect
 
     from lrdoctor import replay
@@ -48,11 +50,7 @@ def _default_replay(config: str, batch_log: str | None = None, synthetic: str | 
     if unknown:
         raise UnusableInput(f"replay options: unknown {', '.join(unknown)} (allowed: "
                             f"{', '.join(allowed)})", config)
-    result = replay.replay_full(config, batch_log, synthetic, **options)
-    report = result.report
-    # Kept off the JSON document: the HTML report draws the replay's own figures from it.
-    report._replay_result = result  # type: ignore[attr-defined]
-    return report
+    return replay.replay_full(config, batch_log, synthetic, **options)
 
 
 def _finite(x: Any) -> float | None:
@@ -103,29 +101,32 @@ def _expand(cfg: CheckConfig, pattern: str) -> list[str]:
 
 
 def _run_target(cfg: CheckConfig, t: Target, inspect_fn: InspectFn,
-                replay_fn: ReplayFn) -> list[Report]:
+                replay_fn: ReplayFn) -> tuple[list[Report], Any]:
+    """The target's reports, and the ReplayResult behind a replayed one (else None)."""
     if t.kind == "inspect":
         paths = _expand(cfg, t.path)
         if not paths:
-            return [_unusable(cfg, t, f"{t.path!r} matches nothing (from {cfg.label})", t.path)]
+            return [_unusable(cfg, t, f"{t.path!r} matches nothing (from {cfg.label})",
+                              t.path)], None
         reports: list[Report] = []
         for p in paths:
             try:
                 reports.extend(inspect_fn(p, format=t.format, all=t.all))
             except UnusableInput as exc:
                 reports.append(_unusable(cfg, t, str(exc), p))
-        return reports
+        return reports, None
     config = cfg.resolve(t.path)
     kwargs: dict[str, Any] = dict(t.options)
     kwargs["batch_log"] = cfg.resolve(t.batch_log) if t.batch_log else None
     kwargs["synthetic"] = t.synthetic
     try:
-        rep = replay_fn(config, **kwargs)
+        got = replay_fn(config, **kwargs)
     except UnusableInput as exc:
-        return [_unusable(cfg, t, str(exc), config)]
+        return [_unusable(cfg, t, str(exc), config)], None
+    rep = got if isinstance(got, Report) else got.report
     if not rep.target:
         rep.target = config
-    return [rep]
+    return [rep], None if got is rep else got
 
 
 def _ratio_finding(rep: Report, limit: float, t: Target | None) -> Finding | None:
@@ -168,15 +169,19 @@ def _unused(cfg: CheckConfig, i: Ignore) -> Finding:
 
 def run_check(cfg: CheckConfig, *, fail_on: str | None = None,
               inspect_fn: InspectFn | None = None,
-              replay_fn: ReplayFn | None = None) -> list[Report]:
+              replay_fn: ReplayFn | None = None,
+              replays: dict[int, Any] | None = None) -> list[Report]:
     """Every target of ``cfg``, gated. ``fail_on`` (the command-line flag) wins over
-    the config's thresholds."""
+    the config's thresholds. ``replays``, when given, is filled with index in the
+    returned list -> the ReplayResult of that replayed target (for the report page)."""
     inspect_fn = inspect_fn or _default_inspect
     replay_fn = replay_fn or _default_replay
     out: list[Report] = []
     for t in cfg.targets:
         started = time.perf_counter()
-        reports = _run_target(cfg, t, inspect_fn, replay_fn)
+        reports, replayed = _run_target(cfg, t, inspect_fn, replay_fn)
+        if replayed is not None and replays is not None:
+            replays[len(out)] = replayed
         seconds = (time.perf_counter() - started) / max(1, len(reports))
         for rep in reports:
             rep._seconds = seconds  # type: ignore[attr-defined]  # JUnit time, not in JSON

@@ -371,7 +371,7 @@ def test_text_report_labels_units_and_checkpoint_names(tmp_path):
     """What a user reads: roles, units on every count, the checkpoints' own names."""
     from rich.console import Console
 
-    from lrdoctor.render import render_inspect, render_trend
+    from lrdoctor.render.text import render_inspect, render_trend
 
     truth = roll_run(tmp_path / "out", updates_per_step=lambda s: 9 + s % 3, save_at=(3, 7))
     reps = inspect_path(truth.root, all=True)

@@ -12,9 +12,11 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from lrdoctor import __version__, output
+from lrdoctor import __version__
 from lrdoctor.cli import app
 from lrdoctor.findings import RULES, finding
+from lrdoctor.render import document
+from lrdoctor.render import machine as output
 from lrdoctor.report import Report
 
 HERE = Path(__file__).resolve().parent
@@ -188,8 +190,8 @@ def test_github_lines_match_the_workflow_command_syntax(repo):
 
 def test_render_dispatch():
     with pytest.raises(ValueError, match="unknown output format"):
-        output.render([], "xml")
-    assert json.loads(output.render([], "sarif"))["runs"][0]["results"] == []
+        document([], "xml")
+    assert json.loads(document([], "sarif"))["runs"][0]["results"] == []
 
 
 # ----------------------------------------------------------------- the CLI

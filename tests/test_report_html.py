@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from lrdoctor.cli import app
 from lrdoctor.findings import finding
-from lrdoctor.htmlreport import render_html, write_report
+from lrdoctor.render.html import render_html, write_report
 from lrdoctor.report import Report
 
 PROJECTS = Path(__file__).resolve().parent / "projects"

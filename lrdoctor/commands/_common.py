@@ -1,4 +1,6 @@
-"""What every command shares: option types, output, exit codes, error handling."""
+"""What every command shares: option types, exit codes, error handling.
+
+Printing the reports is :func:`lrdoctor.render.emit`'s, for every command."""
 
 from __future__ import annotations
 
@@ -79,26 +81,3 @@ def guarded(fn: Callable[[], T]) -> T:
     except KeyboardInterrupt:
         die("interrupted", 130)
     raise AssertionError("unreachable")
-
-
-def emit(reports, fmt: OutputFormat, fail_on: FailOn, render_text: Callable | None = None) -> int:
-    """Print ``reports`` (one Report or a list) in ``fmt`` and return the exit code."""
-    from lrdoctor.report import Report
-
-    if isinstance(reports, Report):
-        reports = [reports]
-    if fmt is OutputFormat.json:
-        import json
-
-        docs = [r.to_dict() for r in reports]
-        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, allow_nan=False))
-    elif fmt is OutputFormat.text:
-        if render_text is None:
-            from lrdoctor.render import render_findings as render_text
-        for r in reports:
-            render_text(r)
-    else:
-        from lrdoctor import output
-
-        print(output.render(reports, fmt.value, fail_on=fail_on.value))
-    return max((r.exit_code(fail_on.value) for r in reports), default=0)

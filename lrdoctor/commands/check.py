@@ -13,7 +13,6 @@ from lrdoctor.commands._common import (
     OutputFormat,
     OutputFormatOpt,
     die,
-    emit,
     guarded,
     resolve_format,
     warn_unusable,
@@ -75,41 +74,33 @@ def check_cmd(
         die(f"{where}: nothing to check: add [[tool.lrdoctor.inspect]] or "
             "[[tool.lrdoctor.replay]], or pass --inspect/--replay")
     threshold = fail_on.value if fail_on is not None else None
-    reports = guarded(lambda: ci_check.run_check(cfg, fail_on=threshold))
+    replays: dict = {}
+    reports = guarded(lambda: ci_check.run_check(cfg, fail_on=threshold, replays=replays))
     report_dir = report if report is not None else (cfg.resolve(cfg.report) if cfg.report else None)
     if report_dir is not None:
-        from lrdoctor.htmlreport import write_report
+        from lrdoctor.render.html import write_report
 
-        index = guarded(lambda: write_report(reports, Path(report_dir), title="lrdoctor check"))
+        index = guarded(lambda: write_report(reports, Path(report_dir), title="lrdoctor check",
+                                             replays=replays))
         if fmt is OutputFormat.text:
             print(f"report written to {index}")
     default = FailOn(threshold or cfg.fail_on)
+    from lrdoctor.render import emit
+
     if output is None:
-        _print(reports, fmt, default)
+        emit(reports, fmt, default, command="check")
     else:
         import contextlib
         import io
 
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            _print(reports, fmt, default)
-        guarded(lambda: _write_atomic(output, buf.getvalue()))
+            emit(reports, fmt, default, command="check")
+        guarded(lambda: _write(output, buf.getvalue()))
     if fmt is OutputFormat.github:
         _step_summary(reports, default.value)
     warn_unusable(reports)
     raise typer.Exit(ci_check.check_exit_code(reports))
-
-
-def _print(reports, fmt: OutputFormat, default: FailOn) -> None:
-    if fmt is OutputFormat.json:
-        import json
-
-        # Always an array (one document per checked target), whatever the target count.
-        print(json.dumps([r.to_dict() for r in reports], indent=2, allow_nan=False))
-        return
-    emit(reports, fmt, default, render_text=_render_target)
-    if fmt is OutputFormat.text:
-        _summary(reports)
 
 
 def _step_summary(reports, fail_on: str) -> None:
@@ -119,7 +110,7 @@ def _step_summary(reports, fail_on: str) -> None:
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return
-    from lrdoctor.output import markdown_summary
+    from lrdoctor.render.machine import markdown_summary
 
     try:
         with open(path, "a", encoding="utf-8") as fh:
@@ -130,40 +121,12 @@ def _step_summary(reports, fail_on: str) -> None:
         print(f"lrdoctor: warning: GITHUB_STEP_SUMMARY {path}: {exc.strerror}", file=sys.stderr)
 
 
-def _render_target(rep) -> None:
-    from lrdoctor.findings import exit_code
-    from lrdoctor.render import console, render_findings
-
-    con = console()
-    failing = exit_code(rep.findings, rep.extra.get("fail_on", "warning"))
-    verdict = "[bold red]FAIL[/]" if failing else "[green]ok[/]"
-    con.print(f"{verdict} {rep.command} [bold]{rep.target}[/] "
-              f"[dim](fail-on {rep.extra.get('fail_on', 'warning')})[/]")
-    render_findings(rep, con)
-    for ig in rep.extra.get("ignored", []):
-        con.print(f"  [dim]ignored {ig['code']}: {ig['reason']} ({ig['config_key']})[/]")
-
-
-def _summary(reports) -> None:
-    from lrdoctor.findings import exit_code
-
-    failing = sum(exit_code(r.findings, r.extra.get("fail_on", "warning")) for r in reports)
-    print(f"lrdoctor check: {len(reports)} target(s), {failing} failing")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    import os
-    import tempfile
-
+def _write(path: Path, text: str) -> None:
+    from lrdoctor.atomic import write_text
     from lrdoctor.errors import UnusableInput
 
-    path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        write_text(path, text, parents=True)
     except OSError as exc:
         raise UnusableInput(f"cannot write ({exc.strerror})", str(path)) from None
 

@@ -1,4 +1,8 @@
-"""``lrdoctor fix``: a thin CLI over :mod:`lrdoctor.repair`."""
+"""``lrdoctor fix``: a thin CLI over :mod:`lrdoctor.repair`.
+
+The repair package plans and writes; this layer checks the options, draws the copy's
+progress bar, and hands the report (and the plan, for the text table) to
+:func:`lrdoctor.render.emit`."""
 
 from __future__ import annotations
 
@@ -83,11 +87,48 @@ def register(app: typer.Typer) -> None:
             die(f"--k {k:g}: must be greater than 0 (how many times too fast the scheduler ran)")
 
         def run() -> int:
-            from lrdoctor.repair.cli import run_fix
-
             return run_fix(path, out=out, policy=policy.value if policy else None, k=k,
                            progress=progress, replay=from_replay, dry_run=dry_run,
                            force=force, format=format, output_format=fmt.value,
                            fail_on=fail_on.value)
 
         raise typer.Exit(guarded(run))
+
+
+def run_fix(path: Path, *, out: Path | None, policy: str | None, k: float | None,
+            progress: float | None, replay: Path | None, dry_run: bool, force: bool,
+            format: str | None, output_format: str = "text", fail_on: str = "never") -> int:
+    """Plan, write and print a fix; the exit code is 1 when a finding at or above
+    ``fail_on`` remains (after the write, or as it is now with --dry-run / nothing to fix)."""
+    from lrdoctor.errors import UnusableInput
+    from lrdoctor.findings import exit_code
+    from lrdoctor.render import emit
+    from lrdoctor.render.progress import copy_bar
+    from lrdoctor.repair.engine import fix_report, plan_fix, write_fix
+    from lrdoctor.repair.writer import MANIFEST
+
+    if out is None and not dry_run:
+        raise UnusableInput("give --out NEW (or --dry-run): fix never modifies its input")
+    plan = plan_fix(path, policy=policy, k=k, progress=progress, replay=replay, format=format)
+    if plan.noop and _has_manifest(path, MANIFEST) and plan.target is None:
+        plan.notes.insert(0, f"already repaired by lrdoctor ({MANIFEST} present)")
+    result = None
+    if not dry_run and not plan.noop:
+        assert out is not None
+        bar = copy_bar(output_format != "text")
+        try:
+            result = write_fix(plan, out, force=force, progress=bar)
+        finally:
+            if bar is not None:
+                bar.stop()
+    rep = fix_report(plan, dry_run=dry_run, out=out, result=result)
+    emit(rep, output_format, fail_on, command="fix", plan=plan, dry_run=dry_run, result=result)
+    remaining = (result.after_findings if result is not None and result.written is not None
+                 else plan.findings)
+    return exit_code(remaining, fail_on)
+
+
+def _has_manifest(path: Path, manifest: str) -> bool:
+    p = Path(path)
+    return (p / manifest).is_file() if p.is_dir() else \
+        p.with_name(p.name + "." + manifest).is_file()

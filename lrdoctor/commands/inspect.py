@@ -13,7 +13,6 @@ from lrdoctor.commands._common import (
     JsonOpt,
     OutputFormat,
     OutputFormatOpt,
-    emit,
     guarded,
     png_path,
     resolve_format,
@@ -54,20 +53,12 @@ def inspect_cmd(
     png_path(plot)
     reports = guarded(lambda: inspect_path(path, format=format, all=all))
     if plot is not None:
-        from lrdoctor.plots import plot_inspect
+        from lrdoctor.render.plots import plot_inspect
 
         guarded(lambda: plot_inspect(reports, plot))
-    render = None
-    if fmt is OutputFormat.text:
-        from lrdoctor.render import render_inspect
+    from lrdoctor.render import emit
 
-        def render(r):
-            render_inspect(r)
-        if all and len(reports) > 1:
-            from lrdoctor.render import render_trend
-
-            render_trend(reports)
-    code = emit(reports, fmt, fail_on, render_text=render)
+    code = emit(reports, fmt, fail_on, command="inspect")
     if plot is not None and fmt is OutputFormat.text:
         print(f"plot written to {plot}")
     raise typer.Exit(code)

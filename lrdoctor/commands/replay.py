@@ -14,7 +14,6 @@ from lrdoctor.commands._common import (
     JsonOpt,
     OutputFormat,
     OutputFormatOpt,
-    emit,
     guarded,
     png_path,
     resolve_format,
@@ -102,148 +101,45 @@ def replay_cmd(
     show_bar = fmt is OutputFormat.text and sys.stderr.isatty()
 
     def go():
+        kwargs = dict(engine=engine, device=device.value, model=model,
+                      optimizer=optimizer.value, sweep=sweep, knob_check=knob_check, seed=seed)
         if not show_bar:
-            return replay_full(str(config), batch_log, synthetic, engine=engine,
-                               device=device.value, model=model, optimizer=optimizer.value,
-                               sweep=sweep, knob_check=knob_check, seed=seed)
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
+            return replay_full(str(config), batch_log, synthetic, **kwargs)
+        from lrdoctor.render.progress import stage_bar
 
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeRemainingColumn(), console=Console(stderr=True),
-                      transient=True) as bar:
-            tasks: dict[str, int] = {}
-
-            def progress(stage: str, done: int, total: int) -> None:
-                if stage not in tasks:
-                    tasks[stage] = bar.add_task(stage, total=total)
-                if done % 16 == 0 or done == total:
-                    bar.update(tasks[stage], completed=done)
-
-            return replay_full(str(config), batch_log, synthetic, engine=engine,
-                               device=device.value, model=model, optimizer=optimizer.value,
-                               sweep=sweep, knob_check=knob_check, seed=seed,
-                               progress=progress)
+        with stage_bar() as progress:
+            return replay_full(str(config), batch_log, synthetic, progress=progress, **kwargs)
 
     result = guarded(go)
     if trace is not None:
         guarded(lambda: _write_trace(result.replay, trace))
     if plot is not None:
-        from lrdoctor.replay import plots
+        from lrdoctor.render.plots import plot_replay
 
         runs = result.sweep if result.sweep else [(None, result.replay)]
-        guarded(lambda: plots.plot(runs, plot, result.sweep_key))
+        guarded(lambda: plot_replay(runs, plot, result.sweep_key))
+    from lrdoctor.render import emit
 
-    def render(report) -> None:
-        _render(report, trace, plot)
-
-    code = emit(result.report, fmt, fail_on, render_text=render)
+    code = emit(result.report, fmt, fail_on, command="replay", trace=trace, plot=plot)
     raise typer.Exit(code)
 
 
 def _write_trace(rep, path: Path) -> None:
-    import os
-    import tempfile
-
+    from lrdoctor.atomic import replacing
     from lrdoctor.errors import UnusableInput
 
     df = rep.frame()
     suffix = path.suffix.lower()
     if suffix not in (".parquet", ".csv"):
         raise UnusableInput(f"--trace {path}: use a .parquet or .csv name")
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix,
-                                   dir=str(path.parent) or ".")
-        os.close(fd)
-        if suffix == ".parquet":
-            df.to_parquet(tmp, index=False)
-        else:
-            df.to_csv(tmp, index=False)
-        from lrdoctor.replay.plots import _umask_mode
-
-        _umask_mode(tmp)
-        os.replace(tmp, path)
+        with replacing(path, suffix=suffix) as tmp:
+            if suffix == ".parquet":
+                df.to_parquet(tmp, index=False)
+            else:
+                df.to_csv(tmp, index=False)
     except OSError as exc:
         raise UnusableInput(f"cannot write: {exc.strerror or exc}", str(path)) from None
-    finally:
-        if tmp and os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _num(x) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float) and x.is_integer():
-        return str(int(x))
-    return f"{x:.4g}" if isinstance(x, float) else str(x)
-
-
-def _render(report, trace: Path | None, plot: Path | None) -> None:
-    from rich.table import Table
-
-    from lrdoctor.render import console, render_findings
-
-    con = console()
-    s = report.extra["summary"]
-    t = Table(title=f"replay of {report.target} ({s['engine']} path on {s['device']})",
-              show_header=True, header_style="bold")
-    t.add_column("")
-    t.add_column("nominal", justify="right")
-    t.add_column("replayed", justify="right")
-    ups = s["updates_per_step"]
-    t.add_row("optimizer updates per train step", _num(s["nominal_updates_per_step"]),
-              _num(ups["mean"]) + ("" if ups["min"] == ups["max"]
-                                   else f" ({_num(ups['min'])}..{_num(ups['max'])})"))
-    t.add_row("optimizer updates in total", _num(s["budget_updates"]),
-              _num(s["actual_updates"]))
-    t.add_row(f"scheduler progress ({s['scheduler_unit']})", _num(s["horizon"]),
-              _num(s["scheduler_progress_end"]) + f"  ({s['progress_ratio']:.3g}x)")
-    floor = (f"after step {s['floor_step']} of {s['train_steps']}" if s["floor_step"]
-             else "never")
-    # A schedule that never reached its floor even at >= the planned progress (constant)
-    # does not reach it on plan either: 'at step N' beside 'never' read as a finding.
-    never = not s["floor_step"] and (s.get("progress_ratio") or 0) >= 1
-    t.add_row("LR reaches its floor",
-              "never" if never else f"at step {s['train_steps']}", floor)
-    ws = s["window_sizes"]
-    by_strategy = s.get("windows_by") == "strategy"
-    t.add_row("micro-batches per update",
-              "set by the strategy" if by_strategy else _num(ws["nominal"]),
-              f"{ws['min']}..{ws['max']} (first {ws['first']}, {ws['short']} short)")
-    if "peak_memory_bytes" in s:
-        t.add_row("peak memory per micro-batch", "", f"{s['peak_memory_bytes'] / 2**20:.1f} MiB")
-    con.print(t)
-    sw = report.extra.get("sweep")
-    if sw:
-        st = Table(title=f"sweep over {sw['key']}", header_style="bold")
-        # Short headers that fit 80 columns (a dotted key was cut to '…'); units in the caption.
-        st.caption = (f"updates: optimizer updates; progress: scheduler's, in {s['scheduler_unit']};"
-                      " floor: train step where the LR reaches min_lr; max tokens: most real "
-                      "tokens in one micro-batch")
-        st.caption_justify = "left"
-        cols = ["value", "updates", "per step", "progress", "ratio", "floor", "max tokens",
-                "findings"]
-        for c in cols:
-            st.add_column(c, justify="left" if c == "findings" else "right")
-        for r in sw["rows"]:
-            lo, hi = r["updates_per_step_min"], r["updates_per_step_max"]
-            st.add_row(str(r[sw["key"]]), _num(r["actual_updates"]),
-                       _num(lo) if lo == hi else f"{_num(lo)}..{_num(hi)}",
-                       _num(r["scheduler_progress_end"]), f"{r['progress_ratio']:.3g}x",
-                       _num(r["floor_step"]), _num(r["max_rank_tokens"]),
-                       ", ".join(r.get("findings", [])) or "none")
-        con.print(st)
-    render_findings(report, con)
-    for label, p in (("trace", trace), ("plot", plot)):
-        if p is not None:
-            con.print(f"[dim]{label} written to {p}[/dim]")
 
 
 def register(app: typer.Typer) -> None:

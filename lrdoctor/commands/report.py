@@ -54,7 +54,7 @@ def report_cmd(
 ) -> None:
     from lrdoctor import ci_check, ci_config
     from lrdoctor.findings import exit_code
-    from lrdoctor.htmlreport import write_report
+    from lrdoctor.render.html import write_report
 
     if targets:
         insp = [t for t in targets if not t.lower().endswith(_REPLAY_SUFFIXES)]
@@ -73,8 +73,10 @@ def report_cmd(
 
             die(f"{cfg.source or 'pyproject.toml'}: nothing to report on: give TARGETS or "
                 "add [[tool.lrdoctor.inspect]] / [[tool.lrdoctor.replay]]")
-    reports = guarded(lambda: ci_check.run_check(cfg, fail_on=fail_on.value if targets else None))
-    index = guarded(lambda: write_report(reports, out, title=title))
+    replays: dict = {}
+    reports = guarded(lambda: ci_check.run_check(cfg, fail_on=fail_on.value if targets else None,
+                                                 replays=replays))
+    index = guarded(lambda: write_report(reports, out, title=title, replays=replays))
     pngs = sorted(p.name for p in Path(out).glob("*.png"))
     print(f"report written to {index} ({len(reports)} target(s), {len(pngs)} figure(s))")
     if warn_unusable(reports):

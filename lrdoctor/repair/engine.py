@@ -162,3 +162,22 @@ def _verify(plan: FixPlan, tmp: Path) -> list[Finding]:
                         f"{sp.value if sp else None}, planned {target.progress}; "
                         "no output was written")
     return findings
+
+
+def fix_report(plan: FixPlan, *, dry_run: bool, out: Path | None,
+               result: FixResult | None = None):
+    """The fix's :class:`~lrdoctor.report.Report`: the plan (policy, target, changes),
+    and after a write the output, its manifest, the rewritten files and the findings
+    that re-inspecting the copy gave. The JSON document ``fix --json`` prints."""
+    from lrdoctor.report import Report
+
+    extra: dict[str, Any] = plan.to_dict()
+    extra.update({"dry_run": dry_run, "output": str(out) if out and result and result.written
+                  else None})
+    if result is not None and result.written is not None:
+        extra["manifest"] = str(result.written.manifest)
+        extra["changed_files"] = [{"file": f, "sha256": h}
+                                  for f, h in result.written.changed.items()]
+        extra["findings_after"] = [f.to_dict() for f in result.after_findings]
+    return Report(command="fix", target=str(plan.path), format=plan.format,
+                  state=plan.state.to_dict(), findings=plan.findings, extra=extra)

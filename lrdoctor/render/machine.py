@@ -1,6 +1,6 @@
 """Machine formats for CI: SARIF 2.1.0, JUnit XML and GitHub Actions workflow commands.
 
-Every command's reports go through :func:`render`. Locations point at a real
+:func:`lrdoctor.render.emit` reaches these through :data:`lrdoctor.render.FORMATS`. Locations point at a real
 file (a checkpoint file, or the config file and the line of the key a finding
 is about) relative to the repository root, so code scanning and annotations
 land on something a reviewer can open.
@@ -12,7 +12,6 @@ failures.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -29,18 +28,6 @@ INFORMATION_URI = "https://pypi.org/project/lrdoctor/"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _SARIF_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 _GH_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
-FORMATS = ("sarif", "junit", "github")
-
-
-def render(reports: list[Report], fmt: str, fail_on: str = "warning") -> str:
-    """The whole output document for ``reports`` in ``fmt`` (sarif, junit or github)."""
-    if fmt == "sarif":
-        return json.dumps(sarif(reports), indent=2, allow_nan=False)
-    if fmt == "junit":
-        return junit(reports, fail_on)
-    if fmt == "github":
-        return github(reports)
-    raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
 # ---------------------------------------------------------------- locations

@@ -1,9 +1,10 @@
 """A self-contained HTML report: one page, figures embedded as base64 PNGs and also
 written alongside it, so it can be attached to a CI run or opened from a laptop.
 
-Figures come from the commands' own plot functions (:mod:`lrdoctor.plots` for
-inspect, :mod:`lrdoctor.replay.plots` for replay) so the page shows exactly
-what ``--plot`` shows. matplotlib is imported only by those functions.
+Figures come from the commands' own plot functions (:mod:`lrdoctor.render.plots`)
+so the page shows exactly what ``--plot`` shows. matplotlib is imported only by
+those functions. A replayed target's figures need the replay itself, which the
+JSON document does not hold: the caller passes it in ``replays``.
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import html
-import os
 import re
-import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from lrdoctor import __version__
+from lrdoctor.atomic import write_text
 from lrdoctor.errors import UnusableInput
 from lrdoctor.findings import Severity, exit_code
 from lrdoctor.report import Report
@@ -76,27 +76,29 @@ def _slug(text: str) -> str:
     return (s[-60:] or "target").lstrip("-.")
 
 
-def _figures_inspect(rep: Report, out: Path, stem: str) -> list[tuple[str, Path]]:
+def _figures_inspect(rep: Report, out: Path, stem: str,
+                     replay: Any = None) -> list[tuple[str, Path]]:
     if not (isinstance(rep.state, dict) and rep.state.get("schedule")):
         return []
-    from lrdoctor.plots import plot_inspect
+    from lrdoctor.render.plots import plot_inspect
 
     png = plot_inspect([rep], out / f"{stem}-lr.png")
     return [("Intended LR schedule, where the trainer's counters say training is and where "
              "the scheduler actually is", png)]
 
 
-def _figures_replay(rep: Report, out: Path, stem: str) -> list[tuple[str, Path]]:
-    """The replay's own plots (needs the replay kept on the report by ``ci_check``)."""
-    result = getattr(rep, "_replay_result", None)
+def _figures_replay(rep: Report, out: Path, stem: str,
+                    replay: Any = None) -> list[tuple[str, Path]]:
+    """The replay's own plots, from the :class:`~lrdoctor.replay.ReplayResult` behind
+    ``rep`` (none when the caller has only the report)."""
+    result = replay
     if result is None:
         return []
-    from lrdoctor.replay import plots as rplots
+    from lrdoctor.render.plots import plot_replay, updates_per_step_plot
 
     figs = []
     lr_png = out / f"{stem}-lr.png"
-    rplots.plot([(None, result.replay)], lr_png)
-    _shareable(lr_png)
+    plot_replay([(None, result.replay)], lr_png)
     figs.append(("Intended vs replayed LR over train steps (floor min_lr and the step where "
                  "the scheduler reaches it marked), and micro-batches per optimizer update "
                  "(window sizes)", lr_png))
@@ -104,83 +106,27 @@ def _figures_replay(rep: Report, out: Path, stem: str) -> list[tuple[str, Path]]
                  updates_per_step_plot(result.replay, out / f"{stem}-updates.png")))
     if result.sweep:
         sweep_png = out / f"{stem}-sweep.png"
-        rplots.plot(result.sweep, sweep_png, key=result.sweep_key)
-        _shareable(sweep_png)
+        plot_replay(result.sweep, sweep_png, key=result.sweep_key)
         figs.append((f"Sweep over {result.sweep_key}: LR and updates per train step for each "
                      "value", sweep_png))
     return figs
 
 
-def updates_per_step_plot(replay: Any, path: Path) -> Path:
-    """Updates each train step took, against the nominal count: where the budget drifts."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from lrdoctor.replay.analysis import per_step
-
-    ps = per_step(replay)
-    steps = replay.cfg.train.steps
-    ups = ps["updates"]
-    nominal = replay.nominal_updates / steps
-    fig, (ax, ax_c) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=110,
-                                   gridspec_kw={"width_ratios": [3, 2]})
-    ax.step(range(1, len(ups) + 1), ups, where="mid", color="#1f77b4", lw=1.2,
-            label="replayed")
-    ax.axhline(nominal, color="black", ls="--", lw=1, label=f"nominal {nominal:g}")
-    ax.set_xlabel("train step")
-    ax.set_ylabel("optimizer updates per train step")
-    ax.set_title("updates per train step", fontsize=10)
-    ax_c.set_title("cumulative updates vs the scheduler's budget", fontsize=10)
-    ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.set_ylim(bottom=0, top=max(float(ups.max()), nominal) * 1.15 + 0.01)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    cum = ups.cumsum()
-    xs = range(1, len(cum) + 1)
-    ax_c.plot(xs, cum, color="#1f77b4", lw=1.5, label="replayed (cumulative)")
-    ax_c.plot(xs, [nominal * i for i in xs], color="black", ls="--", lw=1,
-              label="nominal (cumulative)")
-    ax_c.axhline(replay.budget_updates, color="#d62728", ls=":", lw=1,
-                 label=f"scheduler budget {replay.budget_updates:g} updates")
-    hit = next((i + 1 for i, c in enumerate(cum) if c >= replay.budget_updates), None)
-    if hit is not None and hit < steps:
-        ax_c.axvline(hit, color="#d62728", ls=":", lw=1)
-        ax_c.annotate(f"budget used up at step {hit} of {steps}", (hit, replay.budget_updates),
-                      textcoords="offset points", xytext=(6, -14), fontsize=8, color="#d62728",
-                      bbox={"fc": "white", "ec": "none", "alpha": 0.85})
-    ax_c.set_xlabel("train step")
-    ax_c.set_ylabel("optimizer updates (cumulative)")
-    ax_c.legend(fontsize=8)
-    ax_c.grid(alpha=0.3)
-    fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp)
-        _shareable(tmp)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
-
-
-FIGURES: dict[str, Callable[[Report, Path, str], list[tuple[str, Path]]]] = {
+#: Per command: ``fn(report, out_dir, stem, replay) -> [(caption, png)]``.
+FIGURES: dict[str, Callable[[Report, Path, str, Any], list[tuple[str, Path]]]] = {
     "inspect": _figures_inspect,
     "replay": _figures_replay,
 }
 
 
-def figures_for(rep: Report, out: Path, stem: str) -> tuple[list[tuple[str, Path]], str | None]:
+def figures_for(rep: Report, out: Path, stem: str,
+                replay: Any = None) -> tuple[list[tuple[str, Path]], str | None]:
     """The report's figures, and a one-line note when they could not be drawn."""
     fn = FIGURES.get(rep.command)
     if fn is None:
         return [], None
     try:
-        return fn(rep, out, stem), None
+        return fn(rep, out, stem, replay), None
     except UnusableInput as exc:
         return [], str(exc)
     except (ValueError, KeyError, TypeError, ZeroDivisionError, OverflowError) as exc:
@@ -284,15 +230,14 @@ def _section(i: int, rep: Report, figs: list[tuple[str, Path]], note: str | None
     return out
 
 
-def _shareable(path: str | Path) -> None:
-    """mkstemp files are 0600; a report is for sharing, so follow the umask instead."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
+def write_report(reports: list[Report], out_dir: Path, title: str = "lrdoctor report",
+                 replays: Mapping[int, Any] | None = None) -> Path:
+    """Write ``index.html`` and its PNGs into ``out_dir``; returns the page's path.
 
-
-def write_report(reports: list[Report], out_dir: Path, title: str = "lrdoctor report") -> Path:
-    """Write ``index.html`` and its PNGs into ``out_dir``; returns the page's path."""
+    ``replays[i]`` is the :class:`~lrdoctor.replay.ReplayResult` behind ``reports[i]``
+    when it was replayed (as :func:`lrdoctor.ci.check.run_check` fills it): its figures
+    are drawn from it."""
+    replays = replays or {}
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -302,17 +247,14 @@ def write_report(reports: list[Report], out_dir: Path, title: str = "lrdoctor re
     figures: dict[int, list[tuple[str, Path]]] = {}
     notes: dict[int, str] = {}
     for i, rep in enumerate(reports):
-        figs, note = figures_for(rep, out_dir, f"{i:02d}-{rep.command}-{_slug(rep.target)}")
+        figs, note = figures_for(rep, out_dir, f"{i:02d}-{rep.command}-{_slug(rep.target)}",
+                                 replays.get(i))
         figures[i] = figs
         if note:
             notes[i] = note
     page = render_html(reports, figures, notes, title)
     index = out_dir / "index.html"
-    fd, tmp = tempfile.mkstemp(prefix=".index.", suffix=".html", dir=out_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(page)
-    _shareable(tmp)
-    os.replace(tmp, index)
+    write_text(index, page)
     return index
 
 

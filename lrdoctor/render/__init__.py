@@ -1,0 +1,148 @@
+"""Presentation: everything a command shows or writes for a person or a CI system.
+
+The commands hand their :class:`~lrdoctor.report.Report` objects to :func:`emit`,
+which picks the output by two registries:
+
+- :data:`FORMATS`: the machine formats, one function per name (``json`` and the CI
+  formats in :mod:`lrdoctor.render.machine`: SARIF 2.1.0, JUnit XML, GitHub Actions);
+- :data:`TEXT`: per command, how its reports read on a terminal
+  (:mod:`lrdoctor.render.text`).
+
+The HTML report page is :mod:`lrdoctor.render.html`, the figures
+:mod:`lrdoctor.render.plots`, progress bars :mod:`lrdoctor.render.progress`.
+Nothing here decides a finding or an exit code beyond "the worst finding against
+``fail_on``": that stays with diagnosis and the commands.
+
+Importing this package is light (no rich, numpy or matplotlib): each renderer is
+imported when it is used, so ``lrdoctor --help`` and ``inspect`` stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lrdoctor.report import Report
+
+
+def _json(reports: Sequence[Report], fail_on: str) -> str:
+    docs = [r.to_dict() for r in reports]
+    return json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, allow_nan=False)
+
+
+def _sarif(reports: Sequence[Report], fail_on: str) -> str:
+    from lrdoctor.render.machine import sarif
+
+    return json.dumps(sarif(list(reports)), indent=2, allow_nan=False)
+
+
+def _junit(reports: Sequence[Report], fail_on: str) -> str:
+    from lrdoctor.render.machine import junit
+
+    return junit(list(reports), fail_on)
+
+
+def _github(reports: Sequence[Report], fail_on: str) -> str:
+    from lrdoctor.render.machine import github
+
+    return github(list(reports))
+
+
+#: Machine formats: name -> ``fn(reports, fail_on) -> document``. A new format is one
+#: function here (and its name in ``commands._common.OutputFormat``).
+FORMATS: dict[str, Callable[[Sequence[Report], str], str]] = {
+    "json": _json,
+    "sarif": _sarif,
+    "junit": _junit,
+    "github": _github,
+}
+
+
+@dataclass(frozen=True)
+class TextView:
+    """How one command's reports read as text: ``each`` per report (given the
+    command's context keywords), and optionally ``before``/``after`` over all of them.
+    Names are ``"module:function"`` under :mod:`lrdoctor.render`, imported on use."""
+
+    each: str
+    before: str | None = None
+    after: str | None = None
+    json_array: bool = False  # --json is always a list (check), even for one target
+
+
+#: Per command: its text view. ``emit(..., command=NAME)`` picks one; the default is
+#: the command of the first report.
+TEXT: dict[str, TextView] = {
+    "inspect": TextView(each="text:render_inspect", before="text:render_trend_of_many"),
+    "replay": TextView(each="text:render_replay"),
+    "fix": TextView(each="text:render_fix"),
+    "check": TextView(each="text:render_check_target", after="text:render_check_summary",
+                      json_array=True),
+    "report": TextView(each="text:render_findings"),
+}
+
+
+def _resolve(ref: str) -> Callable[..., Any]:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(f"lrdoctor.render.{module}"), name)
+
+
+def document(reports: Sequence[Report], fmt: str, fail_on: str = "warning") -> str:
+    """The whole machine-readable document for ``reports`` in ``fmt`` (see :data:`FORMATS`)."""
+    fmt = getattr(fmt, "value", fmt)
+    try:
+        fn = FORMATS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown output format {fmt!r}; expected one of "
+                         f"{', '.join(FORMATS)}") from None
+    return fn(reports, fail_on)
+
+
+def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
+         command: str | None = None, **context: Any) -> int:
+    """Print ``reports`` in ``fmt`` (text or a :data:`FORMATS` name) and return the exit
+    code of the worst finding against ``fail_on``.
+
+    ``context`` goes to the command's text renderer only (the files a replay wrote, the
+    plan a fix applied): the machine formats are the reports alone.
+    """
+    from lrdoctor.report import Report
+
+    if isinstance(reports, Report):
+        reports = [reports]
+    reports = list(reports)
+    fmt, fail_on = getattr(fmt, "value", fmt), getattr(fail_on, "value", fail_on)
+    name = command or (reports[0].command if reports else "report")
+    view = TEXT.get(name, TEXT["report"])
+    if fmt == "text":
+        if view.before:
+            _resolve(view.before)(reports)
+        each = _resolve(view.each)
+        for r in reports:
+            each(r, **context)
+        if view.after:
+            _resolve(view.after)(reports)
+    elif fmt == "json" and view.json_array:
+        print(json.dumps([r.to_dict() for r in reports], indent=2, allow_nan=False))
+    else:
+        print(document(reports, fmt, fail_on))
+    return max((r.exit_code(fail_on) for r in reports), default=0)
+
+
+_TEXT_NAMES = ("console", "render_findings", "render_inspect", "render_trend")
+
+
+def __getattr__(name: str) -> Any:
+    """``from lrdoctor.render import render_inspect`` (the module this package replaced)."""
+    if name in _TEXT_NAMES:
+        from lrdoctor.render import text
+
+        return getattr(text, name)
+    raise AttributeError(f"module 'lrdoctor.render' has no attribute {name!r}")
+
+
+__all__ = ["FORMATS", "TEXT", "TextView", "document", "emit"]

@@ -1,0 +1,229 @@
+"""The figures: ``inspect``'s LR curve with the checkpoint on it, ``replay``'s intended
+vs replayed LR and window sizes (one run or a sweep), and the report page's updates
+per train step.
+
+matplotlib (Agg, so headless) and numpy are imported inside each function: the
+metadata path never pays for them. Every PNG is written atomically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lrdoctor.atomic import replacing
+
+if TYPE_CHECKING:
+    from lrdoctor.replay.engine import Replay
+
+
+def _save(fig, path: Path, parents: bool = False, **kw: Any) -> None:
+    """``fig`` as a PNG at ``path``, atomically; the figure is closed either way."""
+    import matplotlib.pyplot as plt
+
+    try:
+        with replacing(path, suffix=path.suffix or ".png", parents=parents) as tmp:
+            fig.savefig(tmp, format="png", **kw)
+    finally:
+        plt.close(fig)
+
+
+def plot_inspect(reports, out: Path) -> Path:
+    """Intended LR curve, the position the trainer's counters imply, and where the
+    scheduler actually is; one panel per inspected checkpoint (the last of --all)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lrdoctor.model import ScheduleSpec, Unit
+    from lrdoctor.schedules import lr_at
+
+    report = reports[-1]
+    st = report.state
+    spec_d = st.get("schedule")
+    if not spec_d:
+        from lrdoctor.errors import UnusableInput
+
+        raise UnusableInput("no schedule could be rebuilt, nothing to plot", str(out))
+    spec = ScheduleSpec(**{**spec_d, "unit": Unit(spec_d["unit"])})
+    sp, nom = st.get("scheduler_progress"), st.get("nominal_progress")
+    planned = st.get("derived", {}).get("planned_end_in_schedule_units")
+    xs_max = max(v for v in [spec.horizon or 0, sp["value"] if sp else 0,
+                             nom["value"] if nom else 0, planned or 0, 1] if v is not None)
+    xs_max *= 1.08
+    n = 600
+    xs = [xs_max * i / (n - 1) for i in range(n)]
+    ys = [lr_at(spec, x) for x in xs]
+
+    fig, ax = plt.subplots(figsize=(9, 5.4), dpi=110)
+    ax.plot(xs, ys, color="#1f77b4", lw=2, label=f"intended {spec.family} {spec.kind} schedule")
+    if spec.horizon:
+        ax.axvline(spec.horizon, color="gray", ls="--", lw=1)
+        ax.annotate("decay horizon", (spec.horizon, max(ys) * 0.95), rotation=90,
+                    ha="right", va="top", fontsize=8, color="gray")
+    ax.axhline(spec.min_lr, color="#d62728", ls=":", lw=1, label=f"floor min_lr = {spec.min_lr:g}")
+    if planned:
+        ax.axvline(planned, color="black", ls="-.", lw=1, label="planned end of training")
+    if nom:
+        ax.scatter([nom["value"]], [lr_at(spec, nom["value"])], s=80, color="#2ca02c", zorder=5,
+                   label=f"trainer's counters imply {nom['value']:,.0f}")
+    if sp:
+        ax.scatter([sp["value"]], [lr_at(spec, sp["value"])], s=80, marker="X", color="#d62728",
+                   zorder=6, label=f"scheduler is at {sp['value']:,.0f}")
+    ax.set_xlabel(f"scheduler progress ({spec.unit.value})")
+    ax.set_ylabel("learning rate (param group 0)")
+    ax.set_title(f"{Path(report.target).name} ({report.format})", fontsize=10)
+    ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    ax.set_ylim(bottom=min(0, spec.min_lr) if spec.min_lr >= 0 else spec.min_lr * 1.1)
+    # Below the axes: inside, it sat on the curve (a torch cosine climbs back up on the right).
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3,
+              frameon=False)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = Path(out)
+    try:
+        _save(fig, out, parents=True)
+    except OSError as exc:
+        from lrdoctor.errors import UnusableInput
+
+        raise UnusableInput(f"--plot: cannot write ({exc.strerror or exc})", str(out)) from None
+    return out
+
+
+# ------------------------------------------------------------------ replay
+
+def intended_lr(rep: Replay):
+    """LR at the start of each train step if progress followed the budget evenly."""
+    import numpy as np
+
+    from lrdoctor.schedules import lr_at
+
+    steps = rep.cfg.train.steps
+    hz = float(rep.spec.horizon or 0.0)
+    return np.array([lr_at(rep.spec, hz * s / steps) for s in range(steps + 1)])
+
+
+def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
+                key: str | None = None) -> None:
+    """One replay (``[(None, rep)]``) or a sweep over ``key``: LR and update panels."""
+    import matplotlib
+    import numpy as np
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lrdoctor.replay.analysis import per_step, summarize
+
+    base = results[0][1]
+    steps = base.cfg.train.steps
+    x = np.arange(steps)
+    fig, (ax_lr, ax_w) = plt.subplots(2, 1, figsize=(10, 7), sharex=False,
+                                      gridspec_kw={"height_ratios": [3, 2]})
+    ax_lr.plot(np.arange(steps + 1), intended_lr(base), color="black", lw=2, ls="--",
+               label="intended (budget followed evenly)")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (val, rep) in enumerate(results):
+        ps = per_step(rep)
+        s = summarize(rep)
+        label = "replayed" if key is None else f"{key.split('.')[-1]}={val}"
+        c = colors[i % len(colors)]
+        ax_lr.plot(x, ps["lr"], color=c, lw=1.5, label=label)
+        if s["floor_step"] is not None and s["floor_step"] < steps:
+            ax_lr.axvline(s["floor_step"], color=c, ls=":", lw=1)
+            ax_lr.annotate(f"floor at step {s['floor_step']}", (s["floor_step"], rep.spec.min_lr),
+                           textcoords="offset points", xytext=(4, 8 + 12 * i), color=c,
+                           fontsize=8)
+        if key is None:
+            upd = rep.trace["is_update"]
+            sizes = rep.trace["window_size"][upd]
+            ax_w.plot(np.arange(len(sizes)), sizes, ".", ms=3 if len(sizes) < 500 else 1.5,
+                      color=c, label="micro-batches per update")
+        else:
+            ax_w.step(x, ps["updates"], where="mid", color=c, lw=1.2, label=label)
+    ax_lr.axhline(base.spec.min_lr, color="grey", lw=0.8, ls="-.",
+                  label=f"floor min_lr = {base.spec.min_lr:g}")
+    ax_lr.axvline(steps, color="grey", lw=0.8, ls="--",
+                  label=f"horizon {base.spec.horizon:g} {base.spec.unit.value}")
+    ax_lr.annotate(f"horizon {base.spec.horizon:g} {base.spec.unit.value}\nreached here "
+                   "when on budget", (steps, base.spec.max_lr), ha="right", va="top",
+                   fontsize=8, color="grey")
+    ax_lr.set_xlabel("train step (rollout / pipeline step)")
+    ax_lr.set_ylabel("learning rate (at each train step's start)")
+    ax_lr.set_title(f"{base.spec.family} {base.spec.kind}: intended vs replayed LR")
+    ax_lr.legend(fontsize=8, loc="upper right", bbox_to_anchor=(1.0, 0.85))
+    ax_lr.grid(alpha=0.3)
+    if key is None:
+        # Nominal k of each update's dp size (RLinf-style loops recompute it on scaling).
+        from lrdoctor.replay.engine import nominal_k
+
+        t = base.trace
+        dps = t["dp"][t["is_update"]]
+        k_of = {int(d): nominal_k(base.cfg, int(d)) for d in np.unique(dps)}
+        ax_w.step(np.arange(len(dps)), [k_of[int(d)] for d in dps], where="mid", color="black",
+                  ls="--", lw=0.8, label="nominal micro-batches per update")
+        ax_w.set_xlabel("optimizer update (index)")
+        ax_w.set_ylabel("window size (micro-batches)")
+    else:
+        ax_w.axhline(base.nominal_updates / steps, color="black", ls="--", lw=0.8,
+                     label="nominal")
+        ax_w.set_xlabel("train step (rollout / pipeline step)")
+        ax_w.set_ylabel("optimizer updates per train step")
+    ax_w.legend(fontsize=8)
+    ax_w.grid(alpha=0.3)
+    fig.tight_layout()
+    from lrdoctor.errors import UnusableInput
+
+    path = Path(path)
+    try:
+        _save(fig, path, dpi=110)
+    except OSError as exc:
+        raise UnusableInput(f"--plot: cannot write: {exc.strerror or exc}", str(path)) from None
+
+
+def updates_per_step_plot(replay: Any, path: Path) -> Path:
+    """Updates each train step took, against the nominal count: where the budget drifts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lrdoctor.replay.analysis import per_step
+
+    ps = per_step(replay)
+    steps = replay.cfg.train.steps
+    ups = ps["updates"]
+    nominal = replay.nominal_updates / steps
+    fig, (ax, ax_c) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=110,
+                                   gridspec_kw={"width_ratios": [3, 2]})
+    ax.step(range(1, len(ups) + 1), ups, where="mid", color="#1f77b4", lw=1.2,
+            label="replayed")
+    ax.axhline(nominal, color="black", ls="--", lw=1, label=f"nominal {nominal:g}")
+    ax.set_xlabel("train step")
+    ax.set_ylabel("optimizer updates per train step")
+    ax.set_title("updates per train step", fontsize=10)
+    ax_c.set_title("cumulative updates vs the scheduler's budget", fontsize=10)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylim(bottom=0, top=max(float(ups.max()), nominal) * 1.15 + 0.01)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    cum = ups.cumsum()
+    xs = range(1, len(cum) + 1)
+    ax_c.plot(xs, cum, color="#1f77b4", lw=1.5, label="replayed (cumulative)")
+    ax_c.plot(xs, [nominal * i for i in xs], color="black", ls="--", lw=1,
+              label="nominal (cumulative)")
+    ax_c.axhline(replay.budget_updates, color="#d62728", ls=":", lw=1,
+                 label=f"scheduler budget {replay.budget_updates:g} updates")
+    hit = next((i + 1 for i, c in enumerate(cum) if c >= replay.budget_updates), None)
+    if hit is not None and hit < steps:
+        ax_c.axvline(hit, color="#d62728", ls=":", lw=1)
+        ax_c.annotate(f"budget used up at step {hit} of {steps}", (hit, replay.budget_updates),
+                      textcoords="offset points", xytext=(6, -14), fontsize=8, color="#d62728",
+                      bbox={"fc": "white", "ec": "none", "alpha": 0.85})
+    ax_c.set_xlabel("train step")
+    ax_c.set_ylabel("optimizer updates (cumulative)")
+    ax_c.legend(fontsize=8)
+    ax_c.grid(alpha=0.3)
+    fig.tight_layout()
+    _save(fig, path)
+    return path

@@ -1,0 +1,329 @@
+"""What the commands print on a terminal (rich text): one renderer per command.
+
+:data:`lrdoctor.render.TEXT` names which of these each command uses; a renderer
+takes one report (plus the command's context keywords) and prints it.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from lrdoctor.findings import Severity
+
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+
+
+def console() -> Console:
+    """Rich console; off a terminal (CI logs, pipes) use a wide fixed width, not 80."""
+    import os
+    import sys
+
+    width = None
+    if not sys.stdout.isatty():
+        width = int(os.environ.get("COLUMNS", "120"))
+    return Console(highlight=False, width=width)
+
+
+def _short(source: str, target: str) -> str:
+    """Sources relative to the inspected checkpoint keep the table readable."""
+    from pathlib import Path
+
+    base = str(Path(target).parent if Path(target).is_file() else Path(target))
+    return source[len(base) + 1:] if source.startswith(base + "/") else source
+
+
+def _num(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not x.is_integer():
+        return f"{x:.6g}"
+    return f"{int(x):,}" if isinstance(x, (int, float)) else str(x)
+
+
+def render_findings(report, con: Console | None = None) -> None:
+    con = con or console()
+    if not report.findings:
+        con.print("[green]No findings: the scheduler and the trainer agree.[/green]")
+        return
+    for f in sorted(report.findings, key=lambda f: -f.severity):
+        head = Table.grid(padding=(0, 1))
+        head.add_column(no_wrap=True)
+        head.add_column()
+        head.add_row(f"[{_STYLE[f.severity]}]{f.code} {f.severity}:[/]", f"[bold]{f.title}[/bold]")
+        con.print(head)
+        # Hanging indent: a wrapped message stays under its finding, not at column 0.
+        con.print(Padding(Text(f.message), (0, 0, 0, 2)))
+        if f.fix:
+            fix = Text.assemble(("fix: ", "dim"), f.fix)
+            con.print(Padding(fix, (0, 0, 0, 2)))
+
+
+def render_inspect(report, con: Console | None = None) -> None:
+    con = con or console()
+    st = report.state
+    con.rule(f"[bold]{report.target}[/bold]  ({report.format})")
+    rows = []
+    # The three that diagnosis compares first, then every raw counter read.
+    if st.get("scheduler_progress"):
+        rows.append(("[bold]scheduler[/bold]", st["scheduler_progress"]))
+    if st.get("nominal_progress"):
+        rows.append(("[bold]nominal[/bold]", st["nominal_progress"]))
+    if st.get("planned_end"):
+        rows.append(("[bold]planned end[/bold]", st["planned_end"]))
+    compared = len(rows)
+    rows += [("[dim]read[/dim]", c) for c in st.get("counters", [])]
+    con.print(_counter_table(rows, compared, report.target, con.width))
+    # Label | text, so a wrapped line stays under its text instead of under the label.
+    info = Table.grid(padding=(0, 1))
+    info.add_column(no_wrap=True)
+    info.add_column()
+    spec, d = st.get("schedule"), st.get("derived", {})
+    if spec:
+        unit = spec["unit"]
+        horizon = f"{_num(spec['horizon'])} {unit}" if spec.get("horizon") else "none"
+        source = _short(spec.get("source") or "checkpoint", report.target)
+        info.add_row(
+            "schedule:", f"[bold]{spec['family']} {spec['kind']}[/bold] max_lr {spec['max_lr']:g}, "
+            f"min_lr {spec['min_lr']:g}, warmup {_num(spec['warmup'])} {unit}, decay horizon "
+            f"{horizon}  [dim]({source})[/dim]")
+        parts = []
+        if d.get("horizon_fraction") is not None:
+            parts.append(f"scheduler at {d['horizon_fraction']:.1%} of its decay horizon")
+        if d.get("progress_ratio") is not None:
+            parts.append(f"scheduler/nominal progress {d['progress_ratio']:.4g}x")
+        if d.get("lr_at_scheduler_progress") is not None:
+            lr = f"schedule LR now {d['lr_at_scheduler_progress']:.6g}"
+            if d.get("lr_at_nominal_progress") is not None:
+                lr += f" (at the nominal progress: {d['lr_at_nominal_progress']:.6g})"
+            parts.append(lr)
+        if parts:
+            info.add_row("position:", "; ".join(parts))
+    if st.get("optimizer_lrs"):
+        info.add_row("optimizer lr:", "param groups " + ", ".join(
+            f"{x:.6g}" for x in st["optimizer_lrs"]))
+    for note in st.get("notes", []):
+        info.add_row("[dim]note:[/dim]", f"[dim]{note}[/dim]")
+    if info.row_count:
+        con.print(info)
+    render_findings(report, con)
+
+
+def _counter_table(rows, compared: int, target: str, width: int) -> Table:
+    """A five-column table when it fits; on a narrow terminal one line per counter, wrapped
+    under itself (the table split names like scheduler.num_steps mid-word at 80 columns)."""
+    if width >= 110:
+        table = Table(title="Progress counters", title_justify="left", show_edge=False)
+        for col in ("role", "counter", "value", "unit", "source"):
+            table.add_column(col, overflow="fold", justify="right" if col == "value" else "left")
+        for i, (role, c) in enumerate(rows):
+            if i == compared and i:
+                table.add_section()
+            table.add_row(role, c["name"], _num(c["value"]), c["unit"],
+                          _short(c.get("source", ""), target))
+        return table
+    grid = Table.grid(padding=(0, 2))
+    grid.title, grid.title_justify = "Progress counters", "left"
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for role, c in rows:
+        line = Text.assemble((c["name"], "bold"), f" = {_num(c['value'])} {c['unit']}")
+        src = _short(c.get("source", ""), target)
+        if src:
+            line.append(f"  ({src})", "dim")
+        grid.add_row(role, line)
+    return grid
+
+
+def render_trend_of_many(reports, con: Console | None = None) -> None:
+    """``inspect --all``: the trend table first, when there is more than one checkpoint."""
+    if len(reports) > 1:
+        render_trend(reports, con)
+
+
+def render_trend(reports, con: Console | None = None) -> None:
+    con = con or console()
+    import os
+
+    units = {(r.state.get("scheduler_progress") or {}).get("unit") for r in reports} - {None}
+    unit = f" ({units.pop()})" if len(units) == 1 else ""
+    table = Table(title="Trend over checkpoints", title_justify="left", show_edge=False)
+    # The checkpoints' own names, not a long shared prefix that the table would cut.
+    base = os.path.commonpath([r.target for r in reports]) if len(reports) > 1 else ""
+    names = [os.path.relpath(r.target, base) if base and r.target != base else r.target
+             for r in reports]
+    for col in ("checkpoint", f"scheduler{unit}", f"nominal{unit}", "ratio", "horizon %", "LR",
+                "worst"):
+        # Names are never cut: at 80 columns every row read 'checkpoint-…'.
+        table.add_column(col, justify="left" if col in ("checkpoint", "worst") else "right",
+                         no_wrap=col == "checkpoint",
+                         min_width=min(max(map(len, names)), 40) if col == "checkpoint" else None)
+    for r in reports:
+        st, d = r.state, r.state.get("derived", {})
+        sp, nom = st.get("scheduler_progress"), st.get("nominal_progress")
+        worst = max((f.severity for f in r.findings), default=None)
+        ratio = d.get("progress_ratio")
+        table.add_row(
+            names[reports.index(r)], _num(sp["value"]) if sp else "-", _num(nom["value"]) if nom else "-",
+            f"{ratio:.4g}x" if ratio is not None else "-",
+            f"{d['horizon_fraction']:.1%}" if d.get("horizon_fraction") is not None else "-",
+            _num(d.get("lr_at_scheduler_progress")),
+            f"[{_STYLE[worst]}]{worst}[/]" if worst else "[green]ok[/green]")
+    con.print(table)
+
+
+# ------------------------------------------------------------------- check
+
+def render_check_target(rep, con: Console | None = None) -> None:
+    """One checked target: its verdict against its own threshold, findings, ignores."""
+    from lrdoctor.findings import exit_code
+
+    con = con or console()
+    failing = exit_code(rep.findings, rep.extra.get("fail_on", "warning"))
+    verdict = "[bold red]FAIL[/]" if failing else "[green]ok[/]"
+    con.print(f"{verdict} {rep.command} [bold]{rep.target}[/] "
+              f"[dim](fail-on {rep.extra.get('fail_on', 'warning')})[/]")
+    render_findings(rep, con)
+    for ig in rep.extra.get("ignored", []):
+        con.print(f"  [dim]ignored {ig['code']}: {ig['reason']} ({ig['config_key']})[/]")
+
+
+def render_check_summary(reports) -> None:
+    from lrdoctor.findings import exit_code
+
+    failing = sum(exit_code(r.findings, r.extra.get("fail_on", "warning")) for r in reports)
+    print(f"lrdoctor check: {len(reports)} target(s), {failing} failing")
+
+
+# ------------------------------------------------------------------ replay
+
+def _rnum(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def render_replay(report, trace=None, plot=None, con: Console | None = None) -> None:
+    """The nominal-vs-replayed table, the sweep table, findings, and what was written."""
+    con = con or console()
+    s = report.extra["summary"]
+    t = Table(title=f"replay of {report.target} ({s['engine']} path on {s['device']})",
+              show_header=True, header_style="bold")
+    t.add_column("")
+    t.add_column("nominal", justify="right")
+    t.add_column("replayed", justify="right")
+    ups = s["updates_per_step"]
+    t.add_row("optimizer updates per train step", _rnum(s["nominal_updates_per_step"]),
+              _rnum(ups["mean"]) + ("" if ups["min"] == ups["max"]
+                                    else f" ({_rnum(ups['min'])}..{_rnum(ups['max'])})"))
+    t.add_row("optimizer updates in total", _rnum(s["budget_updates"]),
+              _rnum(s["actual_updates"]))
+    t.add_row(f"scheduler progress ({s['scheduler_unit']})", _rnum(s["horizon"]),
+              _rnum(s["scheduler_progress_end"]) + f"  ({s['progress_ratio']:.3g}x)")
+    floor = (f"after step {s['floor_step']} of {s['train_steps']}" if s["floor_step"]
+             else "never")
+    # A schedule that never reached its floor even at >= the planned progress (constant)
+    # does not reach it on plan either: 'at step N' beside 'never' read as a finding.
+    never = not s["floor_step"] and (s.get("progress_ratio") or 0) >= 1
+    t.add_row("LR reaches its floor",
+              "never" if never else f"at step {s['train_steps']}", floor)
+    ws = s["window_sizes"]
+    by_strategy = s.get("windows_by") == "strategy"
+    t.add_row("micro-batches per update",
+              "set by the strategy" if by_strategy else _rnum(ws["nominal"]),
+              f"{ws['min']}..{ws['max']} (first {ws['first']}, {ws['short']} short)")
+    if "peak_memory_bytes" in s:
+        t.add_row("peak memory per micro-batch", "", f"{s['peak_memory_bytes'] / 2**20:.1f} MiB")
+    con.print(t)
+    sw = report.extra.get("sweep")
+    if sw:
+        st = Table(title=f"sweep over {sw['key']}", header_style="bold")
+        # Short headers that fit 80 columns (a dotted key was cut to '…'); units in the caption.
+        st.caption = (f"updates: optimizer updates; progress: scheduler's, in {s['scheduler_unit']};"
+                      " floor: train step where the LR reaches min_lr; max tokens: most real "
+                      "tokens in one micro-batch")
+        st.caption_justify = "left"
+        cols = ["value", "updates", "per step", "progress", "ratio", "floor", "max tokens",
+                "findings"]
+        for c in cols:
+            st.add_column(c, justify="left" if c == "findings" else "right")
+        for r in sw["rows"]:
+            lo, hi = r["updates_per_step_min"], r["updates_per_step_max"]
+            st.add_row(str(r[sw["key"]]), _rnum(r["actual_updates"]),
+                       _rnum(lo) if lo == hi else f"{_rnum(lo)}..{_rnum(hi)}",
+                       _rnum(r["scheduler_progress_end"]), f"{r['progress_ratio']:.3g}x",
+                       _rnum(r["floor_step"]), _rnum(r["max_rank_tokens"]),
+                       ", ".join(r.get("findings", [])) or "none")
+        con.print(st)
+    render_findings(report, con)
+    for label, p in (("trace", trace), ("plot", plot)):
+        if p is not None:
+            con.print(f"[dim]{label} written to {p}[/dim]")
+
+
+# --------------------------------------------------------------------- fix
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    return str(v)
+
+
+def render_fix(report, *, plan, dry_run: bool, result=None, con: Console | None = None,
+               **_: object) -> None:
+    """The before/after table of a repair plan, then what was (or would be) written."""
+    con = con or console()
+    t = plan.target
+    if plan.noop:
+        msg = "; ".join(plan.notes) or "nothing to fix"
+        con.print(f"[green]{msg}[/green] — no output written.")
+        return
+    assert t is not None
+    table = Table(title=f"lrdoctor fix --policy {t.policy}"
+                  + (f" (for {', '.join(t.motivated_by)})" if t.motivated_by else ""))
+    table.add_column("field", no_wrap=True)
+    table.add_column("before", no_wrap=True)
+    table.add_column("after", no_wrap=True)
+    current = None
+    for c in plan.changes:
+        if c.file != current:
+            current = c.file
+            table.add_row(f"[dim]{c.file}[/dim]", "", "")
+        table.add_row("  " + c.key_str, _fmt(c.before), f"[bold]{_fmt(c.after)}[/bold]")
+    con.print(table)
+    unit = t.unit.value if t.unit else ""
+    con.print(f"scheduler progress {_fmt(t.progress_before)} -> {_fmt(t.progress)} {unit}")
+    if t.horizon is not None:
+        con.print(f"decay horizon {_fmt(t.horizon_before)} -> {_fmt(t.horizon)} {unit}")
+    if t.lr_before is not None or t.lr is not None:
+        con.print(f"learning rate {_fmt(t.lr_before)} -> {_fmt(t.lr)}")
+    for n in plan.notes:
+        con.print(f"[dim]note:[/dim] {n}")
+    con.print(choice_line(t), highlight=False)
+    if dry_run:
+        con.print("[yellow]dry run: nothing written[/yellow]")
+    elif result is not None and result.written is not None:
+        w = result.written
+        con.print(f"[green]wrote {w.out}[/green] ({len(w.changed)} file(s) rewritten, "
+                  f"{w.copied} copied as is); verified by inspecting it again; "
+                  f"manifest {w.manifest.name}")
+
+
+def choice_line(t) -> str:
+    """What fix chose and the alternative: a default repair must say it was a choice."""
+    flags = f"--policy {t.policy}" + (f" --k {_fmt(t.k)}" if t.policy == "rescale" and t.k
+                                      else "")
+    if t.chosen_by != "findings":
+        return f"policy: {flags} (as given)"
+    line = f"chose {flags} from the findings"
+    if t.why:
+        line += f" ({t.why})"
+    if t.alternative:
+        line += f"; the alternative: {t.alternative}"
+    return line
