@@ -29,7 +29,8 @@ from typing import Any
 
 from lrdoctor.errors import UnsafePickle, UnusableInput
 
-__all__ = ["TensorRef", "Opaque", "load", "load_obj", "load_pickle_file", "read_values"]
+__all__ = ["TensorRef", "Opaque", "KeyOpaque", "load", "load_obj", "load_bytes", "load_pickle_file",
+           "read_values", "decode_values"]
 
 
 @dataclass(frozen=True)
@@ -349,6 +350,10 @@ _ENUMS = {
     "megatron.core.rerun_state_machine": ["RerunDiagnostic", "RerunMode", "RerunState",
                                           "RerunValidationStatus"],
     "deepspeed.runtime.zero.config": ["ZeroStageEnum"],
+    # torch.distributed.checkpoint ``.metadata`` (see DCP_RECORDS)
+    "torch.distributed.checkpoint.metadata": ["_MEM_FORMAT_ENCODING"],
+    "torch.distributed._shard.sharded_tensor.metadata": ["MEM_FORMAT_ENCODING"],
+    "torch.distributed.checkpoint.planner": ["WriteItemType", "LoadItemType"],
 }
 
 # Classes kept as Opaque(cls, state=<their __dict__>): plain data holders.
@@ -374,6 +379,37 @@ _RECORDS = [
         ("sft", "SFT"), ("dpo", "DPO"), ("grpo", "GRPO"), ("ppo", "PPO"), ("reward", "Reward"),
         ("kto", "KTO"), ("orpo", "ORPO"), ("cpo", "CPO"), ("rloo", "RLOO")]],
 ]
+
+# torch.distributed.checkpoint's ``.metadata`` pickle: plain dataclasses, kept as Opaque
+# records (``lrdoctor.formats.dcp`` reads their state). Megatron's planner adds its cached
+# SavePlans. MetadataIndex is a dict key there, so it gets a hashable stand-in.
+DCP_RECORDS = [
+    "torch.distributed.checkpoint.metadata.Metadata",
+    "torch.distributed.checkpoint.metadata.StorageMeta",
+    "torch.distributed.checkpoint.metadata.BytesStorageMetadata",
+    "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
+    "torch.distributed.checkpoint.metadata.TensorProperties",
+    "torch.distributed.checkpoint.metadata.ChunkStorageMetadata",
+    "torch.distributed._shard.sharded_tensor.metadata.TensorProperties",
+    "torch.distributed.checkpoint.filesystem._StorageInfo",
+    "torch.distributed.checkpoint.planner.SavePlan",
+    "torch.distributed.checkpoint.planner.WriteItem",
+    "torch.distributed.checkpoint.planner.TensorWriteData",
+]
+DCP_KEY_RECORDS = ["torch.distributed.checkpoint.metadata.MetadataIndex"]
+
+
+class KeyOpaque(Opaque):
+    """An Opaque usable as a dict key (by identity): DCP's MetadataIndex."""
+
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+
+
+class _KeyRecord(_Record):
+    def __new__(cls, *args, **kwargs):
+        return KeyOpaque(cls._lrd_name, dict(kwargs) if kwargs else None, tuple(args))
+
 
 _DICT_RECORDS = [
     "pytorch_lightning.utilities.parsing.AttributeDict",
@@ -441,6 +477,11 @@ def _build_allowed() -> dict[str, Any]:
         allowed[name] = _record(name)
     for name in _DICT_RECORDS:
         allowed[name] = _DictRecord
+    for name in DCP_RECORDS:
+        allowed[name] = _record(name)
+    for name in DCP_KEY_RECORDS:
+        allowed[name] = type(name.rsplit(".", 1)[-1], (_KeyRecord,),
+                             {"_lrd_name": name, "__module__": __name__})
     return allowed
 
 
@@ -530,8 +571,9 @@ def _zip_layout(zf: zipfile.ZipFile, path: str) -> str:
     raise UnusableInput("a zip file without data.pkl: not a torch checkpoint", path)
 
 
-def _load_zip(path: str, unknown_as_opaque: bool) -> Any:
-    with zipfile.ZipFile(path) as zf:
+def _load_zip(path: str, unknown_as_opaque: bool, source: Any = None) -> Any:
+    """``source``: a file object holding the archive (a DCP bytes item), else ``path`` is read."""
+    with zipfile.ZipFile(source if source is not None else path) as zf:
         prefix = _zip_layout(zf, path)
         members = {i.filename: i for i in zf.infolist()}
 
@@ -696,6 +738,26 @@ def _load_any(path: str, unknown_as_opaque: bool) -> Any:
 load_obj = load
 
 
+def load_bytes(data: bytes, path: str, *, unknown_as_opaque: bool = False) -> Any:
+    """:func:`load` for bytes already in memory (a torch.distributed.checkpoint bytes item).
+
+    ``path`` names where they came from, for messages and for the TensorRefs
+    (whose values then need ``read_values(ref, data=...)``). A torch zip or a
+    plain pickle; anything else is refused with one line.
+    """
+    def run() -> Any:
+        if data[:2] == b"PK":
+            return _load_zip(path, unknown_as_opaque, io.BytesIO(data))
+        if data[:1] != b"\x80":
+            raise UnusableInput("not a torch.save payload nor a pickle", path)
+        f = io.BytesIO(data)
+        obj = _Unpickler(f, path, None, unknown_as_opaque).load()
+        if f.read(1):
+            raise _Bad("trailing data after the pickle")
+        return obj
+    return _guard(path, run)
+
+
 def load_pickle_file(path: str | Path, *, unknown_as_opaque: bool = False) -> Any:
     """A plain pickle (accelerate ``random_states_*.pkl`` of old versions, ...) via the allow-list.
 
@@ -730,10 +792,11 @@ def _decode(dtype: str, raw: bytes, big: bool) -> Any:
     raise UnusableInput(f"cannot decode values of dtype {dtype}")
 
 
-def read_values(ref: TensorRef, limit: int = 64) -> list:
+def read_values(ref: TensorRef, limit: int = 64, data: bytes | None = None) -> list:
     """The values of a small tensor (an optimizer's ``step``), flat, row-major.
 
     Reads only that tensor's bytes; refuses tensors with more than ``limit`` elements.
+    ``data``: the torch zip the tensor lives in, when it came from :func:`load_bytes`.
     """
     if ref.numel > limit:
         raise UnusableInput(f"refusing to read a {ref.numel}-element tensor (limit {limit})",
@@ -742,10 +805,20 @@ def read_values(ref: TensorRef, limit: int = 64) -> list:
         raise UnusableInput(f"cannot read values of dtype {ref.dtype}", ref.path)
     if not ref.storage_key:
         raise UnusableInput("tensor has no data (meta tensor)", ref.path)
-    return _guard(ref.path, _read_values, ref)
+    return _guard(ref.path, _read_values, ref, data)
 
 
-def _read_values(ref: TensorRef) -> list:
+def decode_values(dtype: str, raw: bytes, count: int) -> list:
+    """``count`` little-endian values of ``dtype`` from raw bytes (DCP's raw tensor items)."""
+    if dtype not in _DTYPES:
+        raise UnusableInput(f"cannot decode values of dtype {dtype}")
+    size = _DTYPES[dtype][0]
+    if len(raw) < count * size:
+        raise UnusableInput(f"{len(raw)} bytes hold fewer than {count} {dtype} values")
+    return [_decode(dtype, raw[i * size:(i + 1) * size], False) for i in range(count)]
+
+
+def _read_values(ref: TensorRef, data: bytes | None = None) -> list:
     size = _DTYPES[ref.dtype][0]
     # Element indices in the storage, row-major over the shape.
     idx = [ref.storage_offset]
@@ -768,7 +841,7 @@ def _read_values(ref: TensorRef) -> list:
                 f.seek(base + a * size)
                 chunks[a] = f.read((b - a) * size)
     else:
-        with zipfile.ZipFile(ref.path) as zf:
+        with zipfile.ZipFile(io.BytesIO(data) if data is not None else ref.path) as zf:
             prefix = _zip_layout(zf, ref.path)
             names = set(zf.namelist())
             big = f"{prefix}/byteorder" in names and zf.read(f"{prefix}/byteorder") == b"big"

@@ -256,3 +256,85 @@ def test_release_checkpoint(tmp_path):
     st = megatron.read(tmp_path / "ck")
     assert st.extras["tracker"] == "release" and st.path.endswith("release")
     assert st.scheduler_progress.value == truth.last.scheduler["num_steps"] == 48
+
+
+# ---------------------------------------------------------------- torch_dist, megatron-core 0.19
+
+MCORE_019 = Path(__file__).parent / "data" / "megatron_core_0_19"
+
+
+def test_torch_dist_019_common_state_healthy():
+    """megatron-core 0.19.2 torch_dist: no common.pt; the non-sharded state is the DCP bytes
+    item common_state/shard_0_1. Fixture written by megatron-core 0.19.2's own
+    dist_checkpointing.save (tests/data/megatron_core_0_19/make_fixtures.py says how)."""
+    from lrdoctor.diagnose import diagnose
+    from lrdoctor.findings import Severity
+
+    root = MCORE_019 / "healthy"
+    ckpt = root / "iter_0000005"
+    assert not (ckpt / "common.pt").exists() and (ckpt / ".metadata").is_file()
+    assert megatron.detect(root) and megatron.find_checkpoints(root) == [ckpt]
+    st = megatron.read(root)
+    assert st.files == [str(ckpt / ".metadata"), str(ckpt / "__0_0.distcp"),
+                        str(root / "latest_checkpointed_iteration.txt")]
+    assert st.scheduler_progress.value == 80 == st.nominal_progress.value  # 5 iters x gbs 16
+    assert st.scheduler_progress.source.endswith("iter_0000005:common_state/shard_0_1")
+    assert st.counter("megatron.iteration").value == 5
+    assert st.counter("optimizer.step").value == 5  # optimizer.state.common_step
+    assert (st.schedule.kind, st.schedule.warmup, st.schedule.horizon) == ("cosine", 64, 640)
+    assert math.isclose(st.schedule.lr_at(80), st.optimizer_lrs[0], rel_tol=1e-12)
+    assert st.extras["storage"] == "dcp"
+    assert not [f for f in diagnose(st) if f.severity >= Severity.WARNING]
+
+
+def test_torch_dist_019_common_state_matches_torch_dcp_load():
+    """What lrdoctor reads is what torch's own DCP loader gives megatron-core
+    (load_common_state_dict: dcp.load of the BytesIO, then torch.load)."""
+    import io
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as tdcp
+
+    ckpt = MCORE_019 / "healthy" / "iter_0000005"
+    buf = {"common_state/shard_0_1": io.BytesIO()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tdcp.load(buf, checkpoint_id=str(ckpt), no_dist=True)
+    loaded = buf["common_state/shard_0_1"]
+    if isinstance(loaded, io.BytesIO):  # as load_common_state_dict: raw bytes or unpickled
+        loaded.seek(0)
+        loaded = torch.load(loaded, weights_only=False)
+    truth = loaded[0]
+    from lrdoctor.formats import dcp
+
+    ours = dcp.read(ckpt).flat["common_state/shard_0_1"][0]
+    assert ours["opt_param_scheduler"] == truth["opt_param_scheduler"]
+    assert ours["iteration"] == truth["iteration"]
+    assert ours["args"].state == vars(truth["args"])
+    assert ours["optimizer"]["param_groups"] == truth["optimizer"]["param_groups"]
+    assert ours["optimizer"]["state"]["common_step"] == float(truth["optimizer"]["state"]
+                                                               ["common_step"])
+
+
+def test_torch_dist_019_scheduler_per_micro_batch_is_lrd104():
+    from lrdoctor.diagnose import diagnose
+
+    st = megatron.read(MCORE_019 / "buggy")
+    (f,) = [f for f in diagnose(st) if f.code == "LRD104"]
+    assert f.evidence["scheduler_progress"] == 320 and f.evidence["nominal_progress"] == 80
+    assert f.evidence["ratio"] == 4 and f.evidence["k"] == 4
+    assert "4 micro-batches per iteration" in f.message
+
+
+def test_torch_dist_019_fix_refuses_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "lrdoctor", "fix", str(MCORE_019 / "buggy"),
+                        "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and not out.exists()
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "torch.distributed.checkpoint (DCP)" in lines[0]
+    assert "buggy" in lines[0] and "Traceback" not in p.stderr

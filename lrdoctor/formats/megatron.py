@@ -1,10 +1,19 @@
-"""Megatron-LM checkpoints in the ``torch`` format (and ``common.pt`` of torch_dist).
+"""Megatron-LM checkpoints: the ``torch`` format and ``torch_dist`` (old and new).
 
 Layout::
 
     <save>/latest_checkpointed_iteration.txt      # "1200" or "release"
     <save>/iter_0001200/mp_rank_00[_000[_000]]/model_optim_rng.pt
-    <save>/iter_0001200/common.pt                 # torch_dist: the non-sharded state
+    <save>/iter_0001200/common.pt                 # torch_dist before megatron-core 0.19
+    <save>/iter_0001200/{.metadata,__R_0.distcp,metadata.json}   # torch_dist (DCP)
+
+torch_dist keeps the non-sharded state (``args``, ``iteration``,
+``opt_param_scheduler``, the optimizer's param groups) in ``common.pt`` up to
+megatron-core 0.18; from 0.19 there is no ``common.pt`` and the same dict is the
+ShardedObject ``common_state`` (DCP bytes item ``common_state/shard_0_1``,
+``torch.save([state])``), which Megatron's ``load_common_state_dict`` falls
+back to. ``torch_dcp`` / ``fsdp_dtensor`` flatten those leaves into DCP items
+(``opt_param_scheduler.num_steps``); both are read through :mod:`.dcp`.
 
 ``model_optim_rng.pt`` holds ``args`` (argparse.Namespace), ``iteration``,
 ``opt_param_scheduler`` (``lr_scheduler`` in old checkpoints), ``optimizer``,
@@ -22,14 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.errors import UnusableInput
-from lrdoctor.formats import _common
+from lrdoctor.formats import _common, dcp
 from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
 
 NAME = "megatron"
 
 TRACKER = "latest_checkpointed_iteration.txt"
 RANK_FILE = "model_optim_rng.pt"
-COMMON_FILE = "common.pt"  # torch_dist: non-sharded part of the state
+COMMON_FILE = "common.pt"  # torch_dist (megatron-core < 0.19): non-sharded part of the state
+COMMON_STATE = "common_state/shard_0_1"  # torch_dist (>= 0.19): the same, as a DCP bytes item
 ITER_DIR = re.compile(r"^(iter_(\d{7,})|release)$")
 RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?$")
 # Files that make a Megatron-looking directory a ROLL (mcore_adapter) checkpoint instead.
@@ -87,7 +97,8 @@ def rank_files(ckpt: Path) -> list[Path]:
 
 
 def _is_iter_dir(d: Path) -> bool:
-    return bool(ITER_DIR.match(d.name)) and (bool(rank_files(d)) or (d / COMMON_FILE).is_file())
+    return bool(ITER_DIR.match(d.name)) and (bool(rank_files(d)) or (d / COMMON_FILE).is_file()
+                                              or dcp.is_dcp(d))
 
 
 def detect(path: Path) -> bool:
@@ -147,7 +158,9 @@ def resolve(path: Path) -> tuple[Path | None, list[Path]]:
         path = pick
     files = rank_files(path)
     if not files:
-        files = [path / COMMON_FILE]
+        # torch_dist: common.pt when megatron-core < 0.19 wrote it, else the DCP folder itself
+        files = [path / COMMON_FILE] if (path / COMMON_FILE).is_file() or not dcp.is_dcp(path) \
+            else [path]
     return path, files
 
 
@@ -168,18 +181,35 @@ def scheduler_field(sched: dict, name: str) -> Any:
 
 # ---------------------------------------------------------------- read
 
+def load_state(main: Path) -> tuple[dict, list[str], str]:
+    """(state dict, files read, where in them) of a rank file, ``common.pt`` or a DCP folder."""
+    if not main.is_dir():
+        return _common.load_dict(main, "a Megatron checkpoint dict"), [str(main)], str(main)
+    st = dcp.read(main)
+    common = st.flat.get(COMMON_STATE)
+    if common is not None:
+        if not (isinstance(common, list) and common and isinstance(common[0], dict)):
+            raise UnusableInput(f"{COMMON_STATE} is not the [state dict] megatron-core saves",
+                                str(main))
+        return common[0], st.files, f"{main}:{COMMON_STATE}"
+    if scheduler_state(st.tree) is None:
+        raise UnusableInput(f"a DCP checkpoint with neither {COMMON_FILE} nor {COMMON_STATE} "
+                            "nor opt_param_scheduler items (not written by Megatron?)", str(main))
+    return st.tree, st.files, str(main)  # torch_dcp / fsdp_dtensor: flattened leaves
+
+
 def read(path: Path) -> RunState:
     path = Path(path)
     ckpt, files = resolve(path)
     main = files[0]
-    sd = _common.load_dict(main, "a Megatron checkpoint dict")
+    sd, read_files, where = load_state(main)
     sched = scheduler_state(sd)
     if sched is None:
         raise UnusableInput("no 'opt_param_scheduler' (or 'lr_scheduler') in the checkpoint; "
                             "saved with --no-save-optim?", str(main))
     args = _common.as_fields(sd.get("args")) or {}
-    st = RunState(format=NAME, path=str(ckpt or path), files=[str(main)])
-    src = str(main)
+    st = RunState(format=NAME, path=str(ckpt or path), files=read_files)
+    src = where
 
     missing = [k for k in ("max_lr", "min_lr", "lr_warmup_steps", "lr_decay_steps",
                            "lr_decay_style", "num_steps") if scheduler_field(sched, k) is None]
@@ -233,6 +263,8 @@ def read(path: Path) -> RunState:
         if v is not None:
             st.counters.append(Counter(k, v, Unit.SAMPLES, f"{src}:args.{k}"))
     opt = _common.optimizer_summary(sd.get("optimizer"))
+    if opt["step"] is None:
+        opt["step"] = _common_step(sd.get("optimizer"))
     if opt["step"] is not None:
         st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, f"{src}:optimizer"))
     elif opt["unreadable_steps"]:
@@ -285,8 +317,20 @@ def read(path: Path) -> RunState:
             st.extras["tracker"] = tracked
             st.files.append(str(ckpt.parent / TRACKER))
     st.extras["rank_files"] = len(files)
+    if main.is_dir():
+        st.extras["storage"] = "dcp"
     _check_ranks(st, sd, sched, files)
     return st
+
+
+def _common_step(opt_sd: Any) -> float | None:
+    """torch_dist: megatron-core's sharded_state_dict moves the per-parameter ``step`` (one
+    value for all) to ``optimizer.state.common_step`` in the common state."""
+    for d in _common.torch_optimizer_dicts(opt_sd):
+        state = d.get("state")
+        if isinstance(state, dict) and "common_step" in state:
+            return _common.number(state["common_step"])
+    return None
 
 
 def _overflowed_updates(st: RunState, args: dict, sched: dict) -> None:

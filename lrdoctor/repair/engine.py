@@ -78,6 +78,10 @@ def plan_fix(path: str | Path, *, policy: str | None = None, k: float | None = N
     if target is None:
         plan.notes.append("nothing to fix: no finding calls for a repair")
         return plan
+    if state.extras.get("storage") == "dcp":  # torch_dist, torchtitan, NeMo-RL, ...
+        from lrdoctor.formats.dcp import FIX_REFUSAL
+
+        raise Refusal(FIX_REFUSAL, str(path))
     try:
         writer = importlib.import_module(f"lrdoctor.repair.{name}")
     except ModuleNotFoundError as exc:
