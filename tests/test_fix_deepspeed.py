@@ -25,7 +25,8 @@ CONFIGS = {
               "gradient_accumulation_steps": GA,
               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
               "scheduler": SCHED},
-    "fp16z1": {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+    # fp16 where DeepSpeed supports it on this CPU, else bf16 (see GEN)
+    "halfz1": {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
                "gradient_accumulation_steps": GA,
                "fp16": {"enabled": True, "initial_scale_power": 4},
                "zero_optimization": {"stage": 1},
@@ -38,7 +39,11 @@ GEN = textwrap.dedent("""
     from pathlib import Path
     mode, out, cfgs = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3])
     result = {}
+    from deepspeed.accelerator import get_accelerator
     for name, cfg in cfgs.items():
+        if "fp16" in cfg and not get_accelerator().is_fp16_supported():
+            del cfg["fp16"]  # a CPU without AVX512-FP16/AMX: the precision it supports
+            cfg["bf16"] = {"enabled": True}
         torch.manual_seed(0)
         m = torch.nn.Linear(4, 2)
         eng, opt, _, sch = deepspeed.initialize(model=m, model_parameters=m.parameters(),
@@ -59,7 +64,9 @@ GEN = textwrap.dedent("""
                 x = torch.randn(2, 4, dtype=next(eng.module.parameters()).dtype)
                 eng.backward(eng(x).float().pow(2).mean())
                 eng.step()
-            result[name] = {"lbi": lbi, "first_lr": first, "lbi_after": sch.last_batch_iteration,
+            result[name] = {"fp16": eng.fp16_enabled(), "bf16": eng.bfloat16_enabled(),
+                            "fp16_supported": bool(get_accelerator().is_fp16_supported()),
+                            "lbi": lbi, "first_lr": first, "lbi_after": sch.last_batch_iteration,
                             "lr_after": [g["lr"] for g in opt.param_groups]}
     print("RESULT" + json.dumps(result))
 """) % {"steps": STEPS}
@@ -115,6 +122,8 @@ def test_fix_then_resume_with_a_real_engine(tmp_path):
             plan_fix(src, policy="extend-horizon")
 
     resumed = engine(tmp_path, "resume", fixed)
+    half = resumed["halfz1"]  # the half precision the CPU supports, chosen by DeepSpeed's word
+    assert (half["fp16"], half["bf16"]) == (half["fp16_supported"], not half["fp16_supported"])
     for name in CONFIGS:
         r = resumed[name]
         assert r["lbi"] == STEPS - 1

@@ -6,6 +6,7 @@ progress bar, and hands the report (and the plan, for the text table) to
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -121,6 +122,10 @@ def run_fix(path: Path, *, out: Path | None, policy: str | None, k: float | None
         finally:
             if bar is not None:
                 bar.stop()
+    if result is not None and result.written is not None and result.written.cleaned:
+        names = ", ".join(x.name for x in result.written.cleaned)
+        print(f"note: removed what an interrupted earlier fix left beside the output: {names}",
+              file=sys.stderr)
     rep = fix_report(plan, dry_run=dry_run, out=out, result=result)
     emit(rep, output_format, fail_on, command="fix", plan=plan, dry_run=dry_run, result=result)
     remaining = (result.after_findings if result is not None and result.written is not None

@@ -73,6 +73,7 @@ def report_cmd(
 
             die(f"{cfg.source or 'pyproject.toml'}: nothing to report on: give TARGETS or "
                 "add [[tool.lrdoctor.inspect]] / [[tool.lrdoctor.replay]]")
+    guarded(lambda: refuse_checkpoint_out(Path(out), cfg))
     replays: dict = {}
     reports = guarded(lambda: ci_check.run_check(cfg, fail_on=fail_on.value if targets else None,
                                                  replays=replays))
@@ -83,6 +84,28 @@ def report_cmd(
         raise typer.Exit(2)
     code = max((exit_code(r.findings, fail_on.value) for r in reports), default=0)
     raise typer.Exit(code)
+
+
+def refuse_checkpoint_out(out: Path, cfg) -> None:
+    """The page and its PNGs go in a folder of their own: never into a checkpoint, which
+    lrdoctor only reads (a checkpoint folder, or a folder inside a checkpoint it reports on)."""
+    from lrdoctor import formats
+    from lrdoctor.errors import UnusableInput
+
+    out_r = out.resolve()
+    for t in cfg.targets:
+        if t.kind != "inspect" or any(c in t.path for c in "*?["):
+            continue
+        p = (cfg.root / t.path).resolve()
+        if p.is_dir() and (out_r == p or out_r.is_relative_to(p)):
+            raise UnusableInput(f"--out lies inside the checkpoint {t.path}; lrdoctor never "
+                                "writes into its input (choose a folder of its own)", str(out))
+    if out.is_dir():
+        for mod in formats.available():
+            if mod.detect(out):
+                raise UnusableInput(f"--out is a {mod.NAME} checkpoint folder; lrdoctor never "
+                                    "writes into a checkpoint (choose a folder of its own)",
+                                    str(out))
 
 
 def register(app: typer.Typer) -> None:

@@ -140,7 +140,7 @@ def write_fix(plan: FixPlan, out: str | Path, *, force: bool = False, progress: 
     try:
         result.written = write_output(plan.root, out, plan.files, plan.changes, manifest(plan),
                                       force=force, verify=check if verify else None,
-                                      progress=progress)
+                                      progress=progress, protect=(plan.path,))
     except OSError as exc:  # disk full, permissions: one line, nothing left behind
         where = exc.filename or out
         raise UnusableInput(f"cannot write the repaired copy: {exc.strerror or exc}",
@@ -183,5 +183,6 @@ def fix_report(plan: FixPlan, *, dry_run: bool, out: Path | None,
         extra["changed_files"] = [{"file": f, "sha256": h}
                                   for f, h in result.written.changed.items()]
         extra["findings_after"] = [f.to_dict() for f in result.after_findings]
+        extra["removed_leftovers"] = [str(x) for x in result.written.cleaned]
     return Report(command="fix", target=str(plan.path), format=plan.format,
                   state=plan.state.to_dict(), findings=plan.findings, extra=extra)

@@ -271,21 +271,110 @@ def _guess_indent(text: str) -> int | None:
     return None if "\n" not in text.strip() else 2
 
 
-def check_output(src: Path, out: Path, force: bool) -> None:
-    """Refuse to write into the input, or over an existing output without --force."""
-    src_r, out_r = src.resolve(), out.resolve()
-    if out_r == src_r:
-        raise UnusableInput("--out is the input itself; lrdoctor never modifies its input",
-                            str(out))
-    if src.is_dir() and out_r.is_relative_to(src_r):
-        raise UnusableInput("--out lies inside the input checkpoint", str(out))
-    if src.is_dir() and src_r.is_relative_to(out_r):
-        raise UnusableInput("--out contains the input checkpoint", str(out))
+def check_output(src: Path, out: Path, force: bool, protect: tuple[Path, ...] = ()) -> None:
+    """Refuse any ``--out`` whose replacement could destroy what the user did not ask to replace.
+
+    ``--out`` may not equal, contain or lie inside the input or any other path the input
+    names (``protect``: the checkpoint root a rank file belongs to, ...), for file and
+    directory inputs alike and whether or not ``--force`` is given: replacing an output
+    removes it, and an output that holds the input would take the input with it.
+    """
+    out_r = out.resolve()
+    for p in dict.fromkeys((src, *protect)):
+        p_r = Path(p).resolve()
+        if out_r == p_r:
+            raise UnusableInput(f"--out is the input itself ({p}); lrdoctor never modifies "
+                                "its input", str(out))
+        if p_r.is_relative_to(out_r):
+            raise UnusableInput(f"--out contains the input {p}: replacing it would delete "
+                                "the input; choose a new path", str(out))
+        if out_r.is_relative_to(p_r):
+            raise UnusableInput(f"--out lies inside the input checkpoint {p}", str(out))
     if out.exists() or out.is_symlink():
         if not force:
             raise UnusableInput("output exists (give --force to replace it)", str(out))
     if not out_r.parent.is_dir():
         raise UnusableInput("the output's parent directory does not exist", str(out.parent))
+
+
+TMP_TAG = ".lrdoctor-tmp-"
+LOCK_TAG = ".lrdoctor-lock"
+
+
+def _holder_glob(out: Path) -> str:
+    return f".{out.name}{TMP_TAG}*"
+
+
+class OutputLock:
+    """An exclusive, crash-safe claim on one output path (``flock`` on a hidden sibling).
+
+    Two ``fix`` runs to one ``--out`` must not both succeed silently: the second is
+    refused at once. The kernel drops the lock when its holder dies (SIGKILL too), so a
+    killed run never blocks the next one. While held, every temporary holder of this
+    output name is provably stale: only the lock's owner writes one.
+    """
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.path = out.parent / f".{out.name}{LOCK_TAG}"
+        self.fd: int | None = None
+
+    def __enter__(self) -> OutputLock:
+        import fcntl
+
+        for _ in range(8):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise UnusableInput("another `lrdoctor fix` is writing this output right now "
+                                    "(try again when it has finished)", str(self.out)) from None
+            try:  # the file may have been unlinked by the previous owner meanwhile
+                same_file = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same_file = False
+            if same_file:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+                self.fd = fd
+                return self
+            os.close(fd)
+        raise UnusableInput("cannot lock the output (its lock file keeps changing)", str(self.out))
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.fd is not None:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            os.close(self.fd)
+            self.fd = None
+
+
+def remove_stale(out: Path, keep: Path | None = None) -> list[Path]:
+    """Remove what killed runs to ``out`` left behind; call with :class:`OutputLock` held.
+
+    Temporary holders (hidden ``.NAME.lrdoctor-tmp-PID-*`` siblings) are stale by the lock.
+    A one-file output's manifest without its output is an orphan of a run killed between
+    the two renames (the manifest is published first).
+    """
+    removed = []
+    for h in sorted(out.parent.glob(_holder_glob(out))):
+        if keep is not None and h == keep:
+            continue
+        _remove(h)
+        removed.append(h)
+    orphan = out.with_name(out.name + "." + MANIFEST)
+    if orphan.is_file() and not (out.exists() or out.is_symlink()):
+        try:
+            doc = json.loads(orphan.read_text())
+        except (OSError, ValueError):
+            doc = None
+        if isinstance(doc, dict) and doc.get("command") == "fix" and "lrdoctor" in doc:
+            _remove(orphan)
+            removed.append(orphan)
+    return removed
 
 
 @dataclass
@@ -295,19 +384,35 @@ class Written:
     changed: dict[str, str] = field(default_factory=dict)  # rel file -> sha256
     copied: int = 0
     bytes_copied: int = 0
+    cleaned: list[Path] = field(default_factory=list)  # leftovers of killed runs, removed
 
 
 def write_output(src: Path, out: Path, files: list[str], changes: list[Change],
                  manifest: dict[str, Any], *, force: bool = False,
                  verify: Callable[[Path], None] | None = None,
-                 progress: Any = None) -> Written:
+                 progress: Any = None, protect: tuple[Path, ...] = ()) -> Written:
     """Build the output in a temporary sibling, verify it there, rename it into place.
 
     ``files``: what the output holds (relative to ``src``; a file root: its name).
+    ``protect``: further input paths ``out`` must not touch (see :func:`check_output`).
     ``verify(tmp_path)`` may raise to abort; the temporary copy is then removed.
     ``progress``: a rich Progress to show copies on (optional).
+    An existing output is replaced only with ``force`` and only once the new one is
+    complete and verified; it is moved aside first, so a crash never leaves neither.
     """
-    check_output(src, out, force)
+    check_output(src, out, force, protect)
+    with OutputLock(out):
+        check_output(src, out, force, protect)  # again, now that no other fix can race us
+        cleaned = remove_stale(out)
+        written = _write_locked(src, out, files, changes, manifest, force=force,
+                                verify=verify, progress=progress)
+        written.cleaned = cleaned
+        return written
+
+
+def _write_locked(src: Path, out: Path, files: list[str], changes: list[Change],
+                  manifest: dict[str, Any], *, force: bool,
+                  verify: Callable[[Path], None] | None, progress: Any) -> Written:
     single = src.is_file()
     by_file: dict[str, list[Change]] = {}
     for c in changes:
@@ -317,10 +422,11 @@ def write_output(src: Path, out: Path, files: list[str], changes: list[Change],
         raise UnusableInput(f"planned change in a file outside the checkpoint: {sorted(unknown)}")
 
     parent = out.parent
-    # A hidden holder dir next to the output; inside it the output under its final
-    # name, so verification reads exactly what will be renamed into place.
+    # A hidden holder dir next to the output, named with our pid; inside it the output
+    # under its final name, so verification reads exactly what will be renamed into place.
     try:
-        holder = Path(tempfile.mkdtemp(prefix=f".{out.name}.lrdoctor-tmp-", dir=parent))
+        holder = Path(tempfile.mkdtemp(prefix=f".{out.name}{TMP_TAG}{os.getpid()}-",
+                                       dir=parent))
     except OSError as exc:
         raise UnusableInput(f"cannot write the repaired copy here: {exc.strerror}",
                             str(out)) from None
@@ -362,25 +468,38 @@ def write_output(src: Path, out: Path, files: list[str], changes: list[Change],
         doc = dict(manifest)
         doc["changed_files"] = [{"file": f, "sha256": h} for f, h in written.changed.items()]
         mtext = json.dumps(doc, indent=2, allow_nan=False) + "\n"
-        if not single:
-            (tmp / MANIFEST).write_text(mtext)
-            _fsync_file(tmp / MANIFEST)
+        mtmp = (tmp / MANIFEST) if not single else holder / written.manifest.name
+        mtmp.write_text(mtext)
+        _fsync_file(mtmp)
         if verify is not None:
             verify(tmp)
-        if out.exists() or out.is_symlink():  # --force checked above
-            _remove(out)
-        os.replace(tmp, out)
+        _publish(holder, tmp, out, mtmp if single else None, written.manifest, force)
         _fsync_dir(parent)
-        holder.rmdir()
-        if single:
-            mtmp = written.manifest.with_name("." + written.manifest.name + ".tmp")
-            mtmp.write_text(mtext)
-            _fsync_file(mtmp)
-            os.replace(mtmp, written.manifest)
     except BaseException:
         _remove(holder)
         raise
+    _remove(holder)  # holds the replaced output, if any
     return written
+
+
+def _publish(holder: Path, tmp: Path, out: Path, mtmp: Path | None, manifest: Path,
+             force: bool) -> None:
+    """Rename the finished output (and a one-file output's manifest) into place.
+
+    An existing output is moved into the holder first (removed with it afterwards), never
+    deleted before the new one is in place. A one-file output's manifest goes first: a
+    crash between the two renames leaves an orphan manifest, which the next run removes.
+    """
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise UnusableInput("output appeared while the repaired copy was written "
+                                "(give --force to replace it)", str(out))
+        os.rename(out, holder / ".replaced")
+    if mtmp is not None:
+        if manifest.exists() or manifest.is_symlink():
+            os.rename(manifest, holder / ".replaced-manifest")
+        os.replace(mtmp, manifest)
+    os.replace(tmp, out)
 
 
 def _remove(path: Path) -> None:
