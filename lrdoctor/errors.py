@@ -21,3 +21,7 @@ class UnsafePickle(UnusableInput):
             "allow-list of harmless classes (nothing was executed)",
             path,
         )
+
+
+class LimitExceeded(UnusableInput):
+    """A resource limit stopped reading an untrusted file (``lrdoctor.limits``)."""

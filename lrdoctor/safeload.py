@@ -18,7 +18,6 @@ from __future__ import annotations
 import _compat_pickle
 import io
 import os
-import pickle
 import struct
 import sys
 import zipfile
@@ -27,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lrdoctor import limits
 from lrdoctor.errors import UnsafePickle, UnusableInput
+from lrdoctor.limited_pickle import BoundedReader, LimitedUnpickler
 
 __all__ = ["TensorRef", "Opaque", "KeyOpaque", "load", "load_obj", "load_bytes", "load_pickle_file",
            "read_values", "decode_values"]
@@ -498,11 +499,19 @@ def _allowed() -> dict[str, Any]:
 # --------------------------------------------------------------------------- unpickler
 
 
-class _Unpickler(pickle.Unpickler):
-    """Resolves globals only through the allow-list; storages become lazy TensorRefs."""
+class _Unpickler(LimitedUnpickler):
+    """Resolves globals only through the allow-list; storages become lazy TensorRefs.
+
+    The limited machine (``lrdoctor.limited_pickle``) bounds what a file may cost and
+    lets ``BUILD`` touch only this load's own records (``buildable``), never a shared
+    stand-in: one file cannot change how another is read.
+    """
+
+    buildable = (Opaque, OrderedDict, Counter)
+    hashing_calls = (*LimitedUnpickler.hashing_calls, _DictRecord)
 
     def __init__(self, file, path: str, storage_ref=None, unknown_as_opaque: bool = False):
-        super().__init__(file, encoding="latin1")  # py2-era pickles: numpy byte strings
+        super().__init__(file, path, encoding="latin1")  # py2-era pickles: numpy byte strings
         self._path = path
         self._storage_ref = storage_ref
         self._unknown_as_opaque = unknown_as_opaque
@@ -556,7 +565,38 @@ def _storage_dtype(stype: Any) -> str:
 
 # --------------------------------------------------------------------------- zip format
 
-MAX_PICKLE_BYTES = 1 << 30  # a checkpoint's pickled metadata is KBs to a few MBs
+def _children(obj: Any) -> Any:
+    """What check_tree walks: containers and the state/args of records."""
+    if isinstance(obj, dict):
+        return [*obj.keys(), *obj.values()]
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return obj
+    if isinstance(obj, Opaque):
+        return [obj.state, *obj.args] if isinstance(obj.args, tuple) else [obj.state]
+    return None
+
+
+def _checked(obj: Any, path: str) -> Any:
+    """Refuse a result too deep or too shared to walk (billion laughs) before anyone walks it."""
+    limits.check_tree(obj, path, what="the pickled data", children=_children)
+    return obj
+
+
+def _zip_members_check(source: Any, path: str) -> None:
+    """The member count and central-directory size, from the end record, before zipfile
+    parses the directory (one ZipInfo per member costs ~0.5 KB)."""
+    if isinstance(source, str):
+        with open(source, "rb") as f:
+            end = zipfile._EndRecData(f)  # type: ignore[attr-defined]
+    else:
+        pos = source.tell()
+        end = zipfile._EndRecData(source)  # type: ignore[attr-defined]
+        source.seek(pos)
+    if end is None:
+        return  # zipfile will say it is not a zip
+    count, cd_size = end[4], end[5]  # _ECD_ENTRIES_TOTAL, _ECD_SIZE
+    if count > limits.get("zip_members") or cd_size > 1024 * limits.get("zip_members"):
+        raise limits.over("zip_members", path, f"the zip archive lists {count:,} members")
 
 
 def _zip_layout(zf: zipfile.ZipFile, path: str) -> str:
@@ -573,6 +613,7 @@ def _zip_layout(zf: zipfile.ZipFile, path: str) -> str:
 
 def _load_zip(path: str, unknown_as_opaque: bool, source: Any = None) -> Any:
     """``source``: a file object holding the archive (a DCP bytes item), else ``path`` is read."""
+    _zip_members_check(source if source is not None else path, path)
     with zipfile.ZipFile(source if source is not None else path) as zf:
         prefix = _zip_layout(zf, path)
         members = {i.filename: i for i in zf.infolist()}
@@ -593,11 +634,11 @@ def _load_zip(path: str, unknown_as_opaque: bool, source: Any = None) -> Any:
             return TensorRef(dtype, (numel,), path, key, 0, (1,))
 
         info = zf.getinfo(f"{prefix}/data.pkl")
-        if info.file_size > MAX_PICKLE_BYTES:  # also bounds a deflate bomb
-            raise UnusableInput(f"data.pkl is {info.file_size / 2**20:.0f} MiB; refusing more than "
-                                f"{MAX_PICKLE_BYTES >> 20} MiB of pickled metadata", path)
+        # the declared size bounds a deflate bomb: zipfile stops at it
+        limits.check_size("pickle_bytes", info.file_size, path, "data.pkl")
         data = zf.read(info)
-    return _Unpickler(io.BytesIO(data), path, storage_ref, unknown_as_opaque).load()
+    return _checked(_Unpickler(io.BytesIO(data), path, storage_ref, unknown_as_opaque).load(),
+                    path)
 
 
 # --------------------------------------------------------------------------- legacy format
@@ -621,14 +662,15 @@ def _load_stream(path: str, unknown_as_opaque: bool) -> Any:
                 raise UnusableInput("a pre-1.0 torch tar checkpoint: not supported; re-save "
                                     "it with a recent torch", path)
         f.seek(0)
-        first = _Unpickler(f, path, None, unknown_as_opaque).load()
+        bounded = BoundedReader(f, limits.get("pickle_bytes"), path)
+        first = _Unpickler(bounded, path, None, unknown_as_opaque).load()
         if first != _LEGACY_MAGIC:
             if f.read(1):
                 raise _Bad("trailing data after the pickle")
-            return first
-        if _Unpickler(f, path).load() != _LEGACY_PROTOCOL:
+            return _checked(first, path)
+        if _Unpickler(bounded, path).load() != _LEGACY_PROTOCOL:
             raise _Bad("unknown legacy protocol version")
-        sys_info = _Unpickler(f, path).load()
+        sys_info = _Unpickler(bounded, path).load()
         if not isinstance(sys_info, dict):
             raise _Bad("malformed legacy header")
         little = sys_info.get("little_endian", True)
@@ -647,8 +689,8 @@ def _load_stream(path: str, unknown_as_opaque: bool) -> Any:
                 _view_key, offset, size = view
             return TensorRef(dtype, (size,), path, key, offset, (1,))
 
-        obj = _Unpickler(f, path, storage_ref, unknown_as_opaque).load()
-        keys = _Unpickler(f, path).load()
+        obj = _checked(_Unpickler(bounded, path, storage_ref, unknown_as_opaque).load(), path)
+        keys = _checked(_Unpickler(bounded, path).load(), path)
         if not isinstance(keys, list) or set(keys) != set(roots):
             raise _Bad("legacy storage list does not match the tensors")
         # Each storage: an 8-byte element count, then its bytes. Map key -> data offset.
@@ -750,11 +792,12 @@ def load_bytes(data: bytes, path: str, *, unknown_as_opaque: bool = False) -> An
             return _load_zip(path, unknown_as_opaque, io.BytesIO(data))
         if data[:1] != b"\x80":
             raise UnusableInput("not a torch.save payload nor a pickle", path)
+        limits.check_size("pickle_bytes", len(data), path, "the pickle")
         f = io.BytesIO(data)
         obj = _Unpickler(f, path, None, unknown_as_opaque).load()
         if f.read(1):
             raise _Bad("trailing data after the pickle")
-        return obj
+        return _checked(obj, path)
     return _guard(path, run)
 
 

@@ -516,8 +516,8 @@ def test_deflated_members_and_pickle_size_cap(tmp_path, monkeypatch):
     got = safeload.load(packed)
     assert safeload.read_values(got["step"]) == [42.0]
     assert safeload.read_values(got["w"]) == [3.0, 4.0, 5.0, 6.0, 7.0]
-    monkeypatch.setattr(safeload, "MAX_PICKLE_BYTES", 16)
-    with pytest.raises(UnusableInput, match="data.pkl is"):
+    monkeypatch.setenv("LRDOCTOR_MAX_PICKLE_BYTES", "16")
+    with pytest.raises(UnusableInput, match="data.pkl is .*LRDOCTOR_MAX_PICKLE_BYTES=16"):
         safeload.load(src)
 
 
