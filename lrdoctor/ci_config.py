@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lrdoctor import safetext
 from lrdoctor.errors import UnusableInput
 from lrdoctor.findings import FAIL_ON, RULES
 
@@ -129,8 +130,8 @@ def find_config(start: str | os.PathLike | None = None) -> Path | None:
         cand = d / "pyproject.toml"
         if cand.is_file():
             try:
-                data = tomllib.loads(cand.read_text(encoding="utf-8"))
-            except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
+                data = safetext.toml_loads(cand.read_text(encoding="utf-8"), str(cand))
+            except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError, UnusableInput):
                 data = {}
             if isinstance(data.get("tool"), dict) and "lrdoctor" in data["tool"]:
                 return cand
@@ -151,8 +152,8 @@ def load(path: str | os.PathLike | None = None, *, required: bool = False) -> Ch
     if not p.is_file():
         raise UnusableInput("no such configuration file", str(p))
     try:
-        text = p.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
+        text = safetext.read_text(p, "config_bytes", "a TOML config")
+        data = safetext.toml_loads(text, str(p))
     except tomllib.TOMLDecodeError as exc:
         raise UnusableInput(f"not valid TOML ({exc})", str(p)) from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -6,7 +6,6 @@ objects here are plain dicts/lists/numbers plus ``TensorRef`` and ``Opaque``.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -40,12 +39,11 @@ def load_dict(path: Path, what: str = "a dict") -> dict:
 
 
 def read_json(path: Path) -> dict:
+    from lrdoctor import safetext
+
     if not path.is_file():
         raise UnusableInput("missing file", str(path))
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UnusableInput(f"not valid JSON: {str(exc).splitlines()[0]}", str(path)) from None
+    obj = safetext.read_json(path)  # size, container and depth limits; one line on failure
     if not isinstance(obj, dict):
         raise UnusableInput("expected a JSON object", str(path))
     return obj

@@ -24,11 +24,11 @@ taken), matching :mod:`lrdoctor.schedules.deepspeed`.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+from lrdoctor import safetext
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
 from lrdoctor.formats._torchstate import add_optimizer, optimizer_info, torch_scheduler
@@ -144,10 +144,7 @@ def _ds_config(sd: dict, tag: Path) -> tuple[dict | None, str]:
     for d in (tag, tag.parent, tag.parent.parent):
         f = d / "ds_config.json"
         if f.is_file():
-            try:
-                cfg = json.loads(f.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise UnusableInput(f"not valid JSON: {str(exc).splitlines()[0]}", str(f)) from None
+            cfg = safetext.read_json(f, "ds_config.json")
             if isinstance(cfg, dict):
                 return cfg, str(f)
     return None, ""

@@ -147,15 +147,15 @@ def pipeline_state_file(ckpt_n: Path) -> Path:
 
 def find_config(ckpt_n: Path) -> Path | None:
     """A ROLL pipeline YAML config the user kept next to the outputs (ROLL saves none)."""
-    import yaml
+    from lrdoctor import safetext
 
     candidates = []
     for d in (ckpt_n, ckpt_n.parent, ckpt_n.parent.parent):
         candidates += sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml"))
     for f in candidates:
         try:
-            cfg = yaml.safe_load(f.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            cfg = safetext.read_yaml(f)
+        except UnusableInput:  # not this run's config (or not one we can read): keep looking
             continue
         if isinstance(cfg, dict) and "max_steps" in cfg and (
                 "rollout_batch_size" in cfg or "actor_train" in cfg):
@@ -240,10 +240,9 @@ def read(path: Path) -> RunState:
 
     cfg_file = find_config(ckpt_n) if ckpt_n else None
     if cfg_file is not None:
-        import yaml
+        from lrdoctor import safetext
 
-        planned = planned_from_config(yaml.safe_load(cfg_file.read_text(encoding="utf-8")),
-                                      worker or "actor_train")
+        planned = planned_from_config(safetext.read_yaml(cfg_file), worker or "actor_train")
         st.files.append(str(cfg_file))
         st.extras["config"] = planned
         total = planned.get("pipeline_max_steps")

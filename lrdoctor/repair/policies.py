@@ -9,7 +9,6 @@ was intended, the policy refuses with the option to give; it never guesses.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -110,11 +109,18 @@ def group_lr(spec: ScheduleSpec | None, progress: float, group: dict[str, Any]) 
 
 def read_replay(path: Path) -> tuple[float, float]:
     """(nominal, actual) scheduler progress from ``lrdoctor replay --json``."""
+    from lrdoctor import safetext
+
     try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UnusableInput(f"cannot read replay report: {exc.strerror}", str(path)) from None
-    except ValueError:
+        text = safetext.read_text(path, "json_bytes", "a replay report")
+    except UnusableInput as exc:
+        raise UnusableInput(f"cannot read replay report: {str(exc).split(': ', 1)[-1]}",
+                            str(path)) from None
+    try:
+        doc = safetext.json_loads(text, str(path), "replay report")
+    except UnusableInput as exc:
+        if "not valid JSON" not in str(exc):
+            raise
         raise UnusableInput("not JSON: expected the output of `lrdoctor replay --json`",
                             str(path)) from None
     if isinstance(doc, list) and doc:

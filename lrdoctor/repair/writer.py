@@ -158,10 +158,9 @@ def load_pickle(path: Path) -> Any:
 
 def load_file(path: Path, kind: str) -> Any:
     if kind == "json":
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise UnusableInput(f"cannot read JSON: {exc}", str(path)) from None
+        from lrdoctor import safetext
+
+        return safetext.read_json(path)
     return load_pickle(path)
 
 

@@ -106,16 +106,28 @@ def _rows_jsonl(path: Path):
     """Yield (row_number, dict) with row = line number; raise on bad JSON."""
     import gzip
 
+    from lrdoctor import limits
+
     opener = gzip.open if path.suffix == ".gz" else open
+    max_line, max_rows = limits.get("jsonl_line_bytes"), limits.get("replay_samples")
     with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
+        lineno = 0
+        while line := fh.readline(max_line + 1):
+            lineno += 1
+            if len(line) > max_line:
+                raise limits.over("jsonl_line_bytes", str(path), f"row {lineno} is too long")
+            if lineno > max_rows:
+                raise limits.over("replay_samples", str(path), "the batch log has too many rows")
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError as exc:
+            except RecursionError:
+                raise limits.over("depth", str(path), f"row {lineno} nests too deeply") from None
+            except ValueError as exc:  # JSONDecodeError, 4300+-digit integers
+                msg = getattr(exc, "msg", None) or (str(exc).splitlines() or ["invalid"])[0][:120]
                 raise UnusableInput(
-                    f"row {lineno}: not valid JSON ({exc.msg})", str(path)
+                    f"row {lineno}: not valid JSON ({msg})", str(path)
                 ) from None
             if not isinstance(obj, dict):
                 raise UnusableInput(
@@ -387,6 +399,11 @@ def synthetic(dist: str, steps: int, samples_per_step: int, seed: int = 0):
         raise UnusableInput(
             f"--synthetic needs steps >= 1 and samples per step >= 1 (got {steps}, {samples_per_step})"
         )
+    from lrdoctor import limits
+
+    if steps * samples_per_step > limits.get("replay_samples"):
+        raise limits.over("replay_samples", "--synthetic",
+                          f"{steps:,} steps x {samples_per_step:,} samples per step")
     rng = np.random.default_rng(seed)
     parts = [p.strip() for p in str(dist).split(";") if p.strip()]
     if not parts:

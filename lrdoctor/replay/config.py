@@ -225,6 +225,7 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
+        _check_sizes(self)
         if self.framework and self.batching.flavor is None:
             name = self.framework.partition("==")[0].strip().lower()
             if name not in (*_RELEASE_SWITCH, *_FRAMEWORK_FLAVOR, "skyrl-train", "fast-llm",
@@ -241,6 +242,25 @@ class RunConfig(_Section):
                 raise ValueError(f"dp.changes at_step {ch.at_step} is past train.steps "
                                  f"{self.train.steps}")
         return self
+
+
+def _check_sizes(cfg: RunConfig) -> None:
+    """What a replay materialises (a row per sample, per micro-batch and per step) must fit
+    in memory and time: bounded by ``replay_steps`` / ``replay_samples`` (lrdoctor.limits)."""
+    from lrdoctor import limits
+
+    t, b = cfg.train, cfg.batching
+    if t.steps > limits.get("replay_steps"):
+        raise ValueError(f"train.steps {t.steps:,} is more than one replay simulates "
+                         f"(limit {limits.LIMITS['replay_steps'].env}={limits.get('replay_steps')})")
+    per_step = max(t.samples_per_step or 1, t.gradient_accumulation * t.micro_batch_size,
+                   b.num_micro_batches or 1, b.docs_per_step or 1, t.mini_batch_size or 1)
+    rows = t.steps * per_step * t.epochs_per_step
+    if rows > limits.get("replay_samples"):
+        raise ValueError(f"train.steps x samples (or micro-batches) per step is {rows:,} "
+                         f"rows, more than one replay materialises "
+                         f"(limit {limits.LIMITS['replay_samples'].env}="
+                         f"{limits.get('replay_samples')})")
 
 
 def _clean_loc(err: dict) -> list[str]:
@@ -311,21 +331,17 @@ def config_from_dict(data: Any, source: str | None = None) -> RunConfig:
 
 def load_config(path: str | Path) -> RunConfig:
     """Read an lrdoctor run config, or ROLL's own YAML (translated)."""
-    import yaml
+    from lrdoctor import safetext
 
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UnusableInput(f"cannot read: {exc.strerror or exc}", str(path)) from None
-    except UnicodeDecodeError:
-        raise UnusableInput("not a YAML text file (binary content)", str(path)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UnusableInput(f"not valid YAML{where}", str(path)) from None
+        text = safetext.read_text(path, "config_bytes", "a YAML run config")
+    except UnusableInput as exc:
+        if "not a UTF-8 text file" in str(exc):
+            raise UnusableInput("not a YAML text file (binary content)", str(path)) from None
+        raise
+    # size, nesting, alias/merge-key expansion and key checks (lrdoctor.limits)
+    data = safetext.yaml_loads(text, str(path))
     if isinstance(data, dict) and not set(data) & set(RunConfig.model_fields):
         try:
             from lrdoctor.replay import roll_yaml

@@ -274,15 +274,11 @@ def to_config(path_or_dict: str | Path | dict, source: str | None = None) -> dic
     if isinstance(path_or_dict, dict):
         raw = path_or_dict
     else:
-        import yaml
+        from lrdoctor import safetext
 
         source = source or str(path_or_dict)
-        try:
-            raw = yaml.safe_load(Path(path_or_dict).read_text())
-        except OSError as exc:
-            raise UnusableInput(f"cannot read: {exc.strerror or exc}", source) from None
-        except yaml.YAMLError:
-            raise UnusableInput("not valid YAML", source) from None
+        raw = safetext.yaml_loads(safetext.read_text(path_or_dict, "config_bytes", "YAML"),
+                                  source)
     if not looks_like_roll(raw):
         raise UnusableInput("not a ROLL pipeline YAML (no actor_train.training_args)", source)
     try:
