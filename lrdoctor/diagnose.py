@@ -24,6 +24,7 @@ def diagnose(state: RunState) -> list[Finding]:
     out: list[Finding] = []
     for rule in (_config, _progress_ratio, _horizon, _optimizer_lr):
         out.extend(rule(state))
+    out.extend(_not_judged(state, out))
     _agree(out)
     return out
 
@@ -123,6 +124,41 @@ def _agree(findings: list[Finding]) -> None:
             f.fix = f"{f.fix.rstrip('.')}; {repair}"
         else:
             f.fix = f"Follows from {cause} (fix that at the source); {repair}"
+
+
+def horizon_is_budget(spec) -> bool:
+    """Whether the schedule's horizon is, by its framework's convention, the training budget.
+
+    Megatron's ``lr_decay_steps`` defaults to the run's length (ROLL: ``max_steps``), HF's
+    ``num_training_steps`` is ``max_steps``, DeepSpeed's ``total_num_steps`` and OneCycleLR's
+    ``total_steps`` are the run. A torch ``LinearLR``/``CosineAnnealingLR`` horizon is
+    whatever the author chose: ending at half the run can be the plan.
+    """
+    return spec.family in ("megatron", "hf", "deepspeed") or spec.kind == "OneCycleLR"
+
+
+def _not_judged(state: RunState, found: list[Finding]) -> list[Finding]:
+    """Never silent: say what was scanned when there was nothing to judge progress by."""
+    if any(f.severity >= Severity.WARNING for f in found):
+        return []
+    prog, spec = state.scheduler_progress, state.schedule
+    scanned = ", ".join(state.files[:8]) + (" ..." if len(state.files) > 8 else "") \
+        if state.files else state.path
+    if prog is None:
+        return [finding("LRD111", f"No LR scheduler state was found, so scheduler progress "
+                        f"could not be checked; scanned: {scanned}.",
+                        {"scanned": state.files or [state.path]}, location=state.path)]
+    if progress_ratio(state) is not None:
+        return []
+    if spec is not None and spec.horizon and horizon_is_budget(spec):
+        return []
+    if state.planned_end is not None and spec is not None and spec.horizon:
+        return []
+    return [finding("LRD111", f"{prog.name} = {_fmt(prog.value)} was found but nothing to "
+                    "compare it with (no optimizer step, loop counter or budget was saved), so "
+                    f"it could not be judged; scanned: {scanned}.",
+                    {"scheduler_progress": prog.value, "scanned": state.files or [state.path]},
+                    location=state.path)]
 
 
 def progress_ratio(state: RunState) -> float | None:
@@ -295,6 +331,12 @@ def _horizon(state: RunState) -> list[Finding]:
         # Trainer and scheduler agree; training simply ran past its plan.
         return [finding("LRD110", f"{prog.name} {_fmt(prog.value)} is past the horizon "
                         f"{_fmt(horizon)} {unit}, as are the trainer's counters.", ev)]
+    if planned is None and not horizon_is_budget(spec) and (consistent or ratio is None):
+        # The planned end is unknown and this horizon is the author's choice (a LinearLR that
+        # ends at half the run): being past it proves nothing; k x stepping is LRD103's.
+        return [finding("LRD110", f"{prog.name} {_fmt(prog.value)} is past the {spec.kind} "
+                        f"horizon {_fmt(horizon)} {unit}; the planned end of training is not "
+                        "saved, so lrdoctor cannot tell whether that was the plan.", ev)]
     trainer = state.trainer_progress
     where = ""
     if trainer is not None and state.planned_end is not None and state.planned_end.value:

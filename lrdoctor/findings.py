@@ -174,6 +174,14 @@ _RULES = [
          "The scheduler is at or past its horizon at the end of planned training.",
          "Healthy run that finished its schedule.",
          "Nothing to do."),
+    Rule("LRD111", "not-judged", _W,
+         "Scheduler progress could not be judged",
+         "lrdoctor found no LR scheduler state in the files it scanned, or found one with "
+         "nothing to compare it with (no optimizer step, loop counter or budget). Rather than "
+         "stay silent it names what it scanned, at a severity a CI gate sees.",
+         "`model.pt` and `optimizer.pt` only: no scheduler state among 2 files.",
+         "Save the scheduler's `state_dict()` (and the optimizer's) in the checkpoint, or "
+         "point lrdoctor at the file or folder that holds it."),
     # ---- replayed loop (replay) ----------------------------------------
     Rule("LRD201", "overshoot", _E,
          "The loop takes more optimizer updates than the scheduler's budget",

@@ -31,7 +31,7 @@ from lrdoctor.errors import UnsafePickle, UnusableInput
 from lrdoctor.limited_pickle import BoundedReader, LimitedUnpickler
 
 __all__ = ["TensorRef", "Opaque", "KeyOpaque", "load", "load_obj", "load_bytes", "load_pickle_file",
-           "read_values", "decode_values"]
+           "opaque_classes", "read_values", "decode_values", "runs_code"]
 
 
 @dataclass(frozen=True)
@@ -499,6 +499,49 @@ def _allowed() -> dict[str, Any]:
 # --------------------------------------------------------------------------- unpickler
 
 
+# Globals that execute code or reach the system. Never stood in for, even where unknown
+# classes are kept opaque: a pickle that names one is refusing-worthy on its own.
+_CODE_EXEC = (
+    "os", "posix", "nt", "subprocess", "sys", "importlib", "runpy", "shutil", "socket",
+    "ctypes", "marshal", "pickle", "_pickle", "copyreg", "code", "codeop", "pty",
+    "multiprocessing", "signal", "webbrowser", "builtins", "__builtin__", "operator",
+    "functools", "types", "inspect", "threading", "_thread", "asyncio", "tempfile", "io",
+    "_io", "codecs", "_codecs", "zipimport", "pkgutil", "imp", "timeit", "pdb", "bdb",
+    "cProfile", "profile", "trace", "doctest", "ensurepip", "venv", "http", "urllib",
+    "ftplib", "smtplib", "telnetlib", "xmlrpc", "logging", "distutils", "setuptools", "pip",
+    "glob", "pathlib", "torch.hub", "torch.jit", "torch._C", "torch.ops", "torch.classes",
+    "torch.package", "torch.utils", "torch.load", "torch.save", "torch.serialization",
+    "torch._dynamo", "torch.compile", "torch.fx", "numpy.testing", "numpy.f2py",
+    "numpy.distutils", "numpy.load", "numpy.lib", "numpy.ctypeslib", "joblib", "dill",
+    "cloudpickle", "yaml", "jinja2", "IPython", "_posixsubprocess", "gc", "weakref",
+    "ast", "dis", "compileall", "py_compile", "sysconfig", "site",
+)
+
+
+def runs_code(global_name: str) -> bool:
+    """True for a global that could execute code or touch the system (never kept opaque)."""
+    return any(global_name == p or global_name.startswith(p + ".") for p in _CODE_EXEC)
+
+
+def opaque_classes(obj: Any, limit: int = 100_000) -> set[str]:
+    """Names of the classes in ``obj`` kept opaque without being on the allow-list."""
+    allowed = _allowed()
+    out: set[str] = set()
+    stack, seen = [obj], 0
+    while stack and seen < limit:
+        o = stack.pop()
+        seen += 1
+        if isinstance(o, Opaque):
+            if o.cls not in allowed:
+                out.add(o.cls)
+            stack.extend((o.state, *o.args))
+        elif isinstance(o, dict):
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack.extend(o)
+    return out
+
+
 class _Unpickler(LimitedUnpickler):
     """Resolves globals only through the allow-list; storages become lazy TensorRefs.
 
@@ -526,7 +569,9 @@ class _Unpickler(LimitedUnpickler):
         try:
             return _allowed()[key]
         except KeyError:
-            if self._unknown_as_opaque:  # an inert stand-in: the real global is never touched
+            # An inert stand-in (the real global is never touched), except for a name that
+            # can run code: a file asking for one is hostile, whatever else it holds.
+            if self._unknown_as_opaque and not runs_code(key):
                 return _record(key)
             raise UnsafePickle(self._path, key) from None
 

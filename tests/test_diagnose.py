@@ -127,5 +127,8 @@ def test_impossible_config():
 def test_unrecoverable_schedule_is_info():
     st = RunState(format="torchsave", path="x", notes=["LambdaLR saves no lambdas"])
     f = diagnose(st)
-    assert codes(f) == ["LRD107"] and f[0].severity == Severity.INFO
+    assert codes(f)[0] == "LRD107" and f[0].severity == Severity.INFO
     assert "LambdaLR" in f[0].message
+    # No scheduler progress at all: never silent, a warning names what was scanned.
+    assert codes(f)[1:] == ["LRD111"] and f[1].severity == Severity.WARNING
+    assert "scanned: x" in f[1].message

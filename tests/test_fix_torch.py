@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from lrdoctor.cli import app
 from lrdoctor.errors import UnusableInput
 from lrdoctor.findings import Severity
-from lrdoctor.repair import MANIFEST, Refusal, plan_fix, write_fix
+from lrdoctor.repair import MANIFEST, plan_fix, write_fix
 
 N, TOTAL, K, LR = 50, 100, 4, 1e-3
 
@@ -94,8 +94,9 @@ def test_rescale_resumes_exactly_like_a_healthy_run(tmp_path, kind):
 
 def test_lambda_rescale_needs_k_and_keeps_the_unknown_lr(tmp_path):
     src = save(tmp_path / "bad.pt", "lambda", K)
-    with pytest.raises(Refusal, match="--k"):
-        plan_fix(src, policy="rescale")
+    # The schedule is code, yet calls vs updates gives k (issue 9): no --k needed.
+    inferred = plan_fix(src, policy="rescale")
+    assert inferred.target.progress == N
     plan = plan_fix(src, policy="rescale", k=K)
     assert plan.target.lr is None
     assert any("not known" in n for n in plan.notes)

@@ -69,7 +69,8 @@ def test_lambda_is_unrecoverable(tmp_path):
     assert st.scheduler_progress.value == 5
     assert st.extras["scheduler_class"] == "LambdaLR"
     assert any("LambdaLR" in n for n in st.notes)
-    assert st.nominal_progress is None  # no schedule, so no claim about its unit
+    # The schedule is code, but calls vs updates is still compared (issue 9, item 4).
+    assert st.nominal_progress.name == "optimizer.step" and st.nominal_progress.value == 5
 
 
 @pytest.mark.parametrize("layout,step_key", [("nested", "loop.step"), ("names", "loop.global_step")])

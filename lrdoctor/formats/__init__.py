@@ -56,3 +56,22 @@ def detect(path: Path, forced: str | None = None) -> ModuleType:
         + ", ".join(FORMAT_MODULES) + ")",
         str(path),
     )
+
+
+# Framework modules that refine what content-first discovery found (lrdoctor.discover):
+# each has NAME, claims(scan) -> bool (layout hints: names, keys) and refine(scan, state).
+REFINER_MODULES = ["verl", "skyrl", "composer", "torchtune", "roll"]
+
+
+def refiner_for(scan):
+    """The framework module whose layout this discovered checkpoint matches, or None."""
+    for name in REFINER_MODULES:
+        try:
+            mod = importlib.import_module(f"lrdoctor.formats.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"lrdoctor.formats.{name}":
+                raise
+            continue
+        if mod.claims(scan):
+            return mod
+    return None

@@ -111,8 +111,8 @@ def detect(path: Path) -> bool:
         return not _is_roll(path.parent.parent)
     if _is_iter_dir(path):
         return not _is_roll(path.parent)
-    if (path / TRACKER).is_file():
-        return True
+    # The tracker alone is not enough: verl's FSDP checkpoints write the same file name
+    # beside global_step_N/ folders.
     return any(_is_iter_dir(d) for d in _iter_dirs(path))
 
 
@@ -296,6 +296,12 @@ def read(path: Path) -> RunState:
             st.trainer_progress = Counter("consumed_train_samples", consumed.value, Unit.SAMPLES,
                                           consumed.source)
 
+    if unit is Unit.SAMPLES and _counts_updates(st, sched, consumed, skipped, it_counter):
+        unit = st.schedule.unit = st.scheduler_progress.unit = Unit.UPDATES
+        st.notes.append(
+            f"scheduler.num_steps {_common_int(st.scheduler_progress.value)} equals the "
+            "iteration count, not consumed samples: this scheduler is stepped by 1 per update "
+            "(verl's and ROLL's Megatron paths do so), so its unit is optimizer updates")
     if unit is Unit.SAMPLES and consumed:
         skip = skipped.value if skipped else 0
         st.nominal_progress = Counter(
@@ -304,7 +310,8 @@ def read(path: Path) -> RunState:
         _overflowed_updates(st, args, sched)
     elif unit is Unit.UPDATES and it_counter:
         st.nominal_progress = Counter("megatron.iteration", it_counter.value, Unit.UPDATES,
-                                      "iteration (iteration-era scheduler)")
+                                      "iteration (iteration-era scheduler)" if iteration_era
+                                      else "iteration (one scheduler step per update)")
 
     st.extras = {k: args[k] for k in ARGS_KEPT if k in args}
     st.extras["checkpoint_version"] = sd.get("checkpoint_version")
@@ -331,6 +338,47 @@ def _common_step(opt_sd: Any) -> float | None:
         if isinstance(state, dict) and "common_step" in state:
             return _common.number(state["common_step"])
     return None
+
+
+def _counts_updates(st: RunState, sched: dict, consumed: Counter | None,
+                    skipped: Counter | None, iteration: Counter | None) -> bool:
+    """True when the invariants say ``num_steps`` counts updates, not samples.
+
+    Megatron-LM steps its scheduler by the global batch (samples); verl and ROLL
+    step megatron-core's scheduler by 1 per update. Which invariant holds tells
+    the unit: ``num_steps == iteration`` (and not ``consumed - skipped``, with a
+    global batch above 1) means updates.
+    """
+    num_steps = float(scheduler_field(sched, "num_steps"))
+    if iteration is None or iteration.value <= 0 or num_steps != iteration.value:
+        return False
+    if consumed is not None:
+        nominal = consumed.value - (skipped.value if skipped else 0)
+        if nominal == num_steps:
+            return False  # a global batch of 1: both hold, samples is Megatron's own unit
+    return st.samples_per_update is None or st.samples_per_update > 1 or consumed is None
+
+
+def schedule_from_state(sched: dict, src: str, unit: Unit,
+                        progress_src: str | None = None) -> tuple[ScheduleSpec, Counter]:
+    """(schedule, progress) of a bare megatron-core ``OptimizerParamScheduler.state_dict()``.
+
+    Used where the scheduler state was found by its shape (ROLL's ``scheduler.pt``,
+    verl's ``lr_scheduler``), without Megatron's ``args`` beside it.
+    """
+    params = {k: sched[k] for k in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style",
+                                     "wsd_decay_steps", "lr_wsd_decay_style") if k in sched}
+    spec = ScheduleSpec(
+        family="megatron", kind=str(_common.plain(scheduler_field(sched, "lr_decay_style"))),
+        max_lr=float(scheduler_field(sched, "max_lr")),
+        min_lr=float(scheduler_field(sched, "min_lr") or 0.0),
+        init_lr=float(sched.get("init_lr", 0.0) or 0.0),
+        warmup=float(scheduler_field(sched, "lr_warmup_steps") or 0.0),
+        horizon=float(scheduler_field(sched, "lr_decay_steps")),
+        unit=unit, params=params, source=src)
+    progress = Counter("scheduler.num_steps", float(scheduler_field(sched, "num_steps")), unit,
+                       progress_src or f"{src}.num_steps")
+    return spec, progress
 
 
 def _overflowed_updates(st: RunState, args: dict, sched: dict) -> None:

@@ -268,6 +268,42 @@ def read(path: Path) -> RunState:
     return st
 
 
+# ---------------------------------------------------------------- refine (discovery)
+
+def claims(sc) -> bool:
+    """A megatron-core scheduler state in a ``scheduler.pt`` of a ``checkpoint-N`` folder that
+    is not an HF Trainer checkpoint: what ROLL's mcore_adapter saves, even without
+    ``mca_config.json`` or ``iter_*`` beside it."""
+    from lrdoctor import discover
+
+    return any(Path(f.file).name == SCHEDULER_FILE and f.key == ""
+               and _common.checkpoint_number(Path(f.file).parent) is not None
+               and not (Path(f.file).parent / HF_MARKER).exists()
+               for f in sc.of(discover.SCHED_MEGATRON))
+
+
+def refine(sc, st: RunState) -> None:
+    """ROLL's conventions on a discovered checkpoint: ``num_steps`` counts optimizer updates,
+    ``checkpoint-N`` is the 0-based pipeline step, the budget is ``lr_decay_steps``."""
+    ckpt_n = sc.checkpoint.path if sc.checkpoint.path.is_dir() else sc.checkpoint.path.parent
+    n = _common.checkpoint_number(ckpt_n)
+    if n is None:
+        return
+    worker = ckpt_n.parent.name
+    st.counters.append(Counter("roll.pipeline_step", n, Unit.ROLLOUT_STEPS,
+                               f"{ckpt_n.name} (0-based pipeline global_step)"))
+    st.trainer_progress = Counter("roll.pipeline_steps_done", n + 1, Unit.ROLLOUT_STEPS,
+                                  f"{ckpt_n.name}: global_step + 1")
+    _read_pipeline_state(st, ckpt_n, n, worker)
+    if st.schedule is not None:
+        st.extras.update({"worker": worker, "lr_decay_steps": st.schedule.horizon,
+                          "lr_warmup_steps": st.schedule.warmup})
+    if st.scheduler_progress is not None:
+        st.extras["actual_updates_per_pipeline_step"] = st.scheduler_progress.value / (n + 1)
+    st.notes.append("ROLL mcore_adapter layout (scheduler.pt without mca_config.json): "
+                    "num_steps counts optimizer updates; lr_decay_steps is the planned budget")
+
+
 def _read_pipeline_state(st: RunState, ckpt_n: Path, n: int, worker: str | None) -> None:
     f = pipeline_state_file(ckpt_n)
     if not f.is_file():

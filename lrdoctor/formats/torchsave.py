@@ -15,10 +15,10 @@ their schedule cannot be rebuilt.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
+from lrdoctor import discover
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
 from lrdoctor.formats._torchstate import optimizer_info, torch_scheduler, torch_scheduler_kind
@@ -53,31 +53,31 @@ BUDGET_KEYS: dict[str, Unit] = {
 
 
 # ---------------------------------------------------------------- layout
-
-def _numbered(p: Path) -> tuple:
-    nums = [int(x) for x in re.findall(r"\d+", p.stem)]
-    return (nums[-1] if nums else -1, p.stat().st_mtime, p.name)
-
-
-def _candidates(d: Path) -> list[Path]:
-    return [p for p in d.iterdir() if p.is_file() and p.suffix in SUFFIXES]
-
+# Files and checkpoints are found by content (lrdoctor.discover), not by name.
 
 def detect(path: Path) -> bool:
     path = Path(path)
     if path.is_file():
-        return path.suffix in SUFFIXES
-    return path.is_dir() and bool(_candidates(path))
+        return path.suffix in SUFFIXES or path.suffix.lower() in discover.PICKLE_SUFFIXES
+    return path.is_dir() and any(f.suffix.lower() in discover.PICKLE_SUFFIXES
+                                 for f in _safe_candidates(path))
+
+
+def _safe_candidates(path: Path) -> list[Path]:
+    try:
+        return discover.candidate_files(path)
+    except UnusableInput:
+        return []
 
 
 def find_checkpoints(path: Path) -> list[Path]:
+    """Each checkpoint's path (a file, or a folder of files), oldest first."""
     path = Path(path)
-    if path.is_file():
-        return [path]
-    files = sorted(_candidates(path), key=_numbered)
-    if not files:
-        raise UnusableInput(f"no {'/'.join(SUFFIXES)} checkpoint files here", str(path))
-    return files
+    ckpts = [c for c in discover.run_checkpoints(path)
+             if any(f.suffix.lower() in discover.PICKLE_SUFFIXES for f in c.files)]
+    if not ckpts:
+        raise UnusableInput("no checkpoint files (torch.save / pickle) here", str(path))
+    return [c.path for c in ckpts]
 
 
 # ---------------------------------------------------------------- locating states
@@ -126,59 +126,237 @@ def identify(sched: dict) -> str:
 # ---------------------------------------------------------------- read
 
 def read(path: Path) -> RunState:
+    """The newest checkpoint under ``path``, read by content (every file of it)."""
     path = Path(path)
-    f = find_checkpoints(path)[-1]
-    src = str(f)
-    sd = _common.load_dict(f, "a dict of training state")
-    st = RunState(format=NAME, path=src, files=[src])
+    ckpts = [c for c in discover.run_checkpoints(path)
+             if any(f.suffix.lower() in discover.PICKLE_SUFFIXES for f in c.files)]
+    if not ckpts:
+        raise UnusableInput("no checkpoint files (torch.save / pickle) here", str(path))
+    return read_checkpoint(ckpts[-1])
 
-    okey, ostate = optimizer_state(sd)
-    opt = optimizer_info(ostate) if okey else None
+
+def read_checkpoint(ckpt: discover.Checkpoint) -> RunState:
+    """Scan one checkpoint, normalize it, and let a framework module refine it."""
+    sc = discover.scan(ckpt)
+    _require_readable(sc)
+    from lrdoctor.formats import refiner_for
+
+    ref = refiner_for(sc)
+    st = build(sc, fmt=ref.NAME if ref else NAME)
+    if ref is not None:
+        ref.refine(sc, st)
+    _finish(st)
+    return st
+
+
+def _require_readable(sc: discover.Scan) -> None:
+    """Discovery reads what it can; a checkpoint with nothing readable is unusable input."""
+    pickles = [f for f in sc.checkpoint.files if f.suffix.lower() in discover.PICKLE_SUFFIXES]
+    read = [f for f in pickles if str(f) in sc.objects]
+    if pickles and not read:
+        # Re-read the first for its one-line reason (corrupt, truncated, not a pickle).
+        _common.load(pickles[0])
+    if len(pickles) == 1 and read and not isinstance(sc.objects[str(read[0])], dict):
+        raise UnusableInput(f"expected a dict of training state, found "
+                            f"{type(sc.objects[str(read[0])]).__name__}", str(read[0]))
+
+
+# Trainer counters by the last component of their key: (counter name, unit).
+# Budgets (the planned end) and settings are kept apart from progress.
+PROGRESS_KEYS: dict[str, tuple[str, Unit]] = {
+    **COUNTER_KEYS,
+    "global_steps": ("loop.global_steps", Unit.UPDATES),
+    "iterations": ("loop.iterations", Unit.UPDATES),
+    "steps_run": ("loop.steps_run", Unit.UPDATES),
+    "current_step": ("loop.current_step", Unit.UPDATES),
+    "updates": ("loop.updates", Unit.UPDATES),
+    "epochs_run": ("loop.epochs_run", Unit.EPOCHS),
+    "current_epoch": ("loop.current_epoch", Unit.EPOCHS),
+    "consumed_samples": ("loop.consumed_samples", Unit.SAMPLES),
+    "consumed_train_samples": ("loop.consumed_train_samples", Unit.SAMPLES),
+    "skipped_train_samples": ("loop.skipped_train_samples", Unit.SAMPLES),
+    "global_samples": ("loop.global_samples", Unit.SAMPLES),
+    "skipped_steps": ("loop.skipped_steps", Unit.UPDATES),
+}
+PLANNED_KEYS: dict[str, Unit] = {
+    **BUDGET_KEYS, "train_iters": Unit.UPDATES, "total_training_steps": Unit.UPDATES,
+    "total_epochs": Unit.EPOCHS, "train_samples": Unit.SAMPLES,
+}
+# Counters preferred as "where the scheduler should be" (one step per update), in order.
+NOMINAL_ORDER = ("optimizer.step", "loop.global_step", "loop.global_steps", "loop.iteration",
+                 "loop.optimizer_step", "loop.num_updates", "loop.step", "loop.steps_run",
+                 "loop.current_step", "loop.update", "loop.updates", "loop.iter",
+                 "loop.iterations")
+
+
+def build(sc: discover.Scan, fmt: str = NAME) -> RunState:
+    """A :class:`RunState` from what discovery found, framework-blind.
+
+    The scheduler state, the optimizer it drives and every trainer counter are
+    taken wherever they were found; each counter's ``source`` is ``file:key``.
+    """
+    ck = sc.checkpoint
+    st = RunState(format=fmt, path=str(ck.path))
+    st.notes.extend(sc.notes)
+    sched = _pick_scheduler(sc, st)
+    opt_found = _pick_optimizer(sc, sched)
+    opt = optimizer_info(opt_found.value) if opt_found else None
     if opt is not None:
         st.optimizer_lrs = opt["lrs"]
         if opt["step"] is not None:
             st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES,
-                                       f"{src}:{okey}"))
+                                       opt_found.where))
             if len(opt["steps_distinct"]) > 1:
                 st.notes.append(f"optimizer params disagree on step: {opt['steps_distinct']}")
         elif opt["unreadable_steps"]:
             st.notes.append("optimizer step tensors could not be read")
     else:
         st.notes.append("no optimizer state found")
-
-    skey, sstate = scheduler_state(sd)
-    if isinstance(sstate, list):  # several schedulers: read the first, say so
-        st.notes.append(f"{len(sstate)} schedulers under {skey!r}; reading the first")
-        skey, sstate = f"{skey}[0]", sstate[0]
-    if skey is None:
-        st.notes.append("no LR scheduler state found (keys: "
-                        + ", ".join(map(str, list(sd)[:12])) + ")")
-    else:
-        _read_scheduler(st, sstate, f"{src}:{skey}", opt)
-
-    nest = {k: sd[k] for k in NEST_KEYS if isinstance(sd.get(k), dict)}
-    scopes = [("", sd)] + [(f"{k}.", v) for k, v in nest.items()]
-    for prefix, scope in scopes:
-        for key, (name, unit) in COUNTER_KEYS.items():
-            v = scope.get(key)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) \
-                    and st.counter(name) is None:
-                st.counters.append(Counter(name, v, unit, f"{src}:{prefix}{key}"))
-        for key, unit in BUDGET_KEYS.items():
-            v = scope.get(key)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and st.planned_end is None:
-                st.planned_end = Counter(f"loop.{key}", v, unit, f"{src}:{prefix}{key}")
-    if st.planned_end is not None:
-        st.trainer_progress = next(
-            (c for c in st.counters if c.name.startswith("loop.") and c.unit == st.planned_end.unit),
-            None)
-
-    optc = st.counter("optimizer.step")
-    if st.schedule is not None and optc is not None and st.schedule.unit is Unit.UPDATES:
-        st.nominal_progress = Counter("optimizer.step", optc.value, Unit.UPDATES,
-                                      "optimizer.step (one scheduler step per optimizer update)")
-    st.extras["top_level_keys"] = [str(k) for k in list(sd)[:40]]
+    if sched is not None:
+        _read_found_scheduler(st, sched, opt)
+    _read_counters(sc, st)
+    used = [f.file for f in ([sched] if sched else []) + ([opt_found] if opt_found else [])]
+    used += [c.source.rsplit(":", 1)[0] for c in st.counters if c.source]
+    for f in sc.files_read:
+        if f in used and f not in st.files:
+            st.files.append(f)
+    for f in sc.files_read:  # every file read is named: the ones not used last
+        if f not in st.files:
+            st.files.append(f)
+    st.extras["files_used"] = [f for f in st.files if f in used]
+    if sched is None:
+        st.notes.append("no LR scheduler state found in " + _scanned(sc))
+    if len(sc.files_read) == 1:
+        obj = sc.objects[sc.files_read[0]]
+        if isinstance(obj, dict):
+            st.extras["top_level_keys"] = [str(k) for k in list(obj)[:40]]
     return st
+
+
+def _scanned(sc: discover.Scan) -> str:
+    names = [discover.relpath(f, sc.checkpoint.path if sc.checkpoint.path.is_dir()
+                              else sc.checkpoint.path.parent) for f in sc.files_read]
+    return (f"{len(names)} file(s): " + ", ".join(names[:8])
+            + (" ..." if len(names) > 8 else "")) if names else "no readable file"
+
+
+def _pick_scheduler(sc: discover.Scan, st: RunState) -> discover.Found | None:
+    """The scheduler state to judge: megatron-core's, else torch's, else DeepSpeed's.
+
+    Several (one per rank file) are compared; disagreement is a note.
+    """
+    for kind in discover.SCHEDULER_KINDS:
+        hits = sc.of(kind)
+        if not hits:
+            continue
+        first = hits[0]
+        same_key = [h for h in hits[1:] if h.key == first.key]
+        others = [h for h in hits[1:] if h.key != first.key and h.file == first.file]
+        if same_key:
+            differ = [h.file for h in same_key if _progress_of(h) != _progress_of(first)]
+            st.extras["ranks_agree"] = not differ
+            if differ:
+                st.notes.append(f"{len(differ)} other file(s) hold a different scheduler "
+                                f"progress than {first.where}: {', '.join(differ[:3])}")
+        if others:
+            st.notes.append(f"{len(others) + 1} schedulers in {first.file}; reading "
+                            f"{first.key or 'the top level'}")
+        return first
+    return None
+
+
+def _progress_of(f: discover.Found) -> Any:
+    v = f.value
+    for k in ("last_epoch", "num_steps", "last_batch_iteration"):
+        if k in v:
+            return _common.number(v[k])
+    return None
+
+
+def _pick_optimizer(sc: discover.Scan, sched: discover.Found | None) -> discover.Found | None:
+    hits = sc.of(discover.OPTIMIZER)
+    if not hits:
+        return None
+    if sched is not None:
+        same = [h for h in hits if h.file == sched.file]
+        if same:
+            return same[0]
+    return hits[0]
+
+
+def _read_found_scheduler(st: RunState, sched: discover.Found, opt: dict | None) -> None:
+    src = sched.where
+    if sched.kind == discover.SCHED_MEGATRON:
+        from lrdoctor.formats.megatron import SCHEDULER_KEYS as SCHEDULER_KEYS_MEGATRON
+        from lrdoctor.formats.megatron import schedule_from_state
+
+        key = next(k for k in SCHEDULER_KEYS_MEGATRON["num_steps"] if k in sched.value)
+        st.schedule, st.scheduler_progress = schedule_from_state(
+            sched.value, src, Unit.UPDATES, _subkey(sched, key))
+        st.extras["scheduler_class"] = "megatron-core OptimizerParamScheduler"
+    elif sched.kind == discover.SCHED_TORCH:
+        _read_scheduler(st, sched.value, src, opt)
+    else:  # DeepSpeed's own schedulers keep only last_batch_iteration (from -1)
+        lbi = _common.number(sched.value.get("last_batch_iteration"))
+        st.extras["scheduler_class"] = "DeepSpeed scheduler"
+        if lbi is not None:
+            st.scheduler_progress = Counter("scheduler.last_batch_iteration + 1", lbi + 1,
+                                            Unit.UPDATES, _subkey(sched, "last_batch_iteration"))
+        st.notes.append(f"{src}: a DeepSpeed scheduler state keeps only its progress; its "
+                        "schedule lives in the DeepSpeed config")
+
+
+def _subkey(f: discover.Found, key: str) -> str:
+    return f"{f.file}:{f.key}.{key}" if f.key else f"{f.file}:{key}"
+
+
+def _read_counters(sc: discover.Scan, st: RunState) -> None:
+    for f in sc.found:
+        if f.kind not in (discover.COUNTER, discover.SETTING):
+            continue
+        last = f.key.rsplit(".", 1)[-1]
+        if f.kind == discover.COUNTER and last in PROGRESS_KEYS:
+            name, unit = PROGRESS_KEYS[last]
+            if st.counter(name) is None:
+                st.counters.append(Counter(name, f.value, unit, f.where))
+        elif last in PLANNED_KEYS and st.planned_end is None and f.value > 0:
+            st.planned_end = Counter(f"loop.{last}", f.value, PLANNED_KEYS[last], f.where)
+    if sc.checkpoint.step is not None:
+        st.extras["checkpoint_step"] = sc.checkpoint.step
+
+
+def _finish(st: RunState) -> None:
+    """Nominal progress and trainer progress from the invariants that hold.
+
+    Whether or not the schedule could be rebuilt, the scheduler's calls are
+    compared with the optimizer's updates, else with the loop's own counters
+    (SGD keeps no ``step``). A scheduler whose progress equals an epoch
+    counter is stepped per epoch: that is its unit, not a bug.
+    """
+    prog = st.scheduler_progress
+    if st.planned_end is not None and st.trainer_progress is None:
+        st.trainer_progress = next((c for c in st.counters if c.unit == st.planned_end.unit
+                                    and c.name != "optimizer.step"), None) or next(
+            (c for c in st.counters if c.unit == st.planned_end.unit), None)
+    if prog is None or st.nominal_progress is not None:
+        return
+    for c in st.counters:
+        if c.unit is Unit.EPOCHS and c.value > 0 and prog.value in (c.value, c.value + 1) \
+                and prog.unit is not Unit.EPOCHS:
+            st.notes.append(f"{prog.name} {prog.value:g} matches {c.name} {c.value:g}: "
+                            "the scheduler is stepped once per epoch")
+            st.nominal_progress = Counter(c.name, prog.value, prog.unit,
+                                          f"{c.name} (one scheduler step per epoch)")
+            return
+    if prog.unit is not Unit.UPDATES:
+        return
+    for name in NOMINAL_ORDER:
+        c = st.counter(name)
+        if c is not None and c.value > 0:
+            why = ("one scheduler step per optimizer update" if name == "optimizer.step"
+                   else "one scheduler step per loop step")
+            st.nominal_progress = Counter(c.name, c.value, Unit.UPDATES, f"{c.name} ({why})")
+            return
 
 
 def _read_scheduler(st: RunState, sched: dict, src: str, opt: dict | None) -> None:

@@ -104,6 +104,8 @@ def render_inspect(report, con: Console | None = None) -> None:
     if st.get("optimizer_lrs"):
         info.add_row("optimizer lr:", "param groups " + ", ".join(
             f"{x:.6g}" for x in st["optimizer_lrs"]))
+    if len(st.get("files") or []) > 1:  # several files: name every one read
+        info.add_row("files read:", ", ".join(_short(f, report.target) for f in st["files"]))
     for note in st.get("notes", []):
         info.add_row("[dim]note:[/dim]", f"[dim]{note}[/dim]")
     if info.row_count:

@@ -1,0 +1,519 @@
+"""Content-first checkpoint discovery: what the files hold, not what they are called.
+
+Readers picked by file names read one file and miss evidence spread over
+several (ROLL's bare ``scheduler.pt`` beside ``optimizer.pt``, verl's
+``extra_state_*.pt``, ``model.pt``/``optimizer.pt``/``scheduler.pt`` in one
+folder). This module:
+
+1. enumerates the checkpoint files under a path (torch zip, legacy pickle,
+   JSON/YAML sidecars; bounded in count, depth and size; symlinks are never
+   followed out of the tree): :func:`candidate_files`;
+2. groups them into checkpoints (a step folder, a numbered file, a rank set):
+   :func:`run_checkpoints` yields them oldest first;
+3. reads each file metadata-only through :mod:`lrdoctor.safeload` and
+   classifies every object found anywhere in it by its *shape*: torch
+   LRScheduler state, megatron-core OptimizerParamScheduler state, DeepSpeed
+   scheduler state, torch optimizer state, trainer counters, config/args:
+   :func:`scan`.
+
+:func:`lrdoctor.formats.content.build` turns a :class:`Scan` into the
+framework-blind :class:`~lrdoctor.model.RunState`; framework modules refine it.
+No torch import here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.errors import UnsafePickle, UnusableInput
+
+# Bounds: a run folder can hold thousands of files; discovery stays cheap and finite.
+MAX_FILES = 4096          # enumerated per input
+MAX_READ = 512            # pickles/sidecars read per checkpoint
+MAX_DEPTH = 6             # folder levels below the input
+MAX_SIDECAR_BYTES = 8 << 20
+MAX_WALK_NODES = 200_000  # objects visited per file when classifying
+
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".tar", ".pickle")
+SIDECAR_SUFFIXES = (".json", ".yaml", ".yml")
+# Never checkpoint state: skipped without reading (weights in other formats, tokenizers).
+SKIP_SUFFIXES = (".safetensors", ".distcp", ".model", ".txt", ".md", ".log", ".py", ".sh",
+                 ".png", ".jpg", ".parquet", ".jsonl", ".csv", ".gguf", ".npz", ".npy")
+SKIP_NAMES = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+              "vocab.json", "generation_config.json", "added_tokens.json",
+              "model.safetensors.index.json", "pytorch_model.bin.index.json",
+              "preprocessor_config.json", "chat_template.json"}
+
+# A folder whose name carries the step: checkpoint-400, global_step_40, step-100, iter_0001200,
+# step_5, epoch=3-step=300 (Lightning names files that way; folders rarely), ep1-ba200.
+STEP_DIR = re.compile(
+    r"^(?:checkpoint|global_step|globalstep|step|steps|iter|iteration|ckpt|epoch)[-_=]?(\d+)$",
+    re.IGNORECASE)
+COMPOSER_NAME = re.compile(r"ep(\d+)-ba(\d+)")
+# Parts of a file name that name a rank, not a step (removed before reading a step number).
+RANK_PART = re.compile(
+    r"(?:world_size_\d+_)?rank[_-]?\d+|mp_rank_\d+(?:_\d+)*|_\d+_\d+\.distcp$|"
+    r"(?:random_states|rng_state)_\d+", re.IGNORECASE)
+
+
+# ---------------------------------------------------------------- enumeration
+
+def _safe_children(d: Path, root: Path) -> list[Path]:
+    """Children of ``d``; symlinks only when they resolve inside ``root``."""
+    try:
+        children = sorted(d.iterdir())
+    except OSError:
+        return []
+    out = []
+    for c in children:
+        if c.is_symlink():
+            try:
+                target = c.resolve(strict=True)
+                target.relative_to(root.resolve())
+            except (OSError, ValueError, RuntimeError):
+                continue
+            if target.is_dir():  # a linked folder could loop: not walked
+                continue
+        out.append(c)
+    return out
+
+
+def _wanted(p: Path) -> bool:
+    name = p.name
+    if name in SKIP_NAMES or name.startswith("."):
+        return False
+    suffix = p.suffix.lower()
+    if suffix in SKIP_SUFFIXES:
+        return False
+    return suffix in PICKLE_SUFFIXES or suffix in SIDECAR_SUFFIXES
+
+
+def candidate_files(path: Path, max_files: int = MAX_FILES) -> list[Path]:
+    """Checkpoint-looking files under ``path`` (or ``[path]``), breadth-first, bounded.
+
+    Hidden names, tokenizer files and weights in non-pickle formats are
+    skipped. More than ``max_files`` is refused: the input is not a run.
+    """
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise UnusableInput("no such file or directory", str(path))
+    out: list[Path] = []
+    level = [path]
+    for _ in range(MAX_DEPTH + 1):
+        nxt = []
+        for d in level:
+            for c in _safe_children(d, path):
+                if c.name.startswith(".") and c.name != ".metadata":
+                    continue
+                if c.is_dir():
+                    nxt.append(c)
+                elif c.is_file() and (_wanted(c) or c.name == ".metadata"):
+                    out.append(c)
+                    if len(out) > max_files:
+                        raise UnusableInput(f"more than {max_files} checkpoint-looking files "
+                                            "under this folder; point lrdoctor at one run "
+                                            "or one checkpoint", str(path))
+        level = nxt
+        if not level:
+            break
+    return out
+
+
+def has_candidates(path: Path) -> bool:
+    try:
+        return bool(candidate_files(path))
+    except UnusableInput:
+        return False
+
+
+# ---------------------------------------------------------------- grouping
+
+@dataclass
+class Checkpoint:
+    """One checkpoint: the folder or file that is it, its step, and its files."""
+
+    path: Path
+    step: int | None
+    files: list[Path] = field(default_factory=list)
+    # Sidecars outside the checkpoint that describe the whole run (trackers, configs).
+    run_files: list[Path] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def _dir_step(d: Path) -> int | None:
+    m = STEP_DIR.match(d.name)
+    if m:
+        return int(m.group(1))
+    m = COMPOSER_NAME.search(d.name)
+    return int(m.group(2)) if m else None
+
+
+def file_step(p: Path) -> int | None:
+    """The step a file's name carries, ranks removed (``ckpt_400.pt``, ``ep1-ba200-rank0.pt``)."""
+    m = COMPOSER_NAME.search(p.name)
+    if m:
+        return int(m.group(2))
+    stem = RANK_PART.sub("", p.name)
+    stem = re.sub(r"\.[A-Za-z]+$", "", stem)
+    nums = re.findall(r"\d+", stem)
+    return int(nums[-1]) if nums else None
+
+
+def _step_dir_of(f: Path, root: Path) -> Path | None:
+    """The innermost step-named folder between ``root`` (inclusive) and ``f``."""
+    d = f.parent
+    while True:
+        if _dir_step(d) is not None:
+            return d
+        if d == root or root not in d.parents:
+            return None
+        d = d.parent
+
+
+def run_checkpoints(path: str | Path) -> list[Checkpoint]:
+    """The checkpoints under ``path``, oldest first (by step, then name).
+
+    A file is one checkpoint. A folder: its step-named sub-folders (``checkpoint-N``,
+    ``global_step_N``, ``step-N``, ``iter_N``...) each make one checkpoint with every
+    file below them; failing those, numbered files (``ckpt_100.pt``; rank numbers
+    ignored) each make one; failing those, the folder is one checkpoint (``model.pt`` +
+    ``optimizer.pt`` + ``scheduler.pt``). Files outside any step folder are run-level
+    sidecars, shared by every checkpoint (``run_files``).
+    """
+    path = Path(path)
+    if path.is_file():
+        return [Checkpoint(path=path, step=file_step(path), files=[path])]
+    files = candidate_files(path)
+    if _dir_step(path) is not None:
+        return [Checkpoint(path=path, step=_dir_step(path), files=files)]
+    by_dir: dict[Path, list[Path]] = {}
+    loose: list[Path] = []
+    for f in files:
+        d = _step_dir_of(f, path)
+        if d is None:
+            loose.append(f)
+        else:
+            by_dir.setdefault(d, []).append(f)
+    if by_dir:
+        ckpts = [Checkpoint(path=d, step=_dir_step(d), files=fs, run_files=list(loose))
+                 for d, fs in by_dir.items()]
+        return sorted(ckpts, key=lambda c: (c.step if c.step is not None else -1, str(c.path)))
+    pickles = [f for f in loose if f.suffix.lower() in PICKLE_SUFFIXES]
+    numbered: dict[int, list[Path]] = {}
+    for f in pickles:
+        n = file_step(f)
+        if n is not None and f.parent == path:
+            numbered.setdefault(n, []).append(f)
+    if len(numbered) > 1:
+        rest = [f for f in loose if f.parent != path or file_step(f) is None]
+        return [Checkpoint(path=fs[0] if len(fs) == 1 else path, step=n, files=fs,
+                           run_files=rest) for n, fs in sorted(numbered.items())]
+    if not loose:
+        return []
+    if len(pickles) == 1 and pickles[0].parent == path:  # one file: it is the checkpoint
+        return [Checkpoint(path=pickles[0], step=file_step(pickles[0]), files=loose)]
+    # One step for every file (a rank set: ep0-ba200-rank0..3.pt): that is its step.
+    step = next(iter(numbered)) if len(numbered) == 1 and sum(map(len, numbered.values())) \
+        == len(pickles) else None
+    return [Checkpoint(path=path, step=step, files=loose)]
+
+
+# ---------------------------------------------------------------- classification
+
+SCHED_TORCH = "torch_scheduler"
+SCHED_MEGATRON = "megatron_scheduler"
+SCHED_DEEPSPEED = "deepspeed_scheduler"
+OPTIMIZER = "optimizer"
+COUNTER = "counter"
+SETTING = "setting"  # a number inside a config/args object: a budget or a knob, not progress
+CONFIG = "config"
+SCHEDULER_KINDS = (SCHED_MEGATRON, SCHED_TORCH, SCHED_DEEPSPEED)
+
+# Trainer counters by key (last path component), what they count.
+COUNTER_NAMES = {
+    "global_step", "global_steps", "globalstep", "iteration", "iterations", "iter", "step",
+    "steps", "steps_run", "current_step", "num_updates", "update", "updates", "optimizer_step",
+    "micro_step", "micro_steps", "epoch", "epochs", "epochs_run", "current_epoch",
+    "consumed_samples", "consumed_train_samples", "skipped_train_samples", "global_samples",
+    "skipped_steps", "samples", "sample", "tokens", "token", "batch", "batches",
+    "batch_in_epoch", "ntokens_seen", "consumed_tokens", "total_steps", "max_steps",
+    "train_iters", "train_samples", "total_training_steps", "num_training_steps",
+    "lr_decay_iters", "total_epochs", "max_steps_per_epoch", "max_epochs", "num_epochs",
+    "total_num_steps", "warmup_num_steps", "micro_batch_size", "global_batch_size",
+    "gradient_accumulation_steps", "world_size", "num_processes",
+}
+# Keys under which a number is not a progress counter even if its name says so.
+_NOT_COUNTER_PARENTS = {"param_groups", "rng", "rng_state", "rng_states", "rng_tracker_states"}
+# Keys whose value is configuration: numbers below them are settings (budgets), not progress.
+CONFIG_KEYS = {"config", "cfg", "args", "hparams", "hyper_parameters", "training_args",
+               "job_config", "trainer_config", "ds_config", "hyperparameters"}
+
+
+@dataclass
+class Found:
+    """One object recognised in a checkpoint file: what, where (file, key path), the value."""
+
+    kind: str
+    file: str
+    key: str
+    value: Any
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.key}" if self.key else self.file
+
+
+@dataclass
+class Scan:
+    """Everything discovery read in one checkpoint."""
+
+    checkpoint: Checkpoint
+    found: list[Found] = field(default_factory=list)
+    files_read: list[str] = field(default_factory=list)
+    objects: dict[str, Any] = field(default_factory=dict)  # file -> top-level object
+    notes: list[str] = field(default_factory=list)
+
+    def of(self, kind: str) -> list[Found]:
+        return [f for f in self.found if f.kind == kind]
+
+    def counters(self) -> list[Found]:
+        return self.of(COUNTER)
+
+    def first(self, kind: str) -> Found | None:
+        hits = self.of(kind)
+        return hits[0] if hits else None
+
+    def file_names(self) -> set[str]:
+        return {Path(f).name for f in self.files_read}
+
+
+def is_megatron_scheduler(obj: Any) -> bool:
+    from lrdoctor.formats.megatron import scheduler_field
+
+    return (isinstance(obj, dict) and scheduler_field(obj, "num_steps") is not None
+            and scheduler_field(obj, "lr_decay_steps") is not None
+            and scheduler_field(obj, "max_lr") is not None)
+
+
+def is_torch_scheduler(obj: Any) -> bool:
+    if not isinstance(obj, dict):
+        return False
+    if "_schedulers" in obj:
+        return True
+    return "last_epoch" in obj and ("base_lrs" in obj or "_step_count" in obj
+                                    or "lr_lambdas" in obj or "_last_lr" in obj)
+
+
+def is_deepspeed_scheduler(obj: Any) -> bool:
+    return isinstance(obj, dict) and "last_batch_iteration" in obj and "last_epoch" not in obj
+
+
+def is_optimizer(obj: Any) -> bool:
+    return isinstance(obj, dict) and isinstance(obj.get("param_groups"), list)
+
+
+def _scalar(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return v
+    from lrdoctor.safeload import TensorRef
+
+    if isinstance(v, TensorRef) and v.numel == 1:
+        from lrdoctor.formats._common import number
+
+        return number(v)
+    return None
+
+
+def classify(obj: Any, file: str, prefix: str = "", config: bool = False) -> list[Found]:
+    """Every scheduler/optimizer/counter/config object in ``obj``, by shape, with its key path.
+
+    A recognised state is not walked into (its own counters belong to it);
+    ``Opaque`` records (argparse.Namespace, OmegaConf configs) are walked
+    through their fields and reported as configs.
+    """
+    from lrdoctor.safeload import Opaque
+
+    out: list[Found] = []
+    budget = [MAX_WALK_NODES]
+
+    def walk(o: Any, key: str, parent: str, depth: int, cfg: bool) -> None:
+        budget[0] -= 1
+        if budget[0] <= 0 or depth > 12:
+            return
+        if isinstance(o, Opaque):
+            fields = _opaque_fields(o)
+            if fields is not None:
+                out.append(Found(CONFIG, file, key, fields))
+                walk_dict(fields, key, depth, True)
+            return
+        if isinstance(o, dict):
+            if is_megatron_scheduler(o):
+                out.append(Found(SCHED_MEGATRON, file, key, o))
+                return
+            if is_torch_scheduler(o):
+                out.append(Found(SCHED_TORCH, file, key, o))
+                return
+            if is_deepspeed_scheduler(o):
+                out.append(Found(SCHED_DEEPSPEED, file, key, o))
+                return
+            if is_optimizer(o):
+                out.append(Found(OPTIMIZER, file, key, o))
+                return
+            name = key.rsplit(".", 1)[-1]
+            if name in CONFIG_KEYS:
+                out.append(Found(CONFIG, file, key, o))
+            walk_dict(o, key, depth, cfg or name in CONFIG_KEYS)
+            return
+        if isinstance(o, (list, tuple)) and len(o) <= 64:
+            for i, item in enumerate(o):
+                if isinstance(item, (dict, list, tuple, Opaque)):
+                    walk(item, f"{key}[{i}]", parent, depth + 1, cfg)
+            return
+        v = _scalar(o)
+        last = key.rsplit(".", 1)[-1]
+        if v is not None and last in COUNTER_NAMES and parent not in _NOT_COUNTER_PARENTS:
+            out.append(Found(SETTING if cfg else COUNTER, file, key, v))
+
+    def walk_dict(d: dict, key: str, depth: int, cfg: bool) -> None:
+        last = key.rsplit(".", 1)[-1] if key else ""
+        if last in _NOT_COUNTER_PARENTS:
+            return
+        for k, v in list(d.items())[:4096]:
+            if not isinstance(k, str):
+                continue
+            walk(v, f"{key}.{k}" if key else k, last, depth + 1, cfg)
+
+    walk(obj, prefix, "", 0, config)
+    return out
+
+
+def _opaque_fields(o: Any) -> dict | None:
+    """The data fields of an inert record (Namespace, dataclass, OmegaConf DictConfig)."""
+    state = o.state
+    if isinstance(state, tuple) and state and isinstance(state[0], dict):
+        state = state[0]
+    if not isinstance(state, dict):
+        return None
+    # OmegaConf: DictConfig.__getstate__ -> {"_content": {key: node}, "_metadata": ..., ...}
+    if "_content" in state:
+        return _omegaconf_plain(state)
+    return state
+
+
+def _omegaconf_plain(state: Any, depth: int = 0) -> Any:
+    """An OmegaConf container's content as plain dicts/lists (values of its nodes)."""
+    from lrdoctor.safeload import Opaque
+
+    if depth > 24:
+        return None
+    if isinstance(state, Opaque):
+        return _omegaconf_plain(state.state, depth + 1)
+    if isinstance(state, dict) and "_content" in state:
+        content = state["_content"]
+        if isinstance(content, dict):
+            return {str(k): _omegaconf_plain(v, depth + 1) for k, v in content.items()}
+        if isinstance(content, list):
+            return [_omegaconf_plain(v, depth + 1) for v in content]
+        return content if isinstance(content, (str, int, float, bool)) else None
+    if isinstance(state, dict) and "_val" in state:
+        return state["_val"]
+    return state
+
+
+# ---------------------------------------------------------------- reading
+
+def _read_sidecar(f: Path) -> Any:
+    try:
+        if f.stat().st_size > MAX_SIDECAR_BYTES:
+            return None
+        text = f.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if f.suffix.lower() == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return None
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+
+
+def load_file(f: Path) -> tuple[Any, list[str]]:
+    """One file metadata-only, unknown inert classes kept opaque; (object, notes).
+
+    A code-execution primitive anywhere refuses the whole input (UnsafePickle);
+    an unreadable file is a note, not a failure: discovery reads what it can.
+    """
+    from lrdoctor import safeload
+
+    if f.suffix.lower() in SIDECAR_SUFFIXES:
+        return _read_sidecar(f), []
+    try:
+        obj = safeload.load(f, unknown_as_opaque=True)
+    except UnsafePickle:
+        raise
+    except UnusableInput as exc:
+        return None, [f"{f}: not read ({str(exc).split(': ', 1)[-1]})"]
+    unknown = sorted(safeload.opaque_classes(obj))
+    notes = []
+    if unknown:
+        notes.append(f"{f}: kept as opaque values (classes lrdoctor does not know, not run): "
+                     + ", ".join(unknown[:6]) + (" ..." if len(unknown) > 6 else ""))
+    return obj, notes
+
+
+def scan(ckpt: Checkpoint) -> Scan:
+    """Read every file of ``ckpt`` (and the run's sidecars) and classify what it holds."""
+    sc = Scan(checkpoint=ckpt)
+    files = list(ckpt.files) + [f for f in ckpt.run_files if f.suffix.lower() in SIDECAR_SUFFIXES]
+    if len(files) > MAX_READ:
+        sc.notes.append(f"{len(files)} files: only the first {MAX_READ} read")
+        files = files[:MAX_READ]
+    for f in files:
+        obj, notes = load_file(f)
+        sc.notes.extend(notes)
+        if obj is None:
+            continue
+        sc.files_read.append(str(f))
+        sc.objects[str(f)] = obj
+        # A YAML sidecar is configuration; JSON sidecars hold state (trainer_state.json).
+        sc.found.extend(classify(obj, str(f), config=f.suffix.lower() in (".yaml", ".yml")))
+    return sc
+
+
+def iter_scans(path: str | Path) -> Iterator[Scan]:
+    """:func:`scan` of each checkpoint of :func:`run_checkpoints`, oldest first."""
+    for c in run_checkpoints(path):
+        yield scan(c)
+
+
+def files_used(found: list[Found]) -> list[str]:
+    seen: list[str] = []
+    for f in found:
+        if f.file not in seen:
+            seen.append(f.file)
+    return seen
+
+
+def relpath(p: str, root: Path) -> str:
+    try:
+        return os.path.relpath(p, root)
+    except ValueError:
+        return p
