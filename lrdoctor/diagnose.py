@@ -148,7 +148,7 @@ def _not_judged(state: RunState, found: list[Finding]) -> list[Finding]:
         return [finding("LRD111", f"No LR scheduler state was found, so scheduler progress "
                         f"could not be checked; scanned: {scanned}.",
                         {"scanned": state.files or [state.path]}, location=state.path)]
-    if progress_ratio(state) is not None:
+    if state.nominal_progress is not None:  # compared (a ratio, or both still at 0)
         return []
     if spec is not None and spec.horizon and horizon_is_budget(spec):
         return []
