@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from lrdoctor.findings import Finding, Severity, finding
 from lrdoctor.model import RunState, Unit
+from lrdoctor.numbers import number
+from lrdoctor.schedules import lr_or_none
 
 # Counters may legitimately differ by a rounding step; beyond this they disagree.
 REL_TOL = 0.01
@@ -185,7 +187,7 @@ def planned_end_in_schedule_units(state: RunState) -> float | None:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.4g}"
+    return number(x)
 
 
 def _config(state: RunState) -> list[Finding]:
@@ -294,7 +296,7 @@ def _horizon(state: RunState) -> list[Finding]:
     if spec is None or prog is None or not spec.horizon or spec.horizon <= 0:
         return []
     horizon = float(spec.horizon)
-    end_lr = _lr_or_none(spec, horizon)
+    end_lr = lr_or_none(spec, horizon)
     if end_lr is not None and spec.max_lr > 0 and end_lr >= spec.max_lr * (1 - 1e-9):
         # Nothing decays by the horizon (a warmup-only LinearLR, ConstantLR, a constant
         # style): running past it changes nothing; k x stepping is LRD103's to report.
@@ -306,7 +308,7 @@ def _horizon(state: RunState) -> list[Finding]:
     if planned is not None and horizon < planned * (1 - 1e-9) and (consistent or ratio is None):
         tail = 1 - horizon / planned
         ev = {"horizon": horizon, "planned_end": planned, "tail_fraction": round(tail, 6)}
-        lr_end = _lr_or_none(spec, planned)
+        lr_end = lr_or_none(spec, planned)
         what = f"runs at min_lr {spec.min_lr:g} by configuration"
         if lr_end is not None and not math.isclose(lr_end, spec.min_lr, rel_tol=1e-6,
                                                     abs_tol=1e-15):
@@ -320,7 +322,7 @@ def _horizon(state: RunState) -> list[Finding]:
     if prog.value <= horizon:
         return []
     at_floor = (prog.value - horizon) / prog.value
-    lr_now = _lr_or_none(spec, prog.value)
+    lr_now = lr_or_none(spec, prog.value)
     # Megatron/HF/DeepSpeed hold min_lr past the horizon; torch's CosineAnnealingLR climbs back.
     holds = lr_now is None or math.isclose(lr_now, spec.min_lr, rel_tol=1e-6, abs_tol=1e-15)
     ev = {"scheduler_progress": prog.value, "horizon": horizon, "unit": unit,
@@ -361,23 +363,12 @@ def _horizon(state: RunState) -> list[Finding]:
         f"{_fmt(horizon)} {unit}{where}: {tail}.", ev)]
 
 
-def _lr_or_none(spec, progress: float) -> float | None:
-    try:
-        lr = spec.lr_at(progress)
-    except (ValueError, ZeroDivisionError, OverflowError):
-        return None
-    return lr if math.isfinite(lr) else None
-
-
 def _optimizer_lr(state: RunState) -> list[Finding]:
     spec, prog = state.schedule, state.scheduler_progress
     if spec is None or prog is None or not state.optimizer_lrs:
         return []
-    try:
-        expected = spec.lr_at(prog.value)
-    except (ValueError, ZeroDivisionError, OverflowError):
-        return []
-    if not math.isfinite(expected):
+    expected = lr_or_none(spec, prog.value)
+    if expected is None:
         return []
     close = [math.isclose(lr, expected, rel_tol=LR_RTOL, abs_tol=1e-15)
              for lr in state.optimizer_lrs]

@@ -11,6 +11,7 @@ from lrdoctor.diagnose import diagnose, planned_end_in_schedule_units, progress_
 from lrdoctor.errors import UnusableInput
 from lrdoctor.model import RunState
 from lrdoctor.report import Report
+from lrdoctor.schedules import lr_or_none
 
 
 def read_state(path: str | Path, format: str | None = None) -> RunState:
@@ -48,15 +49,15 @@ def summarize(state: RunState) -> dict[str, Any]:
     derived: dict[str, Any] = {"progress_ratio": progress_ratio(state),
                                "planned_end_in_schedule_units":
                                    planned_end_in_schedule_units(state)}
-    if spec is not None:
-        try:
-            if prog is not None:
-                derived["lr_at_scheduler_progress"] = spec.lr_at(prog.value)
-                if spec.horizon:
-                    derived["horizon_fraction"] = prog.value / spec.horizon
-            if state.nominal_progress is not None:
-                derived["lr_at_nominal_progress"] = spec.lr_at(state.nominal_progress.value)
-        except (ValueError, ZeroDivisionError, OverflowError):
-            pass
+    if spec is not None and prog is not None:
+        lr = lr_or_none(spec, prog.value)
+        if lr is not None:
+            derived["lr_at_scheduler_progress"] = lr
+        if spec.horizon:
+            derived["horizon_fraction"] = prog.value / spec.horizon
+    if spec is not None and state.nominal_progress is not None:
+        lr = lr_or_none(spec, state.nominal_progress.value)
+        if lr is not None:
+            derived["lr_at_nominal_progress"] = lr
     doc["derived"] = derived
     return doc

@@ -227,7 +227,7 @@ class NormalizedStepper:
         s = self.scheduler
         groups = s.optimizer.param_groups
         if self.schedule is not None:
-            from lrdoctor.repair.policies import group_lr
+            from lrdoctor.schedules import group_lr
 
             spec = self.schedule
             return lambda p: [group_lr(spec, p, g) for g in groups]

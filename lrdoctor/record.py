@@ -211,8 +211,6 @@ class BatchLogRecorder:
     def _write_parquet(self) -> None:
         if self._columns is None:
             return
-        import tempfile
-
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -224,18 +222,10 @@ class BatchLogRecorder:
             data[name] = vals
         table = pa.table({k: pa.array(v, type=None if k == "prompt_id" else pa.int64())
                           for k, v in data.items()})
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.",
-                                   suffix=".tmp")
-        os.close(fd)
-        try:
+        from lrdoctor.atomic import replacing
+
+        with replacing(self.path, suffix=".tmp") as tmp:
             pq.write_table(table, tmp)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, self.path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
 
 
 # ------------------------------------------------------------------ batches

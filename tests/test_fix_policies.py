@@ -10,8 +10,9 @@ from lrdoctor.diagnose import diagnose
 from lrdoctor.errors import UnusableInput
 from lrdoctor.findings import finding
 from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
-from lrdoctor.repair.policies import Refusal, group_lr, make_target
+from lrdoctor.repair.policies import Refusal, make_target
 from lrdoctor.repair.writer import Change, check_output, write_output
+from lrdoctor.schedules import group_lr
 
 
 def state(progress=400.0, nominal=100.0, done=100, end=200, horizon=200.0, fmt="torch"):

@@ -21,6 +21,7 @@ from lrdoctor import __version__
 from lrdoctor.atomic import write_text
 from lrdoctor.errors import UnusableInput
 from lrdoctor.findings import Severity, exit_code
+from lrdoctor.numbers import number
 from lrdoctor.report import Report
 
 _CSS = """
@@ -60,15 +61,7 @@ def _counter(c: Any) -> Any:
 
 
 def _num(x: Any) -> str:
-    if isinstance(x, bool) or x is None:
-        return str(x)
-    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) < 1e15):
-        return f"{int(x):,}"
-    if isinstance(x, float):
-        return f"{x:.4g}"
-    if isinstance(x, list):
-        return ", ".join(_num(v) for v in x)
-    return str(x)
+    return number(x, whole_below=1e15, none="None")
 
 
 def _slug(text: str) -> str:

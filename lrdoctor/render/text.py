@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lrdoctor.findings import Severity
+from lrdoctor.numbers import number
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
@@ -36,11 +37,7 @@ def _short(source: str, target: str) -> str:
 
 
 def _num(x) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float) and not x.is_integer():
-        return f"{x:.6g}"
-    return f"{int(x):,}" if isinstance(x, (int, float)) else str(x)
+    return number(x, digits=6)
 
 
 def render_findings(report, con: Console | None = None) -> None:
@@ -202,11 +199,7 @@ def render_check_summary(reports) -> None:
 # ------------------------------------------------------------------ replay
 
 def _rnum(x) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float) and x.is_integer():
-        return str(int(x))
-    return f"{x:.4g}" if isinstance(x, float) else str(x)
+    return number(x, grouping=False)
 
 
 def render_replay(report, trace=None, plot=None, con: Console | None = None) -> None:
@@ -270,11 +263,9 @@ def render_replay(report, trace=None, plot=None, con: Console | None = None) -> 
 # --------------------------------------------------------------------- fix
 
 def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    if isinstance(v, list):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
-    return str(v)
+    """A fix table cell: floats to 6 significant digits, lists in brackets."""
+    one = dict(digits=6, grouping=False, whole_below=0, none="None")
+    return "[" + number(v, **one) + "]" if isinstance(v, list) else number(v, **one)
 
 
 def render_fix(report, *, plan, dry_run: bool, result=None, con: Console | None = None,

@@ -18,6 +18,7 @@ from lrdoctor.diagnose import Recommendation, recommend
 from lrdoctor.errors import UnusableInput
 from lrdoctor.findings import Finding
 from lrdoctor.model import RunState, ScheduleSpec, Unit
+from lrdoctor.schedules import lr_or_none
 
 POLICIES = ("nominal", "rescale", "extend-horizon")
 
@@ -72,39 +73,6 @@ class Target:
             "motivated_by": self.motivated_by, "reasons": self.reasons,
             "chosen_by": self.chosen_by, "alternative": self.alternative, "why": self.why,
         }
-
-
-def lr_or_none(spec: ScheduleSpec | None, progress: float) -> float | None:
-    """The schedule's LR at ``progress``; None when the schedule is not known."""
-    if spec is None:
-        return None
-    try:
-        return float(spec.lr_at(progress))
-    except (ValueError, ImportError, KeyError, ZeroDivisionError, TypeError):
-        return None
-
-
-def group_lr(spec: ScheduleSpec | None, progress: float, group: dict[str, Any]) -> float | None:
-    """The LR one optimizer param group gets at ``progress``.
-
-    Megatron reads per-group ``max_lr``/``min_lr``; torch schedules start each group
-    from its own ``initial_lr``; HF/DeepSpeed lambdas multiply each group's base LR.
-    """
-    if spec is None:
-        return None
-    if spec.family == "megatron":
-        per = replace(spec, max_lr=float(group.get("max_lr", spec.max_lr)),
-                      min_lr=float(group.get("min_lr", spec.min_lr)))
-        return lr_or_none(per, progress)
-    base = group.get("initial_lr")
-    if base is None or not isinstance(base, (int, float)) or float(base) == spec.max_lr:
-        return lr_or_none(spec, progress)
-    if spec.family == "torch":
-        return lr_or_none(replace(spec, max_lr=float(base)), progress)
-    lr = lr_or_none(spec, progress)
-    if lr is None or spec.max_lr == 0:
-        return None
-    return float(base) * lr / spec.max_lr
 
 
 def read_replay(path: Path) -> tuple[float, float]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.repair.policies import Refusal, Target, group_lr
+from lrdoctor.repair.policies import Refusal, Target
 from lrdoctor.repair.writer import Change, Key, get_at, load_pickle, walk
+from lrdoctor.schedules import group_lr
 
 # Horizon fields of torch's built-in schedulers (state_dict() keys).
 HORIZON_KEYS = ("T_max", "total_iters")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lrdoctor.findings import Finding, Severity, finding
+from lrdoctor.numbers import number
 
 if TYPE_CHECKING:
     from lrdoctor.replay.engine import Replay
@@ -22,13 +23,7 @@ REL_TOL = 1e-6
 
 def _f(x: float) -> str:
     """Short human number: 1024, 0.5, 1e-06."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
-        return str(x)
-    if float(x).is_integer() and abs(x) < 1e15:
-        return str(int(x))
-    return f"{x:.4g}"
+    return number(x, grouping=False, whole_below=1e15, none="n/a")
 
 
 def per_step(rep: Replay) -> dict[str, np.ndarray]:

@@ -285,27 +285,17 @@ def read_batch_log(path: str | Path):
 
 def write_batch_log(df, path: str | Path) -> None:
     """Write a batch log atomically (format from the extension)."""
-    import os
-    import tempfile
+    from lrdoctor.atomic import replacing
 
     p = Path(path)
     fmt = _fmt(p) if p.suffix else "jsonl"
-    fd, tmp = tempfile.mkstemp(dir=p.parent or ".", prefix=f".{p.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with replacing(p, suffix=".tmp") as tmp:
         if fmt == "parquet":
             df.to_parquet(tmp, index=False)
         elif fmt == "csv":
             df.to_csv(tmp, index=False)
         else:
             df.to_json(tmp, orient="records", lines=True)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a log is an ordinary file
-        os.replace(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 # --------------------------------------------------------------------------- synthetic

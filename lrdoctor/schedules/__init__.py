@@ -9,8 +9,10 @@ Every family module exposes ``lr_at(spec, progress)``, ``problems(spec)`` and
 from __future__ import annotations
 
 import importlib
+import math
+from dataclasses import replace
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lrdoctor.model import ScheduleSpec
@@ -29,6 +31,43 @@ def _family(spec: ScheduleSpec) -> ModuleType:
 def lr_at(spec: ScheduleSpec, progress: float) -> float:
     """LR the schedule gives at ``progress`` (in ``spec.unit``)."""
     return _family(spec).lr_at(spec, progress)
+
+
+def lr_or_none(spec: ScheduleSpec | None, progress: float) -> float | None:
+    """The LR at ``progress``, or None when it cannot be known: no schedule, a setting
+    the family cannot evaluate (raises), or a non-finite value. Diagnosis, the report,
+    repair and the live guard all ask this way, so none of them crashes on a schedule
+    it could read but not evaluate."""
+    if spec is None:
+        return None
+    try:
+        lr = float(lr_at(spec, progress))
+    except (ValueError, ImportError, KeyError, ZeroDivisionError, TypeError, OverflowError):
+        return None
+    return lr if math.isfinite(lr) else None
+
+
+def group_lr(spec: ScheduleSpec | None, progress: float, group: dict[str, Any]) -> float | None:
+    """The LR one optimizer param group gets at ``progress`` (None as :func:`lr_or_none`).
+
+    Megatron reads per-group ``max_lr``/``min_lr``; torch schedules start each group
+    from its own ``initial_lr``; HF/DeepSpeed lambdas multiply each group's base LR.
+    """
+    if spec is None:
+        return None
+    if spec.family == "megatron":
+        per = replace(spec, max_lr=float(group.get("max_lr", spec.max_lr)),
+                      min_lr=float(group.get("min_lr", spec.min_lr)))
+        return lr_or_none(per, progress)
+    base = group.get("initial_lr")
+    if base is None or not isinstance(base, (int, float)) or float(base) == spec.max_lr:
+        return lr_or_none(spec, progress)
+    if spec.family == "torch":
+        return lr_or_none(replace(spec, max_lr=float(base)), progress)
+    lr = lr_or_none(spec, progress)
+    if lr is None or spec.max_lr == 0:
+        return None
+    return float(base) * lr / spec.max_lr
 
 
 def problems(spec: ScheduleSpec) -> list[str]:
