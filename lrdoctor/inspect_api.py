@@ -17,14 +17,14 @@ from lrdoctor.schedules import lr_or_none
 def read_state(path: str | Path, format: str | None = None) -> RunState:
     """Normalize one checkpoint (the latest one when ``path`` is a run directory)."""
     mod, ckpts = _checkpoints(path, format)
-    return mod.read(ckpts[-1])
+    return formats.read(mod, ckpts[-1])
 
 
 def inspect_path(path: str | Path, format: str | None = None,
                  all: bool = False) -> list[Report]:
     """One report per inspected checkpoint: the latest, or each with ``all``."""
     mod, ckpts = _checkpoints(path, format)
-    return [report_for(mod.read(c), c) for c in (ckpts if all else ckpts[-1:])]
+    return [report_for(formats.read(mod, c), c) for c in (ckpts if all else ckpts[-1:])]
 
 
 def _checkpoints(path: str | Path, format: str | None) -> tuple[ModuleType, list[Path]]:

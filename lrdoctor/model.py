@@ -6,9 +6,15 @@ everything downstream (diagnose, report, repair) only sees this model.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
+
+from lrdoctor.errors import UnusableInput
+
+# No step, sample count, horizon or learning rate of a real run comes near this.
+MAX_MAGNITUDE = 1e15
 
 
 class Unit(str, Enum):
@@ -91,8 +97,96 @@ class RunState:
     def counter(self, name: str) -> Counter | None:
         return next((c for c in self.counters if c.name == name), None)
 
+    def validate(self) -> None:
+        """The validation boundary every reader's result passes (``formats.read``).
+
+        Numbers must be finite ints/floats below :data:`MAX_MAGNITUDE` in size, so
+        nothing downstream meets a string, a NaN or a 10**400 integer. The schedule and
+        the scheduler's progress are what a diagnosis stands on: a bad one is a one-line
+        error naming the file and key. Side values (other counters, the batch size,
+        optimizer LRs) are dropped with a note saying which and why.
+        """
+        s = self.schedule
+        if s is not None:
+            for name in ("max_lr", "min_lr", "init_lr", "warmup", "horizon"):
+                value = getattr(s, name)
+                if value is None and name == "horizon":
+                    continue
+                bad = _bad_number(value)
+                if bad:
+                    raise UnusableInput(f"schedule {name} ({s.source or 'as read'}): {bad}",
+                                        self.path)
+            where = _bad_param(s.params)
+            if where:
+                raise UnusableInput(f"schedule parameter {where[0]} ({s.source or 'as read'}): "
+                                    f"{where[1]}", self.path)
+        sp = self.scheduler_progress
+        if sp is not None:
+            bad = _bad_number(sp.value)
+            if bad:
+                raise UnusableInput(f"{sp.name} ({sp.source or 'as read'}): {bad}", self.path)
+        kept = []
+        for c in self.counters:
+            bad = _bad_number(c.value)
+            if bad:
+                self.notes.append(f"{c.source or c.name}: {c.name} ignored: {bad}")
+            else:
+                kept.append(c)
+        self.counters = kept
+        for attr in ("planned_end", "trainer_progress", "nominal_progress"):
+            c = getattr(self, attr)
+            bad = _bad_number(c.value) if c is not None else None
+            if bad:
+                self.notes.append(f"{c.source or c.name}: {c.name} ignored: {bad}")
+                setattr(self, attr, None)
+        spu = self.samples_per_update
+        if spu is not None:
+            bad = _bad_number(spu) or (None if spu > 0 else f"{spu} is not > 0")
+            if bad:
+                self.notes.append(f"samples per update ignored: {bad}")
+                self.samples_per_update = None
+        lrs = [x for x in self.optimizer_lrs if isinstance(x, float) and math.isnan(x)
+               or not _bad_number(x)]
+        if len(lrs) != len(self.optimizer_lrs):
+            self.notes.append("optimizer LRs that are not finite numbers ignored")
+        self.optimizer_lrs = [float(x) for x in lrs]
+
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
+
+
+def _bad_number(value: Any) -> str | None:
+    """Why ``value`` is not a usable number of a run, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"expected a number, found {type(value).__name__}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number"
+    if abs(value) > MAX_MAGNITUDE:
+        return f"{float(value) if value < 1e300 else 'a huge number'}: out of range"
+    return None
+
+
+def _bad_param(params: Any, prefix: str = "", depth: int = 0) -> tuple[str, str] | None:
+    """The first numeric schedule parameter that is not finite or is out of range."""
+    items = params.items() if isinstance(params, dict) else \
+        enumerate(params) if isinstance(params, (list, tuple)) else ()
+    for k, v in items:
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if isinstance(v, float) and not math.isfinite(v) and k in _INF_OK:
+                continue
+            bad = _bad_number(v)
+            if bad:
+                return key, bad
+        elif isinstance(v, (dict, list, tuple)) and depth < 8:
+            found = _bad_param(v, key, depth + 1)
+            if found:
+                return found
+    return None
+
+
+# torch's ReduceLROnPlateau keeps best=inf until its first step; others may save inf too.
+_INF_OK = frozenset({"best", "mode_worse", "threshold"})
 
 
 def _jsonable(obj: Any) -> Any:
@@ -102,7 +196,7 @@ def _jsonable(obj: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v) for v in obj]
-    if isinstance(obj, float) and obj != obj:  # NaN is not JSON
+    if isinstance(obj, float) and not math.isfinite(obj):  # NaN and ±inf are not JSON
         return None
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj

@@ -18,8 +18,12 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from lrdoctor.errors import UnusableInput
+
+if TYPE_CHECKING:
+    from lrdoctor.model import RunState
 
 # Order matters: the more specific layouts first.
 FORMAT_MODULES = ["megatron", "roll", "deepspeed", "hf", "lightning", "accelerate", "torchsave"]
@@ -40,6 +44,27 @@ def available() -> list[ModuleType]:
             if exc.name != f"lrdoctor.formats.{name}":
                 raise
     return mods
+
+
+# What a reader's arithmetic raises when a saved value has a type or size it did not expect.
+_VALUE_ERRORS = (TypeError, ValueError, ArithmeticError, KeyError, IndexError, AttributeError,
+                 RecursionError, MemoryError)
+
+
+def read(mod: ModuleType, ckpt: Path) -> RunState:
+    """``mod.read(ckpt)`` through the validation boundary: every value of the state is checked
+    (:meth:`RunState.validate`), and a value no reader check caught is still one line naming
+    the checkpoint, never a traceback."""
+    try:
+        st = mod.read(ckpt)
+    except UnusableInput:
+        raise
+    except _VALUE_ERRORS as exc:
+        detail = (str(exc).splitlines() or [""])[0][:120]
+        raise UnusableInput(f"a saved value of unexpected type or size "
+                            f"({type(exc).__name__}: {detail})", str(ckpt)) from None
+    st.validate()
+    return st
 
 
 def detect(path: Path, forced: str | None = None) -> ModuleType:

@@ -6,6 +6,7 @@ objects here are plain dicts/lists/numbers plus ``TensorRef`` and ``Opaque``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -98,6 +99,65 @@ def number(value: Any) -> float | None:
     return None
 
 
+# ---------------------------------------------------------------- the validation boundary
+
+MAX_MAGNITUDE = 1e15  # no step, sample count, horizon or LR of a real run comes near
+
+
+def num(value: Any, file: Any, key: str, *, count: bool = False,
+        required: bool = True) -> float | None:
+    """A number read from a checkpoint, sidecar or config, checked where it enters the model.
+
+    Accepts an int, a float or a one-element tensor (``AdamW(lr=torch.tensor(1e-3))``);
+    it must be finite and below :data:`MAX_MAGNITUDE` in size, and with ``count`` a
+    whole number >= 0. A value that fails is a one-line :class:`UnusableInput` naming
+    ``file`` and ``key``, or, with ``required=False``, None (the caller notes it).
+    ``None`` itself is "absent": an error only when required.
+    """
+    problem = _num_problem(value, count)
+    if problem is None:
+        v = number(value)
+        return float(v)  # type: ignore[arg-type]
+    if required:
+        raise UnusableInput(f"{key}: {problem}", str(file))
+    return None
+
+
+def _num_problem(value: Any, count: bool) -> str | None:
+    if value is None:
+        return "missing"
+    try:
+        v = number(value)
+    except UnusableInput as exc:  # an unreadable tensor
+        return f"unreadable ({str(exc).split(': ', 1)[-1]})"
+    if v is None or isinstance(v, complex):
+        return f"expected a number, found {_describe(value)}"
+    if isinstance(v, float) and not math.isfinite(v):
+        return f"{v} is not a finite number"
+    if abs(v) > MAX_MAGNITUDE:
+        return f"{_describe(v)} is out of range (more than {MAX_MAGNITUDE:.0e})"
+    if count and (v < 0 or v != int(v)):
+        return f"{v!r} is not a whole count >= 0"
+    return None
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**18:
+        return f"an integer of {len(str(abs(value))) if value.bit_length() < 13000 else 'over 4000'} digits"
+    text = repr(value) if isinstance(value, (str, int, float, bool)) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def side_num(st: Any, value: Any, file: Any, key: str, *, count: bool = False) -> float | None:
+    """:func:`num` for a side value: a bad one is noted on ``st`` and ignored (None)."""
+    if value is None:
+        return None
+    out = num(value, file, key, count=count, required=False)
+    if out is None:
+        st.notes.append(f"{file}: {key} ignored: {_num_problem(value, count)}")
+    return out
+
+
 # ---------------------------------------------------------------- optimizers
 
 def torch_optimizer_dicts(obj: Any, depth: int = 0) -> list[dict]:
@@ -124,6 +184,11 @@ def torch_optimizer_dicts(obj: Any, depth: int = 0) -> list[dict]:
     return []
 
 
+def _side(value: Any, count: bool = False) -> float | None:
+    """A side value of an optimizer: a number passing :func:`num`, else None (not counted)."""
+    return num(value, "", "", count=count, required=False)
+
+
 def optimizer_summary(opt_sd: Any) -> dict[str, Any]:
     """Param-group LRs and the optimizer step of a (possibly wrapped) optimizer state.
 
@@ -140,29 +205,30 @@ def optimizer_summary(opt_sd: Any) -> dict[str, Any]:
     n_state = 0
     dicts = torch_optimizer_dicts(opt_sd)
     for d in dicts:
-        for g in d.get("param_groups") or []:
+        groups = d.get("param_groups")
+        for g in groups if isinstance(groups, list) else []:
             if not isinstance(g, dict):
                 continue
-            lr = number(g.get("lr"))
+            lr = _side(g.get("lr"))  # a 0-d tensor LR is read as its value
             if lr is not None:
-                lrs.append(float(lr))
-            ilr = number(g.get("initial_lr"))
+                lrs.append(lr)
+            ilr = _side(g.get("initial_lr"))
             if ilr is not None:
-                initial_lrs.append(float(ilr))
+                initial_lrs.append(ilr)
             for key in ("max_lr", "min_lr"):  # OneCycleLR, Megatron per-group overrides
-                v = number(g.get(key))
+                v = _side(g.get(key))
                 if v is not None:
-                    extra[f"group_{key}"].append(float(v))
+                    extra[f"group_{key}"].append(v)
             if "step" in g:
-                s = number(g["step"])
+                s = _side(g["step"], count=True)
                 if s is not None:
-                    steps.append(float(s))
+                    steps.append(s)
         state = d.get("state")
         if isinstance(state, dict):
             for pstate in state.values():
                 if isinstance(pstate, dict) and "step" in pstate:
                     n_state += 1
-                    s = number(pstate["step"])
+                    s = _side(pstate["step"], count=True)
                     if s is None:
                         unreadable += 1
                     else:

@@ -181,11 +181,12 @@ def read(path: Path) -> RunState:
 
     # Batch size and the rest of the config.
     if cfg:
-        tbs = _common.number(cfg.get("train_batch_size"))
+        tbs = _common.side_num(st, cfg.get("train_batch_size"), cfg_src, "train_batch_size",
+                               count=True)
         if tbs is None:
-            parts = [_common.number(cfg.get(k)) for k in
+            parts = [_common.side_num(st, cfg.get(k), cfg_src, k, count=True) for k in
                      ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps")]
-            dp = _common.number(sd.get("dp_world_size"))
+            dp = _common.side_num(st, sd.get("dp_world_size"), src, "dp_world_size", count=True)
             if None not in parts and dp is not None:
                 tbs = parts[0] * parts[1] * dp
         if tbs:
@@ -308,9 +309,8 @@ def _read_scheduler(st: RunState, sched: Any, cfg: dict | None, cfg_src: str, sr
                             f"{spec.kind}")
         return
 
-    lbi = _common.number(sched.get("last_batch_iteration"))
-    if lbi is None:
-        raise UnusableInput("lr_scheduler.last_batch_iteration is not a number", src)
+    lbi = _common.num(sched.get("last_batch_iteration"), src, "lr_scheduler.last_batch_iteration")
+    assert lbi is not None
     st.scheduler_progress = Counter(
         "scheduler.last_batch_iteration + 1", lbi + 1, Unit.UPDATES,
         f"{src}:lr_scheduler.last_batch_iteration + 1 (scheduler steps taken)")
@@ -326,15 +326,22 @@ def _read_scheduler(st: RunState, sched: Any, cfg: dict | None, cfg_src: str, sr
         st.extras["ds_config.scheduler"] = cfg_sched
         return
     opt_lr = _config_lr(cfg)
+
+    def p(key: str, default: float) -> float:
+        return _common.num(params.get(key, default), cfg_src,  # type: ignore[return-value]
+                           f"scheduler.params.{key}")
+
+    if opt_lr is not None:
+        opt_lr = _common.num(opt_lr, cfg_src, "optimizer.params.lr")
     if kind == "WarmupCosineLR":
         max_lr = opt_lr
-        min_lr = None if max_lr is None else max_lr * float(params.get("cos_min_ratio", 1e-4))
-        init_lr = None if max_lr is None else max_lr * float(params.get("warmup_min_ratio", 0.0))
+        min_lr = None if max_lr is None else max_lr * p("cos_min_ratio", 1e-4)
+        init_lr = None if max_lr is None else max_lr * p("warmup_min_ratio", 0.0)
     else:
         max_lr = params.get("warmup_max_lr")
-        if max_lr is None:
-            max_lr = opt_lr if kind == "WarmupLR" else 0.001
-        min_lr = init_lr = float(params.get("warmup_min_lr", 0.0))
+        max_lr = opt_lr if max_lr is None and kind == "WarmupLR" else \
+            0.001 if max_lr is None else p("warmup_max_lr", 0.001)
+        min_lr = init_lr = p("warmup_min_lr", 0.0)
     if max_lr is None:
         st.notes.append(f"{kind}: peak LR is the optimizer's initial lr, which ds_config does not "
                         "give (client optimizer): schedule unknown")
@@ -342,9 +349,9 @@ def _read_scheduler(st: RunState, sched: Any, cfg: dict | None, cfg_src: str, sr
     total = params.get("total_num_steps")
     st.schedule = ScheduleSpec(
         family=NAME, kind=kind, unit=Unit.UPDATES, params=dict(params),
-        max_lr=float(max_lr), min_lr=float(min_lr), init_lr=float(init_lr),
-        warmup=float(params.get("warmup_num_steps", 1000)),
-        horizon=float(total) if total is not None and kind != "WarmupLR" else None,
+        max_lr=float(max_lr), min_lr=float(min_lr), init_lr=float(init_lr),  # type: ignore[arg-type]
+        warmup=p("warmup_num_steps", 1000),
+        horizon=p("total_num_steps", 0) if total is not None and kind != "WarmupLR" else None,
         source=f"{cfg_src}.scheduler" + ("" if "warmup_max_lr" in params or kind ==
                                           "WarmupDecayLR" else " + optimizer.params.lr"))
 

@@ -90,8 +90,9 @@ def training_args(ckpt: Path) -> tuple[dict | None, str | None]:
 def resolved_warmup(args: dict, max_steps: int) -> int:
     """``TrainingArguments.get_warmup_steps``: 4.x (warmup_steps/warmup_ratio) and 5.x
     (warmup_steps < 1 is a ratio) rules."""
-    ws = args.get("warmup_steps") or 0
-    ratio = args.get("warmup_ratio")
+    ws = _common.num(args.get("warmup_steps") or 0, TRAINING_ARGS, "warmup_steps")
+    ratio = _common.num(args.get("warmup_ratio") or 0, TRAINING_ARGS, "warmup_ratio")
+    assert ws is not None and ratio is not None
     if ws >= 1:
         return int(ws)
     if ws > 0:  # 5.x: a float below 1 is a ratio
@@ -152,7 +153,8 @@ def read(path: Path) -> RunState:
         opt = read_optimizer_file(st, ofile)
 
     base_lrs = (sched or {}).get("base_lrs") or (opt or {}).get("initial_lrs") or []
-    base_lr = float(base_lrs[0]) if base_lrs else None
+    base_lr = _common.side_num(st, base_lrs[0], sfile if sched else ofile, "base_lrs[0]") \
+        if isinstance(base_lrs, (list, tuple)) and base_lrs else None
 
     # Schedule: from training_args.bin, else fitted to log_history.
     args, why = training_args(ckpt)
@@ -212,7 +214,8 @@ def _overflowed_steps(st: RunState, args: dict | None) -> None:
 
 def _schedule_from_args(args: dict, max_steps: Any, base_lr: float | None) -> ScheduleSpec:
     kind = str(_common.plain(args.get("lr_scheduler_type")) or "linear")
-    horizon = max_steps if isinstance(max_steps, int) and max_steps > 0 else None
+    horizon = max_steps if isinstance(max_steps, int) and 0 < max_steps <= _common.MAX_MAGNITUDE \
+        else None
     warmup = resolved_warmup(args, horizon or 0)
     lr = args.get("learning_rate")
     kwargs = args.get("lr_scheduler_kwargs")
@@ -225,7 +228,8 @@ def _schedule_from_args(args: dict, max_steps: Any, base_lr: float | None) -> Sc
             kwargs = {}
     return ScheduleSpec(
         family="hf", kind=kind,
-        max_lr=float(lr if isinstance(lr, (int, float)) else (base_lr or 0.0)),
+        max_lr=_common.num(lr, TRAINING_ARGS, "learning_rate")  # type: ignore[arg-type]
+        if isinstance(lr, (int, float)) else (base_lr or 0.0),
         unit=Unit.UPDATES, warmup=float(warmup),
         horizon=float(horizon) if horizon is not None else None,
         params=dict(kwargs) if isinstance(kwargs, dict) else {},
@@ -242,8 +246,9 @@ def _current_lr(st: RunState, sched: dict | None) -> tuple[float, float] | None:
     if st.scheduler_progress is None:
         return None
     last = (sched or {}).get("_last_lr")
-    lrs = [float(x) for x in last] if isinstance(last, (list, tuple)) and last else []
-    lrs = [x for x in lrs if isinstance(x, float)] or st.optimizer_lrs
+    lrs = [v for x in last if (v := _common._side(x)) is not None] \
+        if isinstance(last, (list, tuple)) and last else []
+    lrs = lrs or [x for x in st.optimizer_lrs if _common._side(x) is not None]
     return (st.scheduler_progress.value, float(lrs[0])) if lrs else None
 
 
@@ -251,7 +256,8 @@ def _lr_history(ts: dict) -> list[tuple[int, float]]:
     out = []
     for entry in ts.get("log_history") or []:
         if isinstance(entry, dict) and isinstance(entry.get("step"), int) \
-                and isinstance(entry.get("learning_rate"), (int, float)):
+                and _common._side(entry["step"], count=True) is not None \
+                and _common._side(entry.get("learning_rate")) is not None:
             out.append((entry["step"], float(entry["learning_rate"])))
     return out
 

@@ -222,15 +222,18 @@ def read(path: Path) -> RunState:
         st.notes.append("scheduler uses pre-2021 key names (num_iters/end_iter): it counts "
                         "iterations, not samples")
 
-    gbs = _common.number(args.get("global_batch_size"))
+    gbs = _common.side_num(st, args.get("global_batch_size"), src, "args.global_batch_size",
+                           count=True)
     style = str(_common.plain(scheduler_field(sched, "lr_decay_style")))
     params: dict[str, Any] = {}
     wsd = sched.get("wsd_decay_steps")
     if wsd is None:
         if args.get("train_iters") and args.get("lr_wsd_decay_iters") is not None and gbs:
-            wsd = args["lr_wsd_decay_iters"] * (1 if iteration_era else gbs)
+            wsd = _common.num(args["lr_wsd_decay_iters"], src, "args.lr_wsd_decay_iters",
+                              count=True) * (1 if iteration_era else gbs)
         elif args.get("lr_wsd_decay_samples") is not None:
-            wsd = args["lr_wsd_decay_samples"]
+            wsd = _common.num(args["lr_wsd_decay_samples"], src, "args.lr_wsd_decay_samples",
+                              count=True)
     if wsd is not None:
         params["wsd_decay_steps"] = wsd
     wsd_style = sched.get("lr_wsd_decay_style", args.get("lr_wsd_decay_style"))
@@ -239,27 +242,36 @@ def read(path: Path) -> RunState:
     for k in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style"):
         if k in sched:
             params[k] = sched[k]
+    init_key = "init_lr" if "init_lr" in sched else "args.lr_warmup_init"
     init_lr = sched.get("init_lr", args.get("lr_warmup_init", 0.0)) or 0.0
+
+    def field(name: str, count: bool = False) -> float:
+        key = next((k for k in SCHEDULER_KEYS[name] if k in sched), SCHEDULER_KEYS[name][0])
+        return _common.num(scheduler_field(sched, name), src, f"opt_param_scheduler.{key}",
+                           count=count)  # type: ignore[return-value]
 
     st.schedule = ScheduleSpec(
         family="megatron", kind=style,
-        max_lr=float(scheduler_field(sched, "max_lr")),
-        min_lr=float(scheduler_field(sched, "min_lr")),
-        init_lr=float(init_lr),
-        warmup=float(scheduler_field(sched, "lr_warmup_steps")),
-        horizon=float(scheduler_field(sched, "lr_decay_steps")),
+        max_lr=field("max_lr"),
+        min_lr=field("min_lr"),
+        init_lr=_common.num(init_lr, src, init_key),  # type: ignore[arg-type]
+        warmup=field("lr_warmup_steps"),
+        horizon=field("lr_decay_steps"),
         unit=unit, params=params,
         source=f"{src}:opt_param_scheduler" + ("" if "init_lr" in sched else " + args.lr_warmup_init"),
     )
-    st.scheduler_progress = Counter("scheduler.num_steps",
-                                    float(scheduler_field(sched, "num_steps")), unit, src)
+    st.scheduler_progress = Counter("scheduler.num_steps", field("num_steps", count=True),
+                                    unit, src)
 
     # Counters.
     iteration = sd.get("iteration", sd.get("total_iters"))
-    if isinstance(iteration, int):
-        st.counters.append(Counter("megatron.iteration", iteration, Unit.UPDATES, f"{src}:iteration"))
+    if isinstance(iteration, int) and not isinstance(iteration, bool):
+        iteration = _common.side_num(st, iteration, src, "iteration", count=True)
+        if iteration is not None:
+            st.counters.append(Counter("megatron.iteration", int(iteration), Unit.UPDATES,
+                                       f"{src}:iteration"))
     for k in ("consumed_train_samples", "skipped_train_samples", "consumed_valid_samples"):
-        v = _common.number(args.get(k))
+        v = _common.side_num(st, args.get(k), src, f"args.{k}", count=True)
         if v is not None:
             st.counters.append(Counter(k, v, Unit.SAMPLES, f"{src}:args.{k}"))
     opt = _common.optimizer_summary(sd.get("optimizer"))
@@ -274,7 +286,7 @@ def read(path: Path) -> RunState:
         st.notes.append("no optimizer state in this file (distributed optimizer or --no-save-optim)")
 
     if gbs:
-        st.samples_per_update = float(gbs)
+        st.samples_per_update = gbs
     if args.get("rampup_batch_size"):
         st.notes.append(f"batch-size ramp-up {args['rampup_batch_size']!r}: early iterations used "
                         "smaller global batches, so samples != iterations x global_batch_size")
@@ -391,7 +403,7 @@ def _overflowed_updates(st: RunState, args: dict, sched: dict) -> None:
     if not (it and opt_step and nominal and gbs) or args.get("rampup_batch_size"):
         return
     overflowed = it.value - opt_step.value
-    gap = nominal.value - float(scheduler_field(sched, "num_steps"))
+    gap = nominal.value - st.scheduler_progress.value
     if overflowed <= 0 or gap != overflowed * gbs:
         return
     st.counters.append(Counter("megatron.overflowed_updates", overflowed, Unit.UPDATES,

@@ -202,18 +202,22 @@ def read(path: Path) -> RunState:
         raise UnusableInput(f"scheduler state lacks {', '.join(missing)} (not a megatron-core "
                             "OptimizerParamScheduler?)", src)
     st = RunState(format=NAME, path=str(ckpt), files=[src])
+
+    def field(name: str, count: bool = False) -> float:
+        return _common.num(scheduler_field(sched, name), src, name,  # type: ignore[return-value]
+                           count=count)
     params = {k: sched[k] for k in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style",
                                      "wsd_decay_steps", "lr_wsd_decay_style") if k in sched}
     st.schedule = ScheduleSpec(
         family="megatron", kind=str(_common.plain(scheduler_field(sched, "lr_decay_style"))),
-        max_lr=float(scheduler_field(sched, "max_lr")),
-        min_lr=float(scheduler_field(sched, "min_lr")),
-        init_lr=float(sched.get("init_lr", 0.0) or 0.0),
-        warmup=float(scheduler_field(sched, "lr_warmup_steps")),
-        horizon=float(scheduler_field(sched, "lr_decay_steps")),
+        max_lr=field("max_lr"),
+        min_lr=field("min_lr"),
+        init_lr=_common.num(sched.get("init_lr", 0.0) or 0.0, src, "init_lr"),
+        warmup=field("lr_warmup_steps"),
+        horizon=field("lr_decay_steps"),
         unit=Unit.UPDATES, params=params, source=src,
     )
-    num_steps = float(scheduler_field(sched, "num_steps"))
+    num_steps = field("num_steps", count=True)
     st.scheduler_progress = Counter("scheduler.num_steps", num_steps, Unit.UPDATES, src)
 
     opt_loc = optimizer_location(sfile.parent)

@@ -94,66 +94,40 @@ def walk(obj: Any, key: Key = (), depth: int = 12) -> Iterator[tuple[Key, Any]]:
 
 
 # ---------------------------------------------------------------- loading
-# Modules whose Enum classes may be rebuilt (an Enum is rebuilt from its value; it runs
-# no code of the checkpoint's choosing). Megatron's args hold a few (AttnBackend, ...).
-ENUM_MODULES = ("megatron.core.", "megatron.training.", "mcore_adapter.", "deepspeed.",
-                "transformers.", "accelerate.")
-_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
-# Plain data classes rebuilt by setting their __dict__ (checked: no __setstate__ or
-# __reduce__ of their own). DeepSpeed pickles its loss scaler into ZeRO optimizer files.
-PLAIN_CLASSES = ("deepspeed.runtime.fp16.loss_scaler.LossScaler",
-                 "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
-                 "deepspeed.utils.tensor_fragment.fragment_address")
-
-
-def _allowed_enum(name: str) -> Any:
-    """The class ``name`` if it is a framework Enum or a listed plain class, else None."""
-    import enum
-    import importlib
-
-    module, _, qual = name.rpartition(".")
-    if not module.startswith(ENUM_MODULES):
-        return None
-    try:
-        obj = getattr(importlib.import_module(module), qual)
-    except (ImportError, AttributeError):
-        return None
-    if not isinstance(obj, type):
-        return None
-    if issubclass(obj, enum.Enum):
-        return obj
-    custom = ("__setstate__", "__reduce__", "__reduce_ex__", "__new__")
-    if name in PLAIN_CLASSES and not any(k in b.__dict__ for b in obj.__mro__[:-1]
-                                         for k in custom):
-        return obj
-    return None
-
-
 def load_pickle(path: Path) -> Any:
-    """torch.load with weights_only and an allow-list; mmap so big files stream."""
+    """A file ``fix`` rewrites, loaded with its tensors (torch ``weights_only``, mmap).
+
+    First read by the same safe reader ``inspect`` uses (``lrdoctor.safeload``: the
+    allow-list and the resource limits), so a file torch would choke on or a class
+    off the allow-list is refused before torch sees it. Framework classes become the
+    stand-ins of :mod:`lrdoctor.repair.standins`, mapped by name in code: no module
+    the file names is ever imported.
+    """
+    from lrdoctor.formats import _common
+
+    _common.load(path)  # refuses what inspect refuses, within the limits
     import torch
 
-    allowed: list[Any] = [argparse.Namespace]
-    for _ in range(8):
-        try:
-            with torch.serialization.safe_globals(allowed):
-                return torch.load(path, weights_only=True, mmap=True, map_location="cpu")
-        except Exception as exc:  # noqa: BLE001 - one line for the user
-            text = str(exc)
-            m = _GLOBAL.search(text)
-            enum_cls = _allowed_enum(m.group(1)) if m else None
-            if enum_cls is not None and enum_cls not in allowed:
-                allowed.append(enum_cls)
-                continue
-            if m:
-                msg = (f"it asks for {m.group(1)!r}, which is not on the allow-list of "
-                       "harmless classes (nothing was executed)")
-            else:
-                lines = text.strip().splitlines()
-                msg = lines[0] if lines else type(exc).__name__
-            raise UnusableInput(f"cannot load for rewriting: {msg.strip()[:240]}",
-                                str(path)) from None
-    raise UnusableInput("cannot load for rewriting: too many classes requested", str(path))
+    from lrdoctor.repair import standins
+
+    allowed: list[Any] = [argparse.Namespace, *standins.safe_globals()]
+    try:
+        with torch.serialization.safe_globals(allowed):
+            return torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - one line for the user
+        text = str(exc)
+        m = _GLOBAL.search(text)
+        if m:
+            msg = (f"it asks for {m.group(1)!r}, which is not on the allow-list of "
+                   "harmless classes (nothing was executed)")
+        else:
+            lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+            msg = lines[0] if lines else type(exc).__name__
+        raise UnusableInput(f"cannot load for rewriting: {msg.strip()[:240]}",
+                            str(path)) from None
+
+
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
 
 
 def load_file(path: Path, kind: str) -> Any:
@@ -246,8 +220,10 @@ def copy_file(src: Path, dst: Path, advance: Callable[[int], None] | None = None
 def write_pickle(obj: Any, dst: Path) -> None:
     import torch
 
+    from lrdoctor.repair import standins
+
     dst.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(obj, dst)
+    torch.save(obj, dst, pickle_module=standins.PICKLE_MODULE)  # stand-ins under their own names
     _fsync_file(dst)
 
 

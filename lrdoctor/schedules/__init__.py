@@ -28,9 +28,26 @@ def _family(spec: ScheduleSpec) -> ModuleType:
     return importlib.import_module(f"lrdoctor.schedules.{module}")
 
 
+# What saved parameters of the wrong type or size raise inside a family's arithmetic.
+_BAD_PARAMS = (TypeError, KeyError, IndexError, AttributeError, RecursionError)
+
+
+def _unusable(spec: ScheduleSpec, exc: BaseException) -> ValueError:
+    detail = (str(exc).splitlines() or [""])[0][:120]
+    return ValueError(f"{spec.source or spec.family}: schedule parameters as saved cannot be "
+                      f"evaluated ({type(exc).__name__}: {detail})")
+
+
 def lr_at(spec: ScheduleSpec, progress: float) -> float:
-    """LR the schedule gives at ``progress`` (in ``spec.unit``)."""
-    return _family(spec).lr_at(spec, progress)
+    """LR the schedule gives at ``progress`` (in ``spec.unit``).
+
+    Parameters come from untrusted files: a value of the wrong type is a ValueError
+    (which every caller treats as "LR unknown"), never a TypeError from deep inside.
+    """
+    try:
+        return _family(spec).lr_at(spec, progress)
+    except _BAD_PARAMS as exc:
+        raise _unusable(spec, exc) from None
 
 
 def lr_or_none(spec: ScheduleSpec | None, progress: float) -> float | None:
@@ -74,12 +91,18 @@ def problems(spec: ScheduleSpec) -> list[str]:
     """One line per impossible setting (empty list: the config can run)."""
     if spec.family not in FAMILIES:
         return [f"schedule family={spec.family!r} is not one of {', '.join(FAMILIES)}"]
-    return _family(spec).problems(spec)
+    try:
+        return _family(spec).problems(spec)
+    except (*_BAD_PARAMS, ValueError, OverflowError, ZeroDivisionError) as exc:
+        return [str(_unusable(spec, exc))]
 
 
 def floor_progress(spec: ScheduleSpec) -> float | None:
     """First progress from which the LR sits at its final floor (None: never)."""
-    return _family(spec).floor_progress(spec)
+    try:
+        return _family(spec).floor_progress(spec)
+    except (*_BAD_PARAMS, ValueError, OverflowError, ZeroDivisionError):
+        return None
 
 
 def curve(spec: ScheduleSpec, start: float, stop: float,

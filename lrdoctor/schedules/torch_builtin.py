@@ -163,7 +163,12 @@ def _start(v: _View, closed: bool) -> float:
     raise ValueError(f"torch scheduler {kind!r} is not supported")
 
 
+MAX_REPLAY = 1_000_000  # loop iterations one LR evaluation may take (saved state is untrusted)
+
+
 def _elements(ms: dict[int, int]) -> list[int]:
+    if sum(c for c in ms.values() if isinstance(c, int)) > MAX_REPLAY:
+        raise ValueError("milestone counts too large to replay")
     return [m for m, c in ms.items() for _ in range(c)]
 
 
@@ -248,6 +253,8 @@ def _jump(v: _View, lr0: float, k: int) -> float:
 
     seg, lr = 0, lr0
     restart = t + 1
+    if k > restart and (k - restart) / (2 * t) > MAX_REPLAY:
+        raise ValueError("too many CosineAnnealingLR restarts to replay")
     while restart <= k:
         before = eta + (lr - eta) * (c(restart - 1) / c(seg))
         lr = before + (b - eta) * (1 - math.cos(math.pi / t)) / 2
