@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from lrdoctor.live import LoopWatch, StepGuard
-from lrdoctor.record import BatchLogRecorder
+from lrdoctor.runtime.guard import LoopWatch, StepGuard
+from lrdoctor.runtime.record import BatchLogRecorder
 
 
 def loop(updates: int, ga: int, guard: str) -> float:

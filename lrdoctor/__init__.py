@@ -13,14 +13,14 @@ _API = {
     "read_state": "lrdoctor.inspect_api",
     "plan_fix": "lrdoctor.repair.engine",
     "write_fix": "lrdoctor.repair.engine",
-    "NormalizedStepper": "lrdoctor.live",
-    "StepGuard": "lrdoctor.live",
-    "LoopWatch": "lrdoctor.live",
-    "SchedulerStepError": "lrdoctor.live",
-    "LRDoctorWarning": "lrdoctor.live",
-    "BatchLogRecorder": "lrdoctor.record",
-    "hf_callback": "lrdoctor.callbacks",
-    "lightning_callback": "lrdoctor.callbacks",
+    "NormalizedStepper": "lrdoctor.runtime.guard",
+    "StepGuard": "lrdoctor.runtime.guard",
+    "LoopWatch": "lrdoctor.runtime.guard",
+    "SchedulerStepError": "lrdoctor.runtime.guard",
+    "LRDoctorWarning": "lrdoctor.runtime.guard",
+    "BatchLogRecorder": "lrdoctor.runtime.record",
+    "hf_callback": "lrdoctor.runtime.callbacks",
+    "lightning_callback": "lrdoctor.runtime.callbacks",
 }
 
 

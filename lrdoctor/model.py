@@ -201,3 +201,28 @@ def _jsonable(obj: Any) -> Any:
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     return repr(obj)
+
+
+# ------------------------------------------------------------------ batch log
+# One row per sample: what ``BatchLogRecorder`` (lrdoctor.runtime.record) writes from
+# the training loop and ``lrdoctor replay`` (lrdoctor.replay.batchlog) reads back.
+
+#: Every column, in the order the recorder writes them.
+BATCH_LOG_COLUMNS = ("step", "tokens", "prompt_id", "docs", "rank")
+BATCH_LOG_REQUIRED = ("step", "tokens")
+#: The integer columns and the least value each may hold (``prompt_id``: int or string).
+BATCH_LOG_MIN = {"step": 0, "tokens": 1, "docs": 0, "rank": 0}
+_BATCH_LOG_SUFFIXES = {
+    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".jsonl.gz": "jsonl",
+    ".csv": "csv", ".tsv": "csv", ".csv.gz": "csv", ".parquet": "parquet", ".pq": "parquet",
+}
+
+
+def batch_log_format(name: str) -> str | None:
+    """``jsonl``, ``csv`` or ``parquet`` by a batch log's file name; None when the name
+    does not say (the reader then looks at the bytes, the recorder writes JSONL)."""
+    lower = name.lower()
+    for suffix in sorted(_BATCH_LOG_SUFFIXES, key=len, reverse=True):
+        if lower.endswith(suffix):
+            return _BATCH_LOG_SUFFIXES[suffix]
+    return None

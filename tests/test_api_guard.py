@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from lrdoctor.live import (
+from lrdoctor.replay.batchlog import read_batch_log
+from lrdoctor.runtime.guard import (
     LoopWatch,
     LRDoctorWarning,
     SchedulerStepError,
     StepGuard,
     scheduler_horizon,
 )
-from lrdoctor.replay.batchlog import read_batch_log
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -280,7 +280,7 @@ def extra_stepper(hook: str):
 
 @pytest.mark.frameworks
 def test_hf_healthy_run_is_silent_and_records_the_batch_log(tmp_path):
-    from lrdoctor.callbacks import HFCallback, hf_callback
+    from lrdoctor.runtime.callbacks import HFCallback, hf_callback
 
     cb = hf_callback(batch_log=tmp_path / "batches.jsonl")
     assert isinstance(cb, HFCallback)
@@ -296,7 +296,7 @@ def test_hf_healthy_run_is_silent_and_records_the_batch_log(tmp_path):
 
 @pytest.mark.frameworks
 def test_hf_batch_log_counts_a_micro_batch_once_when_the_loss_runs_the_model_twice(tmp_path):
-    from lrdoctor.callbacks import hf_callback
+    from lrdoctor.runtime.callbacks import hf_callback
 
     model, msgs = hf_train(tmp_path, [hf_callback(batch_log=tmp_path / "b.csv")], ga=2,
                            twice=True)
@@ -308,7 +308,7 @@ def test_hf_batch_log_counts_a_micro_batch_once_when_the_loss_runs_the_model_twi
 
 @pytest.mark.frameworks
 def test_hf_scheduler_stepped_on_every_substep_is_caught(tmp_path):
-    from lrdoctor.callbacks import hf_callback
+    from lrdoctor.runtime.callbacks import hf_callback
 
     cb = hf_callback()
     _, msgs = hf_train(tmp_path, [cb, extra_stepper("on_substep_end")])
@@ -322,7 +322,7 @@ def test_hf_scheduler_stepped_on_every_substep_is_caught(tmp_path):
 
 @pytest.mark.frameworks
 def test_hf_scheduler_stepped_again_each_step_raises_in_strict_mode(tmp_path):
-    from lrdoctor.callbacks import hf_callback
+    from lrdoctor.runtime.callbacks import hf_callback
 
     with pytest.raises(SchedulerStepError, match="LRD103.*advanced 2 steps"):
         hf_train(tmp_path, [hf_callback(strict=True), extra_stepper("on_step_end")], ga=1)
@@ -333,7 +333,7 @@ def test_hf_short_horizon_is_caught(tmp_path):
     """A scheduler the user built for half the run (num_training_steps=3 of 6)."""
     from transformers import Trainer, TrainingArguments, get_linear_schedule_with_warmup
 
-    from lrdoctor.callbacks import hf_callback
+    from lrdoctor.runtime.callbacks import hf_callback
 
     model = TokenModel()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -387,7 +387,7 @@ def pl_train(callback, *, extra=False, accum=1, max_steps=6):
 @pytest.mark.frameworks
 @pytest.mark.parametrize("accum", [1, 3])
 def test_lightning_healthy_run_is_silent_and_records(tmp_path, accum):
-    from lrdoctor.callbacks import lightning_callback
+    from lrdoctor.runtime.callbacks import lightning_callback
 
     cb = lightning_callback(batch_log=tmp_path / "b.parquet")
     module, msgs = pl_train(cb, accum=accum)
@@ -400,7 +400,7 @@ def test_lightning_healthy_run_is_silent_and_records(tmp_path, accum):
 @pytest.mark.frameworks
 @pytest.mark.parametrize("accum", [1, 3])
 def test_lightning_manual_extra_step_is_caught(accum):
-    from lrdoctor.callbacks import lightning_callback
+    from lrdoctor.runtime.callbacks import lightning_callback
 
     cb = lightning_callback()
     _, msgs = pl_train(cb, extra=True, accum=accum)

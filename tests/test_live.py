@@ -8,8 +8,8 @@ import warnings
 import pytest
 import torch
 
-from lrdoctor.live import NormalizedStepper, SchedulerStepError, StepGuard
 from lrdoctor.model import ScheduleSpec, Unit
+from lrdoctor.runtime.guard import NormalizedStepper, SchedulerStepError, StepGuard
 
 
 def opt():

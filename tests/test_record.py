@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lrdoctor.record import BatchLogRecorder, tokens_per_sample
+from lrdoctor.model import BATCH_LOG_COLUMNS, batch_log_format
+from lrdoctor.replay import batchlog
 from lrdoctor.replay.batchlog import read_batch_log
+from lrdoctor.runtime.record import BatchLogRecorder, tokens_per_sample
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +57,7 @@ def test_a_step_is_written_whole_when_the_next_begins(tmp_path):
 
 KILLED = textwrap.dedent("""
     import os, signal, sys
-    from lrdoctor.record import BatchLogRecorder
+    from lrdoctor.runtime.record import BatchLogRecorder
     rec = BatchLogRecorder(sys.argv[1])
     for step in range(200):
         for micro in range(4):
@@ -161,3 +163,15 @@ def test_recorded_from_a_hand_written_loop_replays(tmp_path):
     assert [f.code for f in report.findings if f.code in ("LRD201", "LRD202")] == []
     assert report.extra["summary"]["actual_updates"] == 12
     assert os.path.getsize(log) > 0
+
+
+def test_the_recorder_and_the_reader_share_one_schema(tmp_path):
+    # Every column the reader knows (with its aliases) is one the recorder writes, in order.
+    assert tuple(batchlog.ALIASES) == BATCH_LOG_COLUMNS
+    assert batch_log_format("b.JSONL") == "jsonl" and batch_log_format("b.csv.gz") == "csv"
+    assert batch_log_format("b.pq") == "parquet" and batch_log_format("b.log") is None
+    # A name that does not say: the recorder writes JSONL, and the reader sniffs it back.
+    with BatchLogRecorder(tmp_path / "b.log") as rec:
+        rec.log(0, [3, 4], prompt_ids=["a", "b"], docs=[1, 1], rank=0)
+    df = read_batch_log(str(tmp_path / "b.log"))
+    assert list(df["tokens"]) == [3, 4] and list(df["prompt_id"]) == ["a", "b"]

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from lrdoctor.errors import UnusableInput
+from lrdoctor.model import BATCH_LOG_MIN, BATCH_LOG_REQUIRED, batch_log_format
 
-REQUIRED = ("step", "tokens")
+REQUIRED = BATCH_LOG_REQUIRED
 # Names the frameworks' own logs use for the same thing.
 ALIASES = {
     "step": ("step", "train_step", "global_step", "pipeline_step", "rollout_step"),
@@ -29,20 +30,14 @@ ALIASES = {
     "docs": ("docs", "num_docs", "documents", "n_docs"),
     "rank": ("rank", "dp_rank"),
 }
-INT_COLS = ("step", "tokens", "docs", "rank")
-MIN_VALUE = {"step": 0, "tokens": 1, "docs": 0, "rank": 0}
+INT_COLS = tuple(BATCH_LOG_MIN)
+MIN_VALUE = BATCH_LOG_MIN
 
 
 def _fmt(path: Path) -> str:
-    ext = (
-        "".join(path.suffixes[-2:]).lower() if path.suffix.lower() == ".gz" else path.suffix.lower()
-    )
-    if ext in (".jsonl", ".ndjson", ".json", ".jsonl.gz"):
-        return "jsonl"
-    if ext in (".csv", ".tsv", ".csv.gz"):
-        return "csv"
-    if ext in (".parquet", ".pq"):
-        return "parquet"
+    by_name = batch_log_format(path.name)
+    if by_name is not None:
+        return by_name
     with open(path, "rb") as fh:
         head = fh.read(4096)
     if head[:4] == b"PAR1":
