@@ -182,6 +182,64 @@ _RULES = [
          "`model.pt` and `optimizer.pt` only: no scheduler state among 2 files.",
          "Save the scheduler's `state_dict()` (and the optimizer's) in the checkpoint, or "
          "point lrdoctor at the file or folder that holds it."),
+    # ---- the run across its checkpoints (inspect on a run) -------------
+    Rule("LRD112", "scheduler-restarted-on-resume", _E,
+         "Scheduler progress went backwards or restarted while updates continued",
+         "Between two checkpoints of one run the trainer's counters kept growing while the "
+         "scheduler's progress fell back, or counts only the updates since a resume: the "
+         "scheduler state was not saved or not restored, so the resumed run repeats warmup "
+         "and the early, high-LR part of the schedule. Reported by users of DeepSpeed "
+         "(issues 3875, 5788), Lightning (11188), transformers (27710) and torchtitan (PR 275).",
+         "checkpoint-20 -> checkpoint-40: global_step 20 -> 40 (+20) but scheduler.last_epoch "
+         "20 -> 20 (+0): the scheduler counts only the updates since checkpoint-20.",
+         "Save and restore the scheduler's state_dict with the optimizer's (HF: keep "
+         "scheduler.pt; DeepSpeed: pass the scheduler to deepspeed.initialize or save it in "
+         "client_state); repair the checkpoint with `lrdoctor fix --policy nominal`, which "
+         "sets scheduler progress to the trainer's counters."),
+    Rule("LRD113", "progress-double-counted-on-resume", _E,
+         "Scheduler progress jumped by more than the updates between two checkpoints",
+         "The scheduler advanced more between two checkpoints than the updates in between, "
+         "by the progress it had at the resume: the loop steps the restored scheduler by "
+         "its own progress again after `load_state_dict` (an extra "
+         "`scheduler.step(iteration * global_batch_size)`, THUDM/slime PR 1547, "
+         "radixark/miles PR 1627), so every resume moves the LR ahead.",
+         "iter_0000010 -> iter_0000020: consumed samples 160 -> 320 (+160) but num_steps "
+         "160 -> 480 (+320): the excess 160 is the progress saved at iter_0000010.",
+         "Do not step the scheduler after loading its state (the state already holds the "
+         "progress); repair the checkpoint with `lrdoctor fix --policy nominal`."),
+    Rule("LRD114", "schedule-changed-between-checkpoints", _E,
+         "The horizon, planned end or a schedule parameter changed between checkpoints",
+         "Two checkpoints of one run disagree on the schedule: the horizon or planned end was "
+         "recomputed on resume with another batch size, accumulation or epoch count "
+         "(transformers PR 43718 and `auto_find_batch_size`, NeMo PRs 7518/8744), so the LR "
+         "jumps at the resume and the decay ends somewhere else than planned.",
+         "checkpoint-4 -> checkpoint-8: decay horizon 12 -> 48, planned end (max_steps) "
+         "12 -> 48; at step 4 the LR jumps from 7.5e-4 to 9.9e-4.",
+         "Resume with the batch size, accumulation and epoch count the run started with, or "
+         "fix the horizon in updates (`max_steps`) so it does not depend on them; `lrdoctor "
+         "fix --policy extend-horizon` rewrites a checkpoint's horizon."),
+    Rule("LRD115", "scheduler-state-missing", _W,
+         "A checkpoint saves no scheduler state while its optimizer LR shows a schedule",
+         "The optimizer's param-group `lr` is not the peak LR, so a scheduler was moving it, "
+         "but the checkpoint holds no scheduler state: a resume from it builds a fresh "
+         "scheduler that starts from step 0 (warmup again, the peak LR again). DeepSpeed "
+         "issues 3875/5788 (a client scheduler not passed to `deepspeed.initialize`), "
+         "Lightning 11188, transformers 27710.",
+         "global_step2: optimizer lr 6.9e-4 is 0.69x the initial_lr 1e-3, no lr_scheduler "
+         "state saved.",
+         "Save the scheduler with the checkpoint (pass it to `deepspeed.initialize`, return "
+         "it from `configure_optimizers`, keep `scheduler.pt`), or rebuild it on resume with "
+         "`last_epoch` set to the restored step."),
+    Rule("LRD116", "progress-ratio-changes", _W,
+         "Scheduler progress per update changes over the run",
+         "Between some checkpoints the scheduler advances at a different rate per update "
+         "than before: its step count depends on something that changed during the run "
+         "(dynamic batch composition, the accumulation or world size after a resume, a "
+         "stepping rule that changed).",
+         "checkpoint-10 -> checkpoint-20: the scheduler advanced 2 per update where the run "
+         "so far advanced 1.",
+         "Drive the scheduler by the nominal progress (samples or planned updates) so its "
+         "rate does not depend on batching; repair with `lrdoctor fix --policy nominal`."),
     # ---- replayed loop (replay) ----------------------------------------
     Rule("LRD201", "overshoot", _E,
          "The loop takes more optimizer updates than the scheduler's budget",

@@ -22,9 +22,53 @@ def read_state(path: str | Path, format: str | None = None) -> RunState:
 
 def inspect_path(path: str | Path, format: str | None = None,
                  all: bool = False) -> list[Report]:
-    """One report per inspected checkpoint: the latest, or each with ``all``."""
+    """One report per inspected checkpoint: the latest, or each with ``all``.
+
+    A run is judged as a run either way: every checkpoint found is read, and the
+    run-level findings (:mod:`lrdoctor.diagnose_run`) join the latest checkpoint's
+    report, with the run's history under ``extra["run"]``. Without ``all`` an older
+    checkpoint that cannot be read is skipped and named there, not fatal.
+    """
     mod, ckpts = _checkpoints(path, format)
-    return [report_for(formats.read(mod, c), c) for c in (ckpts if all else ckpts[-1:])]
+    states: list[RunState] = []
+    targets: list[str] = []
+    skipped: list[str] = []
+    for c in ckpts:
+        try:
+            states.append(formats.read(mod, c))
+        except UnusableInput as exc:
+            if all or c == ckpts[-1]:
+                raise
+            skipped.append(str(exc))
+            continue
+        targets.append(str(c))
+    reports = ([report_for(s, c) for s, c in zip(states, targets, strict=True)] if all
+               else [report_for(states[-1], targets[-1])])
+    add_run(reports[-1], states, targets, skipped)
+    return reports
+
+
+def add_run(report: Report, states: list[RunState], targets: list[str] | None = None,
+            skipped: list[str] | None = None) -> None:
+    """Attach the run-level findings and history of ``states`` (oldest first) to ``report``;
+    ``targets`` names each checkpoint as its own report does."""
+    from lrdoctor.diagnose_run import diagnose_run, history
+
+    found = diagnose_run(states)
+    report.findings.extend(found)
+    if len(states) > 1 or skipped:
+        rows = history(states, found)
+        for row, st, t in zip(rows, states, targets or [None] * len(states), strict=True):
+            if t is not None:
+                row["target"] = t
+            # Each checkpoint's own findings too, so the trend row is not "ok" for a
+            # checkpoint that was only read, not shown.
+            own = diagnose(st)
+            row["checkpoint_codes"] = sorted({f.code for f in own})
+            sev = [f.severity for f in own] + [f.severity for f in found
+                                               if f.location == row["path"]]
+            row["worst"] = str(max(sev)) if sev else None
+        report.extra["run"] = {"checkpoints": rows, "skipped": list(skipped or [])}
 
 
 def _checkpoints(path: str | Path, format: str | None) -> tuple[ModuleType, list[Path]]:

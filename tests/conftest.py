@@ -110,7 +110,8 @@ def megatron_args(**over) -> argparse.Namespace:
 
 def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
                  overflow_iters=(), fp16_wrapper: bool = False, sched_per_micro: bool = False,
-                 **arg_over) -> Truth:
+                 resume_at=(), double_count_on_resume: bool = False,
+                 per_micro_from: int | None = None, **arg_over) -> Truth:
     """Train with megatron-core's scheduler as Megatron-LM's train loop does and save
     like ``save_checkpoint`` (torch format) at each iteration in ``save_at``.
 
@@ -118,6 +119,13 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
     the optimizer and scheduler do not step, consumed_train_samples still grows.
     ``sched_per_micro``: the bug of stepping the scheduler (increment=global_batch_size)
     once per micro-batch, num_microbatches times per iteration.
+    ``resume_at``: saved iterations where the job stops and a new one resumes: fresh
+    AdamW and ``OptimizerParamScheduler`` load the saved state dicts (megatron-core's
+    ``load_state_dict`` steps the fresh scheduler to the saved ``num_steps``).
+    ``double_count_on_resume``: slime's bug (THUDM/slime PR 1547): after the load, one
+    more ``scheduler.step(increment=iteration * global_batch_size)``.
+    ``per_micro_from``: from this iteration on (a resumed job running changed code), the
+    scheduler is stepped once per micro-batch.
     """
     import copy
 
@@ -139,12 +147,17 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
         wd_steps = args.train_samples
         wsd = args.lr_wsd_decay_samples
     model = _tiny_model()
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    sched = Sched(opt, init_lr=args.lr_warmup_init, max_lr=args.lr, min_lr=args.min_lr,
-                  lr_warmup_steps=warm, lr_decay_steps=decay, lr_decay_style=args.lr_decay_style,
-                  start_wd=args.start_weight_decay, end_wd=args.end_weight_decay,
-                  wd_incr_steps=wd_steps, wd_incr_style=args.weight_decay_incr_style,
-                  wsd_decay_steps=wsd, lr_wsd_decay_style=args.lr_wsd_decay_style)
+
+    def build():
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+        return opt, Sched(
+            opt, init_lr=args.lr_warmup_init, max_lr=args.lr, min_lr=args.min_lr,
+            lr_warmup_steps=warm, lr_decay_steps=decay, lr_decay_style=args.lr_decay_style,
+            start_wd=args.start_weight_decay, end_wd=args.end_weight_decay,
+            wd_incr_steps=wd_steps, wd_incr_style=args.weight_decay_incr_style,
+            wsd_decay_steps=wsd, lr_wsd_decay_style=args.lr_wsd_decay_style)
+
+    opt, sched = build()
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     truth = Truth(root, meta={"args": args, "lr_decay_steps": decay, "lr_warmup_steps": warm})
@@ -153,7 +166,8 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
         if it not in overflow_iters:
             _train_step(model, opt, it)
             n_micro = gbs // (args.micro_batch_size * args.data_parallel_size)
-            for _ in range(n_micro if sched_per_micro else 1):
+            per_micro = sched_per_micro or (per_micro_from is not None and it >= per_micro_from)
+            for _ in range(n_micro if per_micro else 1):
                 sched.step(increment=gbs)
         iteration = it
         args.consumed_train_samples += gbs
@@ -186,6 +200,15 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
                 {"iteration": iteration, "consumed_train_samples": args.consumed_train_samples,
                  "skipped_train_samples": args.skipped_train_samples,
                  "wsd_decay_steps": wsd}))
+        if it in resume_at:  # a new job: rebuild, then load what was just saved
+            saved = torch.load(sorted(ckpt.glob("mp_rank_*/model_optim_rng.pt"))[0],
+                               weights_only=False)
+            opt, sched = build()
+            opt.load_state_dict(saved["optimizer"]["optimizer"] if fp16_wrapper
+                                else saved["optimizer"])
+            sched.load_state_dict(saved["opt_param_scheduler"])
+            if double_count_on_resume:
+                sched.step(increment=saved["iteration"] * gbs)
     return truth
 
 

@@ -385,7 +385,7 @@ def test_text_report_labels_units_and_checkpoint_names(tmp_path):
     assert next(ln for ln in lines if ln.startswith(" nominal ")).count("32") == 1
     assert "warmup 2 optimizer updates, decay horizon 40 optimizer updates" in text
     assert "scheduler/nominal progress 2.469x" in text
-    assert "scheduler (optimizer updates)" in text
+    assert "progress and horizon in optimizer updates" in text
     names = [ln.split("│")[0].strip() for ln in lines if "│" in ln and "checkpoint-" in ln]
     assert names[-2:] == ["checkpoint-3", "checkpoint-7"]
 

@@ -21,8 +21,9 @@ from lrdoctor.commands._common import (
 HELP = """Read a checkpoint's optimizer and scheduler state and say whether they agree
 on how far training has gone.
 
-PATH is a run directory (the latest checkpoint is inspected; --all for each), one
-checkpoint directory, or one checkpoint file. Only metadata is read: no tensor
+PATH is a run directory (judged as a run: every checkpoint is read and compared with
+the others, the latest is shown in full; --all shows each), one checkpoint directory,
+or one checkpoint file. Only metadata is read: no tensor
 payloads, no code from the pickle.
 
 Examples:
@@ -41,8 +42,8 @@ def inspect_cmd(
     format: Annotated[str | None, typer.Option(
         "--format", help="Force a format: megatron, roll, hf, torchsave, deepspeed, "
         "lightning, accelerate.")] = None,
-    all: Annotated[bool, typer.Option("--all", help="Inspect every checkpoint of a run, with a trend.")] = False,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write the LR curve and the checkpoint's position to this PNG.")] = None,
+    all: Annotated[bool, typer.Option("--all", help="Show every checkpoint of a run in full, not only the latest.")] = False,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG: a run's progress and LR per checkpoint, or one checkpoint's LR curve and position.")] = None,
     json_: JsonOpt = False,
     output_format: OutputFormatOpt = None,
     fail_on: FailOnOpt = FailOn.error,

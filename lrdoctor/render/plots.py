@@ -29,8 +29,11 @@ def _save(fig, path: Path, parents: bool = False, **kw: Any) -> None:
 
 
 def plot_inspect(reports, out: Path) -> Path:
-    """Intended LR curve, the position the trainer's counters imply, and where the
-    scheduler actually is; one panel per inspected checkpoint (the last of --all)."""
+    """A run (two or more checkpoints): :func:`plot_run`. One checkpoint: the intended LR
+    curve, the position the trainer's counters imply, and where the scheduler is."""
+    run = (reports[-1].extra or {}).get("run") if reports else None
+    if run and len(run.get("checkpoints") or []) > 1:
+        return plot_run(reports, out)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -81,6 +84,11 @@ def plot_inspect(reports, out: Path) -> Path:
               frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
+    return _save_plot(fig, out)
+
+
+def _save_plot(fig, out: Path) -> Path:
+    """``--plot``: an unwritable path is unusable input (one line), not a traceback."""
     out = Path(out)
     try:
         _save(fig, out, parents=True)
@@ -89,6 +97,85 @@ def plot_inspect(reports, out: Path) -> Path:
 
         raise UnusableInput(f"--plot: cannot write ({exc.strerror or exc})", str(out)) from None
     return out
+
+
+def plot_run(reports, out: Path) -> Path:
+    """The run's history: scheduler vs nominal progress per checkpoint (top) and the LR
+    (bottom: the optimizer's saved LR, the schedule at the scheduler's progress and at
+    the nominal progress), with the resumes the run-level findings point at marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lrdoctor.diagnose_run import RUN_CODES
+
+    rows = reports[-1].extra["run"]["checkpoints"]
+    have_x = all(r.get("updates") for r in rows)
+    xs = [r["updates"]["value"] if have_x else i for i, r in enumerate(rows)]
+    unit = next((r["updates"]["unit"] for r in rows if r.get("updates")), "")
+    sunit = next((r["scheduler"]["unit"] for r in rows if r.get("scheduler")), unit)
+    fig, (top, bot) = plt.subplots(2, 1, figsize=(9, 7.2), dpi=110, sharex=True)
+    nom = [(x, r["updates"]["value"]) for x, r in zip(xs, rows, strict=True) if r.get("updates")]
+    sch = [(x, r["scheduler"]["value"]) for x, r in zip(xs, rows, strict=True)
+           if r.get("scheduler")]
+    if nom:
+        top.plot(*zip(*nom, strict=True), "o-", color="#2ca02c", label="nominal (trainer's counters)")
+    if sch:
+        top.plot(*zip(*sch, strict=True), "X--", color="#d62728", ms=8, label="scheduler's progress")
+    ys = [y for _, y in nom + sch]
+    top.set_ylim(0, max(ys or [1]) * 1.15)
+    if have_x:
+        top.set_xlim(0, max(xs) * 1.06 or 1)
+    for x in (x for x, r in zip(xs, rows, strict=True) if not r.get("scheduler")):
+        top.axvline(x, color="#9467bd", ls=":", lw=1.5)
+        top.annotate("no scheduler state saved", (x, 0), rotation=90, ha="left", va="bottom",
+                     fontsize=8, color="#9467bd", textcoords="offset points", xytext=(3, 4))
+    for x, r in zip(xs, rows, strict=True):
+        top.annotate(r["checkpoint"], (x, r["scheduler"]["value"] if r.get("scheduler") else
+                                       (r["updates"] or {}).get("value", 0)),
+                     textcoords="offset points", xytext=(4, 6), fontsize=7, color="dimgray")
+    top.set_ylabel(f"progress ({sunit})")
+    top.set_title(f"{Path(reports[-1].target).parent.name or reports[-1].target}: progress and "
+                  f"LR per checkpoint ({reports[-1].format})", fontsize=10)
+    # Resumes the run-level findings point at.
+    resumes = set()
+    for f in reports[-1].findings:
+        if f.code not in RUN_CODES:
+            continue
+        ev = f.evidence
+        if "restarted_near" in ev:
+            resumes.add(float(ev["restarted_near"]))
+        elif f.code in ("LRD113", "LRD114") and have_x:
+            frm = next((x for x, r in zip(xs, rows, strict=True)
+                        if r["path"] == ev.get("from_checkpoint")), None)
+            if frm is not None:
+                resumes.add(float(frm))
+    for i, x in enumerate(sorted(resumes)):
+        for ax in (top, bot):
+            ax.axvline(x, color="black", ls="-.", lw=1,
+                       label="resume (from the findings)" if i == 0 and ax is top else None)
+    for key, style, color, label in (
+            ("optimizer_lr", "s-", "#1f77b4", "optimizer param-group lr (saved)"),
+            ("lr_at_scheduler", "X--", "#d62728", "schedule at the scheduler's progress"),
+            ("lr_at_updates", "o:", "#2ca02c", "schedule at the nominal progress")):
+        pts = [(x, r[key]) for x, r in zip(xs, rows, strict=True) if r.get(key) is not None]
+        if pts:
+            bot.plot(*zip(*pts, strict=True), style, color=color, label=label, ms=6)
+    bot.set_ylabel("learning rate (param group 0)")
+    bot.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    bot.set_xlabel(f"nominal progress ({unit}): where the trainer's counters say training is"
+                   if have_x else "checkpoint (oldest first)")
+    if not have_x:
+        bot.set_xticks(xs, [r["checkpoint"] for r in rows], rotation=30, fontsize=8)
+    for ax in (top, bot):
+        ax.grid(alpha=0.3)
+    top.legend(fontsize=8, loc="upper left", frameon=False)
+    bot.set_ylim(bottom=0)
+    bot.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2,
+               frameon=False)
+    fig.tight_layout()
+    return _save_plot(fig, out)
 
 
 # ------------------------------------------------------------------ replay

@@ -137,40 +137,60 @@ def _counter_table(rows, compared: int, target: str, width: int) -> Table:
 
 
 def render_trend_of_many(reports, con: Console | None = None) -> None:
-    """``inspect --all``: the trend table first, when there is more than one checkpoint."""
-    if len(reports) > 1:
+    """``inspect`` of a run (with or without --all): the trend table first."""
+    if reports and (reports[-1].extra or {}).get("run"):
         render_trend(reports, con)
 
 
 def render_trend(reports, con: Console | None = None) -> None:
+    """The run's history, one row per checkpoint: nominal and scheduler progress with their
+    deltas from the previous checkpoint, the interval's ratio, horizon, optimizer LR, and
+    the codes found there (the run's codes at the checkpoint where their interval ends)."""
     con = con or console()
-    import os
+    run = (reports[-1].extra or {}).get("run") if reports else None
+    if not run or not run.get("checkpoints"):
+        return
+    rows = run["checkpoints"]
 
-    units = {(r.state.get("scheduler_progress") or {}).get("unit") for r in reports} - {None}
-    unit = f" ({units.pop()})" if len(units) == 1 else ""
+    units = {(row.get(k) or {}).get("unit") for row in rows for k in ("updates", "scheduler")}
+    units.discard(None)
+
     table = Table(title="Trend over checkpoints", title_justify="left", show_edge=False)
-    # The checkpoints' own names, not a long shared prefix that the table would cut.
-    base = os.path.commonpath([r.target for r in reports]) if len(reports) > 1 else ""
-    names = [os.path.relpath(r.target, base) if base and r.target != base else r.target
-             for r in reports]
-    for col in ("checkpoint", f"scheduler{unit}", f"nominal{unit}", "ratio", "horizon %", "LR",
-                "worst"):
+    names = [row["checkpoint"] for row in rows]
+    cols = ("checkpoint", "nominal", "scheduler", "ratio", "horizon", "optimizer LR",
+            "found")
+    for col in cols:
         # Names are never cut: at 80 columns every row read 'checkpoint-…'.
-        table.add_column(col, justify="left" if col in ("checkpoint", "worst") else "right",
+        table.add_column(col, justify="left" if col in ("checkpoint", "found") else "right",
                          no_wrap=col == "checkpoint",
                          min_width=min(max(map(len, names)), 40) if col == "checkpoint" else None)
-    for r in reports:
-        st, d = r.state, r.state.get("derived", {})
-        sp, nom = st.get("scheduler_progress"), st.get("nominal_progress")
-        worst = max((f.severity for f in r.findings), default=None)
-        ratio = d.get("progress_ratio")
+    for row in rows:
+        up, sp = row.get("updates"), row.get("scheduler")
+        du, ds = row.get("updates_delta"), row.get("scheduler_delta")
+        ratio = (f"{ds / du:.4g}" if du and ds is not None else "-")
+        codes = sorted(set(row.get("codes") or []) | set(row.get("checkpoint_codes") or []))
+        worst = Severity(["info", "warning", "error"].index(row["worst"]) + 1) \
+            if row.get("worst") else None
+        found = (f"[{_STYLE[worst]}]{', '.join(codes)}[/]" if codes and worst
+                 else ", ".join(codes) or "[green]ok[/green]")
         table.add_row(
-            names[reports.index(r)], _num(sp["value"]) if sp else "-", _num(nom["value"]) if nom else "-",
-            f"{ratio:.4g}x" if ratio is not None else "-",
-            f"{d['horizon_fraction']:.1%}" if d.get("horizon_fraction") is not None else "-",
-            _num(d.get("lr_at_scheduler_progress")),
-            f"[{_STYLE[worst]}]{worst}[/]" if worst else "[green]ok[/green]")
+            row["checkpoint"],
+            _num(up["value"]) + (f" {_delta(du)}" if du is not None else "") if up else "-",
+            _num(sp["value"]) + (f" {_delta(ds)}" if ds is not None else "") if sp else
+            "[bold]none[/bold]",
+            ratio, _num(row.get("horizon")),
+            f"{row['optimizer_lr']:.3g}" if row.get("optimizer_lr") is not None else "-", found)
     con.print(table)
+    # Units and the columns' meaning under the table: in the headers they were cut at 80.
+    con.print(f"[dim]progress and horizon in {' / '.join(sorted(units)) or 'unknown units'}; "
+              "(+n): change since the previous checkpoint; ratio: scheduler change / nominal "
+              "change[/dim]")
+    for why in run.get("skipped") or []:
+        con.print(f"[yellow]not read:[/yellow] {why}")
+
+
+def _delta(x) -> str:
+    return f"({'+' if x >= 0 else ''}{_num(x)})"
 
 
 # ------------------------------------------------------------------- check

@@ -1,0 +1,403 @@
+"""Diagnose a run, not one checkpoint: rules that compare the checkpoints of one run.
+
+The per-checkpoint rules (:mod:`lrdoctor.diagnose`) see one :class:`RunState`.
+The failure shapes users report most after those only show *between*
+checkpoints: a scheduler restarted on resume (state not saved or not
+restored), progress double-counted at every resume (``scheduler.step(iteration
+* global_batch_size)`` after load), a horizon recomputed on resume with another
+batch size, a scheduler state missing from a checkpoint (the next resume
+restarts it), a progress rate that changes over the run.
+
+Input: the run's normalized states, oldest first, in whatever way they were
+enumerated (a format's ``find_checkpoints`` or a content-first discovery); the
+rules are framework-blind. Output: :func:`history` (one row per checkpoint and
+the interval from the previous one, for the trend table and the plot) and
+:func:`diagnose_run` (findings naming the two checkpoints, the counters and
+their deltas).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.findings import Finding, finding
+from lrdoctor.model import Counter, RunState
+
+# Two counters advancing by amounts that differ by more than this (relative, and
+# at least ABS_TOL units) disagree; a checkpoint's own rounding stays below it.
+REL_TOL = 0.05
+ABS_TOL = 1.0
+LR_RTOL = 1e-6
+# The codes this module reports (the rest are one checkpoint's, from lrdoctor.diagnose).
+RUN_CODES = frozenset({"LRD112", "LRD113", "LRD114", "LRD115", "LRD116"})
+
+
+@dataclass
+class Point:
+    """One checkpoint of the run as the run-level rules see it."""
+
+    name: str
+    path: str
+    state: RunState
+    # Where the trainer's counters say the scheduler should be (schedule unit).
+    updates: Counter | None
+    scheduler: Counter | None
+    horizon: float | None
+    planned_end: Counter | None
+    optimizer_lr: float | None
+    lr_at_scheduler: float | None
+    lr_at_updates: float | None
+    flags: list[str] = field(default_factory=list)
+
+
+def _lr(spec, x: float | None) -> float | None:
+    if spec is None or x is None:
+        return None
+    try:
+        v = spec.lr_at(x)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _names(paths: list[str]) -> list[str]:
+    """Checkpoint names relative to what the run's paths share (``checkpoint-8``, not the
+    whole absolute path; ``actor/checkpoint-8`` when that is what tells them apart)."""
+    import os
+
+    if len(paths) < 2:
+        return [Path(p).name for p in paths]
+    try:
+        base = os.path.commonpath(paths)
+    except ValueError:
+        return list(paths)
+    return [os.path.relpath(p, base) if p != base else Path(p).name for p in paths]
+
+
+def points(states: list[RunState]) -> list[Point]:
+    """The run's checkpoints with the counters the rules compare."""
+    names = _names([s.path for s in states])
+    out = []
+    for name, st in zip(names, states, strict=True):
+        updates = st.nominal_progress
+        if updates is None and st.trainer_progress is not None and (
+                st.schedule is None or st.trainer_progress.unit == st.schedule.unit):
+            updates = st.trainer_progress
+        spec = st.schedule
+        sp = st.scheduler_progress
+        out.append(Point(
+            name=name, path=st.path, state=st, updates=updates, scheduler=sp,
+            horizon=float(spec.horizon) if spec is not None and spec.horizon else None,
+            planned_end=st.planned_end,
+            optimizer_lr=st.optimizer_lrs[0] if st.optimizer_lrs else None,
+            lr_at_scheduler=_lr(spec, sp.value if sp else None),
+            lr_at_updates=_lr(spec, updates.value if updates else None)))
+    return out
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.4g}"
+
+
+def _differ(a: float, b: float) -> bool:
+    return abs(a - b) > max(ABS_TOL, REL_TOL * max(abs(a), abs(b)))
+
+
+def _same(a: float, b: float) -> bool:
+    return not _differ(a, b)
+
+
+def _counter_ev(c: Counter, a: float, b: float) -> dict[str, Any]:
+    return {"counter": c.name, "from": a, "to": b, "delta": b - a, "unit": c.unit.value}
+
+
+# ---------------------------------------------------------------- the rules
+
+def diagnose_run(states: list[RunState]) -> list[Finding]:
+    """Run-level findings for the checkpoints of one run, oldest first."""
+    pts = points(states)
+    out: list[Finding] = []
+    out += _missing_scheduler(pts)
+    drift: list[dict[str, Any]] = []
+    for a, b in zip(pts, pts[1:], strict=False):
+        out += _schedule_changed(a, b)
+    # Consecutive checkpoints with both counters; the ones between them (without a
+    # scheduler state) are where a resume may have restarted the scheduler.
+    idx = [i for i, p in enumerate(pts) if _comparable(p)]
+    pairs = list(zip(idx, idx[1:], strict=False))
+    ratios = [_ratio(pts[i], pts[j]) for i, j in pairs]
+    rate = _baseline(pts[idx[0]]) if idx else 1.0
+    for n, (i, j) in enumerate(pairs):
+        nxt = ratios[n + 1] if n + 1 < len(ratios) else None
+        found, interval = _continuity(pts[i], pts[j], pts[i:j], rate, nxt)
+        out += found
+        if interval is not None:
+            drift.append(interval)
+    out += _ratio_drift(pts, drift)
+    return out
+
+
+def _comparable(p: Point) -> bool:
+    return p.scheduler is not None and p.updates is not None
+
+
+def _ratio(a: Point, b: Point) -> float | None:
+    du = b.updates.value - a.updates.value
+    return (b.scheduler.value - a.scheduler.value) / du if du > 0 else None
+
+
+def _baseline(p: Point) -> float:
+    """The run's own scheduler rate per unit of nominal progress, from its first checkpoint
+    (1 when healthy, k for a scheduler k times fast from the start: the one-checkpoint
+    rules report that). Later intervals are judged against it, so one bad interval (a
+    restart) does not become the norm."""
+    s, u = p.scheduler.value, p.updates.value
+    return s / u if s > 0 and u > 0 else 1.0
+
+
+def _continuity(a: Point, b: Point, resumes: list[Point], rate: float,
+                next_ratio: float | None) -> tuple[list[Finding], dict[str, Any] | None]:
+    """Scheduler progress between two checkpoints against the updates between them, at the
+    run's own ``rate`` (:func:`_baseline`). ``resumes``: the checkpoints from ``a`` up to
+    before ``b``, where a resume may have happened. ``next_ratio``: the next interval's
+    scheduler/updates ratio; a jump is a one-off, so when the same faster rate goes on
+    there, it is a changed rate (the drift rule's), not a double count. Returns the
+    findings and, when the interval is no resume shape, its ratio for the drift rule.
+    """
+    if a.scheduler.unit != b.scheduler.unit or a.updates.unit != b.updates.unit:
+        return [], None
+    du = b.updates.value - a.updates.value
+    if du <= 0:
+        return [], None
+    sa, sb = a.scheduler.value, b.scheduler.value
+    ds = sb - sa
+    expected = rate * du
+    unit = b.scheduler.unit.value
+    ev = {"from_checkpoint": a.path, "to_checkpoint": b.path,
+          "scheduler": _counter_ev(b.scheduler, sa, sb),
+          "updates": _counter_ev(b.updates, a.updates.value, b.updates.value),
+          "expected_scheduler_delta": expected, "run_rate": round(rate, 6)}
+    lr_b = b.lr_at_scheduler
+    lr_txt = ""
+    if lr_b is not None and b.lr_at_updates is not None and not math.isclose(
+            lr_b, b.lr_at_updates, rel_tol=LR_RTOL, abs_tol=1e-15):
+        ev["lr_at_scheduler"], ev["lr_at_updates"] = lr_b, b.lr_at_updates
+        lr_txt = (f"; the schedule gives {lr_b:.6g} at {b.name} where the counters imply "
+                  f"{b.lr_at_updates:.6g}")
+    head = (f"{a.name} -> {b.name}: {b.updates.name} {_fmt(a.updates.value)} -> "
+            f"{_fmt(b.updates.value)} (+{_fmt(du)}) but {b.scheduler.name} {_fmt(sa)} -> "
+            f"{_fmt(sb)} ({'+' if ds >= 0 else ''}{_fmt(ds)}) {unit}")
+    restarted_at = None
+    if ds < 0 and _differ(sa, sb):
+        restarted_at = b.updates.value - sb / rate
+        why = "went backwards"
+    elif sa > ABS_TOL and _differ(ds, expected):
+        for r in resumes:
+            if r.updates is not None and r.updates.value > 0 and _same(
+                    sb, rate * (b.updates.value - r.updates.value)):
+                restarted_at = r.updates.value
+                why = f"counts only the updates since {r.name}"
+                ev["resumed_from"] = r.path
+                break
+    if restarted_at is not None:
+        ev["restarted_near"] = restarted_at
+        return [finding(
+            "LRD112",
+            f"{head}: the scheduler {why}, as if it restarted from 0 at a resume near "
+            f"{b.updates.name} {_fmt(restarted_at)} (state not saved or not restored){lr_txt}.",
+            ev, location=b.path)], None
+    persists = next_ratio is not None and _same(next_ratio * du, ds)
+    if ds > expected and _differ(ds, expected) and not persists:
+        excess = ds - expected
+        ev["excess"] = excess
+        # The resume added the restored progress again (slime/miles: an extra
+        # scheduler.step(iteration * global_batch_size) after load_state_dict).
+        # Either the scheduler's own saved progress or the trainer's (iteration x global
+        # batch), which differ from the second double-counted resume on.
+        for what, base in ((f"the scheduler progress saved at {a.name}", sa),
+                           (f"{a.updates.name} at {a.name}", rate * a.updates.value)):
+            m = round(excess / base) if base > 0 else 0
+            if m >= 1 and _same(excess, m * base):
+                ev["excess_matches"] = {"what": what, "value": base, "multiple": m}
+                times = "" if m == 1 else f" x {m}"
+                return [finding(
+                    "LRD113",
+                    f"{head}: {_fmt(excess)} {unit} more than the updates explain, which is "
+                    f"{what} ({_fmt(base)}){times}: the resume stepped the restored scheduler "
+                    "by the progress again (e.g. scheduler.step(iteration * global_batch_size)"
+                    f" after load_state_dict){lr_txt}.", ev, location=b.path)], None
+    if _differ(ds, expected):
+        return [], {"from": a, "to": b, "ratio": ds / du, "rate": rate, "ev": ev}
+    return [], {"from": a, "to": b, "ratio": ds / du, "rate": rate, "ev": None}
+
+
+def _ratio_drift(pts: list[Point], intervals: list[dict[str, Any]]) -> list[Finding]:
+    """One finding when the per-interval scheduler/updates ratio changes over the run."""
+    bad = [i for i in intervals if i["ev"] is not None]
+    if not bad:
+        return []
+    ratios = [round(i["ratio"], 6) for i in intervals]
+    first = bad[0]
+    a, b = first["from"], first["to"]
+    ev = dict(first["ev"])
+    ev["interval_ratios"] = [{"from": i["from"].name, "to": i["to"].name,
+                              "ratio": round(i["ratio"], 6)} for i in intervals]
+    ev["ratio_before"] = round(first["rate"], 6)
+    ev["ratio_in_interval"] = round(first["ratio"], 6)
+    more = (f"; {len(bad) - 1} more interval(s) differ too" if len(bad) > 1 else "")
+    return [finding(
+        "LRD116",
+        f"{a.name} -> {b.name}: {b.scheduler.name} advanced {first['ratio']:.4g} per unit "
+        f"of {b.updates.name} (+{_fmt(b.scheduler.value - a.scheduler.value)} over "
+        f"+{_fmt(b.updates.value - a.updates.value)}) where the run advanced "
+        f"{first['rate']:.4g}{more} (per-interval ratios "
+        f"{', '.join(f'{r:.4g}' for r in ratios)}): scheduler progress per update depends on something that changed (batch "
+        "composition, accumulation, world size, a resume).", ev, location=b.path)]
+
+
+_COMPARED = (("horizon", "decay horizon"), ("warmup", "warmup"), ("max_lr", "max_lr"),
+             ("min_lr", "min_lr"), ("kind", "schedule kind"))
+
+
+def _schedule_changed(a: Point, b: Point) -> list[Finding]:
+    """A horizon, planned end or schedule parameter that differs between two checkpoints."""
+    changes: list[dict[str, Any]] = []
+    sa, sb = a.state.schedule, b.state.schedule
+    if sa is not None and sb is not None and sa.unit == sb.unit:
+        fitted = "fitted" in (sa.source or "") or "fitted" in (sb.source or "")
+        for attr, label in _COMPARED:
+            if fitted and attr != "horizon":
+                continue  # a fit to a short log is not a saved parameter
+            va, vb = getattr(sa, attr), getattr(sb, attr)
+            if va is None or vb is None or va == vb:
+                continue
+            if isinstance(va, float) and isinstance(vb, float) and math.isclose(
+                    va, vb, rel_tol=1e-9, abs_tol=1e-15):
+                continue
+            changes.append({"what": label, "from": va, "to": vb, "unit": sa.unit.value})
+        if not fitted:
+            for k in sorted(set(sa.params) & set(sb.params)):
+                if sa.params[k] != sb.params[k]:
+                    changes.append({"what": f"schedule parameter {k}", "from": sa.params[k],
+                                    "to": sb.params[k]})
+    pa, pb = a.planned_end, b.planned_end
+    if pa is not None and pb is not None and pa.unit == pb.unit and pa.value != pb.value \
+            and not any(c["what"] == "decay horizon" and c["from"] == pa.value
+                        and c["to"] == pb.value for c in changes):
+        changes.append({"what": f"planned end ({pb.name})", "from": pa.value, "to": pb.value,
+                        "unit": pb.unit.value})
+    if not changes:
+        return []
+    ev: dict[str, Any] = {"from_checkpoint": a.path, "to_checkpoint": b.path,
+                          "changes": changes}
+    lr_txt = ""
+    if sa is not None and sb is not None and a.scheduler is not None:
+        # The LR the old schedule gives at the resume point, and what the new one gives there.
+        x = a.scheduler.value
+        old, new = _lr(sa, x), _lr(sb, x)
+        if old is not None and new is not None and not math.isclose(
+                old, new, rel_tol=LR_RTOL, abs_tol=1e-15):
+            ev["lr_at_resume_old_schedule"], ev["lr_at_resume_new_schedule"] = old, new
+            lr_txt = (f"; at {a.scheduler.name} {_fmt(x)} the LR jumps from {old:.6g} to "
+                      f"{new:.6g}")
+    what = ", ".join(f"{c['what']} {_fmt_any(c['from'])} -> {_fmt_any(c['to'])}"
+                     for c in changes)
+    return [finding(
+        "LRD114",
+        f"{a.name} -> {b.name}: {what} (recomputed on resume, e.g. with another batch size, "
+        f"accumulation or epoch count){lr_txt}.", ev, location=b.path)]
+
+
+def _fmt_any(v: Any) -> str:
+    return _fmt(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
+
+
+def _missing_scheduler(pts: list[Point]) -> list[Finding]:
+    """A checkpoint without scheduler state whose optimizer LR is not the peak: a scheduler
+    was moving the LR, and a resume from here builds a fresh one that starts over."""
+    out = []
+    for i, p in enumerate(pts):
+        if p.scheduler is not None or p.optimizer_lr is None:
+            continue
+        peak, whence = _peak(pts, i)
+        if peak is None or peak <= 0:
+            continue
+        lrs = p.state.optimizer_lrs
+        if all(math.isclose(lr, peak, rel_tol=LR_RTOL) for lr in lrs):
+            continue
+        ev: dict[str, Any] = {"checkpoint": p.path, "optimizer_lrs": lrs, "peak_lr": peak,
+                              "peak_from": whence}
+        where = ""
+        if p.updates is not None:
+            ev["updates"] = {"counter": p.updates.name, "value": p.updates.value,
+                             "unit": p.updates.unit.value}
+            where = f" at {p.updates.name} {_fmt(p.updates.value)}"
+        other = next((q for q in reversed(pts[:i]) if q.scheduler is not None), None) or \
+            next((q for q in pts[i + 1:] if q.scheduler is not None), None)
+        if other is not None:
+            ev["checkpoint_with_scheduler"] = other.path
+            ev["scheduler_there"] = {"counter": other.scheduler.name,
+                                     "value": other.scheduler.value}
+        also = (f" ({other.name} has {other.scheduler.name} {_fmt(other.scheduler.value)})"
+                if other is not None else "")
+        out.append(finding(
+            "LRD115",
+            f"{p.name} saves no scheduler state{where}, but its optimizer lr "
+            f"{lrs[0]:.6g} is {lrs[0] / peak:.3g}x the peak {peak:.6g} ({whence}): a "
+            f"scheduler was moving it{also}, and a resume from {p.name} restarts the "
+            "schedule from step 0.", ev, location=p.path))
+    return out
+
+
+def _peak(pts: list[Point], i: int) -> tuple[float | None, str]:
+    p = pts[i]
+    init = p.state.extras.get("optimizer_initial_lrs")
+    if init:
+        return float(init[0]), "the optimizer's initial_lr, set by a torch LR scheduler"
+    if p.state.schedule is not None and p.state.schedule.max_lr:
+        return p.state.schedule.max_lr, p.state.schedule.source or "the checkpoint's schedule"
+    for q in pts:
+        if q.state.schedule is not None and q.state.schedule.max_lr:
+            return q.state.schedule.max_lr, f"the schedule of {q.name}"
+    return None, ""
+
+
+# ---------------------------------------------------------------- history
+
+def history(states: list[RunState], findings: list[Finding] | None = None
+            ) -> list[dict[str, Any]]:
+    """One JSON-ready row per checkpoint: counters, deltas from the previous one, LRs, and
+    the run-level codes whose interval ends there (for the trend table and the plot)."""
+    pts = points(states)
+    flagged: dict[str, list[str]] = {}
+    for f in findings or []:
+        key = f.evidence.get("to_checkpoint") or f.evidence.get("checkpoint")
+        if key:
+            flagged.setdefault(key, []).append(f.code)
+    rows = []
+    prev: Point | None = None
+    for p in pts:
+        row: dict[str, Any] = {
+            "checkpoint": p.name, "path": p.path,
+            "updates": _cval(p.updates), "scheduler": _cval(p.scheduler),
+            "horizon": p.horizon,
+            "planned_end": _cval(p.planned_end),
+            "optimizer_lr": p.optimizer_lr,
+            "lr_at_scheduler": p.lr_at_scheduler, "lr_at_updates": p.lr_at_updates,
+            "codes": sorted(set(flagged.get(p.path, []))),
+        }
+        if prev is not None:
+            if p.updates is not None and prev.updates is not None:
+                row["updates_delta"] = p.updates.value - prev.updates.value
+            if p.scheduler is not None and prev.scheduler is not None:
+                row["scheduler_delta"] = p.scheduler.value - prev.scheduler.value
+        rows.append(row)
+        prev = p
+    return rows
+
+
+def _cval(c: Counter | None) -> dict[str, Any] | None:
+    return None if c is None else {"name": c.name, "value": c.value, "unit": c.unit.value}

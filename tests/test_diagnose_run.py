@@ -1,0 +1,224 @@
+"""Run-level diagnosis: checkpoints of one run compared with each other.
+
+Every buggy run is written by the framework's own classes and resumed for real (a
+``transformers.Trainer`` resumed from its checkpoint, megatron-core's
+``OptimizerParamScheduler`` rebuilt and loaded the way Megatron-LM/slime do);
+each has a healthy twin resumed the right way, which must stay silent.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import hf_run, megatron_run
+
+from lrdoctor.findings import Severity
+from lrdoctor.inspect_api import inspect_path
+
+pytestmark = pytest.mark.frameworks
+
+
+def run_codes(report) -> list[str]:
+    return sorted(f.code for f in report.findings if f.code in RUN_CODES)
+
+
+RUN_CODES = {"LRD112", "LRD113", "LRD114", "LRD115", "LRD116"}
+
+
+def the(report, code):
+    (f,) = [f for f in report.findings if f.code == code]
+    return f
+
+
+def silent(reports):
+    for r in reports:
+        bad = [(f.code, f.message) for f in r.findings if f.severity >= Severity.WARNING]
+        assert not bad, (r.target, bad)
+
+
+# ---------------------------------------------------------------- HF Trainer, resumed
+
+def _stop_at(step):
+    from transformers import TrainerCallback
+
+    class Preempt(TrainerCallback):
+        """The job is killed right after the checkpoint at ``step`` is written."""
+
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == step:
+                control.should_training_stop = True
+
+    return Preempt()
+
+
+def _drop_scheduler_at(step):
+    from transformers import TrainerCallback
+
+    class DropScheduler(TrainerCallback):
+        """scheduler.pt never reaches storage for this checkpoint (a copy filter, a
+        failed upload): the Trainer wrote it, the resume does not find it."""
+
+        def on_save(self, args, state, control, **kw):
+            if state.global_step == step:
+                (__import__("pathlib").Path(args.output_dir)
+                 / f"checkpoint-{step}" / "scheduler.pt").unlink()
+
+    return DropScheduler()
+
+
+@pytest.fixture(scope="module")
+def hf_restart(tmp_path_factory):
+    """Trainer to step 8 (saves 4, 8; scheduler.pt of checkpoint-8 lost), resumed to 16:
+    HF then loads neither optimizer nor scheduler, global_step continues from 8."""
+    out = tmp_path_factory.mktemp("hfr") / "out"
+    kw = dict(max_steps=16, save_steps=4, warmup_steps=2, save_state=False)
+    hf_run(out, callbacks=[_stop_at(8), _drop_scheduler_at(8)], **kw)
+    hf_run(out, resume_from=str(out / "checkpoint-8"), **kw)
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf_restart_twin(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hfr_twin") / "out"
+    kw = dict(max_steps=16, save_steps=4, warmup_steps=2, save_state=False)
+    hf_run(out, callbacks=[_stop_at(8)], **kw)
+    hf_run(out, resume_from=str(out / "checkpoint-8"), **kw)
+    return out
+
+
+def test_hf_scheduler_restarted_on_resume(hf_restart):
+    (r,) = inspect_path(hf_restart)  # a run folder is judged as a run without --all
+    assert run_codes(r) == ["LRD112", "LRD115"]
+    f = the(r, "LRD112")
+    ev = f.evidence
+    assert ev["from_checkpoint"].endswith("checkpoint-4")
+    assert ev["to_checkpoint"].endswith("checkpoint-12")
+    assert ev["resumed_from"].endswith("checkpoint-8")
+    assert (ev["updates"]["from"], ev["updates"]["to"], ev["updates"]["delta"]) == (4, 12, 8)
+    assert (ev["scheduler"]["from"], ev["scheduler"]["to"], ev["scheduler"]["delta"]) == (4, 4, 0)
+    assert "checkpoint-4 -> checkpoint-12" in f.message and "since checkpoint-8" in f.message
+    m = the(r, "LRD115")
+    assert m.evidence["checkpoint"].endswith("checkpoint-8")
+    assert m.evidence["peak_lr"] == 1e-3 and m.evidence["optimizer_lrs"][0] < 1e-3
+    # The trend rows name the codes at the checkpoint where the interval ends.
+    rows = {row["checkpoint"]: row for row in r.extra["run"]["checkpoints"]}
+    assert rows["checkpoint-12"]["codes"] == ["LRD112"]
+    assert rows["checkpoint-8"]["scheduler"] is None
+    assert rows["checkpoint-16"]["scheduler_delta"] == 4 and rows["checkpoint-16"]["codes"] == []
+
+
+def test_hf_resume_twin_is_silent(hf_restart_twin):
+    reps = inspect_path(hf_restart_twin, all=True)
+    assert [r.target.rsplit("/", 1)[-1] for r in reps] == [
+        "checkpoint-4", "checkpoint-8", "checkpoint-12", "checkpoint-16"]
+    silent(reps)
+    assert "run" in reps[-1].extra and all("run" not in r.extra for r in reps[:-1])
+
+
+@pytest.fixture(scope="module")
+def hf_horizon(tmp_path_factory):
+    """3 epochs of 64 samples, batch 4: GA 4 gives max_steps 12; stopped at 4 and resumed
+    with GA 1, the Trainer recomputes max_steps = 48 and rebuilds the cosine on it."""
+    def make(ga_after):
+        out = tmp_path_factory.mktemp(f"hfh{ga_after}") / "out"
+        kw = dict(max_steps=-1, save_steps=4, warmup_steps=2, save_state=False)
+        hf_run(out, grad_accum=4, callbacks=[_stop_at(4)],
+               args_over={"num_train_epochs": 3}, **kw)
+        hf_run(out, grad_accum=ga_after, resume_from=str(out / "checkpoint-4"),
+               args_over={"num_train_epochs": 3, "save_steps": 8 if ga_after == 1 else 4},
+               **kw)
+        return out
+    return make
+
+
+def test_hf_horizon_recomputed_on_resume(hf_horizon):
+    out = hf_horizon(1)
+    reps = inspect_path(out, all=True)
+    assert reps[0].target.endswith("checkpoint-4") and reps[1].target.endswith("checkpoint-8")
+    r = reps[-1]
+    assert run_codes(r) == ["LRD114"]
+    f = the(r, "LRD114")
+    assert f.evidence["from_checkpoint"].endswith("checkpoint-4")
+    assert f.evidence["to_checkpoint"].endswith("checkpoint-8")
+    changes = {c["what"]: (c["from"], c["to"]) for c in f.evidence["changes"]}
+    assert changes == {"decay horizon": (12, 48)}
+    assert f.evidence["lr_at_resume_new_schedule"] > f.evidence["lr_at_resume_old_schedule"]
+    assert "decay horizon 12 -> 48" in f.message
+
+
+def test_hf_horizon_twin_is_silent(hf_horizon):
+    silent(inspect_path(hf_horizon(4), all=True))
+
+
+# ---------------------------------------------------------------- megatron-core, resumed
+
+def test_megatron_double_counted_on_every_resume(tmp_path):
+    truth = megatron_run(tmp_path / "ck", save_at=(10, 20, 30), resume_at=(10, 20),
+                         double_count_on_resume=True)
+    saved = [s.scheduler["num_steps"] for s in truth.saves]
+    assert saved == [160, 160 + 160 + 160, 480 + 320 + 160]  # megatron-core's own counter
+    (r,) = inspect_path(truth.root)
+    found = [f for f in r.findings if f.code == "LRD113"]
+    assert len(found) == 2
+    first, second = found
+    assert first.evidence["scheduler"]["delta"] == 320
+    assert first.evidence["updates"]["delta"] == 160
+    assert first.evidence["excess"] == 160
+    assert first.evidence["excess_matches"]["multiple"] == 1
+    assert second.evidence["scheduler"]["from"] == 480
+    assert second.evidence["scheduler"]["delta"] == 480  # +160 updates, +320 re-added
+    assert second.evidence["excess_matches"]["value"] == 320  # iteration 20 x gbs 16
+    assert "iter_0000010 -> iter_0000020" in first.message
+    assert "LRD116" not in run_codes(r) and "LRD112" not in run_codes(r)
+
+
+def test_megatron_resume_twin_is_silent(tmp_path):
+    truth = megatron_run(tmp_path / "ck", save_at=(10, 20, 30), resume_at=(10, 20))
+    assert [s.scheduler["num_steps"] for s in truth.saves] == [160, 320, 480]
+    silent(inspect_path(truth.root, all=True))
+
+
+def test_megatron_rate_changed_after_resume(tmp_path):
+    """The resumed job steps the scheduler per micro-batch (4 per iteration): every later
+    interval runs 4x, a changed rate and not a one-off jump."""
+    truth = megatron_run(tmp_path / "ck", save_at=(10, 20, 30), resume_at=(10,),
+                         per_micro_from=11)
+    assert [s.scheduler["num_steps"] for s in truth.saves] == [160, 160 + 640, 800 + 640]
+    (r,) = inspect_path(truth.root)
+    assert run_codes(r) == ["LRD116"]
+    f = the(r, "LRD116")
+    assert f.evidence["ratio_before"] == 1.0 and f.evidence["ratio_in_interval"] == 4.0
+    assert [i["ratio"] for i in f.evidence["interval_ratios"]] == [4.0, 4.0]
+    assert f.evidence["scheduler"]["delta"] == 640 and f.evidence["updates"]["delta"] == 160
+    assert "iter_0000010 -> iter_0000020" in f.message and "1 more interval" in f.message
+
+
+def test_trend_table_and_plot_of_a_run(hf_restart, monkeypatch):
+    from rich.console import Console
+
+    from lrdoctor.render import plots, render_trend
+
+    reps = inspect_path(hf_restart)
+    con = Console(record=True, width=80, highlight=False)
+    render_trend(reps, con)
+    rows: dict[str, str] = {}
+    name = None
+    for ln in con.export_text().splitlines():
+        if "│" in ln:  # a wrapped cell continues on a line whose first cell is empty
+            name = ln.split("│")[0].strip() or name
+            rows[name] = rows.get(name, "") + " " + "".join(ln.split("│")[1:])
+    assert "none" in rows["checkpoint-8"] and "LRD115" in rows["checkpoint-8"]
+    assert "LRD112" in rows["checkpoint-12"] and "12 (+4)" in rows["checkpoint-12"]
+    assert "8 (+4)" in rows["checkpoint-16"] and "LRD108" in rows["checkpoint-16"]
+
+    figs = []
+    monkeypatch.setattr(plots, "_save_plot", lambda fig, out: figs.append(fig) or out)
+    plots.plot_inspect(reps, hf_restart / "run.png")
+    (fig,) = figs
+    top, bot = fig.axes[:2]
+    assert top.get_ylabel() == "progress (optimizer updates)"
+    assert bot.get_ylabel() == "learning rate (param group 0)"
+    assert bot.get_xlabel().startswith("nominal progress (optimizer updates)")
+    series = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in top.lines}
+    assert series["scheduler's progress"] == ([4, 12, 16], [4, 4, 8])
+    assert series["nominal (trainer's counters)"] == ([4, 8, 12, 16], [4, 8, 12, 16])
+    assert series["resume (from the findings)"][0] == [8, 8]  # the restart at checkpoint-8
