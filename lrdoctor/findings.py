@@ -321,6 +321,13 @@ _RULES = [
          "crash on divisibility or take extra optimizer steps.",
          "SkyRL step-wise: 37 sequences, mini-batch 16: 3 updates instead of 2.",
          "Cut mini-batches at prompt boundaries."),
+    Rule("LRD213", "config-key-not-modelled", _W,
+         "A framework config key changes step accounting but is not replayed",
+         "replay translated the framework's own config; this key (dynamic sampling, critic "
+         "warmup, a launcher-set world size, ...) changes how many samples or updates a step "
+         "has, and the replay does not model it, so its numbers hold only without it.",
+         "verl trainer.critic_warmup: 10: the actor and its LR do not move for 10 steps.",
+         "Check the key's effect by hand, or replay a batch log recorded from the run."),
     # ---- lrdoctor configuration (check) --------------------------------
     Rule("LRD301", "unused-ignore", _W,
          "An ignore in the lrdoctor configuration matched nothing",

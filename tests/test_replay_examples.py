@@ -84,6 +84,26 @@ def check_verl(rep, s):
     assert max(i.plan.notes["max_micro_batch_tokens"] for i in infos) <= 16384
 
 
+def check_verl_grpo(rep, s):
+    # 256 prompts x 8 / (64 x 8) = 4 updates per step, 40 steps; verl 0.9.1 fits every
+    # micro-batch under the 24000-token cap, so no LRD209.
+    assert s["actual_updates"] == 160 and s["progress_ratio"] == 1.0
+    assert "trainer.critic_warmup" in s["config_keys_used"]
+
+
+def check_skyrl_trainer(rep, s):
+    assert s["actual_updates"] == 120 and s["updates_per_step"]["min"] == 4
+    assert s["config_keys_used"]["generator.n_samples_per_prompt"] == 4
+
+
+def check_nemo(rep, s):
+    assert s["actual_updates"] == 200 and s["progress_ratio"] == 1.0
+
+
+def check_fast_llm(rep, s):
+    assert s["actual_updates"] > 200 and s["progress_ratio"] > 1.0
+
+
 CASES = {
     # name: (extra args, expected codes, checker, also on the torch path)
     "fastllm-docs": ({}, {"LRD201"}, check_fastllm, True),
@@ -94,6 +114,11 @@ CASES = {
                              False),
     "skyrl-stepwise": ({}, set(), check_skyrl, True),
     "verl-dynamic-bsz": ({}, {"LRD209"}, check_verl, False),
+    # The frameworks' own configs, translated (tests/test_replay_translate.py checks the keys).
+    "verl-grpo-trainer": ({}, {"LRD213"}, check_verl_grpo, False),
+    "skyrl-trainer": ({}, set(), check_skyrl_trainer, False),
+    "nemo-rl-grpo-math": ({}, set(), check_nemo, True),
+    "fast-llm-trainer": ({}, {"LRD201"}, check_fast_llm, False),
 }
 
 

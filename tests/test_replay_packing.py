@@ -452,3 +452,32 @@ def test_every_strategy_places_every_sample_once(lens, dp, strategy, cap):
         for mb in plan.micro_batches:
             for r, tk in zip(mb.ranks, mb.tokens, strict=True):
                 assert len(r) <= 1 or tk <= cap
+
+
+def test_nemo_rl_mffd_and_bin_count_adjustment():
+    # cap 10, lengths 6,4,3,3,2,1: large [6] takes the medium 4; the small and tiny
+    # leftovers go to NeMo-RL's sorted-bin first fit -> [[0, 1], [2, 3, 4, 5]].
+    from lrdoctor.replay.packing import sequence_packing as SP
+
+    assert SP.pack([6, 4, 3, 3, 2, 1], 10) == [[0, 1], [2, 3, 4, 5]]
+    # dp 4: the count rises to 4 by moving the last item of the fullest bins.
+    assert SP.pack([6, 4, 3, 3, 2, 1], 10, multiple=4) == [[0, 1], [2, 3], [5], [4]]
+    assert SP.pack([6, 4, 3, 3, 2, 1], 10, "concatenative") == [[0, 1], [2, 3, 4, 5]]
+    # FFD sorts (length, index) pairs descending: of the two 3s, index 3 comes first.
+    assert SP.pack([6, 4, 3, 3, 2, 1], 10, "first_fit_decreasing") == [[0, 1], [3, 2, 4, 5]]
+
+
+def test_sequence_packing_plan_deals_bins_round_robin_per_global_batch():
+    tokens = np.array([6, 4, 3, 3, 2, 1, 6, 4, 3, 3, 2, 1])
+    plan = P.plan_step(
+        {"strategy": "sequence_packing", "max_tokens_per_microbatch": 10},
+        {"micro_batch_size": 1, "mini_batch_size": 6},
+        {"tokens": tokens},
+        2,
+    )
+    # Each global batch of 6 packs into 2 bins: one per rank, one update per batch.
+    assert plan.boundaries == [0, 1]
+    assert [[r.tolist() for r in mb.ranks] for mb in plan.micro_batches] == [
+        [[0, 1], [2, 3, 4, 5]],
+        [[6, 7], [8, 9, 10, 11]],
+    ]

@@ -115,6 +115,9 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
                                   "rows": [{"value": v, "updates": u, "progress_end": p}
                                            for v, u, p in knob["rows"]]}
     found = analysis.findings(rep, summary, knob)
+    if cfg._keys_used is not None:
+        summary["config_keys_used"] = cfg._keys_used
+        found.extend(analysis.unmodelled_keys(cfg._unmodelled))
     for f in found:
         if f.location and not f.location.startswith(str(config)):
             f.location = f"{config}:{f.location}"

@@ -459,6 +459,13 @@ def _lrd212(c: _Ctx) -> Finding | None:
     return _divisibility(c.rep)
 
 
+def unmodelled_keys(items: list[dict[str, Any]]) -> list[Finding]:
+    """LRD213: keys of a framework's own config that change step accounting, not replayed."""
+    return [finding("LRD213", f"{it['key']} = {it['value']!r}: {it['why']}.",
+                    {"key": it["key"], "value": it["value"]}, location=it["key"])
+            for it in items]
+
+
 # One function per finding code, in catalog order.
 RULES = (_lrd201, _lrd202, _lrd203, _lrd204, _lrd205, _lrd206, _lrd207, _lrd208, _lrd209,
          _lrd210, _lrd211, _lrd212)

@@ -16,13 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from lrdoctor.errors import UnusableInput
 
 STRATEGIES = ("static", "token_budget", "karmarkar_karp", "balanced_first_fit",
-              "prompt_unit", "doc_target")
+              "prompt_unit", "doc_target", "sequence_packing")
 FLAVORS = ("verl", "verl_ceildiv", "openrlhf", "roll", "nemo_rl", "skyrl", "skyrl_rank_first")
-TOKEN_STRATEGIES = ("token_budget", "karmarkar_karp", "balanced_first_fit")
+TOKEN_STRATEGIES = ("token_budget", "karmarkar_karp", "balanced_first_fit", "sequence_packing")
 # Frameworks that pack a micro-batch's sequences end to end without padding (verl
 # use_remove_padding, OpenRLHF packing_samples, SkyRL, Fast-LLM): a micro-batch costs its
 # real tokens, not rows x padded length. ROLL / NeMo-RL token budgets and static batches pad.
-PACKED_STRATEGIES = ("karmarkar_karp", "balanced_first_fit", "prompt_unit", "doc_target")
+PACKED_STRATEGIES = ("karmarkar_karp", "balanced_first_fit", "prompt_unit", "doc_target",
+                     "sequence_packing")
 # Keys whose change should only move memory use, never the schedule (LRD203 on --sweep).
 MEMORY_KNOBS = ("batching.max_tokens_per_microbatch", "batching.num_micro_batches",
                 "batching.round_to")
@@ -94,7 +95,7 @@ class DpCfg(_Section):
 
 class BatchingCfg(_Section):
     strategy: Literal["static", "token_budget", "karmarkar_karp", "balanced_first_fit",
-                      "prompt_unit", "doc_target"] = "static"
+                      "prompt_unit", "doc_target", "sequence_packing"] = "static"
     max_tokens_per_microbatch: int | None = Field(None, ge=1)
     round_to: int = Field(1, ge=1)
     num_micro_batches: int | None = Field(None, ge=1)
@@ -110,6 +111,9 @@ class BatchingCfg(_Section):
     flavor: Literal[FLAVORS] | None = None  # type: ignore[valid-type]
     balance_dp: bool = True  # karmarkar_karp: verl balance_batch over dp ranks
     keep_minibatch: bool = False  # karmarkar_karp: verl balance_batch per mini-batch
+    # sequence_packing (NeMo-RL policy.sequence_packing.algorithm)
+    algorithm: Literal["modified_first_fit_decreasing", "first_fit_decreasing",
+                       "concatenative"] = "modified_first_fit_decreasing"
     prompts_per_mini_batch: int | None = Field(None, ge=1)  # prompt_unit
     pad_mode: Literal["copy", "slice"] = "copy"  # prompt_unit: slice = tensor[:pad_size]
     inner: Literal["static", "balanced_first_fit"] = "static"  # prompt_unit micro-batches
@@ -127,7 +131,7 @@ class BatchingCfg(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> BatchingCfg:
-        if self.strategy in ("token_budget", "balanced_first_fit") and \
+        if self.strategy in ("token_budget", "balanced_first_fit", "sequence_packing") and \
                 self.max_tokens_per_microbatch is None:
             raise ValueError(f"strategy {self.strategy} needs max_tokens_per_microbatch")
         if self.strategy == "karmarkar_karp" and self.max_tokens_per_microbatch is None \
@@ -215,6 +219,10 @@ class RunConfig(_Section):
     _format: str = PrivateAttr(default="run-config")
     # The config file's directory: paths inside the config are relative to it.
     _base_dir: Path | None = PrivateAttr(default=None)
+    # A framework's own config: the keys the translation read, and the keys it saw that
+    # would change step accounting but are not modelled (LRD213).
+    _keys_used: dict[str, Any] | None = PrivateAttr(default=None)
+    _unmodelled: list[dict[str, Any]] = PrivateAttr(default_factory=list)
 
     def resolve_path(self, p: str) -> str:
         """A path written in the config, relative to the config file (not the cwd)."""
@@ -340,21 +348,61 @@ def load_config(path: str | Path) -> RunConfig:
         if "not a UTF-8 text file" in str(exc):
             raise UnusableInput("not a YAML text file (binary content)", str(path)) from None
         raise
-    # size, nesting, alias/merge-key expansion and key checks (lrdoctor.limits)
-    data = safetext.yaml_loads(text, str(path))
-    if isinstance(data, dict) and not set(data) & set(RunConfig.model_fields):
-        try:
+    from lrdoctor.replay import translate
+
+    try:
+        # size, nesting, alias/merge-key expansion and key checks (lrdoctor.limits)
+        data = safetext.yaml_loads(text, str(path))
+    except UnusableInput as exc:
+        tr = None
+        if str(exc).startswith("not valid YAML"):  # an OpenRLHF launch script need not be YAML
+            tr = _in_file(path, lambda: translate.translate_text(text, path.resolve().parent))
+        if tr is None:
+            raise
+        return _from_translation(tr, path)
+    if not isinstance(data, dict):
+        tr = _in_file(path, lambda: translate.translate_text(text, path.resolve().parent))
+        if tr is not None:
+            return _from_translation(tr, path)
+    # lrdoctor's own config always has ``train``; the frameworks' never do (verl's and
+    # Fast-LLM's share other top-level names with it: data, schedule).
+    if isinstance(data, dict) and "train" not in data:
+        name = translate.detect_yaml(data)
+        if name == "roll":
             from lrdoctor.replay import roll_yaml
-        except ImportError:  # pragma: no cover - the inputs helper's module
-            roll_yaml = None
-        if roll_yaml is not None and roll_yaml.looks_like_roll(data):
+
             # to_config returns the lrdoctor config dict; validate it like any other.
             cfg = config_from_dict(roll_yaml.to_config(data, str(path)), str(path))
             cfg._format = "roll-yaml"
             cfg._base_dir = path.resolve().parent
             return cfg
+        if name is not None:
+            tr = _in_file(path, lambda: translate.translate_yaml(name, data))
+            return _from_translation(tr, path)
     cfg = config_from_dict(data, str(path))
     cfg._base_dir = path.resolve().parent
+    return cfg
+
+
+def _in_file(path: Path, fn):
+    """Run a translator; its one-line errors name the config file."""
+    try:
+        return fn()
+    except UnusableInput as exc:
+        if exc.path is None:
+            raise UnusableInput(str(exc), str(path)) from None
+        raise
+
+
+def _from_translation(tr, path: Path) -> RunConfig:
+    data = tr.config
+    if isinstance(data.get("data"), dict) and not data["data"].get("synthetic"):
+        data["data"].pop("synthetic", None)
+    cfg = config_from_dict(data, str(path))
+    cfg._format = f"{tr.framework}-config"
+    cfg._base_dir = path.resolve().parent
+    cfg._keys_used = tr.keys_used
+    cfg._unmodelled = tr.unmodelled
     return cfg
 
 
@@ -382,4 +430,5 @@ def with_key(cfg: RunConfig, key: str, value: Any, source: str | None = None) ->
     node[parts[-1]] = value
     out = config_from_dict(data, source or "--sweep")
     out._format, out._base_dir = cfg._format, cfg._base_dir
+    out._keys_used, out._unmodelled = cfg._keys_used, cfg._unmodelled
     return out

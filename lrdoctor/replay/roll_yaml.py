@@ -93,6 +93,28 @@ def _resolve_ref(root: dict, expr: str, stack: tuple[str, ...]) -> Any:
         if val is not None:
             return val
         return default.strip().strip("'\"") if default else _MISSING
+    if expr.startswith("oc.select:"):  # Hydra's "key, else default" (verl's generated configs)
+        key, _, default = expr[len("oc.select:") :].partition(",")
+        got = _lookup(root, key.strip())
+        if got is not _MISSING and got is not None:
+            return _resolve(root, got, (*stack, expr))
+        default = default.strip()
+        if not default or default == "null":
+            return None
+        try:
+            return int(default)
+        except ValueError:
+            try:
+                return float(default)
+            except ValueError:
+                return default.strip("'\"")
+    if expr.startswith("mul:"):  # NeMo-RL's ${mul:a, b} (after the inner refs resolved)
+        try:
+            vals = [float(x) for x in expr[len("mul:") :].split(",")]
+        except ValueError:
+            return _MISSING
+        prod = math.prod(vals)
+        return int(prod) if prod == int(prod) else prod
     if ":" in expr:  # another resolver: not ours to run
         return _MISSING
     if expr in stack:
@@ -120,7 +142,10 @@ def _resolve(root: dict, value: Any, stack: tuple[str, ...] = ()) -> Any:
         got = _resolve_ref(root, m.group(1), stack)
         return m.group(0) if got is _MISSING else str(got)
 
-    return _REF.sub(sub, value)
+    out = _REF.sub(sub, value)
+    if out != value and "${" in out:  # nested: ${mul:${a}, ${b}} resolves inside out
+        return _resolve(root, out, stack)
+    return out
 
 
 def resolve(data: dict) -> dict:

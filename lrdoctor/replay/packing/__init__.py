@@ -41,6 +41,7 @@ from lrdoctor.replay.packing.karmarkar_karp import (
     verl_workload,
 )
 from lrdoctor.replay.packing.prompt_unit import plan_prompt_unit, prompt_runs
+from lrdoctor.replay.packing.sequence_packing import plan_sequence_packing
 from lrdoctor.replay.packing.static import plan_static
 from lrdoctor.replay.packing.token_budget import plan_token_budget
 
@@ -56,6 +57,7 @@ __all__ = [
     "plan_doc_target",
     "plan_karmarkar_karp",
     "plan_prompt_unit",
+    "plan_sequence_packing",
     "plan_static",
     "plan_step",
     "plan_token_budget",
@@ -136,6 +138,18 @@ def plan_step(batching_cfg: Any, train_cfg: Any, frame: Any, dp: int) -> StepPla
             max_tokens=cap,
             inner=str(_get(batching_cfg, "inner", "static")),
             round_to=round_to,
+        )
+    if strategy == "sequence_packing":
+        if not cap:
+            raise UnusableInput("batching.max_tokens_per_microbatch is required for strategy "
+                                "sequence_packing")
+        return plan_sequence_packing(
+            fr,
+            dp,
+            int(cap),
+            mini_batch_size=_get(train_cfg, "mini_batch_size"),
+            round_to=round_to,
+            algorithm=str(_get(batching_cfg, "algorithm", "modified_first_fit_decreasing")),
         )
     if strategy == "doc_target":
         dps = _get(batching_cfg, "docs_per_step")

@@ -23,6 +23,7 @@ STRATEGIES = (
     "balanced_first_fit",
     "prompt_unit",
     "doc_target",
+    "sequence_packing",
 )
 
 

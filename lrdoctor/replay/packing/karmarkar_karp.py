@@ -21,6 +21,7 @@ from lrdoctor.replay.packing.common import (
 # get_minimum_num_micro_batch_size raises ValueError past max_tokens_per_gpu.
 ASSERTS_ON_LONG_SEQUENCE = {
     "verl": "verl's rearrange_micro_batches asserts max_token_len >= the sequence length",
+    "verl_ceildiv": "verl's rearrange_micro_batches asserts max_token_len >= the sequence length",
     "openrlhf": "OpenRLHF's get_minimum_num_micro_batch_size raises ValueError",
 }
 

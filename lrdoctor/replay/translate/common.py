@@ -1,0 +1,110 @@
+"""What every framework translator shares: a key reader that remembers what it read.
+
+A translator turns a framework's own config into an lrdoctor run config. The
+user must be able to see which of their keys decided the replay
+(``config_keys_used`` in ``--json``) and which keys would change the step
+accounting but are not modelled (a warning finding, LRD213), so every read goes
+through :class:`Reader`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lrdoctor.errors import UnusableInput
+from lrdoctor.replay.roll_yaml import _MISSING, _lookup, _num, resolve
+
+
+@dataclass
+class Translation:
+    """A framework config translated: the lrdoctor config dict and the audit trail."""
+
+    framework: str  # "verl", "skyrl", ...
+    config: dict[str, Any]
+    keys_used: dict[str, Any] = field(default_factory=dict)
+    unmodelled: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Reader:
+    """Dotted-key access to one resolved config, recording each key read.
+
+    ``keys_used`` maps a key to the value the replay took, ``"(default) X"`` when
+    the key was absent and the framework's default applied.
+    """
+
+    def __init__(self, data: dict, resolve_refs: bool = True):
+        self.data = resolve(data) if resolve_refs else data
+        self.used: dict[str, Any] = {}
+        self.unmodelled: list[dict[str, Any]] = []
+
+    def has(self, key: str) -> bool:
+        val = _lookup(self.data, key)
+        return val is not _MISSING and val is not None
+
+    def raw(self, key: str) -> Any:
+        val = _lookup(self.data, key)
+        return None if val is _MISSING else val
+
+    def get(self, key: str, default: Any = _MISSING, kind: type | None = None) -> Any:
+        val = _lookup(self.data, key)
+        if val is _MISSING or val is None:
+            if default is _MISSING:
+                return None
+            self.used[key] = f"(default) {default}"
+            return default
+        if isinstance(val, str) and "${" in val:
+            raise UnusableInput(f"{key} is {val!r}: the interpolation does not resolve in this file")
+        if kind in (int, float):
+            val = _num(val, key, kind)
+        elif kind is bool:
+            val = _bool(val, key)
+        elif kind is str:
+            val = str(val)
+        self.used[key] = val
+        return val
+
+    def need(self, key: str, why: str, kind: type = int) -> Any:
+        val = self.get(key, kind=kind)
+        if val is None:
+            raise UnusableInput(f"{key} is missing: {why}")
+        return val
+
+    def unmodelled_if(self, key: str, active: Any, why: str) -> None:
+        """Record ``key`` as set but not modelled when ``active(value)`` is true."""
+        val = _lookup(self.data, key)
+        if val is _MISSING or val is None:
+            return
+        try:
+            hit = active(val)
+        except (TypeError, ValueError):
+            hit = True
+        if hit:
+            self.used[key] = val
+            self.unmodelled.append({"key": key, "value": val, "why": why})
+
+    def done(self, framework: str, config: dict) -> Translation:
+        return Translation(framework, config, dict(sorted(self.used.items())), self.unmodelled)
+
+
+def _bool(val: Any, key: str) -> bool:
+    if isinstance(val, bool):
+        return val
+    if isinstance(val, str) and val.strip().lower() in ("true", "false"):
+        return val.strip().lower() == "true"
+    raise UnusableInput(f"{key} is {val!r}; expected true or false")
+
+
+def positive(val: Any) -> bool:
+    return float(val) > 0
+
+
+def truthy(val: Any) -> bool:
+    return bool(val) and str(val).lower() not in ("false", "0", "none", "null")
+
+
+def synthetic_up_to(max_len: int | None) -> str | None:
+    """Synthetic lengths when the user gives no batch log: uniform up to the config's max."""
+    if not max_len or max_len < 2:
+        return None
+    return f"uniform:{max(1, max_len // 16)}:{max_len}"

@@ -1,0 +1,132 @@
+"""verl's Hydra PPO/GRPO config (``ppo_trainer.yaml`` shape) -> an lrdoctor run config.
+
+What verl does with the keys (read in verl 0.9.1, ``ray_trainer.py``,
+``workers/config/actor.py``, ``workers/engine/fsdp/transformer_impl.py``):
+
+- a train step takes ``data.train_batch_size`` prompts x ``rollout.n`` samples;
+  ``ppo_mini_batch_size`` is in prompts and becomes ``x rollout.n`` samples
+  (global), ``ppo_micro_batch_size_per_gpu`` samples per rank; one optimizer
+  update per mini-batch, ``ppo_epochs`` passes per step;
+- ``use_dynamic_bsz``: micro-batches by Karmarkar-Karp with
+  ``ppo_max_token_len_per_gpu x ulysses_sequence_parallel_size`` tokens (the
+  release decides the count rule, see ``framework``);
+- the LR scheduler steps once per train step (after ``update_policy``) over
+  ``trainer.total_training_steps``; warmup ``lr_warmup_steps`` or
+  ``int(lr_warmup_steps_ratio x total)``; ``constant`` or ``cosine``
+  (``min_lr_ratio``, ``num_cycles``);
+- dp = ``nnodes x n_gpus_per_node`` / (ulysses x, for megatron, tp x pp x cp).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lrdoctor.errors import UnusableInput
+from lrdoctor.replay.translate.common import Reader, Translation, positive, synthetic_up_to, truthy
+
+A = "actor_rollout_ref.actor"
+
+
+def looks_like(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("actor_rollout_ref"), dict) \
+        and isinstance(data.get("data"), dict)
+
+
+def translate(data: dict) -> Translation:
+    r = Reader(data)
+    n = r.get("actor_rollout_ref.rollout.n", 1, int)
+    tbs = r.need("data.train_batch_size", "the replay needs the prompts per step")
+    sps = tbs * n
+    steps = r.get("trainer.total_training_steps", kind=int)
+    if not steps or steps < 1:
+        raise UnusableInput(
+            "trainer.total_training_steps is not set: verl derives it from the dataset length "
+            "x trainer.total_epochs, which a config alone does not hold; set it to the run's steps")
+    r.get("trainer.total_epochs", 1, int)  # shown: the steps above override it
+    nnodes = r.get("trainer.nnodes", 1, int)
+    gpus = r.get("trainer.n_gpus_per_node", 8, int)
+    strategy = r.get(f"{A}.strategy", "fsdp", str)
+    ulysses = r.get(f"{A}.ulysses_sequence_parallel_size", 1, int)
+    model_par = ulysses
+    if strategy == "megatron":
+        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                    "context_parallel_size"):
+            model_par *= r.get(f"{A}.megatron.{key}", 1, int)
+    world = nnodes * gpus
+    if world % model_par:
+        raise UnusableInput(f"trainer.nnodes x n_gpus_per_node = {world} is not divisible by the "
+                            f"model-parallel size {model_par}")
+    dp = max(1, world // model_par)
+    mini = r.get(f"{A}.ppo_mini_batch_size", 256, int) * n
+    micro = r.get(f"{A}.ppo_micro_batch_size_per_gpu", kind=int)
+    if micro is None and r.has(f"{A}.ppo_micro_batch_size"):
+        micro = max(1, r.get(f"{A}.ppo_micro_batch_size", kind=int) // dp)
+    dynamic = r.get(f"{A}.use_dynamic_bsz", False, bool)
+    if micro is None and not dynamic:
+        raise UnusableInput(f"{A}.ppo_micro_batch_size_per_gpu is missing and use_dynamic_bsz is "
+                            "false: verl needs one of them")
+    micro = micro or 1
+    epochs = r.get(f"{A}.ppo_epochs", 1, int)
+    per_rank_mini = max(1, mini // dp)
+    batching: dict[str, Any] = {"strategy": "static"}
+    if dynamic:
+        cap = r.get(f"{A}.ppo_max_token_len_per_gpu", 16384, int) * ulysses
+        batching = {"strategy": "karmarkar_karp", "max_tokens_per_microbatch": cap,
+                    "balance_dp": r.get("trainer.balance_batch", True, bool)}
+    else:
+        r.get("trainer.balance_batch", True, bool)
+
+    optim = f"{A}.optim"
+    lr = r.get(f"{optim}.lr", 1e-6, float)
+    total = r.get(f"{optim}.total_training_steps", -1, int)
+    horizon = total if total and total > 0 else steps
+    warm = r.get(f"{optim}.lr_warmup_steps", -1, int)
+    if warm <= 0:
+        warm = int(r.get(f"{optim}.lr_warmup_steps_ratio", 0.0, float) * horizon)
+    kind = r.get(f"{optim}.lr_scheduler_type", None, str) or r.get(
+        f"{optim}.warmup_style", "constant", str)
+    if kind == "constant":
+        schedule = {"family": "hf", "kind": "constant_with_warmup", "max_lr": lr,
+                    "warmup": warm, "horizon": float(horizon)}
+    elif kind == "cosine":
+        schedule = {"family": "hf", "kind": "cosine_with_min_lr", "max_lr": lr,
+                    "warmup": warm, "horizon": float(horizon),
+                    "params": {"min_lr_rate": r.get(f"{optim}.min_lr_ratio", 0.0, float),
+                               "num_cycles": r.get(f"{optim}.num_cycles", 0.5, float)}}
+    else:
+        raise UnusableInput(f"{optim}.lr_scheduler_type {kind!r}: verl supports constant and cosine")
+
+    # Keys that change the step accounting and are not modelled: said, not dropped.
+    r.unmodelled_if("data.gen_batch_size", lambda v: int(v) != tbs,
+                    "a generation batch other than train_batch_size (DAPO dynamic sampling) "
+                    "makes the samples per step vary; replayed with train_batch_size x n")
+    r.unmodelled_if("algorithm.filter_groups.enable", truthy,
+                    "filtered groups make the samples per step vary; replayed as fixed")
+    r.unmodelled_if("trainer.critic_warmup", positive,
+                    "the actor (and its LR scheduler) does not update during critic warmup steps; "
+                    "replayed as updating from step 0")
+    r.unmodelled_if(f"{A}.shuffle", truthy,
+                    "mini-batches are drawn from a shuffled step: counts are replayed, "
+                    "which rows share a micro-batch is not")
+    r.unmodelled_if(f"{optim}.zero_indexed_step", lambda v: not truthy(v),
+                    "one-indexed steps shift the cosine by one step")
+    if strategy == "megatron":
+        r.unmodelled_if(f"{A}.optim.lr_decay_style", truthy,
+                        "verl's megatron optimizer schedule is not translated (fsdp's is)")
+    max_len = (r.raw("data.max_prompt_length") or 0) + (r.raw("data.max_response_length") or 0)
+    cfg: dict[str, Any] = {
+        "framework": r.get("framework", "verl", str),
+        "schedule": schedule,
+        "budget": {"formula": "nominal"},
+        "train": {"steps": steps, "samples_per_step": sps, "epochs_per_step": epochs,
+                  "micro_batch_size": micro, "mini_batch_size": mini,
+                  "gradient_accumulation": max(1, per_rank_mini // micro)},
+        "dp": {"size": dp},
+        "batching": batching,
+        "accumulation": {"rule": "correct", "flush_at_step_end": True},
+        "scheduler": {"step_on": "rollout_step", "increment": 1},
+    }
+    synth = synthetic_up_to(int(max_len) if isinstance(max_len, int) else None)
+    if synth:
+        cfg["data"] = {"synthetic": synth}
+    return r.done("verl", cfg)
