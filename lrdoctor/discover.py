@@ -465,6 +465,8 @@ def load_file(f: Path) -> tuple[Any, list[str]]:
 
     if f.suffix.lower() in SIDECAR_SUFFIXES:
         return _read_sidecar(f), []
+    if f.name == ".metadata":
+        return _load_dcp(f)
     try:
         obj = safeload.load(f, unknown_as_opaque=True)
     except UnsafePickle:
@@ -477,6 +479,24 @@ def load_file(f: Path) -> tuple[Any, list[str]]:
         notes.append(f"{f}: kept as opaque values (classes lrdoctor does not know, not run): "
                      + ", ".join(unknown[:6]) + (" ..." if len(unknown) > 6 else ""))
     return obj, notes
+
+
+def _load_dcp(f: Path) -> tuple[Any, list[str]]:
+    """A torch.distributed.checkpoint folder's items, re-nested (``formats.dcp``), so that
+    its scheduler, optimizer and counters are classified like a torch.save dict's."""
+    from lrdoctor.formats import dcp
+
+    if not dcp.is_dcp(f.parent):
+        return None, [f"{f}: not read (a .metadata without *.distcp beside it)"]
+    try:
+        ds = dcp.load(f.parent, unknown_as_opaque=True)
+    except UnsafePickle:
+        raise
+    except UnusableInput as exc:
+        return None, [f"{f}: not read ({str(exc).split(': ', 1)[-1]})"]
+    notes = [f"{f.parent}: DCP item {k} not read ({why})" for k, why in
+             list(ds.skipped.items())[:6]]
+    return ds.tree, notes
 
 
 def scan(ckpt: Checkpoint) -> Scan:

@@ -57,7 +57,7 @@ def loop_ckpt(tmp_path_factory):
 def test_tree_matches_what_was_saved(loop_ckpt):
     path, state = loop_ckpt
     assert dcp.is_dcp(path)
-    st = dcp.read(path)
+    st = dcp.load(path)
     # Non-tensor leaves come back exactly, re-nested along the planner's recorded paths
     # (param_groups is a list again, optimizer state keyed by the param ids).
     assert st.tree["lr_scheduler"] == state["lr_scheduler"]
@@ -84,7 +84,7 @@ def opt_lr(state):
 
 def test_prefixes_read_only_those_items(loop_ckpt):
     path, _ = loop_ckpt
-    st = dcp.read(path, prefixes=["lr_scheduler"])
+    st = dcp.load(path, prefixes=["lr_scheduler"])
     assert set(st.tree) == {"lr_scheduler"}
     assert st.tree["lr_scheduler"]["last_epoch"] == 6
 
@@ -92,7 +92,7 @@ def test_prefixes_read_only_those_items(loop_ckpt):
 def test_inspect_path_imports_no_torch(loop_ckpt):
     path, _ = loop_ckpt
     code = ("import sys, json; from lrdoctor.formats import dcp; "
-            f"st = dcp.read({str(path)!r}); "
+            f"st = dcp.load({str(path)!r}); "
             "print(json.dumps([st.tree['lr_scheduler']['last_epoch'], "
             "[m for m in ('torch', 'numpy') if m in sys.modules]]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -125,11 +125,11 @@ def test_transform_descriptors_are_refused_with_the_key(loop_ckpt, tmp_path):
 
     _rewrite_metadata(loop_ckpt[0], tmp_path / "c", edit)
     with pytest.raises(UnusableInput) as e:
-        dcp.read(tmp_path / "c")
+        dcp.load(tmp_path / "c")
     msg = str(e.value)
     assert "'lr_scheduler.last_epoch'" in msg and "stream.zstd" in msg and "\n" not in msg
     # Items elsewhere still read when asked for by prefix.
-    assert dcp.read(tmp_path / "c", prefixes=["train_state"]).tree["train_state"]["step"] == 6
+    assert dcp.load(tmp_path / "c", prefixes=["train_state"]).tree["train_state"]["step"] == 6
 
 
 @pytest.mark.parametrize("where", ["../outside.distcp", "sub/__0_0.distcp"])
@@ -143,7 +143,7 @@ def test_storage_paths_cannot_leave_the_folder(loop_ckpt, tmp_path, where):
     _rewrite_metadata(loop_ckpt[0], tmp_path / "c", edit)
     (tmp_path / "outside.distcp").write_bytes((loop_ckpt[0] / "__0_0.distcp").read_bytes())
     with pytest.raises(UnusableInput, match="points outside the checkpoint"):
-        dcp.read(tmp_path / "c")
+        dcp.load(tmp_path / "c")
 
 
 def test_symlink_out_of_the_folder_is_refused(loop_ckpt, tmp_path):
@@ -155,7 +155,7 @@ def test_symlink_out_of_the_folder_is_refused(loop_ckpt, tmp_path):
     (ck / "__0_0.distcp").rename(outside)
     os.symlink(outside, ck / "__0_0.distcp")
     with pytest.raises(UnusableInput, match="symlink leading out"):
-        dcp.read(ck)
+        dcp.load(ck)
 
 
 def test_truncated_data_file_is_one_line(loop_ckpt, tmp_path):
@@ -166,7 +166,7 @@ def test_truncated_data_file_is_one_line(loop_ckpt, tmp_path):
     data = (ck / "__0_0.distcp").read_bytes()
     (ck / "__0_0.distcp").write_bytes(data[: len(data) // 3])
     with pytest.raises(UnusableInput, match="past the end of __0_0.distcp"):
-        dcp.read(ck)
+        dcp.load(ck)
 
 
 class _Custom:
@@ -183,7 +183,7 @@ class _Exploit:
 
 def test_unknown_class_leaves_one_item_unread(tmp_path):
     _save({"lr_scheduler": {"last_epoch": 3}, "extra": _Custom()}, tmp_path / "c")
-    st = dcp.read(tmp_path / "c")
+    st = dcp.load(tmp_path / "c")
     assert st.tree["lr_scheduler"] == {"last_epoch": 3}
     assert "extra" in st.skipped and "_Custom" in st.skipped["extra"]
 
@@ -191,7 +191,7 @@ def test_unknown_class_leaves_one_item_unread(tmp_path):
 def test_code_execution_primitive_refuses_the_input(tmp_path):
     _save({"lr_scheduler": {"last_epoch": 3}, "evil": _Exploit()}, tmp_path / "c")
     with pytest.raises(UnsafePickle) as e:
-        dcp.read(tmp_path / "c")
+        dcp.load(tmp_path / "c")
     assert "posix.system" in str(e.value) or "os.system" in str(e.value)
     assert "[evil]" in str(e.value)
 
@@ -203,15 +203,27 @@ def test_hostile_metadata_is_refused(tmp_path):
     with open(ck / ".metadata", "wb") as f:
         pickle.dump(_Exploit(), f)
     with pytest.raises(UnsafePickle):
-        dcp.read(ck)
+        dcp.load(ck)
     (ck / ".metadata").write_bytes(pickle.dumps({"not": "metadata"}))
     with pytest.raises(UnusableInput, match="malformed DCP metadata"):
-        dcp.read(ck)
+        dcp.load(ck)
 
 
 def test_big_bytes_item_is_skipped_not_read(tmp_path, monkeypatch):
     _save({"lr_scheduler": {"last_epoch": 3}, "blob": list(range(100_000))}, tmp_path / "c")
     monkeypatch.setattr(dcp, "MAX_ITEM_BYTES", 64 << 10)
-    st = dcp.read(tmp_path / "c")
+    st = dcp.load(tmp_path / "c")
     assert "blob" not in st.flat and "bytes left unread" in st.skipped["blob"]
     assert st.tree["lr_scheduler"]["last_epoch"] == 3
+
+
+def test_cli_inspect_of_torch_dist_imports_no_torch():
+    """The whole inspect path on a DCP checkpoint (megatron-core 0.19 torch_dist fixture)."""
+    fixture = Path(__file__).parent / "data" / "megatron_core_0_19" / "buggy"
+    code = ("import sys, json; from typer.testing import CliRunner; from lrdoctor.cli import app; "
+            f"r = CliRunner().invoke(app, ['inspect', {str(fixture)!r}, '--json']); "
+            "print(json.dumps([r.exit_code, [m for m in ('torch', 'numpy', 'pandas', "
+            "'matplotlib') if m in sys.modules]]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [1, []]

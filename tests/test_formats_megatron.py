@@ -308,7 +308,7 @@ def test_torch_dist_019_common_state_matches_torch_dcp_load():
     truth = loaded[0]
     from lrdoctor.formats import dcp
 
-    ours = dcp.read(ckpt).flat["common_state/shard_0_1"][0]
+    ours = dcp.load(ckpt).flat["common_state/shard_0_1"][0]
     assert ours["opt_param_scheduler"] == truth["opt_param_scheduler"]
     assert ours["iteration"] == truth["iteration"]
     assert ours["args"].state == vars(truth["args"])

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from lrdoctor.model import RunState
 
 # Order matters: the more specific layouts first.
-FORMAT_MODULES = ["megatron", "roll", "deepspeed", "hf", "lightning", "accelerate", "torchsave"]
+FORMAT_MODULES = ["megatron", "roll", "deepspeed", "nemo_rl", "torchtitan", "hf", "lightning",
+                  "accelerate", "torchsave", "dcp"]
 
 
 def get(name: str) -> ModuleType:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
 from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
 
@@ -217,11 +218,32 @@ def read_optimizer_file(st: RunState, f: Path) -> dict[str, Any]:
     Records the file, the param-group LRs and the ``optimizer.step`` counter;
     returns :func:`_common.optimizer_summary` for the reader's own use.
     """
-    opt = _common.optimizer_summary(_common.load(f))
+    opt = _common.optimizer_summary(load_optimizer(f, st))
     st.files.append(str(f))
     st.optimizer_lrs = opt["lrs"]
     if opt["step"] is not None:
         st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, str(f)))
     elif opt["unreadable_steps"]:
         st.notes.append("optimizer step tensors could not be read")
+    return opt
+
+
+def load_optimizer(f: Path, st: RunState | None = None) -> Any:
+    """An optimizer state from a file, or from the DCP folder FSDP's sharded state dict
+    writes instead (accelerate ``save_fsdp_optimizer`` / HF Trainer: ``optimizer_0/``
+    holding ``{"optimizer": FSDP.optim_state_dict(...)}``). A DCP source marks ``st`` so
+    that ``fix`` refuses to rewrite it."""
+    if not f.is_dir():
+        return _common.load(f)
+    from lrdoctor.formats import dcp
+
+    ds = dcp.load(f, prefixes=("optimizer",))
+    if st is not None:
+        st.extras["storage"] = "dcp"
+        st.files += [x for x in ds.files if x not in st.files]
+        dcp.note_skipped(st, ds)
+    opt = ds.tree.get("optimizer")
+    if not isinstance(opt, dict):
+        raise UnusableInput("a DCP folder without 'optimizer' items (not an FSDP sharded "
+                            "optimizer state)", str(f))
     return opt

@@ -25,13 +25,19 @@ from pathlib import Path
 
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
-from lrdoctor.formats._torchstate import add_optimizer, optimizer_info, torch_scheduler
+from lrdoctor.formats._torchstate import (
+    add_optimizer,
+    load_optimizer,
+    optimizer_info,
+    torch_scheduler,
+)
 from lrdoctor.model import Counter, RunState, Unit
 
 NAME = "accelerate"
 
 SCHEDULER_FILE = re.compile(r"^scheduler(?:_(\d+))?\.bin$")
 OPTIMIZER_FILE = re.compile(r"^optimizer(?:_(\d+))?\.bin$")
+FSDP_OPTIMIZER_DIR = re.compile(r"^optimizer_(\d+)$")
 RANDOM_FILE = re.compile(r"^random_states_(\d+)\.pkl$")
 CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+)$")
 
@@ -49,6 +55,18 @@ def numbered_files(d: Path, pattern: re.Pattern) -> list[Path]:
         m = pattern.match(child.name)
         if m and child.is_file():
             out.append((int(m.group(1) or 0), child))
+    return [p for _, p in sorted(out)]
+
+
+def fsdp_optimizer_dirs(d: Path) -> list[Path]:
+    """``optimizer_N/`` DCP folders (accelerate's save_fsdp_optimizer, SHARDED_STATE_DICT)."""
+    from lrdoctor.formats import dcp
+
+    out = []
+    for child in d.iterdir():
+        m = FSDP_OPTIMIZER_DIR.match(child.name)
+        if m and dcp.is_dcp(child):
+            out.append((int(m.group(1)), child))
     return [p for _, p in sorted(out)]
 
 
@@ -96,14 +114,15 @@ def read(path: Path) -> RunState:
     path = Path(path)
     ckpt = find_checkpoints(path)[-1]
     scheds = numbered_files(ckpt, SCHEDULER_FILE)
-    opts = numbered_files(ckpt, OPTIMIZER_FILE)
+    # FSDP with SHARDED_STATE_DICT: save_fsdp_optimizer writes DCP folders optimizer_N/
+    opts = numbered_files(ckpt, OPTIMIZER_FILE) or fsdp_optimizer_dirs(ckpt)
     randoms = numbered_files(ckpt, RANDOM_FILE)
     if not scheds and not opts:
         raise UnusableInput("no scheduler.bin or optimizer.bin in this save_state folder", str(ckpt))
     st = RunState(format=NAME, path=str(ckpt))
     infos = []
     for f in opts:
-        infos.append(optimizer_info(_common.load_dict(f, "an optimizer state_dict")))
+        infos.append(optimizer_info(load_optimizer(f, st)))
         st.files.append(str(f))
     if infos:
         add_optimizer(st, infos[0], str(opts[0]))

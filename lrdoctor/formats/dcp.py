@@ -24,7 +24,7 @@ one-element tensors (an optimizer ``step``, torchtitan's ``train_state.step``),
 whose value is read. Items written through a transform (compression, ...)
 cannot be decoded here and are refused with one line naming the key.
 
-:func:`read` returns a :class:`DcpState`: the flat ``fqn -> value`` map and the
+:func:`load` returns a :class:`DcpState`: the flat ``fqn -> value`` map and the
 same values re-nested (``tree``), so format modules look them up like a
 ``torch.load`` dict.
 """
@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.errors import UnsafePickle, UnusableInput
+from lrdoctor.model import RunState
 
 METADATA = ".metadata"
 SUFFIX = ".distcp"
@@ -64,7 +65,7 @@ _TENSOR = "torch.distributed.checkpoint.metadata.TensorStorageMetadata"
 
 @dataclass
 class DcpState:
-    """What :func:`read` found in one DCP folder."""
+    """What :func:`load` found in one DCP folder."""
 
     path: Path
     flat: dict[str, Any]  # fqn -> value (bytes items unpickled, tensors as refs or values)
@@ -73,6 +74,7 @@ class DcpState:
     skipped: dict[str, str] = field(default_factory=dict)  # fqn -> why it was not read
     tensors: int = 0
     bytes_items: int = 0
+    bytes_read: int = 0  # bytes of the bytes items read (bounded by MAX_TOTAL_BYTES)
     version: str | None = None
 
     def get(self, dotted: str, default: Any = None) -> Any:
@@ -175,7 +177,8 @@ def _storage_index(storage: dict) -> dict[str, list[tuple[tuple, dict]]]:
     return out
 
 
-def _check_info(folder: Path, fqn: str, info: dict, limit: int) -> tuple[Path, int, int]:
+def _check_info(files: _Files, fqn: str, info: dict, limit: int) -> tuple[str, int, int]:
+    folder = files.folder
     rel, off, length = info.get("relative_path"), info.get("offset"), info.get("length")
     if not isinstance(rel, str) or type(off) is not int or type(length) is not int \
             or off < 0 or length < 0:
@@ -186,11 +189,11 @@ def _check_info(folder: Path, fqn: str, info: dict, limit: int) -> tuple[Path, i
                             "decode (compressed or encrypted DCP)", str(folder / rel))
     if length > limit:
         raise _TooBig(length)
-    path = _inside(folder, rel)
-    if off + length > path.stat().st_size:
+    path, size = files.check(rel)
+    if off + length > size:
         raise UnusableInput(f"item {fqn!r} lies past the end of {rel} (truncated checkpoint)",
                             str(path))
-    return path, off, length
+    return rel, off, length
 
 
 class _TooBig(Exception):
@@ -199,10 +202,31 @@ class _TooBig(Exception):
         self.length = length
 
 
-def _slice(path: Path, off: int, length: int) -> bytes:
-    with open(path, "rb") as f:
+class _Files:
+    """Open data files, validated once each (``_inside``), read by offset."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.handles: dict[str, Any] = {}
+        self.sizes: dict[str, int] = {}
+
+    def check(self, rel: str) -> tuple[Path, int]:
+        if rel not in self.sizes:
+            path = _inside(self.folder, rel)
+            self.sizes[rel] = path.stat().st_size
+        return self.folder / rel, self.sizes[rel]
+
+    def read(self, rel: str, off: int, length: int) -> bytes:
+        f = self.handles.get(rel)
+        if f is None:
+            f = self.handles[rel] = open(self.folder / rel, "rb")  # noqa: SIM115 - closed below
         f.seek(off)
         return f.read(length)
+
+    def close(self) -> None:
+        for f in self.handles.values():
+            f.close()
+        self.handles.clear()
 
 
 def _tensor_value(data: bytes, label: str, dtype: str) -> Any:
@@ -250,7 +274,7 @@ def _numel(size: tuple) -> int:
     return n
 
 
-def read(folder: Path, *, prefixes: Iterable[str] | None = None,
+def load(folder: Path, *, prefixes: Iterable[str] | None = None,
          unknown_as_opaque: bool = False) -> DcpState:
     """Read one DCP folder metadata-only (see the module docstring).
 
@@ -260,17 +284,12 @@ def read(folder: Path, *, prefixes: Iterable[str] | None = None,
     are left out and named in ``skipped``. Raises UnusableInput / UnsafePickle with
     one line naming the file and key.
     """
-    from lrdoctor import safeload
-
     folder = Path(folder)
     md = read_metadata(folder)
     want = tuple(prefixes) if prefixes is not None else None
     index = _storage_index(md["storage_data"])
     st = DcpState(path=folder, flat={}, tree={}, files=[str(folder / METADATA)],
                   version=md.get("version") if isinstance(md.get("version"), str) else None)
-    used: set[str] = set()
-    budget = MAX_TOTAL_BYTES
-    # Read in file order, so a cold cache sees forward reads.
     todo = []
     for fqn, meta in md["state_dict_metadata"].items():
         if not isinstance(fqn, str):
@@ -283,53 +302,67 @@ def read(folder: Path, *, prefixes: Iterable[str] | None = None,
         if not _wanted(fqn, want):
             continue
         todo.append((fqn, cls, meta))
-    for fqn, cls, meta in todo:
-        chunks = index.get(fqn) or []
-        if cls == _BYTES:
-            if not chunks:
-                st.skipped[fqn] = "no storage entry"
-                continue
-            try:
-                path, off, length = _check_info(folder, fqn, chunks[0][1], min(MAX_ITEM_BYTES,
-                                                                                budget))
-            except _TooBig as big:
-                st.skipped[fqn] = (f"bytes item of {big.length:,} bytes left unread (limit "
-                                   f"{min(MAX_ITEM_BYTES, budget):,} bytes)")
-                continue
-            budget -= length
-            data = _slice(path, off, length)
-            label = f"{path}[{fqn}]"
-            try:
-                st.flat[fqn] = _small_values(
-                    safeload.load_bytes(data, label, unknown_as_opaque=unknown_as_opaque),
-                    data, {})
-            except UnsafePickle as exc:
-                if exc.global_name.split(".")[0] in _CODE_MODULES \
-                        or exc.global_name.startswith(("builtins.eval", "builtins.exec",
-                                                       "builtins.getattr", "builtins.__import__",
-                                                       "builtins.compile", "builtins.open")):
-                    raise
-                # An unknown (not on the allow-list) class in one item: that item stays
-                # unread, the rest of the checkpoint can still be judged.
-                st.skipped[fqn] = f"holds {exc.global_name}, not on the allow-list"
-                continue
-            except UnusableInput as exc:
-                if data[:1] in (b"PK", b"\x80"):
-                    raise
-                st.flat[fqn] = data  # an io.BytesIO saved as is: its own format
-                del exc
-            used.add(str(path))
-        elif cls == _TENSOR:
-            st.flat[fqn] = _tensor_entry(folder, fqn, meta, chunks, st, used)
-        else:
-            st.skipped[fqn] = f"unknown storage type {cls}"
-    st.files += sorted(used)
+    # Read in file order, so a cold cache sees forward reads.
+    todo.sort(key=lambda t: _where(index.get(t[0])))
+    files = _Files(folder)
+    try:
+        for fqn, cls, meta in todo:
+            _read_item(files, fqn, cls, meta, index.get(fqn) or [], st, unknown_as_opaque)
+    finally:
+        files.close()
+    st.files += sorted(str(folder / rel) for rel in files.sizes)
     st.tree = _nest(st.flat, md.get("planner_data"), st.skipped)
     return st
 
 
-def _tensor_entry(folder: Path, fqn: str, meta: Any, chunks: list, st: DcpState,
-                  used: set[str]) -> Any:
+def _where(chunks: list | None) -> tuple:
+    info = chunks[0][1] if chunks else {}
+    rel, off = info.get("relative_path"), info.get("offset")
+    return (rel if isinstance(rel, str) else "", off if type(off) is int else 0)
+
+
+def _read_item(files: _Files, fqn: str, cls: Any, meta: Any, chunks: list, st: DcpState,
+               unknown_as_opaque: bool) -> None:
+    from lrdoctor import safeload
+
+    if cls == _BYTES:
+        budget = MAX_TOTAL_BYTES - st.bytes_read
+        if not chunks:
+            st.skipped[fqn] = "no storage entry"
+            return
+        limit = min(MAX_ITEM_BYTES, budget)
+        try:
+            rel, off, length = _check_info(files, fqn, chunks[0][1], limit)
+        except _TooBig as big:
+            st.skipped[fqn] = (f"bytes item of {big.length:,} bytes left unread (limit "
+                               f"{limit:,} bytes)")
+            return
+        st.bytes_read += length
+        data = files.read(rel, off, length)
+        label = f"{files.folder / rel}[{fqn}]"
+        try:
+            st.flat[fqn] = _small_values(
+                safeload.load_bytes(data, label, unknown_as_opaque=unknown_as_opaque), data, {})
+        except UnsafePickle as exc:
+            if exc.global_name.split(".")[0] in _CODE_MODULES \
+                    or exc.global_name.startswith(("builtins.eval", "builtins.exec",
+                                                   "builtins.getattr", "builtins.__import__",
+                                                   "builtins.compile", "builtins.open")):
+                raise
+            # An unknown (not on the allow-list) class in one item: that item stays
+            # unread, the rest of the checkpoint can still be judged.
+            st.skipped[fqn] = f"holds {exc.global_name}, not on the allow-list"
+        except UnusableInput:
+            if data[:1] in (b"PK", b"\x80"):
+                raise
+            st.flat[fqn] = data  # an io.BytesIO saved as is: its own format
+    elif cls == _TENSOR:
+        st.flat[fqn] = _tensor_entry(files, fqn, meta, chunks, st)
+    else:
+        st.skipped[fqn] = f"unknown storage type {cls}"
+
+
+def _tensor_entry(files: _Files, fqn: str, meta: Any, chunks: list, st: DcpState) -> Any:
     from lrdoctor.safeload import Opaque, TensorRef
 
     m = _state(meta)
@@ -341,20 +374,20 @@ def _tensor_entry(folder: Path, fqn: str, meta: Any, chunks: list, st: DcpState,
         dtype = props["dtype"].removeprefix("torch.")
     size = m.get("size") if isinstance(m.get("size"), tuple) else ()
     rel = chunks[0][1].get("relative_path", "") if chunks else ""
+    folder = files.folder
     ref = TensorRef(dtype, tuple(size), str(folder / rel) if rel else str(folder / METADATA),
                     f"dcp:{fqn}", 0, ())
     if _numel(size) != 1 or len(chunks) != 1:
         return ref
     try:
-        path, off, length = _check_info(folder, fqn, chunks[0][1], SMALL_TENSOR_BYTES)
+        rel, off, length = _check_info(files, fqn, chunks[0][1], SMALL_TENSOR_BYTES)
     except _TooBig:
         return ref
     except UnusableInput as exc:
         st.skipped[fqn] = str(exc)
         return Opaque("dcp.unread_tensor", state={"dtype": dtype, "shape": size,
                                                   "reason": str(exc)})
-    used.add(str(path))
-    return _tensor_value(_slice(path, off, length), f"{path}[{fqn}]", dtype)
+    return _tensor_value(files.read(rel, off, length), f"{folder / rel}[{fqn}]", dtype)
 
 
 def _nest(flat: dict[str, Any], planner: Any, skipped: dict[str, str]) -> dict[str, Any]:
@@ -396,3 +429,73 @@ def _lists(node: Any, mapped: bool, parent: Any) -> Any:
             and sorted(int(k) for k in keys) == list(range(len(keys))):
         return [out[str(i)] for i in range(len(keys))]
     return {str(k): v for k, v in out.items()}
+
+
+# ---------------------------------------------------------------- format module: any DCP folder
+
+NAME = "dcp"
+
+
+def _dcp_children(path: Path) -> list[Path]:
+    try:
+        kids = [c for c in path.iterdir() if c.is_dir() and not c.is_symlink() and is_dcp(c)]
+    except OSError:
+        return []
+    return sorted(kids, key=lambda c: (_last_number(c.name), c.name))
+
+
+def _last_number(name: str) -> int:
+    import re
+
+    nums = re.findall(r"\d+", name)
+    return int(nums[-1]) if nums else -1
+
+
+def detect(path: Path) -> bool:
+    """A DCP folder, or a folder of them (``step-100/``, ``checkpoint_5/``, ...)."""
+    path = Path(path)
+    return is_dcp(path) or (path.is_dir() and bool(_dcp_children(path)))
+
+
+def find_checkpoints(path: Path) -> list[Path]:
+    path = Path(path)
+    if is_dcp(path):
+        return [path]
+    found = _dcp_children(path)
+    if not found:
+        raise UnusableInput("no torch.distributed.checkpoint folders (.metadata + *.distcp) here",
+                            str(path))
+    return found
+
+
+def read(path: Path) -> RunState:
+    """Any DCP checkpoint, through content-first discovery: its items re-nested and
+    classified like a ``torch.save`` dict's (scheduler, optimizer and counters found by
+    shape; a framework refiner applies where its layout matches)."""
+    from lrdoctor import discover
+    from lrdoctor.formats import torchsave
+
+    ckpt = find_checkpoints(Path(path))[-1]
+    found = next((c for c in discover.run_checkpoints(ckpt)
+                  if Path(ckpt / METADATA) in c.files), None)
+    if found is None:
+        raise UnusableInput("no .metadata found by discovery", str(ckpt))
+    st = torchsave.read_checkpoint(found)
+    st.format = NAME if st.format == torchsave.NAME else st.format
+    st.files = [f for f in st.files if f != str(ckpt / METADATA)] + _data_files(ckpt, st)
+    st.extras["storage"] = "dcp"
+    return st
+
+
+def _data_files(ckpt: Path, st: RunState) -> list[str]:
+    """.metadata and the data files, for the report's list of files used."""
+    return [str(ckpt / METADATA)] + sorted(str(p) for p in ckpt.iterdir()
+                                           if p.suffix == SUFFIX and str(p) not in st.files)
+
+
+def note_skipped(st: RunState, ds: DcpState) -> None:
+    """Say which items were left unread, so a missing counter is never silent."""
+    if ds.skipped:
+        some = "; ".join(f"{k}: {v}" for k, v in list(ds.skipped.items())[:3])
+        st.notes.append(f"{len(ds.skipped)} DCP item(s) left unread ({some})")
+        st.extras["dcp_skipped"] = dict(ds.skipped)

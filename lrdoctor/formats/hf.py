@@ -33,6 +33,7 @@ NAME = "hf"
 TRAINER_STATE = "trainer_state.json"
 SCHEDULER_FILE = "scheduler.pt"
 OPTIMIZER_FILES = ("optimizer.pt", "optimizer.bin")
+FSDP_OPTIMIZER_DIR = "optimizer_0"  # accelerate's save_fsdp_optimizer (SHARDED_STATE_DICT): DCP
 TRAINING_ARGS = "training_args.bin"
 # Kinds tried when fitting log_history (the ones whose lambdas need no extra kwargs).
 FIT_KINDS = ("linear", "cosine", "constant_with_warmup", "constant")
@@ -69,7 +70,13 @@ def scheduler_file(ckpt: Path) -> Path:
 
 
 def optimizer_file(ckpt: Path) -> Path | None:
-    return next((ckpt / n for n in OPTIMIZER_FILES if (ckpt / n).is_file()), None)
+    """optimizer.pt, or the DCP folder ``optimizer_0/`` of an FSDP SHARDED_STATE_DICT run."""
+    from lrdoctor.formats import dcp
+
+    found = next((ckpt / n for n in OPTIMIZER_FILES if (ckpt / n).is_file()), None)
+    if found is None and dcp.is_dcp(ckpt / FSDP_OPTIMIZER_DIR):
+        found = ckpt / FSDP_OPTIMIZER_DIR
+    return found
 
 
 def training_args(ckpt: Path) -> tuple[dict | None, str | None]:

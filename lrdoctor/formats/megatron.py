@@ -185,7 +185,7 @@ def load_state(main: Path) -> tuple[dict, list[str], str]:
     """(state dict, files read, where in them) of a rank file, ``common.pt`` or a DCP folder."""
     if not main.is_dir():
         return _common.load_dict(main, "a Megatron checkpoint dict"), [str(main)], str(main)
-    st = dcp.read(main)
+    st = dcp.load(main)
     common = st.flat.get(COMMON_STATE)
     if common is not None:
         if not (isinstance(common, list) and common and isinstance(common[0], dict)):
