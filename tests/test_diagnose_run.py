@@ -8,6 +8,8 @@ each has a healthy twin resumed the right way, which must stay silent.
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 from conftest import hf_run, megatron_run
 
@@ -222,3 +224,158 @@ def test_trend_table_and_plot_of_a_run(hf_restart, monkeypatch):
     assert series["scheduler's progress"] == ([4, 12, 16], [4, 4, 8])
     assert series["nominal (trainer's counters)"] == ([4, 8, 12, 16], [4, 8, 12, 16])
     assert series["resume (from the findings)"][0] == [8, 8]  # the restart at checkpoint-8
+
+
+# ---------------------------------------------------------------- DeepSpeed engine, resumed
+
+DS_GEN = textwrap.dedent("""
+    import sys, torch, deepspeed
+    from pathlib import Path
+    out = Path(sys.argv[1])
+    cfg = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2}
+
+    def job(name, steps, passed, resume):
+        torch.manual_seed(0)
+        m = torch.nn.Linear(4, 2)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        sch = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=12)
+        kw = dict(lr_scheduler=sch) if passed else {}
+        eng, opt, _, ds_sch = deepspeed.initialize(model=m, optimizer=opt, config=cfg, **kw)
+        if resume:
+            eng.load_checkpoint(str(out / name))
+        for _ in range(steps):
+            eng.backward(eng(torch.randn(2, 4)).pow(2).mean())
+            eng.step()  # steps ds_sch when the scheduler was passed to initialize
+            if not passed:
+                sch.step()  # the user's own scheduler, outside DeepSpeed (issue 3875)
+        eng.save_checkpoint(str(out / name))
+
+    for name, passed in (("client_outside", False), ("client_passed", True)):
+        job(name, 4, passed, resume=False)
+        job(name, 4, passed, resume=True)
+""")
+
+
+@pytest.fixture(scope="module")
+def ds_runs(tmp_path_factory):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import free_port
+
+    out = tmp_path_factory.mktemp("ds_resume")
+    (out / "gen.py").write_text(DS_GEN)
+    env = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+               CUDA_VISIBLE_DEVICES="")
+    r = subprocess.run([sys.executable, str(out / "gen.py"), str(out)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+def test_deepspeed_scheduler_outside_the_engine_is_not_saved(ds_runs):
+    """DeepSpeed issue 3875: a scheduler stepped by the user and not given to
+    deepspeed.initialize is not in the checkpoint; the resumed job's fresh scheduler
+    started over at global_step 4."""
+    (r,) = inspect_path(ds_runs / "client_outside")
+    found = [f for f in r.findings if f.code == "LRD115"]
+    assert [f.evidence["checkpoint"].rsplit("/", 1)[-1] for f in found] == [
+        "global_step4", "global_step8"]
+    first = found[0].evidence
+    assert first["peak_lr"] == 1e-3 and "initial_lr" in first["peak_from"]
+    import math
+    assert math.isclose(first["optimizer_lrs"][0], 1e-3 * (1 + math.cos(math.pi * 4 / 12)) / 2,
+                        rel_tol=1e-6)
+    assert first["updates"]["value"] == 4
+    rows = r.extra["run"]["checkpoints"]
+    assert [row["scheduler"] for row in rows] == [None, None]
+
+
+def test_deepspeed_scheduler_passed_to_the_engine_is_silent(ds_runs):
+    reps = inspect_path(ds_runs / "client_passed", all=True)
+    silent(reps)
+    rows = reps[-1].extra["run"]["checkpoints"]
+    assert [row["scheduler"]["value"] for row in rows] == [4, 8]
+
+
+# ---------------------------------------------------------------- Lightning, resumed
+
+PL_GEN = textwrap.dedent("""
+    import sys, warnings, torch, pytorch_lightning as pl
+    from pathlib import Path
+    from torch.utils.data import DataLoader, TensorDataset
+    warnings.filterwarnings("ignore")
+    out = Path(sys.argv[1])
+
+    class M(pl.LightningModule):
+        def __init__(self, returned):
+            super().__init__()
+            self.l = torch.nn.Linear(4, 1)
+            self.returned = returned
+
+        def training_step(self, batch, i):
+            return self.l(batch[0]).pow(2).mean()
+
+        def on_train_batch_end(self, *a):
+            if not self.returned:  # stepped by hand, never handed to Lightning (issue 11188)
+                self.sched.step()
+
+        def configure_optimizers(self):
+            o = torch.optim.AdamW(self.parameters(), lr=1e-3)
+            self.sched = torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=20)
+            if self.returned:
+                return {"optimizer": o, "lr_scheduler": {"scheduler": self.sched,
+                                                         "interval": "step"}}
+            return o
+
+    def fit(name, returned, max_steps, resume):
+        torch.manual_seed(0)
+        dl = DataLoader(TensorDataset(torch.randn(40, 4)), batch_size=2)
+        from pytorch_lightning.callbacks import ModelCheckpoint
+        ck = ModelCheckpoint(dirpath=out / name, every_n_train_steps=4, save_top_k=-1,
+                             filename="{step}")
+        t = pl.Trainer(logger=False, callbacks=[ck], enable_progress_bar=False,
+                       enable_model_summary=False, accelerator="cpu", max_steps=max_steps)
+        t.fit(M(returned), dl, ckpt_path=str(out / name / "step=4.ckpt") if resume else None)
+
+    for name, returned in (("by_hand", False), ("returned", True)):
+        fit(name, returned, 4, resume=False)   # the job ends (preempted) at step 4
+        fit(name, returned, 12, resume=True)   # resumed from step=4.ckpt
+""")
+
+
+@pytest.fixture(scope="module")
+def pl_runs(tmp_path_factory):
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("pl_resume")
+    (out / "gen.py").write_text(PL_GEN)
+    r = subprocess.run([sys.executable, str(out / "gen.py"), str(out)], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+def test_lightning_scheduler_stepped_by_hand_is_not_saved(pl_runs):
+    (r,) = inspect_path(pl_runs / "by_hand")
+    found = [f for f in r.findings if f.code == "LRD115"]
+    names = [f.evidence["checkpoint"].rsplit("/", 1)[-1] for f in found]
+    assert names == ["step=4.ckpt", "step=8.ckpt", "step=12.ckpt"]
+    assert all(f.evidence["peak_lr"] == 1e-3 for f in found)
+    # ModelCheckpoint saves before the module's on_train_batch_end: 3 scheduler steps at
+    # step=4. The resumed job's fresh scheduler started over: step=8 is far above the 7
+    # steps' cosine a continued schedule gives.
+    import math
+    lr4, lr8 = (f.evidence["optimizer_lrs"][0] for f in found[:2])
+    assert math.isclose(lr4, 1e-3 * (1 + math.cos(math.pi * 3 / 20)) / 2, rel_tol=1e-6)
+    assert lr8 > 1e-3 * (1 + math.cos(math.pi * 7 / 20)) / 2 * 1.2
+
+
+def test_lightning_scheduler_returned_is_silent(pl_runs):
+    reps = inspect_path(pl_runs / "returned", all=True)
+    silent(reps)
+    rows = reps[-1].extra["run"]["checkpoints"]
+    assert [row["scheduler"]["value"] for row in rows] == [4, 8, 12]

@@ -210,6 +210,15 @@ def add_optimizer(st: RunState, info: dict[str, Any], source: str) -> None:
     elif info["unreadable_steps"]:
         st.notes.append(f"{source}: optimizer step tensors could not be read")
     st.optimizer_lrs = info["lrs"]
+    _initial_lrs(st, info)
+
+
+def _initial_lrs(st: RunState, info: dict[str, Any]) -> None:
+    """``initial_lr`` is set in the param groups by any torch LRScheduler built on the
+    optimizer: with no scheduler state saved, it still says a scheduler was there and
+    what its peak was (the run-level rule LRD115 reads it)."""
+    if info.get("initial_lrs"):
+        st.extras["optimizer_initial_lrs"] = info["initial_lrs"]
 
 
 def read_optimizer_file(st: RunState, f: Path) -> dict[str, Any]:
@@ -221,6 +230,7 @@ def read_optimizer_file(st: RunState, f: Path) -> dict[str, Any]:
     opt = _common.optimizer_summary(load_optimizer(f, st))
     st.files.append(str(f))
     st.optimizer_lrs = opt["lrs"]
+    _initial_lrs(st, opt)
     if opt["step"] is not None:
         st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, str(f)))
     elif opt["unreadable_steps"]:
