@@ -11,7 +11,8 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from lrdoctor import ci_check, ci_config
+from lrdoctor.ci import check as ci_check
+from lrdoctor.ci import config as ci_config
 from lrdoctor.cli import app
 from lrdoctor.errors import UnusableInput
 from lrdoctor.findings import finding
@@ -145,6 +146,35 @@ def test_config_errors_name_the_key(tmp_path, body, key):
         ci_config.load(p)
     assert exc.value.key == key
     assert str(exc.value).startswith(f"{p}: {key}: ")
+
+
+@pytest.mark.parametrize("body, key, problem", [
+    ('[[tool.lrdoctor.inspect]]\npath = "x"\nall = 1\n', "tool.lrdoctor.inspect[0].all",
+     "must be true or false, got 1"),
+    ('[[tool.lrdoctor.inspect]]\npath = "x"\nignore = ["LRD105"]\n',
+     "tool.lrdoctor.inspect[0].ignore[0]", 'must be a table like {code = "LRD105"'),
+    ('[[tool.lrdoctor.inspect]]\npath = "x"\nignore = [{code = "LRD105", reason = "r", '
+     'path = "a"}]\n', "tool.lrdoctor.inspect[0].ignore[0].path",
+     "unknown key (expected one of code, reason)"),
+    ('inspect = 3\n', "tool.lrdoctor.inspect", "must be an array of tables"),
+])
+def test_config_shape_errors_keep_their_one_line(tmp_path, body, key, problem):
+    p = tmp_path / "pyproject.toml"
+    p.write_text("[tool.lrdoctor]\n" + body)
+    with pytest.raises(ci_config.ConfigError) as exc:
+        ci_config.load(p)
+    assert exc.value.key == key and str(exc.value).startswith(f"{p}: {key}: {problem}")
+
+
+def test_snake_case_keys_read_like_kebab_case(tmp_path):
+    p = tmp_path / "pyproject.toml"
+    p.write_text('[tool.lrdoctor]\nfail_on = "error"\n[[tool.lrdoctor.replay]]\n'
+                 'config = "r.yaml"\nbatch_log = "b.jsonl"\nmax-progress-ratio = 2\n'
+                 'options = {knob-check = false}\n')
+    cfg = ci_config.load(p)
+    (t,) = cfg.targets
+    assert cfg.fail_on == "error" and t.batch_log == "b.jsonl" and t.max_progress_ratio == 2.0
+    assert t.options == {"knob_check": False} and t.line == 4  # the config key's line
 
 
 def test_invalid_toml_is_one_line(tmp_path, monkeypatch):

@@ -63,7 +63,8 @@ def check_cmd(
     json_: JsonOpt = False,
     output_format: OutputFormatOpt = None,
 ) -> None:
-    from lrdoctor import ci_check, ci_config
+    from lrdoctor.ci import check as ci_check
+    from lrdoctor.ci import config as ci_config
 
     fmt = resolve_format(json_, output_format)
     cfg = guarded(lambda: ci_config.load(config, required=config is not None))

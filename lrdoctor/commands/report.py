@@ -52,7 +52,8 @@ def report_cmd(
     title: Annotated[str, typer.Option("--title", help="Page title.")] = "lrdoctor report",
     fail_on: FailOnOpt = FailOn.never,
 ) -> None:
-    from lrdoctor import ci_check, ci_config
+    from lrdoctor.ci import check as ci_check
+    from lrdoctor.ci import config as ci_config
     from lrdoctor.findings import exit_code
     from lrdoctor.render.html import write_report
 

@@ -3,8 +3,10 @@
 Read from ``--config FILE``, else the nearest ``lrdoctor.toml`` or
 ``pyproject.toml`` holding ``[tool.lrdoctor]`` (searched upward from the working
 directory). Keys are kebab-case (``fail-on``); snake_case is accepted too.
-Anything wrong (an unknown key, a missing ``reason`` on an ignore, an unknown
-code) is one :class:`ConfigError` line naming the file and the key: exit 2.
+The table is validated by pydantic models (:class:`LrdoctorIn` and the
+models of its entries), as the replay run config is. Anything wrong (an unknown
+key, a missing ``reason`` on an ignore, an unknown code) is one
+:class:`ConfigError` line naming the file and the key: exit 2.
 
 Schema::
 
@@ -33,7 +35,9 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, get_args
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from lrdoctor import safetext
 from lrdoctor.errors import UnusableInput
@@ -170,129 +174,219 @@ def load(path: str | os.PathLike | None = None, *, required: bool = False) -> Ch
 
 
 # ------------------------------------------------------------------ parsing
+# The table's shape is pydantic's (unknown keys, required keys, types), as for the
+# replay run config; the checks below keep the one-line messages the CLI prints.
 
-_TOP = {"fail-on", "max-progress-ratio", "ignore", "inspect", "replay", "report"}
-_INSPECT = {"path", "format", "all", "fail-on", "max-progress-ratio", "ignore", "name"}
-_REPLAY = {"config", "batch-log", "synthetic", "fail-on", "max-progress-ratio", "ignore",
-           "name", "options"}
-_IGNORE = {"code", "reason", "path"}
+
+def _nonempty(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _fail_on(value: Any) -> str:
+    if value not in FAIL_ON:
+        raise ValueError(f"must be one of {', '.join(FAIL_ON)}, got {value!r}")
+    return value
+
+
+def _ratio(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, got {value!r}")
+    return value
+
+
+def _code(value: Any) -> str:
+    code = _nonempty(value).upper()
+    if code not in RULES:
+        raise ValueError(f"unknown finding code {value!r}")
+    return code
+
+
+def _table(value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError("must be a table")
+    return value
+
+
+def _tables(value: Any) -> list:
+    """``[[tool.lrdoctor.inspect]]`` is a list; a single ``[tool.lrdoctor.inspect]`` too."""
+    if isinstance(value, dict):
+        return [value]
+    if not isinstance(value, list):
+        raise ValueError("must be an array of tables ([[...]])")
+    return value
+
+
+def _ignore_list(value: Any) -> list:
+    if not isinstance(value, list):
+        raise ValueError("must be an array of {code, reason} tables")
+    return value
+
+
+NonEmpty = Annotated[str, BeforeValidator(_nonempty)]
+FailOn = Annotated[str, BeforeValidator(_fail_on)]
+Ratio = Annotated[float, BeforeValidator(_ratio)]
+
+
+class _Table(BaseModel):
+    """Keys are kebab-case (``fail-on``); snake_case is accepted too."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True,
+                              alias_generator=lambda name: name.replace("_", "-"))
+
+
+class TargetIgnoreIn(_Table):
+    code: Annotated[str, BeforeValidator(_code)]
+    reason: Any = None  # required, with its own message (see _ignores)
+
+
+class IgnoreIn(TargetIgnoreIn):
+    path: NonEmpty | None = None  # a glob on the checked path: top-level ignores only
+
+
+_Ignores = Annotated[list[TargetIgnoreIn], BeforeValidator(_ignore_list)]
+
+
+class InspectIn(_Table):
+    path: NonEmpty
+    format: NonEmpty | None = None
+    all: Annotated[bool, BeforeValidator(_flag)] = False
+    fail_on: FailOn | None = None
+    max_progress_ratio: Ratio | None = None
+    ignore: _Ignores = Field(default_factory=list)
+    name: Any = None
+
+
+class ReplayIn(_Table):
+    config: NonEmpty
+    batch_log: NonEmpty | None = None
+    synthetic: NonEmpty | None = None
+    options: Annotated[dict[str, Any], BeforeValidator(_table)] = Field(default_factory=dict)
+    fail_on: FailOn | None = None
+    max_progress_ratio: Ratio | None = None
+    ignore: _Ignores = Field(default_factory=list)
+    name: Any = None
+
+
+class LrdoctorIn(_Table):
+    """The ``[tool.lrdoctor]`` table (or a whole ``lrdoctor.toml``)."""
+
+    fail_on: FailOn = "warning"
+    max_progress_ratio: Ratio | None = None
+    ignore: Annotated[list[IgnoreIn], BeforeValidator(_ignore_list)] = Field(
+        default_factory=list)
+    inspect: Annotated[list[InspectIn], BeforeValidator(_tables)] = Field(default_factory=list)
+    replay: Annotated[list[ReplayIn], BeforeValidator(_tables)] = Field(default_factory=list)
+    report: NonEmpty | None = None
 
 
 def _k(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
 
-def _norm(table: dict, allowed: set[str], where: str, src: Path) -> dict:
-    out = {}
-    for key, value in table.items():
-        k = key.replace("_", "-")
-        if k not in allowed:
-            raise ConfigError(src, _k(where, key),
-                              f"unknown key (expected one of {', '.join(sorted(allowed))})")
-        out[k] = value
+def _key(prefix: str, loc: tuple) -> str:
+    out = prefix
+    for part in loc:
+        out = f"{out}[{part}]" if isinstance(part, int) else _k(out, str(part))
     return out
 
 
-def _str(value: Any, src: Path, key: str, *, allow_empty: bool = False) -> str:
-    if not isinstance(value, str) or (not allow_empty and not value.strip()):
-        raise ConfigError(src, key, f"must be a non-empty string, got {value!r}")
-    return value
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The table model that ``loc`` (a pydantic error location) points into."""
+    model: type[BaseModel] | None = LrdoctorIn
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        field = next((f for n, f in model.model_fields.items()
+                      if part in (n, f.alias)), None)
+        model = _inner_model(field.annotation) if field is not None else None
+    return model
 
 
-def _fail_on(value: Any, src: Path, key: str) -> str:
-    if value not in FAIL_ON:
-        raise ConfigError(src, key, f"must be one of {', '.join(FAIL_ON)}, got {value!r}")
-    return value
+def _inner_model(ann: Any) -> type[BaseModel] | None:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in get_args(ann):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
 
 
-def _ratio(value: Any, src: Path, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(src, key, f"must be a positive number, got {value!r}")
-    return float(value)
+def _config_error(exc: ValidationError, src: Path, prefix: str) -> ConfigError:
+    """The first problem as one line: unknown keys first (a typo explains the rest)."""
+    errs = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    err = errs[0]
+    loc = tuple(err["loc"])
+    key = _key(prefix, loc)
+    kind, msg = err["type"], err.get("msg", "invalid")
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        allowed = sorted(f.alias or n for n, f in model.model_fields.items()) if model else []
+        return ConfigError(src, key, f"unknown key (expected one of {', '.join(allowed)})")
+    if kind == "missing":
+        return ConfigError(src, key, "required")
+    if kind in ("model_type", "dict_type"):
+        model = _model_at(loc)
+        like = (' like {code = "LRD105", reason = "..."}'
+                if model is not None and issubclass(model, TargetIgnoreIn) else "")
+        return ConfigError(src, key, "must be a table" + like)
+    return ConfigError(src, key, msg.removeprefix("Value error, "))
 
 
 def parse(table: dict, src: Path, text: str = "", prefix: str = "tool.lrdoctor") -> CheckConfig:
     """Validate an already-parsed ``[tool.lrdoctor]`` table (``text`` is for line numbers)."""
+    try:
+        t = LrdoctorIn.model_validate(table)
+    except ValidationError as exc:
+        raise _config_error(exc, src, prefix) from None
     lines = _Lines(text, prefix)
-    t = _norm(table, _TOP, prefix, src)
-    cfg = CheckConfig(source=src, root=src.parent.resolve())
-    if "fail-on" in t:
-        cfg.fail_on = _fail_on(t["fail-on"], src, _k(prefix, "fail-on"))
-    if "max-progress-ratio" in t:
-        cfg.max_progress_ratio = _ratio(t["max-progress-ratio"], src,
-                                        _k(prefix, "max-progress-ratio"))
-    if "report" in t:
-        cfg.report = _str(t["report"], src, _k(prefix, "report"))
-    cfg.ignores = _ignores(t.get("ignore", []), src, _k(prefix, "ignore"), lines, None, True)
-    for kind in ("inspect", "replay"):
-        entries = t.get(kind, [])
-        if isinstance(entries, dict):
-            entries = [entries]
-        if not isinstance(entries, list):
-            raise ConfigError(src, _k(prefix, kind), "must be an array of tables ([[...]])")
+    cfg = CheckConfig(source=src, root=src.parent.resolve(), fail_on=t.fail_on,
+                      max_progress_ratio=t.max_progress_ratio, report=t.report)
+    cfg.ignores = _ignores(t.ignore, src, _k(prefix, "ignore"), lines, None)
+    for kind, entries in (("inspect", t.inspect), ("replay", t.replay)):
         for i, entry in enumerate(entries):
-            key = f"{_k(prefix, kind)}[{i}]"
-            if not isinstance(entry, dict):
-                raise ConfigError(src, key, "must be a table")
-            cfg.targets.append(_target(kind, entry, src, key, lines, i))
+            cfg.targets.append(_target(kind, entry, src, f"{_k(prefix, kind)}[{i}]", lines, i))
     return cfg
 
 
-def _target(kind: str, entry: dict, src: Path, key: str, lines: _Lines, i: int) -> Target:
-    e = _norm(entry, _INSPECT if kind == "inspect" else _REPLAY, key, src)
-    main = "path" if kind == "inspect" else "config"
-    if main not in e:
-        raise ConfigError(src, f"{key}.{main}", "required")
+def _target(kind: str, e: InspectIn | ReplayIn, src: Path, key: str, lines: _Lines,
+            i: int) -> Target:
     header = lines.header(kind, i)
-    t = Target(kind=kind, key=key, line=lines.key_after(header, main),
-               path=_str(e[main], src, f"{key}.{main}"))
-    if "format" in e:
-        t.format = _str(e["format"], src, f"{key}.format")
-    if "all" in e:
-        if not isinstance(e["all"], bool):
-            raise ConfigError(src, f"{key}.all", f"must be true or false, got {e['all']!r}")
-        t.all = e["all"]
-    if "batch-log" in e and "synthetic" in e:
-        raise ConfigError(src, f"{key}.synthetic", "give batch-log or synthetic, not both")
-    if "batch-log" in e:
-        t.batch_log = _str(e["batch-log"], src, f"{key}.batch-log")
-    if "synthetic" in e:
-        t.synthetic = _str(e["synthetic"], src, f"{key}.synthetic")
-    if "options" in e:
-        if not isinstance(e["options"], dict):
-            raise ConfigError(src, f"{key}.options", "must be a table")
-        t.options = {k.replace("-", "_"): v for k, v in e["options"].items()}
-    if "fail-on" in e:
-        t.fail_on = _fail_on(e["fail-on"], src, f"{key}.fail-on")
-    if "max-progress-ratio" in e:
-        t.max_progress_ratio = _ratio(e["max-progress-ratio"], src, f"{key}.max-progress-ratio")
-    t.ignores = _ignores(e.get("ignore", []), src, f"{key}.ignore", lines, header, False)
+    if isinstance(e, InspectIn):
+        t = Target(kind=kind, key=key, line=lines.key_after(header, "path"), path=e.path,
+                   format=e.format, all=e.all)
+    else:
+        if e.batch_log is not None and e.synthetic is not None:
+            raise ConfigError(src, f"{key}.synthetic", "give batch-log or synthetic, not both")
+        t = Target(kind=kind, key=key, line=lines.key_after(header, "config"), path=e.config,
+                   batch_log=e.batch_log, synthetic=e.synthetic,
+                   options={k.replace("-", "_"): v for k, v in e.options.items()})
+    t.fail_on, t.max_progress_ratio = e.fail_on, e.max_progress_ratio
+    t.ignores = _ignores(e.ignore, src, f"{key}.ignore", lines, header)
     return t
 
 
-def _ignores(value: Any, src: Path, key: str, lines: _Lines, header: int | None,
-             top: bool) -> list[Ignore]:
-    if not isinstance(value, list):
-        raise ConfigError(src, key, "must be an array of {code, reason} tables")
-    out = []
-    for j, item in enumerate(value):
+def _ignores(items: list[TargetIgnoreIn], src: Path, key: str, lines: _Lines,
+             header: int | None) -> list[Ignore]:
+    out: list[Ignore] = []
+    for j, it in enumerate(items):
         k = f"{key}[{j}]"
-        if not isinstance(item, dict):
-            raise ConfigError(src, k, 'must be a table like {code = "LRD105", reason = "..."}')
-        it = _norm(item, _IGNORE if top else _IGNORE - {"path"}, k, src)
-        if "code" not in it:
-            raise ConfigError(src, f"{k}.code", "required")
-        code = _str(it["code"], src, f"{k}.code").upper()
-        if code not in RULES:
-            raise ConfigError(src, f"{k}.code", f"unknown finding code {it['code']!r}")
-        if "reason" not in it or not isinstance(it["reason"], str) or not it["reason"].strip():
+        if not isinstance(it.reason, str) or not it.reason.strip():
             raise ConfigError(src, f"{k}.reason",
-                              f"required: say why {code} is ignored (an ignore without a "
+                              f"required: say why {it.code} is ignored (an ignore without a "
                               "reason is not accepted)")
-        path = _str(it["path"], src, f"{k}.path") if "path" in it else None
-        nth = sum(1 for o in out if o.code == code)
-        out.append(Ignore(code=code, reason=it["reason"].strip(), key=k, path=path,
-                          line=lines.code_after(header, code, nth)))
+        nth = sum(1 for o in out if o.code == it.code)
+        out.append(Ignore(code=it.code, reason=it.reason.strip(), key=k,
+                          path=getattr(it, "path", None),
+                          line=lines.code_after(header, it.code, nth)))
     return out
 
 

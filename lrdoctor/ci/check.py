@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lrdoctor.ci_config import CheckConfig, Ignore, Target
+from lrdoctor.ci.config import CheckConfig, Ignore, Target
 from lrdoctor.errors import UnusableInput
 from lrdoctor.findings import Finding, exit_code, finding
 from lrdoctor.report import Report
