@@ -6,6 +6,9 @@ runs, so ``lrdoctor --help`` and ``inspect`` stay fast (no torch/pandas/matplotl
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import typer
 
 from lrdoctor import __version__
@@ -59,7 +62,52 @@ _register()
 
 
 def main() -> None:
-    app()
+    """The console script: ``app()`` with stderr kept to exactly one line on exit 2.
+
+    torch, megatron-core and friends warn while they import or load (through
+    ``warnings`` and ``logging``). Those are held back while the command runs and
+    shown after it only when it did not fail on its input, so an exit-2 run prints
+    the one ``lrdoctor: error: <file>: ...`` line and nothing else. A crash no check
+    caught is one line too (exit 2, naming the inputs given), never a traceback.
+    """
+    import logging
+    import sys
+    import warnings
+
+    held: list[str] = []
+
+    class _Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            held.append(f"{record.levelname.lower()}: {record.getMessage()}")
+
+    def _show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        held.append(f"{filename}:{lineno}: {category.__name__}: {message}")
+
+    warnings.showwarning = _show
+    handler = _Hold(logging.WARNING)
+    logging.getLogger().addHandler(handler)  # instead of logging's last-resort stderr writer
+    code: Any = 0
+    try:
+        app()
+    except SystemExit as exc:
+        code = exc.code
+        raise
+    except KeyboardInterrupt:
+        code = 130
+        print("lrdoctor: error: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
+        code = 2
+        detail = (str(exc).strip().splitlines() or [""])[0][:200]
+        inputs = [a for a in sys.argv[1:] if not a.startswith("-") and os.path.exists(a)]
+        where = f"{', '.join(inputs)}: " if inputs else ""
+        print(f"lrdoctor: error: {where}unexpected {type(exc).__name__} ({detail}); "
+              "please report it", file=sys.stderr)
+        raise SystemExit(2) from None
+    finally:
+        logging.getLogger().removeHandler(handler)
+        if code not in (2, 130) and held:
+            print("\n".join(dict.fromkeys(held)), file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -100,6 +100,17 @@ def _expand(cfg: CheckConfig, pattern: str) -> list[str]:
     return [full]
 
 
+# A crash inside one target (a value no reader check caught) is that target's unusable
+# finding; it never aborts the run or changes another target's result.
+_TARGET_ERRORS = (TypeError, ValueError, ArithmeticError, KeyError, IndexError, AttributeError,
+                  RecursionError, MemoryError, OSError)
+
+
+def _unexpected(path: str, exc: BaseException) -> str:
+    detail = (str(exc).strip().splitlines() or [""])[0][:160]
+    return f"{path}: unexpected {type(exc).__name__} ({detail})"
+
+
 def _run_target(cfg: CheckConfig, t: Target, inspect_fn: InspectFn,
                 replay_fn: ReplayFn) -> tuple[list[Report], Any]:
     """The target's reports, and the ReplayResult behind a replayed one (else None)."""
@@ -114,6 +125,8 @@ def _run_target(cfg: CheckConfig, t: Target, inspect_fn: InspectFn,
                 reports.extend(inspect_fn(p, format=t.format, all=t.all))
             except UnusableInput as exc:
                 reports.append(_unusable(cfg, t, str(exc), p))
+            except _TARGET_ERRORS as exc:  # this target only: the others' results stand
+                reports.append(_unusable(cfg, t, _unexpected(p, exc), p))
         return reports, None
     config = cfg.resolve(t.path)
     kwargs: dict[str, Any] = dict(t.options)
@@ -123,6 +136,8 @@ def _run_target(cfg: CheckConfig, t: Target, inspect_fn: InspectFn,
         got = replay_fn(config, **kwargs)
     except UnusableInput as exc:
         return [_unusable(cfg, t, str(exc), config)], None
+    except _TARGET_ERRORS as exc:
+        return [_unusable(cfg, t, _unexpected(config, exc), config)], None
     rep = got if isinstance(got, Report) else got.report
     if not rep.target:
         rep.target = config

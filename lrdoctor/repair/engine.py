@@ -141,10 +141,10 @@ def write_fix(plan: FixPlan, out: str | Path, *, force: bool = False, progress: 
         result.written = write_output(plan.root, out, plan.files, plan.changes, manifest(plan),
                                       force=force, verify=check if verify else None,
                                       progress=progress, protect=(plan.path,))
-    except OSError as exc:  # disk full, permissions: one line, nothing left behind
-        where = exc.filename or out
-        raise UnusableInput(f"cannot write the repaired copy: {exc.strerror or exc}",
-                            str(where)) from None
+    except (OSError, MemoryError) as exc:  # disk full, permissions: one line, nothing left
+        where = getattr(exc, "filename", None) or out
+        what = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise UnusableInput(f"cannot write the repaired copy: {what}", str(where)) from None
     return result
 
 

@@ -223,7 +223,14 @@ def write_pickle(obj: Any, dst: Path) -> None:
     from lrdoctor.repair import standins
 
     dst.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(obj, dst, pickle_module=standins.PICKLE_MODULE)  # stand-ins under their own names
+    try:
+        torch.save(obj, dst, pickle_module=standins.PICKLE_MODULE)  # stand-ins as their names
+    except RuntimeError as exc:  # torch's zip writer: "file write failed" on a full disk
+        import errno
+
+        line = (str(exc).strip().splitlines() or ["write failed"])[0][:160]
+        raise OSError(errno.ENOSPC if "write" in line else errno.EIO,
+                      f"torch.save failed ({line})", str(dst)) from None
     _fsync_file(dst)
 
 
