@@ -363,9 +363,10 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
             self._callable(func, "call")
         if not isinstance(args, tuple):
             raise pickle.UnpicklingError("call arguments are not a tuple")
+        weight = 3 if func in self.hashing_calls else 1  # a hashed copy costs ~3 list slots
         for a in args:
             if isinstance(a, (list, tuple, dict, set, frozenset)):
-                self.charge(len(a))
+                self.charge(len(a) * weight)
             elif isinstance(a, (str, bytes, bytearray)):  # a copy: one item per 64 bytes
                 self.charge(len(a) >> 6)
         if args and func in self.hashing_calls and isinstance(args[0], (list, tuple)):

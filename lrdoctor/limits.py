@@ -43,10 +43,11 @@ _MiB = 1 << 20
 LIMITS: dict[str, Limit] = {lim.name: lim for lim in [
     Limit("pickle_bytes", 128 * _MiB,
           "bytes of pickled metadata in one file (a torch data.pkl or a plain pickle)"),
-    Limit("pickle_ops", 5_000_000, "pickle opcodes executed for one file"),
+    Limit("pickle_ops", 2_000_000, "pickle opcodes executed for one file (a torch.save "
+                                   "costs ~30 per tensor)"),
     Limit("pickle_memo", 1_000_000, "pickle memo entries of one file"),
     Limit("pickle_int_bytes", 128, "bytes of one pickled integer (2**1024 and beyond is refused)"),
-    Limit("items", 5_000_000,
+    Limit("items", 2_000_000,
           "container elements materialised while reading one file (pickle, JSON, YAML)"),
     Limit("nodes", 10_000_000,
           "values a full walk of one file's data visits, a shared value counted at every "

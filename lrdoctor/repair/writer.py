@@ -105,6 +105,7 @@ def load_pickle(path: Path) -> Any:
     """
     from lrdoctor.formats import _common
 
+    path = Path(path)
     _common.load(path)  # refuses what inspect refuses, within the limits
     import torch
 

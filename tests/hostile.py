@@ -1,0 +1,264 @@
+"""A corpus of hostile and malformed files, built from raw pickle opcodes (test helper).
+
+Each builder returns bytes; :func:`corpus` writes every payload in the layouts a
+reader meets (a plain pickle, the ``data.pkl`` of a torch zip) and returns
+``{name: path}``. The payload kinds are the issue's harness categories: billion
+laughs, dict/list amplification, hash bombs, deep nesting, huge integers,
+REDUCE of code-running globals, GLOBALs under deepspeed/transformers, BUILD
+poisoning of shared stand-ins, zip bombs and bogus declared sizes, truncation.
+Also used by ``benchmarks/fuzz_hostile.py``.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+PROTO = b"\x80\x02"
+STOP = b"."
+
+
+def _str(s: str) -> bytes:
+    data = s.encode()
+    return b"X" + struct.pack("<I", len(data)) + data
+
+
+def _put(i: int) -> bytes:
+    return b"r" + struct.pack("<I", i)
+
+
+def _get(i: int) -> bytes:
+    return b"j" + struct.pack("<I", i)
+
+
+def _global(module: str, name: str) -> bytes:
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def billion_laughs(levels: int = 30, fan: int = 10) -> bytes:
+    """lol_i = [lol_{i-1}] * fan: a few KB that a naive walk expands to fan**levels values."""
+    out = PROTO + _str("lol" * 30) + _put(0)
+    for i in range(1, levels + 1):
+        out += b"](" + _get(i - 1) * fan + b"e" + _put(i)
+    return out + b"\x85" + STOP  # the last one inside a tuple
+
+
+def nested_dict_laughs(levels: int = 40) -> bytes:
+    """Billion laughs through dict values, as a checkpoint's 'optimizer' entry."""
+    out = PROTO + b"}" + _put(0)
+    for i in range(1, levels + 1):
+        out += b"}(" + _str("a") + _get(i - 1) + _str("b") + _get(i - 1) + b"u" + _put(i)
+    return out + b"}" + _str("optimizer") + _get(levels) + b"s" + STOP
+
+
+def list_amplification(size: int = 200_000, copies: int = 100_000) -> bytes:
+    """list(L) of one memoized big list, again and again: copies x size elements."""
+    out = PROTO + b"](" + b"N" * size + b"e" + _put(0)
+    out += (_global("builtins", "list") + _get(0) + b"\x85R0") * copies
+    return out + b"N" + STOP
+
+
+def dict_amplification(size: int = 100_000, copies: int = 50_000) -> bytes:
+    """OrderedDict(D) of one memoized big dict, again and again."""
+    out = PROTO + b"}("
+    for i in range(size):
+        out += b"J" + struct.pack("<i", i) + b"N"
+    out += b"u" + _put(0)
+    out += (_global("collections", "OrderedDict") + _get(0) + b"\x85R0") * copies
+    return out + b"N" + STOP
+
+
+def hash_bomb(levels: int = 60) -> bytes:
+    """A dict key built as t_i = (t_{i-1}, t_{i-1}): hashing it visits 2**levels tuples."""
+    out = PROTO + _str("x") + b"\x85" + _put(0)
+    for i in range(1, levels + 1):
+        out += _get(i - 1) + _get(i - 1) + b"\x86" + _put(i)
+    return out + b"}" + _get(levels) + b"Ns" + STOP
+
+
+def int_collisions(n: int = 60_000) -> bytes:
+    """Dict keys k * (2**61 - 1): every one hashes to 0 (a quadratic insert flood)."""
+    p = (1 << 61) - 1
+    out = PROTO + b"}("
+    for k in range(1, n + 1):
+        v = (k * p).to_bytes(12, "little", signed=True)
+        out += b"\x8a\x0c" + v + b"N"
+    return out + b"u" + STOP
+
+
+def deep_marks(depth: int = 200_000) -> bytes:
+    return PROTO + b"(" * depth + b"l" * depth + STOP
+
+
+def deep_tuples(depth: int = 1_000_000) -> bytes:
+    """((((None,),),),): nesting without a single MARK."""
+    return PROTO + b"N" + b"\x85" * depth + STOP
+
+
+def deep_lists_memo(depth: int = 100_000) -> bytes:
+    """l_i appended into l_{i-1} through the memo, no MARK: a chain of depth ``depth``."""
+    out = PROTO + b"]" + _put(0)
+    for i in range(1, depth + 1):
+        out += _get(i - 1) + b"]" + _put(i) + b"a0"
+    return out + _get(0) + STOP
+
+
+def huge_long4(nbytes: int = 10 << 20) -> bytes:
+    return PROTO + b"\x8b" + struct.pack("<i", nbytes) + b"\x7f" * nbytes + STOP
+
+
+def huge_long_text(digits: int = 1_000_000) -> bytes:
+    return PROTO + b"L" + b"9" * digits + b"L\n" + STOP
+
+
+def huge_int_call() -> bytes:
+    return PROTO + _global("builtins", "int") + _str("9" * 4000) + b"\x85R" + STOP
+
+
+def bytearray_bomb() -> bytes:
+    """Protocol 5 BYTEARRAY8 declaring 2**40 bytes."""
+    return b"\x80\x05" + b"\x96" + struct.pack("<Q", 1 << 40) + STOP
+
+
+def frame_bomb() -> bytes:
+    return b"\x80\x04" + b"\x95" + struct.pack("<Q", 1 << 40) + b"N" + STOP
+
+
+def reduce_call(module: str, name: str, arg: str) -> bytes:
+    return PROTO + _global(module, name) + _str(arg) + b"\x85R" + STOP
+
+
+def newobj_of(module: str, name: str) -> bytes:
+    return PROTO + _global(module, name) + b")\x81" + STOP
+
+
+def build_on_global(module: str, name: str, key: str, value: bytes) -> bytes:
+    """GLOBAL then BUILD with {key: value}: would set an attribute of a shared object."""
+    return PROTO + _global(module, name) + b"}" + _str(key) + value + b"sb" + STOP
+
+
+def build_slots_on_global(module: str, name: str, key: str, value: bytes) -> bytes:
+    """BUILD with (None, {key: value}): the slot-state path, setattr on the global."""
+    return (PROTO + _global(module, name) + b"N}" + _str(key) + value + b"s\x86b" + STOP)
+
+
+def code_payloads(marker: Path) -> dict[str, bytes]:
+    cmd = f"touch {marker}"
+    return {
+        "reduce_os_system": reduce_call("os", "system", cmd),
+        "reduce_posix_system": reduce_call("posix", "system", cmd),
+        "reduce_eval": reduce_call("builtins", "eval", f"__import__('os').system({cmd!r})"),
+        "reduce_exec": reduce_call("builtins", "exec", f"import os; os.system({cmd!r})"),
+        "reduce_getattr": PROTO + _global("builtins", "getattr") + _global("builtins", "set")
+        + _str("__init__") + b"\x86R" + STOP,
+        "reduce_import_module": reduce_call("importlib", "import_module", "os"),
+        "reduce_subprocess": reduce_call("subprocess", "getoutput", cmd),
+        "global_deepspeed_op": newobj_of("deepspeed.ops.adam.cpu_adam", "DeepSpeedCPUAdam"),
+        "global_deepspeed_builder": reduce_call("deepspeed.ops.op_builder", "CPUAdamBuilder", "x"),
+        "global_transformers": newobj_of("transformers.trainer", "Trainer"),
+        "global_megatron_fn": reduce_call("megatron.core.utils", "is_torch_min_version", "1"),
+    }
+
+
+def poison_payloads() -> dict[str, bytes]:
+    """BUILDs that, if obeyed, change how every later file is read."""
+    return {
+        "poison_storage_dtype": build_on_global("torch", "FloatStorage", "dtype", _str("int64")),
+        "poison_rebuild_defaults": build_slots_on_global(
+            "torch._utils", "_rebuild_tensor_v2", "__defaults__", b"N\x85"),
+        "poison_namespace_class": build_slots_on_global("argparse", "Namespace", "lr", b"K\x07"),
+        "poison_record_name": build_slots_on_global(
+            "transformers.training_args", "TrainingArguments", "_lrd_name", _str("x")),
+        "poison_dtype_string": build_on_global("torch", "float32", "x", b"N"),
+    }
+
+
+def resource_payloads() -> dict[str, bytes]:
+    return {
+        "billion_laughs": billion_laughs(),
+        "nested_dict_laughs": nested_dict_laughs(),
+        "list_amplification": list_amplification(),
+        "dict_amplification": dict_amplification(),
+        "hash_bomb": hash_bomb(),
+        "int_collisions": int_collisions(),
+        "deep_marks": deep_marks(),
+        "deep_tuples": deep_tuples(),
+        "deep_lists_memo": deep_lists_memo(),
+        "huge_long4": huge_long4(),
+        "huge_long_text": huge_long_text(),
+        "huge_int_call": huge_int_call(),
+        "bytearray_bomb": bytearray_bomb(),
+        "frame_bomb": frame_bomb(),
+    }
+
+
+# ------------------------------------------------------------------ layouts
+
+def torch_zip(data_pkl: bytes, *, storages: dict[str, bytes] | None = None,
+              compress: int = zipfile.ZIP_STORED, top: str = "archive") -> bytes:
+    """A torch-zip-shaped archive around ``data_pkl``."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compress) as zf:
+        zf.writestr(f"{top}/data.pkl", data_pkl)
+        zf.writestr(f"{top}/byteorder", "little")
+        for key, raw in (storages or {}).items():
+            zf.writestr(f"{top}/data/{key}", raw)
+        zf.writestr(f"{top}/version", "3\n")
+    return buf.getvalue()
+
+
+def deflate_bomb(size: int = 160 << 20) -> bytes:
+    """data.pkl of ``size`` zero bytes, deflated to a few hundred KB."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        with zf.open("archive/data.pkl", "w", force_zip64=True) as m:
+            chunk = b"\0" * (1 << 20)
+            for _ in range(size >> 20):
+                m.write(chunk)
+    return buf.getvalue()
+
+
+def lying_sizes(real: bytes, declared: int = 1 << 40) -> bytes:
+    """A real torch zip whose central directory declares data.pkl ``declared`` bytes long."""
+    data = bytearray(real)
+    pos = 0
+    while (pos := data.find(b"PK\x01\x02", pos)) >= 0:
+        name_len = struct.unpack_from("<H", data, pos + 28)[0]
+        name = bytes(data[pos + 46:pos + 46 + name_len])
+        if name.endswith(b"data.pkl"):
+            struct.pack_into("<I", data, pos + 24, min(declared, 0xFFFFFFFE))
+        pos += 4
+    return bytes(data)
+
+
+def truncations(real: bytes) -> dict[str, bytes]:
+    n = len(real)
+    return {f"truncated_{frac}": real[: max(1, n * frac // 100)] for frac in (1, 10, 50, 90, 99)}
+
+
+def corpus(root: Path, marker: Path, real_ckpt: bytes | None = None,
+           kinds: Callable[[str], bool] = lambda name: True) -> dict[str, Path]:
+    """Every payload, as a plain pickle and as the data.pkl of a torch zip: {name: path}."""
+    root.mkdir(parents=True, exist_ok=True)
+    payloads = {**code_payloads(marker), **poison_payloads(), **resource_payloads()}
+    out: dict[str, Path] = {}
+    for name, blob in payloads.items():
+        if not kinds(name):
+            continue
+        for layout, data in (("pkl", blob), ("pt", torch_zip(blob))):
+            p = root / f"{name}.{layout}"
+            p.write_bytes(data)
+            out[p.name] = p
+    extra = {"deflate_bomb.pt": deflate_bomb()}
+    if real_ckpt is not None:
+        extra["lying_sizes.pt"] = lying_sizes(real_ckpt)
+        extra.update({f"{k}.pt": v for k, v in truncations(real_ckpt).items()})
+    for name, data in extra.items():
+        if kinds(name):
+            p = root / name
+            p.write_bytes(data)
+            out[name] = p
+    return out
