@@ -24,7 +24,9 @@ _EPOCH_STYLE = {"StepLR", "MultiStepLR", "ExponentialLR", "ReduceLROnPlateau"}
 
 def diagnose(state: RunState) -> list[Finding]:
     out: list[Finding] = []
-    for rule in (_config, _progress_ratio, _horizon, _optimizer_lr):
+    from lrdoctor.epochs import findings as epoch_end
+
+    for rule in (_config, _progress_ratio, _horizon, _optimizer_lr, epoch_end):
         out.extend(rule(state))
     out.extend(_not_judged(state, out))
     _agree(out, dcp=(state.extras or {}).get("storage") == "dcp")

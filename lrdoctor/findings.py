@@ -240,6 +240,20 @@ _RULES = [
          "so far advanced 1.",
          "Drive the scheduler by the nominal progress (samples or planned updates) so its "
          "rate does not depend on batching; repair with `lrdoctor fix --policy nominal`."),
+    Rule("LRD117", "epoch-end-arithmetic", _E,
+         "The horizon differs from the updates an epoch-based loop really takes",
+         "The horizon was computed from len(dataloader) and the accumulation with floor or "
+         "ceil, while the loop steps (or skips) the short window at the end of each epoch, or "
+         "carries windows across epochs: the schedule ends before or after training does. "
+         "transformers issues 37777 and 31677, Lightning 19684, OpenRLHF PR 1351 (21 "
+         "scheduled vs 23 real updates, the cosine rising again at the end). When neither the "
+         "config nor the checkpoint's counters tell which the loop does, the finding is info "
+         "and names what each would take.",
+         "`max_train_steps` 21 = 3 x floor(30 / 4) but windows carried across epochs give "
+         "floor(3 x 30 / 4) = 22 updates.",
+         "Compute the horizon the way the loop steps: epochs x ceil(L / GA) when the short "
+         "window of each epoch is stepped, floor(epochs x L / GA) when windows run across "
+         "epochs; or count the real updates once (a dry pass over the dataloader)."),
     # ---- replayed loop (replay) ----------------------------------------
     Rule("LRD201", "overshoot", _E,
          "The loop takes more optimizer updates than the scheduler's budget",

@@ -169,6 +169,9 @@ BUDGET_HPARAMS = ("max_steps", "total_steps", "num_training_steps", "training_st
 def _planned_end(st: RunState, sd: dict, src: str, steps: Counter | None) -> None:
     """A step budget the module saved with save_hyperparameters(); Lightning keeps none itself."""
     hp = _common.as_fields(sd.get("hyper_parameters")) or {}
+    from lrdoctor import epochs
+
+    epochs.attach(st, hp, f"{src}:hyper_parameters")
     for key in BUDGET_HPARAMS:
         v = _common.number(hp.get(key))
         if v is not None and v > 0:

@@ -145,6 +145,10 @@ def read_checkpoint(ckpt: discover.Checkpoint) -> RunState:
     st = build(sc, fmt=ref.NAME if ref else NAME)
     if ref is not None:
         ref.refine(sc, st)
+    from lrdoctor import epochs
+
+    for cfg in sc.of(discover.CONFIG):  # a loop's args Namespace, hparams, a config dict
+        epochs.attach(st, cfg.value, cfg.where)
     _finish(st)
     return st
 
