@@ -1,7 +1,10 @@
-"""Replay speed: the fast path on 1,000,000 samples over 10,000 train steps (goal < 5 s),
-and the torch path's micro-batches per second on CPU (and CUDA with peak memory).
+"""Replay speed: the fast path on 1,000,000 samples over 10,000 train steps (goal < 5 s);
+the torch engine's micro-batches per second beside the fast engine's on the same run
+(CPU, and CUDA with peak memory); and every shipped example as a user runs it
+(``lrdoctor replay -c examples/X.yaml``: fast path + torch cross-check of a sample,
+goal < 5 s each, the whole command with its imports).
 
-Run: ``python benchmarks/bench_replay.py [--steps 10000] [--per-step 100]``.
+Run: ``python benchmarks/bench_replay.py [--steps 10000] [--per-step 100] [--no-examples]``.
 Prints figures; asserts nothing (performance goals live here, not in tests).
 """
 
@@ -54,20 +57,56 @@ def bench_fast(steps: int, per: int, strategy: str) -> None:
           f"= {t3 - t0:.2f} s (goal < 5 s)")
 
 
-def bench_torch(device: str, steps: int = 40, per: int = 256) -> None:
+def bench_engines(device: str, steps: int = 40, per: int = 256) -> None:
+    """The same run through both engines: micro-batches per second side by side."""
     from lrdoctor.replay import torch_exec
 
     cfg = _cfg(steps, per, "token_budget")
     infos = engine.plan_steps(cfg, _lengths(steps, per, seed=1))
     torch_exec.replay_torch(cfg, engine.plan_steps(cfg, _lengths(2, per, 2)), device=device)
+    t0 = time.perf_counter()
+    fast = engine.simulate(cfg, infos)
+    fast_s = time.perf_counter() - t0
     rep = torch_exec.replay_torch(cfg, infos, device=device)
     n = len(rep.trace["lr"])
-    line = (f"torch path on {device}: {n:,} micro-batches in {rep.notes['torch_seconds']:.2f} s "
-            f"= {rep.notes['micro_batches_per_second']:,.0f} micro-batches/s "
-            f"(probe model, {rep.notes['scheduler_class']})")
+    torch_rate = rep.notes["micro_batches_per_second"]
+    fast_rate = len(fast.trace["lr"]) / fast_s if fast_s else float("inf")
+    print(f"engines on {device}, {n:,} micro-batches ({steps} steps x {per} samples, "
+          "token_budget):")
+    print(f"  fast  (numpy):                 {fast_s:7.3f} s = {fast_rate:12,.0f} "
+          "micro-batches/s")
+    line = (f"  torch (probe model, {device:>4}):    {rep.notes['torch_seconds']:7.3f} s = "
+            f"{torch_rate:12,.0f} micro-batches/s  ({fast_rate / torch_rate:,.0f}x slower; "
+            f"{rep.notes['scheduler_class']})")
     if device == "cuda":
         line += f", peak memory {rep.notes['peak_memory_bytes'] / 2**20:.1f} MiB"
     print(line)
+
+
+def bench_examples() -> None:
+    """Each shipped example as a user runs it: the whole command, imports included."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for cfg in sorted((root / "examples").glob("*.yaml")):
+        extra = (["--batch-log", str(root / "examples/batchlogs/roll-sokoban.csv")]
+                 if cfg.stem == "roll-sokoban-dynamic" else [])
+        row = [f"  {cfg.stem:<22}"]
+        for label, flags in (("--fast", ["--fast"]), ("default", ["--device", "cpu"])):
+            t0 = time.perf_counter()
+            p = subprocess.run([sys.executable, "-m", "lrdoctor", "replay", "-c", str(cfg),
+                                *extra, *flags, "--json"], capture_output=True, text=True,
+                               cwd=root)
+            wall = time.perf_counter() - t0
+            row.append(f"{label} {wall:5.1f} s")
+            if label == "default":
+                c = json.loads(p.stdout)["summary"].get("cross_check") or {}
+                row.append(f"(torch checked {c.get('micro_batches', 0):,} of "
+                           f"{c.get('of', 0):,} micro-batches, agree={c.get('agree')})")
+        print("  ".join(row))
 
 
 def main() -> None:
@@ -75,16 +114,20 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--per-step", type=int, default=100)
     ap.add_argument("--strategies", default="static,token_budget")
+    ap.add_argument("--no-examples", action="store_true")
     args = ap.parse_args()
     for strategy in args.strategies.split(","):
         bench_fast(args.steps, args.per_step, strategy)
-    bench_torch("cpu")
+    bench_engines("cpu")
     import torch
 
     if torch.cuda.is_available():
-        bench_torch("cuda")
+        bench_engines("cuda")
     else:
-        print("torch path on cuda: no CUDA device here")
+        print("engines on cuda: no CUDA device here")
+    if not args.no_examples:
+        print("examples (lrdoctor replay -c examples/X.yaml, wall time of the command):")
+        bench_examples()
 
 
 if __name__ == "__main__":

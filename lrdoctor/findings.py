@@ -342,6 +342,15 @@ _RULES = [
          "has, and the replay does not model it, so its numbers hold only without it.",
          "verl trainer.critic_warmup: 10: the actor and its LR do not move for 10 steps.",
          "Check the key's effect by hand, or replay a batch log recorded from the run."),
+    Rule("LRD214", "replay-engines-disagree", _W,
+         "The real torch loop disagrees with the fast replay",
+         "By default on a CPU, `replay` runs the fast path over the whole run and the real "
+         "torch loop (optimizer, scheduler, probe model) over a sample: the first train "
+         "steps and a segment at each dp change or failed update. Every sampled "
+         "micro-batch's window, update, scheduler progress, LR and loss weight must agree; "
+         "where they do not, the fast path's numbers are not backed by a real execution.",
+         "lr at trace row 96: fast 0.000412, torch 0.000398.",
+         "Replay the whole run with `--torch` and report the config to lrdoctor."),
     # ---- lrdoctor configuration (check) --------------------------------
     Rule("LRD301", "unused-ignore", _W,
          "An ignore in the lrdoctor configuration matched nothing",

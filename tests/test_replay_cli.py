@@ -48,7 +48,7 @@ def _invoke(*args):
 
 
 def test_clean_run_exits_0_with_the_torch_path(files):
-    r = _invoke("--config", files / "clean.yaml", "--json")
+    r = _invoke("--config", files / "clean.yaml", "--json", "--torch")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["findings"] == []
@@ -56,6 +56,19 @@ def test_clean_run_exits_0_with_the_torch_path(files):
     assert s["engine"] == "torch" and s["device"] in ("cpu", "cuda")
     assert s["actual_updates"] == s["budget_updates"] == 5  # 16 / 2 ranks / 2 = 4 = GA
     assert s["progress_ratio"] == 1.0
+
+
+def test_default_on_cpu_is_fast_with_a_real_cross_check(files):
+    r = _invoke("--config", files / "clean.yaml", "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("real execution:"))
+    assert "torch ran" in line and "agrees with the fast trace" in line, line
+    assert "fast path on cpu" in " ".join(r.stdout.split())
+    doc = json.loads(_invoke("--config", files / "clean.yaml", "--device", "cpu",
+                             "--json").stdout)
+    c = doc["summary"]["cross_check"]
+    assert c["agree"] and c["micro_batches"] == c["of"]  # a small run is checked whole
+    assert doc["summary"]["engine_reason"].startswith("fast path on CPU, cross-checked")
 
 
 def test_overshoot_exits_1_and_json_document_has_the_shared_shape(files):

@@ -130,9 +130,16 @@ def test_every_example_is_covered():
 def test_example_reports_what_it_demonstrates(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # paths in the config are relative to the config file
     extra, codes, check, _ = CASES[name]
-    rep = run(str(EX / f"{name}.yaml"), engine="fast", **extra)
+    # The default on a CPU: the fast path, backed by a real torch run of a sample.
+    rep = run(str(EX / f"{name}.yaml"), device="cpu", **extra)
     assert _codes(rep) == codes, [f.message for f in rep.findings]
     check(rep, _summary(rep))
+    s = _summary(rep)
+    assert s["engine"] == "fast"
+    cross = s["cross_check"]
+    assert cross["ran"] and cross["agree"], cross["mismatches"]
+    assert 0 < cross["micro_batches"] <= cross["of"] and not cross["not_covered"]
+    assert cross["segments"][0]["why"] == "first train steps"
 
 
 @pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c[3]))

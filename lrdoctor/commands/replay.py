@@ -26,9 +26,12 @@ moves with a memory knob.
 
 The config is an lrdoctor run config (see docs/replay.md) or ROLL's own YAML.
 Sample lengths come from a batch log (JSONL/CSV/Parquet: step, tokens[, prompt_id,
-docs, rank]) or a synthetic distribution. Small replays run a real torch optimizer
-and scheduler on a probe model (--torch, on --device); long ones use the
-equivalent fast numpy path (--fast).
+docs, rank]) or a synthetic distribution.
+By default on a CPU the fast numpy path replays the whole run in seconds and a real
+torch optimizer and scheduler on a probe model run a sample of it (the first train
+steps and a segment at each dp change or failed update), cross-checked micro-batch
+by micro-batch against the fast trace; --torch (or a CUDA device) runs the whole run
+through the real loop; --fast skips the cross-check (no torch needed).
 
 Examples:
 
@@ -68,8 +71,8 @@ def replay_cmd(
         "lognormal:mean=2048,sigma=0.6,max=16384.")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed for --synthetic.")] = None,
     fast: Annotated[bool | None, typer.Option(
-        "--fast/--torch", help="Fast numpy path or real torch optimizer+scheduler "
-        "(default: torch up to 20,000 micro-batches, fast above).")] = None,
+        "--fast/--torch", help="Fast numpy path only, or the whole run in the real torch "
+        "loop (default: fast, cross-checked by torch on a sample; on CUDA, torch).")] = None,
     device: Annotated[Device, typer.Option("--device", help="Device of the torch path.")] =
         Device.auto,
     model: Annotated[str | None, typer.Option(

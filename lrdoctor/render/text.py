@@ -254,6 +254,9 @@ def render_replay(report, trace=None, plot=None, con: Console | None = None) -> 
     if "peak_memory_bytes" in s:
         t.add_row("peak memory per micro-batch", "", f"{s['peak_memory_bytes'] / 2**20:.1f} MiB")
     con.print(t)
+    line = cross_check_line(s.get("cross_check"))
+    if line:
+        con.print(line, highlight=False, markup=False)
     sw = report.extra.get("sweep")
     if sw:
         st = Table(title=f"sweep over {sw['key']}", header_style="bold")
@@ -278,6 +281,28 @@ def render_replay(report, trace=None, plot=None, con: Console | None = None) -> 
     for label, p in (("trace", trace), ("plot", plot)):
         if p is not None:
             con.print(f"[dim]{label} written to {p}[/dim]")
+
+
+def cross_check_line(c: dict | None) -> str | None:
+    """One line: what the real torch loop ran of this replay and whether it agrees."""
+    if not c:
+        return None
+    if not c.get("ran"):
+        return f"real execution: not run: {c.get('why', 'nothing to run')}"
+    where = "; ".join(f"{g['why']} ({_steps(g['steps'])})" for g in c["segments"])
+    head = (f"real execution: torch ran {c['micro_batches']:,} of {c['of']:,} micro-batches "
+            f"on {c['device']} [{where}]")
+    if c["agree"]:
+        line = f"{head}: agrees with the fast trace"
+    else:
+        line = f"{head}: DISAGREES with the fast trace: {'; '.join(c['mismatches'])}"
+    for n in c.get("not_covered", []):
+        line += f"; not covered: {n}"
+    return line
+
+
+def _steps(pair: list[int]) -> str:
+    return f"step {pair[0]}" if pair[0] == pair[1] else f"steps {pair[0]}-{pair[1]}"
 
 
 # --------------------------------------------------------------------- fix

@@ -20,9 +20,11 @@ if TYPE_CHECKING:
     from lrdoctor.replay.engine import Replay
     from lrdoctor.report import Report
 
-# Above this many micro-batches the default engine is the fast path (the torch
-# path runs a few hundred micro-batches a second on one CPU core).
-TORCH_AUTO_LIMIT = 20_000
+# --torch runs the whole run through the real loop; the default on a CPU is the fast
+# path plus a torch cross-check of a sample (lrdoctor.replay.crosscheck), and on CUDA
+# the whole run in torch. The torch path runs a few hundred micro-batches a second
+# on one CPU core (benchmarks/bench_replay.py).
+TORCH_EXTRA = "pip install 'lrdoctor[torch]'"
 
 
 @dataclass
@@ -78,9 +80,8 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     notes: dict = {}
     infos = eng.plan_steps(cfg, samples, planner, tick("planning"), notes)
     n_mb = sum(len(i.plan.micro_batches) for i in infos) * cfg.train.epochs_per_step
-    use_torch = engine == "torch" or (engine == "auto" and n_mb <= TORCH_AUTO_LIMIT)
-    if model and not use_torch:
-        use_torch = True
+    use_torch, why, torch_ok = _pick_engine(engine, model, device)
+    cross = None
     if use_torch:
         from lrdoctor.replay import torch_exec
 
@@ -90,10 +91,16 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
                                       notes=notes)
     else:
         rep = eng.simulate(cfg, infos, notes=notes)
+        if engine == "auto" and torch_ok:
+            from lrdoctor.replay.crosscheck import cross_check
+
+            cross = cross_check(cfg, infos, rep, device="cpu")
+        elif engine == "auto":
+            cross = {"ran": False, "why": f"torch is not installed ({TORCH_EXTRA})"}
     summary = analysis.summarize(rep)
-    summary["engine_reason"] = ("--torch" if engine == "torch" else "--fast" if engine == "fast"
-                                else f"auto: {n_mb} micro-batches "
-                                f"{'<=' if use_torch else '>'} {TORCH_AUTO_LIMIT}")
+    summary["engine_reason"] = f"{why} ({n_mb} micro-batches)"
+    if cross is not None:
+        summary["cross_check"] = cross
     sweep_results: list = []
     key = None
     knob = None
@@ -118,6 +125,14 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     if cfg._keys_used is not None:
         summary["config_keys_used"] = cfg._keys_used
         found.extend(analysis.unmodelled_keys(cfg._unmodelled))
+    if cross is not None and cross.get("ran") and not cross["agree"]:
+        from lrdoctor.findings import finding
+
+        found.append(finding(
+            "LRD214", f"The real torch loop disagrees with the fast replay on "
+            f"{len(cross['mismatches'])} column(s) of the {cross['micro_batches']} "
+            f"micro-batches it ran: {'; '.join(cross['mismatches'])}.",
+            {"cross_check": cross}))
     for f in found:
         if f.location and not f.location.startswith(str(config)):
             f.location = f"{config}:{f.location}"
@@ -127,6 +142,28 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
                            "samples": int(len(samples)), "notes": notes},
                     findings=found, extra={"summary": summary, **extra})
     return ReplayResult(report, rep, sweep_results, key)
+
+
+def _pick_engine(engine: str, model: str | None, device: str) -> tuple[bool, str, bool]:
+    """(whole run in torch?, why, can torch run here?) for --fast / --torch / default."""
+    from lrdoctor.errors import UnusableInput
+
+    if engine == "fast" and model is None:
+        return False, "--fast", False
+    try:
+        import torch
+    except ImportError:
+        if engine == "torch" or model is not None or device == "cuda":
+            what = "--model" if model else "--device cuda" if device == "cuda" else "--torch"
+            raise UnusableInput(f"{what} needs torch: {TORCH_EXTRA}") from None
+        return False, "fast path (torch is not installed)", False
+    if engine == "torch":
+        return True, "--torch", True
+    if model is not None:
+        return True, "--model runs the real loop", True
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        return True, "CUDA: the whole run in torch", True
+    return False, "fast path on CPU, cross-checked by torch on a sample", True
 
 
 def run(config: str, batch_log: str | None = None, synthetic: str | None = None,

@@ -128,13 +128,13 @@ def _megatron_scheduler(optimizer, spec):
 class _Scheduler:
     """One interface over the real scheduler: ``advance(amount)`` = one ``step()`` call."""
 
-    def __init__(self, optimizer, spec) -> None:
+    def __init__(self, optimizer, spec, framework: bool = True) -> None:
         import torch
 
         from lrdoctor.schedules import lr_at
 
         self.kind = "megatron-core OptimizerParamScheduler"
-        self.mcore = _megatron_scheduler(optimizer, spec)
+        self.mcore = _megatron_scheduler(optimizer, spec) if framework else None
         if self.mcore is None:
             self.kind = "torch LambdaLR(lrdoctor.schedules.lr_at)"
             # LambdaLR counts calls; the loop's increments map a call count to progress.
@@ -160,8 +160,19 @@ class _Scheduler:
 def replay_torch(cfg, infos: list[StepInfo], device: str = "auto",
                  model_factory: Callable[[], Any] | None = None, optimizer: str = "sgd",
                  progress: Callable[[int], None] | None = None,
-                 notes: dict | None = None, seed: int = 0) -> Replay:
-    """Execute the configured loop for real over the planned micro-batches."""
+                 notes: dict | None = None, seed: int = 0,
+                 start: dict | None = None, framework_scheduler: bool = True) -> Replay:
+    """Execute the configured loop for real over the planned micro-batches.
+
+    ``start`` resumes mid-run, as a loop resumed from a checkpoint does, for a
+    segment of a longer run (the fast path's cross-check): ``global_step``
+    (micro-steps so far), ``update_index`` (updates so far), ``progress`` (the
+    scheduler's, restored by one ``step(progress)``) and ``samples_per_step`` (of
+    the whole run, which sizes the schedule). The segment must start with no
+    accumulation window open. ``framework_scheduler=False`` drives the LR with a
+    LambdaLR over lrdoctor's schedule instead of megatron-core's scheduler (whose
+    import alone takes seconds: too slow for a cross-check that must answer in
+    seconds)."""
     import torch
 
     dev = pick_device(device)
@@ -171,15 +182,17 @@ def replay_torch(cfg, infos: list[StepInfo], device: str = "auto",
         # The probe is tiny: intra-op threads only contend (measured 13x slower with 2).
         torch.set_num_threads(1)
     try:
-        return _run(cfg, infos, dev, model_factory, optimizer, progress, notes)
+        return _run(cfg, infos, dev, model_factory, optimizer, progress, notes, start or {},
+                    framework_scheduler)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
+def _run(cfg, infos, dev, model_factory, optimizer, progress, notes, start,
+         framework_scheduler=True) -> Replay:
     import torch
 
-    sps = samples_per_step(cfg, infos)
+    sps = start.get("samples_per_step") or samples_per_step(cfg, infos)
     spec = schedule_spec(cfg, sps)
     model = (model_factory() if model_factory is not None else _probe_model()).to(dev)
     vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 256
@@ -194,7 +207,13 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
         opt = torch.optim.AdamW(params, lr=spec.max_lr)
     else:
         raise UnusableInput(f"--optimizer {optimizer!r}: allowed: sgd, adamw")
-    sched = _Scheduler(opt, spec)
+    sched = _Scheduler(opt, spec, framework_scheduler)
+    if start.get("progress"):
+        import warnings
+
+        with warnings.catch_warnings():  # torch warns of step() before optimizer.step()
+            warnings.simplefilter("ignore")
+            sched.advance(float(start["progress"]))  # resume: the saved progress
 
     acc, sc = cfg.accumulation, cfg.scheduler
     packed = cfg.batching.is_packed
@@ -206,10 +225,11 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
         "failed", "scheduler_progress", "lr", "dp", "loss_weight", "loss_divisor", "docs",
         "window_weight_sum", "peak_mem_bytes")}
     open_rows: list[int] = []  # trace rows of the window being accumulated
-    global_step = 0  # micro-steps over the whole run (OneVision-style loops)
+    global_step = int(start.get("global_step", 0))  # micro-steps over the whole run
+    local_step = 0  # micro-steps of this replay (indexes ``carried``)
     # Fast-LLM document windows that span train steps (flush_at_step_end: false).
     carried = carried_doc_windows(cfg, infos)
-    update_index = 0
+    update_index = int(start.get("update_index", 0))
     window_samples = 0  # samples accumulated since the last update (may span steps)
     cuda = dev == "cuda"
     t0 = time.perf_counter()
@@ -244,7 +264,7 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
                     mb_docs = info.mb_docs[i] if info.mb_docs is not None else samples
                     div = float(divisors[i])
                     if carried is not None and cfg.batching.loss_divisor == "step_total":
-                        div = float(carried[1][global_step])
+                        div = float(carried[1][local_step])
                     w = mb_docs / div
                 else:
                     w = samples / nominal
@@ -264,7 +284,7 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
                 # The loop's own optimizer-step condition.
                 counter = micro_step if acc.flush_at_step_end else global_step
                 if carried is not None:
-                    do_step = bool(carried[0][global_step])
+                    do_step = bool(carried[0][local_step])
                 elif bset is not None:
                     do_step = i in bset or i == n - 1
                 elif acc.rule == "correct":
@@ -273,6 +293,7 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes) -> Replay:
                     do_step = counter % k == 0 or (acc.flush_at_step_end and i == n - 1)
                 micro_step += 1
                 global_step += 1
+                local_step += 1
                 window_samples += samples
 
                 row = len(cols["lr"])

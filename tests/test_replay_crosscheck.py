@@ -1,0 +1,71 @@
+"""The default replay: the fast path over the whole run, the real torch loop over a
+sample of it (first steps, each dp change, each failed update), compared row by row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lrdoctor.replay import crosscheck, engine, replay_full
+from lrdoctor.replay.config import config_from_dict
+
+
+def _elastic_run():
+    cfg = config_from_dict({
+        "schedule": {"family": "hf", "kind": "linear", "max_lr": 1e-3, "warmup": 2},
+        "train": {"steps": 40, "samples_per_step": 16, "micro_batch_size": 2,
+                  "gradient_accumulation": 4},
+        "dp": {"size": 2, "changes": [{"at_step": 25, "size": 1}]},
+        "scheduler": {"failed_updates": [50], "increment": "samples"},
+    })
+    df = pd.DataFrame({"step": np.repeat(np.arange(40), 16), "tokens": np.full(640, 64)})
+    infos = engine.plan_steps(cfg, df)
+    return cfg, infos, engine.simulate(cfg, infos)
+
+
+def test_the_sample_covers_every_path_the_run_takes():
+    cfg, infos, fast = _elastic_run()
+    res = crosscheck.cross_check(cfg, infos, fast)
+    whys = [s["why"] for s in res["segments"]]
+    assert whys[0] == "first train steps" and "dp 2 -> 1" in whys
+    assert any(w.startswith("failed update 50") for w in whys)
+    dp_seg = next(s for s in res["segments"] if s["why"] == "dp 2 -> 1")
+    assert dp_seg["steps"][0] == 25  # resumed where the dp size changes
+    assert res["agree"] and res["ran"] and res["micro_batches"] < res["of"]
+
+
+def test_a_fast_trace_that_is_wrong_is_caught(monkeypatch):
+    cfg, infos, fast = _elastic_run()
+    fast.trace["lr"] = fast.trace["lr"].copy()
+    fast.trace["lr"][5] *= 1.01
+    fast.trace["window_size"] = fast.trace["window_size"].copy()
+    row = int(np.searchsorted(fast.trace["train_step"], 25)) + 1  # inside the dp segment
+    fast.trace["window_size"][row] += 1
+    res = crosscheck.cross_check(cfg, infos, fast)
+    assert not res["agree"]
+    assert any(m.startswith("lr at trace row 5:") for m in res["mismatches"])
+    assert any(m.startswith(f"window_size at trace row {row}:") for m in res["mismatches"])
+
+
+def test_disagreement_is_a_finding_ci_sees(tmp_path, monkeypatch):
+    cfg_path = tmp_path / "run.yaml"
+    cfg_path.write_text("train: {steps: 6, samples_per_step: 8, gradient_accumulation: 2}\n"
+                        "data: {synthetic: 'fixed:64'}\n")
+    real = crosscheck._compare
+    monkeypatch.setattr(crosscheck, "_compare",
+                        lambda F, T, r0, n: real(F, T, r0, n) + ["lr at trace row 0: x"])
+    res = replay_full(str(cfg_path), device="cpu")
+    f = {x.code: x for x in res.report.findings}["LRD214"]
+    assert str(f.severity) == "warning" and "lr at trace row 0" in f.message
+
+
+@pytest.mark.parametrize("engine_opt, engine_name, cross", [
+    ("auto", "fast", True), ("fast", "fast", False), ("torch", "torch", False)])
+def test_engine_choice(tmp_path, engine_opt, engine_name, cross):
+    cfg_path = tmp_path / "run.yaml"
+    cfg_path.write_text("train: {steps: 4, samples_per_step: 8, gradient_accumulation: 2}\n"
+                        "data: {synthetic: 'fixed:64'}\n")
+    s = replay_full(str(cfg_path), engine=engine_opt, device="cpu").report.extra["summary"]
+    assert s["engine"] == engine_name
+    assert ("cross_check" in s) == cross
