@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.errors import UnsafePickle, UnusableInput
+from lrdoctor.storage import as_path
 
 # Bounds: a run folder can hold thousands of files; discovery stays cheap and finite.
 MAX_FILES = 4096          # enumerated per input
@@ -100,7 +101,7 @@ def candidate_files(path: Path, max_files: int = MAX_FILES) -> list[Path]:
     Hidden names, tokenizer files and weights in non-pickle formats are
     skipped. More than ``max_files`` is refused: the input is not a run.
     """
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         return [path]
     if not path.is_dir():
@@ -191,7 +192,7 @@ def run_checkpoints(path: str | Path) -> list[Checkpoint]:
     ``optimizer.pt`` + ``scheduler.pt``). Files outside any step folder are run-level
     sidecars, shared by every checkpoint (``run_files``).
     """
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         return [Checkpoint(path=path, step=file_step(path), files=[path])]
     files = candidate_files(path)
@@ -506,8 +507,12 @@ def scan(ckpt: Checkpoint) -> Scan:
     if len(files) > MAX_READ:
         sc.notes.append(f"{len(files)} files: only the first {MAX_READ} read")
         files = files[:MAX_READ]
-    for f in files:
-        obj, notes = load_file(f)
+    from lrdoctor.parallel import threads
+
+    # Rank files are independent reads (remote ones wait on the network): read side by
+    # side on a bounded thread pool, classified in file order.
+    loaded = threads(load_file, files)
+    for f, (obj, notes) in zip(files, loaded, strict=True):
         sc.notes.extend(notes)
         if obj is None:
             continue
@@ -533,6 +538,9 @@ def files_used(found: list[Found]) -> list[str]:
 
 
 def relpath(p: str, root: Path) -> str:
+    if not isinstance(root, Path):  # a URL (lrdoctor.storage.RemotePath)
+        base = str(root).rstrip("/") + "/"
+        return p[len(base):] if p.startswith(base) else p
     try:
         return os.path.relpath(p, root)
     except ValueError:

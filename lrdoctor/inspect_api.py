@@ -12,6 +12,7 @@ from lrdoctor.errors import UnusableInput
 from lrdoctor.model import RunState
 from lrdoctor.report import Report
 from lrdoctor.schedules import lr_or_none
+from lrdoctor.storage import RemotePath, as_path
 
 
 def read_state(path: str | Path, format: str | None = None) -> RunState:
@@ -29,18 +30,28 @@ def inspect_path(path: str | Path, format: str | None = None,
     report, with the run's history under ``extra["run"]``. Without ``all`` an older
     checkpoint that cannot be read is skipped and named there, not fatal.
     """
+    from lrdoctor.parallel import threads
+
     mod, ckpts = _checkpoints(path, format)
     states: list[RunState] = []
     targets: list[str] = []
     skipped: list[str] = []
-    for c in ckpts:
+
+    def read_one(c) -> tuple[RunState | None, UnusableInput | None]:
         try:
-            states.append(formats.read(mod, c))
+            return formats.read(mod, c), None
         except UnusableInput as exc:
+            return None, exc
+
+    # The checkpoints of a run are read side by side (bounded threads: I/O, remote reads
+    # wait on the network), then judged in order.
+    for c, (st, exc) in zip(ckpts, threads(read_one, ckpts), strict=True):
+        if exc is not None:
             if all or c == ckpts[-1]:
-                raise
+                raise exc
             skipped.append(str(exc))
             continue
+        states.append(st)
         targets.append(str(c))
     reports = ([report_for(s, c) for s, c in zip(states, targets, strict=True)] if all
                else [report_for(states[-1], targets[-1])])
@@ -71,9 +82,9 @@ def add_run(report: Report, states: list[RunState], targets: list[str] | None = 
         report.extra["run"] = {"checkpoints": rows, "skipped": list(skipped or [])}
 
 
-def _checkpoints(path: str | Path, format: str | None) -> tuple[ModuleType, list[Path]]:
+def _checkpoints(path: str | Path, format: str | None) -> tuple[ModuleType, list[Path | RemotePath]]:
     """The reader for ``path`` and its checkpoints, oldest first; none is bad input."""
-    path = Path(path)
+    path = as_path(path)  # a local Path, or a RemotePath for a URL (s3://, gs://, ...)
     mod = formats.detect(path, format)
     ckpts = mod.find_checkpoints(path)
     if not ckpts:

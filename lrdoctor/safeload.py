@@ -24,7 +24,7 @@ import zipfile
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from lrdoctor import limits
 from lrdoctor.errors import UnsafePickle, UnusableInput
@@ -692,9 +692,9 @@ _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 _LEGACY_PROTOCOL = 1001
 
 
-def _load_stream(path: str, unknown_as_opaque: bool) -> Any:
-    """A non-zip file: the legacy torch format or a plain pickle."""
-    with open(path, "rb") as f:
+def _load_stream(path: str, unknown_as_opaque: bool, source: Any = None) -> Any:
+    """A non-zip file: the legacy torch format or a plain pickle (``source``: an open file)."""
+    with _reopen(path, source) as f:
         head = f.read(8)
         if not head:
             raise UnusableInput("empty file", path)
@@ -703,7 +703,8 @@ def _load_stream(path: str, unknown_as_opaque: bool) -> Any:
         if head[:1] != b"\x80":
             import tarfile
 
-            if tarfile.is_tarfile(path):
+            f.seek(0)
+            if tarfile.is_tarfile(f):
                 raise UnusableInput("a pre-1.0 torch tar checkpoint: not supported; re-save "
                                     "it with a recent torch", path)
         f.seek(0)
@@ -741,7 +742,7 @@ def _load_stream(path: str, unknown_as_opaque: bool) -> Any:
         # Each storage: an 8-byte element count, then its bytes. Map key -> data offset.
         where: dict[str, str] = {}
         pos = f.tell()
-        size = os.fstat(f.fileno()).st_size
+        size = f.seek(0, os.SEEK_END)
         for key in keys:
             dtype, numel = roots[key]
             f.seek(pos)
@@ -784,7 +785,8 @@ def _relocate(obj: Any, where: dict[str, str], seen: dict[int, Any]) -> Any:
 # --------------------------------------------------------------------------- API
 
 
-def load(path: str | Path, *, unknown_as_opaque: bool = False) -> Any:
+def load(path: str | Path | BinaryIO, *, unknown_as_opaque: bool = False,
+         name: str | None = None) -> Any:
     """Unpickle ``path`` with tensors turned into :class:`TensorRef`, through the allow-list.
 
     A torch zip checkpoint, a legacy torch file, or a plain pickle. Allow-listed
@@ -797,24 +799,36 @@ def load(path: str | Path, *, unknown_as_opaque: bool = False) -> Any:
     an inert ``Opaque("module.name", args=...)`` instead of refusing the file (for
     user classes in Lightning hyper-parameters, say); still nothing is imported
     or run, but such values are whatever the pickle claims.
+
+    ``path`` may also be an open seekable binary file (a remote checkpoint read
+    with range requests, see :mod:`lrdoctor.storage`); ``name`` then names it in
+    messages and in ``TensorRef.path`` (a URL :func:`read_values` can reopen).
     """
+    if hasattr(path, "read"):
+        p = name or str(getattr(path, "path", "") or getattr(path, "name", "") or "<file>")
+        return _guard(p, _load_any, p, unknown_as_opaque, path)
+    from lrdoctor import storage
+
+    if storage.is_url(path):  # s3://, gs://, ...: opened for range reads
+        with storage.open_binary(path) as f:
+            return load(f, unknown_as_opaque=unknown_as_opaque, name=str(path))
     p = str(path)
     if os.path.isdir(p):
         raise UnusableInput("is a directory, expected a checkpoint file", p)
     return _guard(p, _load_any, p, unknown_as_opaque)
 
 
-def _load_any(path: str, unknown_as_opaque: bool) -> Any:
-    if zipfile.is_zipfile(path):
-        return _load_zip(path, unknown_as_opaque)
+def _load_any(path: str, unknown_as_opaque: bool, source: Any = None) -> Any:
+    if zipfile.is_zipfile(source if source is not None else path):
+        return _load_zip(path, unknown_as_opaque, _rewound(source))
     try:
-        return _load_stream(path, unknown_as_opaque)
+        return _load_stream(path, unknown_as_opaque, source)
     except UnusableInput:
         raise
     except Exception:
         # Neither a zip nor a binary pickle from the first byte: say what it is not,
         # rather than quote the unpickler's complaint about arbitrary bytes.
-        with open(path, "rb") as f:
+        with _reopen(path, source) as f:
             head = f.read(1)
         if head != b"\x80":
             raise UnusableInput("not a checkpoint: neither a torch zip archive nor a pickle",
@@ -924,12 +938,13 @@ def _read_values(ref: TensorRef, data: bytes | None = None) -> list:
     if ref.storage_key.startswith("@"):  # legacy file: absolute byte offset
         big = ref.storage_key.endswith("B")
         base = int(ref.storage_key[1:].rstrip("B"))
-        with open(ref.path, "rb") as f:
+        with _reopen(ref.path) as f:
             for a, b in spans:
                 f.seek(base + a * size)
                 chunks[a] = f.read((b - a) * size)
     else:
-        with zipfile.ZipFile(io.BytesIO(data) if data is not None else ref.path) as zf:
+        with _reopen(ref.path, io.BytesIO(data) if data is not None else None) as raw, \
+                zipfile.ZipFile(raw) as zf:
             prefix = _zip_layout(zf, ref.path)
             names = set(zf.namelist())
             big = f"{prefix}/byteorder" in names and zf.read(f"{prefix}/byteorder") == b"big"
@@ -943,6 +958,27 @@ def _read_values(ref: TensorRef, data: bytes | None = None) -> list:
         raw = chunks[lo]
         return [_decode(ref.dtype, raw[(i - lo) * size:(i - lo + 1) * size], big) for i in idx]
     return [_decode(ref.dtype, chunks[i], big) for i in idx]
+
+
+def _rewound(source: Any) -> Any:
+    if source is not None:
+        source.seek(0)
+    return source
+
+
+def _reopen(path: str, source: Any = None):
+    """``path`` opened for reading: ``source`` (rewound, left open), a URL through
+    :mod:`lrdoctor.storage` (range reads), else the local file."""
+    import contextlib
+
+    if source is not None:
+        source.seek(0)
+        return contextlib.nullcontext(source)
+    from lrdoctor import storage
+
+    if storage.is_url(path):
+        return storage.open_binary(path)
+    return open(path, "rb")
 
 
 def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:

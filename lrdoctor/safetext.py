@@ -23,11 +23,13 @@ __all__ = ["read_text", "json_loads", "read_json", "yaml_loads", "read_yaml", "t
 
 def read_text(path: str | os.PathLike, limit: str, what: str) -> str:
     """The text of ``path``, refused (before reading) when larger than the byte limit ``limit``."""
+    from lrdoctor.storage import as_path, open_binary  # a URL too (s3://...: range reads)
+
     p = str(path)
     try:
-        size = os.stat(p).st_size
+        size = as_path(p).stat().st_size
         limits.check_size(limit, size, p, what)
-        with open(p, "rb") as f:
+        with open_binary(p) as f:
             raw = f.read(limits.get(limit) + 1)
     except OSError as exc:
         raise UnusableInput(f"cannot read: {exc.strerror or exc}", p) from None

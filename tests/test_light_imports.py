@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 SAMPLES = Path(__file__).parents[1] / "sample_checkpoints"
-HEAVY = ("torch", "numpy", "pandas", "matplotlib")
+HEAVY = ("torch", "numpy", "pandas", "matplotlib", "fsspec")
 
 CODE = """
 import json, sys

@@ -93,6 +93,10 @@ def _unusable(cfg: CheckConfig, target: Target, message: str, label: str) -> Rep
 
 
 def _expand(cfg: CheckConfig, pattern: str) -> list[str]:
+    from lrdoctor import storage
+
+    if storage.is_url(pattern):  # s3://bucket/runs/*/checkpoints: one target per match
+        return storage.glob(pattern) if storage.has_magic(pattern) else [pattern]
     full = cfg.resolve(pattern)
     if glob.has_magic(pattern):
         # 'run-*/' matches directories only; report them without the slash glob keeps.
@@ -111,22 +115,57 @@ def _unexpected(path: str, exc: BaseException) -> str:
     return f"{path}: unexpected {type(exc).__name__} ({detail})"
 
 
+def _inspect_task(args: tuple[str, str | None, bool]) -> list[Report] | str:
+    """One fleet member, in a worker: its reports, or the one-line reason it is unusable."""
+    path, format, all_ = args
+    try:
+        return _default_inspect(path, format=format, all=all_)
+    except UnusableInput as exc:
+        return str(exc)
+    except _TARGET_ERRORS as exc:  # this run only: the fleet's other results stand
+        return _unexpected(path, exc)
+
+
 def _run_target(cfg: CheckConfig, t: Target, inspect_fn: InspectFn,
-                replay_fn: ReplayFn) -> tuple[list[Report], Any]:
-    """The target's reports, and the ReplayResult behind a replayed one (else None)."""
+                replay_fn: ReplayFn, jobs: int = 1, executor: str = "process",
+                progress: Callable[[int, int], None] | None = None
+                ) -> tuple[list[Report], Any]:
+    """The target's reports, and the ReplayResult behind a replayed one (else None).
+
+    An inspect target's matches (a fleet) run on ``jobs`` workers of ``executor``.
+    """
     if t.kind == "inspect":
-        paths = _expand(cfg, t.path)
+        try:
+            paths = _expand(cfg, t.path)
+        except UnusableInput as exc:
+            return [_unusable(cfg, t, str(exc), t.path)], None
         if not paths:
             return [_unusable(cfg, t, f"{t.path!r} matches nothing (from {cfg.label})",
                               t.path)], None
         reports: list[Report] = []
-        for p in paths:
-            try:
-                reports.extend(inspect_fn(p, format=t.format, all=t.all))
-            except UnusableInput as exc:
-                reports.append(_unusable(cfg, t, str(exc), p))
-            except _TARGET_ERRORS as exc:  # this target only: the others' results stand
-                reports.append(_unusable(cfg, t, _unexpected(p, exc), p))
+        if inspect_fn is _default_inspect and (jobs > 1 or executor != "process"):
+            from lrdoctor.parallel import run_map
+
+            results = run_map(_inspect_task, [(p, t.format, t.all) for p in paths], jobs=jobs,
+                              executor=executor, progress=progress,
+                              preload=["lrdoctor.inspect_api", "lrdoctor.formats.megatron",
+                                       "lrdoctor.formats.hf"])
+        else:
+            results = []
+            for n, p in enumerate(paths):
+                try:
+                    results.append(inspect_fn(p, format=t.format, all=t.all))
+                except UnusableInput as exc:
+                    results.append(str(exc))
+                except _TARGET_ERRORS as exc:  # this target only: the others' results stand
+                    results.append(_unexpected(p, exc))
+                if progress:
+                    progress(n + 1, len(paths))
+        for p, res in zip(paths, results, strict=True):
+            if isinstance(res, str):
+                reports.append(_unusable(cfg, t, res, p))
+            else:
+                reports.extend(res)
         return reports, None
     config = cfg.resolve(t.path)
     kwargs: dict[str, Any] = dict(t.options)
@@ -185,16 +224,24 @@ def _unused(cfg: CheckConfig, i: Ignore) -> Finding:
 def run_check(cfg: CheckConfig, *, fail_on: str | None = None,
               inspect_fn: InspectFn | None = None,
               replay_fn: ReplayFn | None = None,
-              replays: dict[int, Any] | None = None) -> list[Report]:
+              replays: dict[int, Any] | None = None, jobs: int = 1,
+              executor: str = "process",
+              progress: Callable[[int, int], None] | None = None) -> list[Report]:
     """Every target of ``cfg``, gated. ``fail_on`` (the command-line flag) wins over
     the config's thresholds. ``replays``, when given, is filled with index in the
-    returned list -> the ReplayResult of that replayed target (for the report page)."""
+    returned list -> the ReplayResult of that replayed target (for the report page).
+
+    A target that is a glob (``s3://bucket/runs/*/checkpoints``) is a fleet: one
+    report per match, inspected on ``jobs`` workers of ``executor`` ("process":
+    a local process pool; "ray": Ray). The reports are the same, in the same
+    order, whatever the executor.
+    """
     inspect_fn = inspect_fn or _default_inspect
     replay_fn = replay_fn or _default_replay
     out: list[Report] = []
     for t in cfg.targets:
         started = time.perf_counter()
-        reports, replayed = _run_target(cfg, t, inspect_fn, replay_fn)
+        reports, replayed = _run_target(cfg, t, inspect_fn, replay_fn, jobs, executor, progress)
         if replayed is not None and replays is not None:
             replays[len(out)] = replayed
         seconds = (time.perf_counter() - started) / max(1, len(reports))
@@ -251,9 +298,11 @@ def config_from_flags(cfg: CheckConfig, inspect: list[str], replay: list[str],
     if inspect or replay:
         # Paths on the command line are relative to the working directory.
         cfg.targets = []
+        from lrdoctor.storage import is_url
+
         for n, p in enumerate(inspect):
             cfg.targets.append(Target(kind="inspect", key=f"--inspect[{n}]", line=1,
-                                      path=_from_cwd(cfg, p)))
+                                      path=p if is_url(p) else _from_cwd(cfg, p)))
         for n, p in enumerate(replay):
             cfg.targets.append(Target(kind="replay", key=f"--replay[{n}]", line=1,
                                       path=_from_cwd(cfg, p),

@@ -112,7 +112,9 @@ class CheckConfig:
         A trailing slash is kept: in a glob it means directories only
         ('ckpt/*/' must not match ckpt/README.md), and relpath would drop it.
         """
-        if os.path.isabs(p):
+        from lrdoctor.storage import is_url
+
+        if os.path.isabs(p) or is_url(p):  # URLs (s3://...) are absolute too
             return p  # as the user wrote it: '/data/ckpt', never '../../data/ckpt'
         full = os.path.join(self.root, p)
         slash = os.sep if p.endswith(("/", os.sep)) else ""

@@ -35,6 +35,9 @@ Examples:
 
   lrdoctor check --report lrdoctor-report/    # and write the HTML report
 
+  lrdoctor check --inspect 's3://bucket/runs/*/checkpoints' --jobs 8
+                                                   # a fleet: one result per run
+
 Exit codes: 0 clean, 1 findings at/above the threshold, 2 unusable input or config.
 """
 
@@ -60,13 +63,22 @@ def check_cmd(
         "--report", help="Also write the HTML report and its PNGs to this directory.")] = None,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Write the output to this file instead of stdout.")] = None,
+    jobs: Annotated[int, typer.Option(
+        "--jobs", "-j", min=1, help="Inspect this many fleet members at once.")] = 1,
+    executor: Annotated[str, typer.Option(
+        "--executor", help="process (a local process pool, default) or ray "
+        "(pip install 'lrdoctor[ray]'; RAY_ADDRESS for a cluster).")] = "process",
     json_: JsonOpt = False,
     output_format: OutputFormatOpt = None,
 ) -> None:
+    import sys
+
     from lrdoctor.ci import check as ci_check
     from lrdoctor.ci import config as ci_config
+    from lrdoctor.parallel import check_executor
 
     fmt = resolve_format(json_, output_format)
+    guarded(lambda: check_executor(executor))
     cfg = guarded(lambda: ci_config.load(config, required=config is not None))
     cfg = ci_check.config_from_flags(cfg, inspect or [], replay or [], batch_log, synthetic,
                                      max_progress_ratio)
@@ -76,7 +88,18 @@ def check_cmd(
             "[[tool.lrdoctor.replay]], or pass --inspect/--replay")
     threshold = fail_on.value if fail_on is not None else None
     replays: dict = {}
-    reports = guarded(lambda: ci_check.run_check(cfg, fail_on=threshold, replays=replays))
+
+    def run(progress=None):
+        return ci_check.run_check(cfg, fail_on=threshold, replays=replays, jobs=jobs,
+                                  executor=executor, progress=progress)
+
+    if fmt is OutputFormat.text and sys.stderr.isatty():  # a bar over a fleet's runs
+        from lrdoctor.render.progress import stage_bar
+
+        with stage_bar() as bar:
+            reports = guarded(lambda: run(lambda done, total: bar("check", done, total)))
+    else:
+        reports = guarded(run)
     report_dir = report if report is not None else (cfg.resolve(cfg.report) if cfg.report else None)
     if report_dir is not None:
         from lrdoctor.render.html import write_report

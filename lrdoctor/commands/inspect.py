@@ -23,8 +23,9 @@ on how far training has gone.
 
 PATH is a run directory (judged as a run: every checkpoint is read and compared with
 the others, the latest is shown in full; --all shows each), one checkpoint directory,
-or one checkpoint file. Only metadata is read: no tensor
-payloads, no code from the pickle.
+or one checkpoint file, on disk or at a URL (s3://, gs://, az://, https://; see
+docs/remote.md). Only metadata is read: no tensor payloads (byte ranges of remote
+files), no code from the pickle.
 
 Examples:
 
@@ -33,12 +34,15 @@ Examples:
   lrdoctor inspect ckpt/checkpoint-400 --json  # one JSON document
 
   lrdoctor inspect runs/ --all --fail-on warning --plot lr.png
+
+  lrdoctor inspect s3://bucket/runs/llama/ --json
 """
 
 
 def inspect_cmd(
-    path: Annotated[Path, typer.Argument(
-        metavar="PATH", help="Run directory, checkpoint directory or file.")],
+    path: Annotated[str, typer.Argument(
+        metavar="PATH", help="Run directory, checkpoint directory or file; or a URL "
+        "(s3://, gs://, az://, https://, memory://).")],
     format: Annotated[str | None, typer.Option(
         "--format", help="Force a format: megatron, roll, hf, torchsave, deepspeed, "
         "lightning, accelerate.")] = None,

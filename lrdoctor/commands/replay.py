@@ -43,6 +43,8 @@ Examples:
       --plot lr.png --trace trace.parquet
   lrdoctor replay --config run.yaml --synthetic uniform:512:8192 \\
       --sweep batching.max_tokens_per_microbatch=4096,8192,16384 --plot sweep.png
+  lrdoctor replay --config run.yaml --synthetic fixed:5000 \\
+      --sweep train.mini_batch_size=8,16,32,64 --jobs 4 --executor ray
   lrdoctor replay --config run.yaml --torch --device cuda \\
       --model mypkg.models:tiny
 
@@ -87,6 +89,11 @@ def replay_cmd(
     sweep: Annotated[str | None, typer.Option(
         "--sweep", help="KEY=v1,v2,...: compare values of one config key "
         "(e.g. batching.max_tokens_per_microbatch=4096,8192,16384).")] = None,
+    jobs: Annotated[int, typer.Option(
+        "--jobs", "-j", min=1, help="Replay this many --sweep values at once.")] = 1,
+    executor: Annotated[str, typer.Option(
+        "--executor", help="Where --sweep values run: process (a local process pool, "
+        "default) or ray (pip install 'lrdoctor[ray]').")] = "process",
     knob_check: Annotated[bool, typer.Option(
         "--knob-check/--no-knob-check", help="Also replay with 2x max_tokens_per_microbatch "
         "to test whether progress depends on it (LRD203).")] = True,
@@ -96,16 +103,19 @@ def replay_cmd(
 ) -> None:
     import sys
 
+    from lrdoctor.parallel import check_executor
     from lrdoctor.replay import replay_full
 
     fmt = resolve_format(json_, output_format)
+    guarded(lambda: check_executor(executor))
     png_path(plot)
     engine = "auto" if fast is None else ("fast" if fast else "torch")
     show_bar = fmt is OutputFormat.text and sys.stderr.isatty()
 
     def go():
         kwargs = dict(engine=engine, device=device.value, model=model,
-                      optimizer=optimizer.value, sweep=sweep, knob_check=knob_check, seed=seed)
+                      optimizer=optimizer.value, sweep=sweep, knob_check=knob_check, seed=seed,
+                      jobs=jobs, executor=executor)
         if not show_bar:
             return replay_full(str(config), batch_log, synthetic, **kwargs)
         from lrdoctor.render.progress import stage_bar

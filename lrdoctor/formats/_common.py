@@ -255,9 +255,15 @@ def compare_ranks(st: Any, others: Iterable[Path], what: str,
     file joins ``st.files``; ``ranks_agree`` / ``rank_disagreement`` go in
     ``st.extras``. Returns the disagreements so the reader can word its note.
     """
+    from lrdoctor.parallel import threads
+
+    others = list(others)
     disagree = []
-    for f in others:
-        diffs = differs(load_dict(f, what))
+    # Rank files are independent reads (remote ones wait on the network): read them
+    # side by side on a bounded thread pool, then compare in rank order.
+    loaded = threads(lambda f: load_dict(f, what), others)
+    for f, other in zip(others, loaded, strict=True):
+        diffs = differs(other)
         if diffs:
             disagree.append({"file": str(f), "differs": diffs})
         st.files.append(str(f))

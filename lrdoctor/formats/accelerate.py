@@ -32,6 +32,7 @@ from lrdoctor.formats._torchstate import (
     torch_scheduler,
 )
 from lrdoctor.model import Counter, RunState, Unit
+from lrdoctor.storage import as_path
 
 NAME = "accelerate"
 
@@ -89,7 +90,7 @@ def _candidates(path: Path) -> list[Path]:
 
 
 def detect(path: Path) -> bool:
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         return bool(SCHEDULER_FILE.match(path.name) or OPTIMIZER_FILE.match(path.name))
     if _is_state_dir(path):
@@ -98,7 +99,7 @@ def detect(path: Path) -> bool:
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = Path(path)
+    path = as_path(path)
     if path.is_file() or _is_state_dir(path):
         return [path if path.is_dir() else path.parent]
     found = _candidates(path)
@@ -111,7 +112,7 @@ def find_checkpoints(path: Path) -> list[Path]:
 # ---------------------------------------------------------------- read
 
 def read(path: Path) -> RunState:
-    path = Path(path)
+    path = as_path(path)
     ckpt = find_checkpoints(path)[-1]
     scheds = numbered_files(ckpt, SCHEDULER_FILE)
     # FSDP with SHARDED_STATE_DICT: save_fsdp_optimizer writes DCP folders optimizer_N/

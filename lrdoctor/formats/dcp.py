@@ -40,6 +40,7 @@ from typing import Any
 
 from lrdoctor.errors import UnsafePickle, UnusableInput
 from lrdoctor.model import RunState
+from lrdoctor.storage import as_path, open_binary
 
 METADATA = ".metadata"
 SUFFIX = ".distcp"
@@ -96,7 +97,7 @@ class DcpState:
 
 def is_dcp(path: Path) -> bool:
     """A folder holding ``.metadata`` and at least one ``*.distcp`` (cheap, no unpickling)."""
-    path = Path(path)
+    path = as_path(path)
     try:
         return path.is_dir() and (path / METADATA).is_file() and any(
             p.suffix == SUFFIX for p in path.iterdir())
@@ -111,6 +112,10 @@ def _inside(folder: Path, name: str) -> Path:
         raise UnusableInput(f"storage path {name[:80]!r} points outside the checkpoint",
                             str(folder))
     p = folder / name
+    if not isinstance(p, Path):  # an object store (lrdoctor.storage): no symlinks there
+        if not p.is_file():
+            raise UnusableInput(f"missing data file {name}", str(folder))
+        return p
     try:
         st = os.lstat(p)
     except OSError:
@@ -138,7 +143,7 @@ def read_metadata(folder: Path) -> dict:
     """The fields of the ``Metadata`` record in ``folder/.metadata`` (safe unpickler)."""
     from lrdoctor import safeload
 
-    folder = Path(folder)
+    folder = as_path(folder)
     f = _inside(folder, METADATA)
     size = f.stat().st_size
     if size > MAX_METADATA_BYTES:
@@ -219,7 +224,7 @@ class _Files:
     def read(self, rel: str, off: int, length: int) -> bytes:
         f = self.handles.get(rel)
         if f is None:
-            f = self.handles[rel] = open(self.folder / rel, "rb")  # noqa: SIM115 - closed below
+            f = self.handles[rel] = open_binary(self.folder / rel)  # closed below; range reads
         f.seek(off)
         return f.read(length)
 
@@ -284,7 +289,7 @@ def load(folder: Path, *, prefixes: Iterable[str] | None = None,
     are left out and named in ``skipped``. Raises UnusableInput / UnsafePickle with
     one line naming the file and key.
     """
-    folder = Path(folder)
+    folder = as_path(folder)
     md = read_metadata(folder)
     want = tuple(prefixes) if prefixes is not None else None
     index = _storage_index(md["storage_data"])
@@ -453,12 +458,12 @@ def _last_number(name: str) -> int:
 
 def detect(path: Path) -> bool:
     """A DCP folder, or a folder of them (``step-100/``, ``checkpoint_5/``, ...)."""
-    path = Path(path)
+    path = as_path(path)
     return is_dcp(path) or (path.is_dir() and bool(_dcp_children(path)))
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = Path(path)
+    path = as_path(path)
     if is_dcp(path):
         return [path]
     found = _dcp_children(path)
@@ -475,9 +480,9 @@ def read(path: Path) -> RunState:
     from lrdoctor import discover
     from lrdoctor.formats import torchsave
 
-    ckpt = find_checkpoints(Path(path))[-1]
+    ckpt = find_checkpoints(as_path(path))[-1]
     found = next((c for c in discover.run_checkpoints(ckpt)
-                  if Path(ckpt / METADATA) in c.files), None)
+                  if ckpt / METADATA in c.files), None)
     if found is None:
         raise UnusableInput("no .metadata found by discovery", str(ckpt))
     st = torchsave.read_checkpoint(found)

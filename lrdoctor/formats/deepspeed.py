@@ -33,6 +33,7 @@ from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
 from lrdoctor.formats._torchstate import add_optimizer, optimizer_info, torch_scheduler
 from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.storage import as_path
 
 NAME = "deepspeed"
 
@@ -99,7 +100,7 @@ def read_latest(run: Path) -> str | None:
 
 def detect(path: Path) -> bool:
     """A model-states file, a tag dir, or a save dir of tags (but not an HF checkpoint-N)."""
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         return bool(MODEL_STATES.match(path.name))
     if not path.is_dir() or _defers_to_other_format(path):
@@ -108,7 +109,7 @@ def detect(path: Path) -> bool:
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         return [path.parent]
     if _is_tag(path):
@@ -153,7 +154,7 @@ def _ds_config(sd: dict, tag: Path) -> tuple[dict | None, str]:
 # ---------------------------------------------------------------- read
 
 def read(path: Path) -> RunState:
-    path = Path(path)
+    path = as_path(path)
     tag, main = resolve(path)
     sd = _common.load_dict(main, "a DeepSpeed model-states dict")
     if "global_steps" not in sd and "lr_scheduler" not in sd:

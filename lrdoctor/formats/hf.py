@@ -27,6 +27,7 @@ from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
 from lrdoctor.formats._torchstate import read_optimizer_file
 from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.storage import as_path
 
 NAME = "hf"
 
@@ -43,7 +44,7 @@ FIT_TOLERANCE = 1e-6  # relative; logged LRs are floats rounded by JSON, so near
 # ---------------------------------------------------------------- layout
 
 def detect(path: Path) -> bool:
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         return path.name == TRAINER_STATE
     if not path.is_dir():
@@ -52,7 +53,7 @@ def detect(path: Path) -> bool:
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         return [path.parent]
     # An output dir may also hold Trainer.save_state()'s trainer_state.json, without
@@ -112,7 +113,7 @@ def resolved_warmup(args: dict, max_steps: int) -> int:
 # ---------------------------------------------------------------- read
 
 def read(path: Path) -> RunState:
-    path = Path(path)
+    path = as_path(path)
     ckpt = find_checkpoints(path)[-1]
     state_file = ckpt / TRAINER_STATE
     ts = _common.read_json(state_file)

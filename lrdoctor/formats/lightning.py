@@ -31,6 +31,7 @@ from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
 from lrdoctor.formats._torchstate import add_optimizer, optimizer_info, torch_scheduler
 from lrdoctor.model import Counter, RunState, Unit
+from lrdoctor.storage import as_path
 
 NAME = "lightning"
 
@@ -57,7 +58,7 @@ def _search_dirs(path: Path) -> list[Path]:
 
 
 def detect(path: Path) -> bool:
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         return path.suffix == SUFFIX
     return path.is_dir() and any(_ckpt_files(d) for d in _search_dirs(path))
@@ -65,7 +66,7 @@ def detect(path: Path) -> bool:
 
 def find_checkpoints(path: Path) -> list[Path]:
     """``*.ckpt`` files, oldest first: by ``step=N`` when every name has one, else by mtime."""
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         return [path]
     files = [f for d in _search_dirs(path) for f in _ckpt_files(d)]
@@ -97,7 +98,7 @@ def _total(progress: Any, field: str = "completed") -> float | None:
 
 
 def read(path: Path) -> RunState:
-    path = Path(path)
+    path = as_path(path)
     ckpt = find_checkpoints(path)[-1]
     sd = _common.load_dict(ckpt, "a Lightning checkpoint dict")
     if "global_step" not in sd and "loops" not in sd:

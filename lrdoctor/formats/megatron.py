@@ -33,6 +33,7 @@ from typing import Any
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common, dcp
 from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.storage import as_path
 
 NAME = "megatron"
 
@@ -102,7 +103,7 @@ def _is_iter_dir(d: Path) -> bool:
 
 
 def detect(path: Path) -> bool:
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         return path.name in (RANK_FILE, COMMON_FILE) and not _is_roll(path.parent.parent.parent)
     if not path.is_dir() or _is_roll(path):
@@ -117,7 +118,7 @@ def detect(path: Path) -> bool:
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = Path(path)
+    path = as_path(path)
     if path.is_file() or RANK_DIR.match(path.name) or _is_iter_dir(path):
         return [path]
     ckpts = [d for d in _iter_dirs(path) if _is_iter_dir(d)]
@@ -199,7 +200,7 @@ def load_state(main: Path) -> tuple[dict, list[str], str]:
 
 
 def read(path: Path) -> RunState:
-    path = Path(path)
+    path = as_path(path)
     ckpt, files = resolve(path)
     main = files[0]
     sd, read_files, where = load_state(main)

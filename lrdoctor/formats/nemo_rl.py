@@ -28,6 +28,7 @@ from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common, dcp
 from lrdoctor.formats._torchstate import add_optimizer, optimizer_info, torch_scheduler
 from lrdoctor.model import Counter, RunState, Unit
+from lrdoctor.storage import as_path
 
 NAME = "nemo_rl"
 
@@ -57,12 +58,12 @@ def _step_dirs(path: Path) -> list[Path]:
 
 
 def detect(path: Path) -> bool:
-    path = Path(path)
+    path = as_path(path)
     return _is_step_dir(path) or (path.is_dir() and bool(_step_dirs(path)))
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = Path(path)
+    path = as_path(path)
     if _is_step_dir(path):
         return [path]
     found = _step_dirs(path)
@@ -72,7 +73,7 @@ def find_checkpoints(path: Path) -> list[Path]:
 
 
 def read(path: Path) -> RunState:
-    ckpt = find_checkpoints(Path(path))[-1]
+    ckpt = find_checkpoints(as_path(path))[-1]
     info_file = ckpt / INFO
     info = _common.read_json(info_file)
     st = RunState(format=NAME, path=str(ckpt), files=[str(info_file)])

@@ -31,6 +31,7 @@ from lrdoctor.formats import _common
 from lrdoctor.formats._torchstate import read_optimizer_file
 from lrdoctor.formats.megatron import SCHEDULER_KEYS, scheduler_field
 from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.storage import as_path
 
 NAME = "roll"
 
@@ -91,7 +92,7 @@ def _workers(output_dir: Path) -> dict[str, list[Path]]:
 
 
 def detect(path: Path) -> bool:
-    path = Path(path)
+    path = as_path(path)
     try:
         if path.is_file():
             return path.name == SCHEDULER_FILE and _is_ckpt(path.parent)
@@ -105,7 +106,7 @@ def detect(path: Path) -> bool:
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         return [path.parent]
     if _has_ckpt(path):
@@ -191,7 +192,7 @@ def planned_from_config(cfg: dict, worker: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- read
 
 def read(path: Path) -> RunState:
-    path = Path(path)
+    path = as_path(path)
     ckpts = find_checkpoints(path)
     ckpt = ckpts[-1]
     sfile = scheduler_file(ckpt)

@@ -23,6 +23,7 @@ from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
 from lrdoctor.formats._torchstate import optimizer_info, torch_scheduler, torch_scheduler_kind
 from lrdoctor.model import Counter, RunState, Unit
+from lrdoctor.storage import as_path
 
 NAME = "torch"
 
@@ -56,7 +57,7 @@ BUDGET_KEYS: dict[str, Unit] = {
 # Files and checkpoints are found by content (lrdoctor.discover), not by name.
 
 def detect(path: Path) -> bool:
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         return path.suffix in SUFFIXES or path.suffix.lower() in discover.PICKLE_SUFFIXES
     return path.is_dir() and any(f.suffix.lower() in discover.PICKLE_SUFFIXES
@@ -72,7 +73,7 @@ def _safe_candidates(path: Path) -> list[Path]:
 
 def find_checkpoints(path: Path) -> list[Path]:
     """Each checkpoint's path (a file, or a folder of files), oldest first."""
-    path = Path(path)
+    path = as_path(path)
     ckpts = [c for c in discover.run_checkpoints(path)
              if any(f.suffix.lower() in discover.PICKLE_SUFFIXES for f in c.files)]
     if not ckpts:
@@ -127,7 +128,7 @@ def identify(sched: dict) -> str:
 
 def read(path: Path) -> RunState:
     """The newest checkpoint under ``path``, read by content (every file of it)."""
-    path = Path(path)
+    path = as_path(path)
     ckpts = [c for c in discover.run_checkpoints(path)
              if any(f.suffix.lower() in discover.PICKLE_SUFFIXES for f in c.files)]
     if not ckpts:

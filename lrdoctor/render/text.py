@@ -210,10 +210,33 @@ def render_check_target(rep, con: Console | None = None) -> None:
 
 
 def render_check_summary(reports) -> None:
+    """With more than one target (a fleet's runs), a table of them; then the count."""
     from lrdoctor.findings import exit_code
 
+    if len(reports) > 1:
+        _check_table(reports)
     failing = sum(exit_code(r.findings, r.extra.get("fail_on", "warning")) for r in reports)
     print(f"lrdoctor check: {len(reports)} target(s), {failing} failing")
+
+
+def _check_table(reports) -> None:
+    """One row per checked target: verdict, format, progress ratio, finding codes."""
+    from lrdoctor.ci.check import progress_ratio
+    from lrdoctor.findings import exit_code
+
+    t = Table(title="summary", show_header=True, header_style="bold")
+    t.add_column("")
+    t.add_column("target", overflow="fold")
+    t.add_column("format")
+    t.add_column("progress", justify="right")
+    t.add_column("findings")
+    for r in reports:
+        failing = exit_code(r.findings, r.extra.get("fail_on", "warning"))
+        ratio = progress_ratio(r)
+        t.add_row("[bold red]FAIL[/]" if failing else "[green]ok[/]", r.target,
+                  r.format or "-", "-" if ratio is None else f"{ratio:.3g}x",
+                  ", ".join(sorted({f.code for f in r.findings})) or "-")
+    console().print(t)
 
 
 # ------------------------------------------------------------------ replay

@@ -52,8 +52,12 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
                 engine: str = "auto", device: str = "auto", model: str | None = None,
                 optimizer: str = "sgd", sweep: str | None = None, knob_check: bool = True,
                 seed: int | None = None, progress: Callable[[str, int, int], None] | None = None,
-                planner: Any = None) -> ReplayResult:
-    """Load, plan, replay (fast or torch), analyse; everything the CLI shows."""
+                planner: Any = None, jobs: int = 1, executor: str = "process") -> ReplayResult:
+    """Load, plan, replay (fast or torch), analyse; everything the CLI shows.
+
+    ``jobs``/``executor``: where the ``sweep`` values run (a local process pool, or
+    Ray); the results do not depend on it.
+    """
     from lrdoctor.errors import UnusableInput
     from lrdoctor.replay import analysis
     from lrdoctor.replay import engine as eng
@@ -108,7 +112,8 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     if sweep:
         key, values = parse_sweep(sweep)
         with_key(cfg, key, values[0], "--sweep")  # validate the key before the long part
-        sweep_results = analysis.sweep(cfg, samples, key, values, planner)
+        sweep_results = analysis.sweep(cfg, samples, key, values, planner, jobs=jobs,
+                                       executor=executor)
         extra["sweep"] = {"key": key, "rows": analysis.sweep_table(sweep_results, key)}
         from lrdoctor.replay.config import MEMORY_KNOBS
 

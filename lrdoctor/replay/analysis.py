@@ -512,16 +512,35 @@ def _divisibility(rep: Replay) -> Finding | None:
 
 
 def sweep(cfg, samples, key: str, values: list[Any], planner=None,
-          progress=None) -> list[tuple[Any, Replay]]:
-    """Replay (fast path) once per value of ``key``."""
+          progress=None, *, jobs: int = 1, executor: str = "process") -> list[tuple[Any, Replay]]:
+    """Replay (fast path) once per value of ``key``.
+
+    ``jobs``/``executor``: the values run on a local process pool or on Ray
+    (:func:`lrdoctor.parallel.run_map`), in value order whatever finishes first;
+    ``jobs=1`` with the process executor runs here, with ``progress``.
+    """
     from lrdoctor.replay import engine
     from lrdoctor.replay.config import with_key
 
-    out = []
-    for v in values:
-        c = with_key(cfg, key, v, "--sweep")
-        out.append((v, engine.replay_fast(c, samples, planner, progress)))
-    return out
+    configs = [with_key(cfg, key, v, "--sweep") for v in values]
+    if jobs == 1 and executor == "process":
+        return [(v, engine.replay_fast(c, samples, planner, progress))
+                for v, c in zip(values, configs, strict=True)]
+    from lrdoctor.parallel import run_map
+
+    reps = run_map(_sweep_task, [(c, samples, planner) for c in configs], jobs=jobs,
+                   executor=executor, preload=["pandas", "lrdoctor.replay.engine",
+                                               "lrdoctor.replay.packing",
+                                               "lrdoctor.replay.config"])
+    return list(zip(values, reps, strict=True))
+
+
+def _sweep_task(args) -> Replay:
+    """One sweep value in a worker process (module level: it must pickle)."""
+    from lrdoctor.replay import engine
+
+    cfg, samples, planner = args
+    return engine.replay_fast(cfg, samples, planner)
 
 
 def sweep_table(results: list[tuple[Any, Replay]], key: str) -> list[dict[str, Any]]:
