@@ -2,11 +2,13 @@
 
 Goal: planning 1,000,000 samples over 10,000 train steps fits in the replay's
 < 5 s fast path (``token_budget``, ``static``, ``doc_target`` well under 1 s of
-CPU on a 2-core machine). Prints CPU and wall seconds (CPU is the fairer figure
-on a shared machine); asserts nothing.
+CPU on a 2-core machine). By default every strategy runs, Karmarkar-Karp once
+per modelled release (verl 0.9.1, verl < 0.9.1, OpenRLHF) and on the count-only
+path, side by side. Prints CPU and wall seconds (CPU is the fairer figure on a
+shared machine); asserts nothing.
 
 Run: ``python benchmarks/bench_packing.py [--steps 10000] [--per-step 100] [--dp 8]
-[--strategies token_budget,static,...] [--io]``
+[--strategies all|token_budget,static,...] [--io]``
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ ALL = (
     "doc_target",
     "balanced_first_fit",
     "prompt_unit",
+    "sequence_packing",
     "karmarkar_karp",
+    "karmarkar_karp:verl_ceildiv",
+    "karmarkar_karp:openrlhf",
+    "karmarkar_karp:counts",
 )
 
 
@@ -44,7 +50,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--per-step", type=int, default=100)
     ap.add_argument("--dp", type=int, default=8)
-    ap.add_argument("--strategies", default="token_budget,static,doc_target")
+    ap.add_argument("--strategies", default="all")
     ap.add_argument("--io", action="store_true", help="also time writing/reading the log")
     a = ap.parse_args()
     strategies = ALL if a.strategies == "all" else tuple(a.strategies.split(","))
@@ -59,19 +65,28 @@ def main() -> None:
     print(f"  split_steps          cpu {t.cpu:6.2f} s  wall {t.wall:6.2f} s")
 
     train = {"micro_batch_size": 2, "samples_per_step": a.per_step, "mini_batch_size": a.per_step}
-    for strat in strategies:
+    for name in strategies:
+        strat, _, flavor = name.partition(":")
         batching = {
             "strategy": strat,
             "max_tokens_per_microbatch": 8192,
             "round_to": 128,
             "docs_per_step": 64,
         }
+        if flavor and flavor != "counts":
+            batching["flavor"] = flavor
         count = 0
         with _Clock() as t:
-            for _, fr in steps:
-                count += len(packing.plan_step(batching, train, fr, a.dp).micro_batches)
+            if flavor == "counts":  # verl < 0.9.1 counts without building micro-batches
+                for _, fr in steps:
+                    count += sum(packing.count_micro_batches(
+                        fr, a.dp, 8192, flavor="verl_ceildiv",
+                        mini_per_rank=a.per_step // a.dp))
+            else:
+                for _, fr in steps:
+                    count += len(packing.plan_step(batching, train, fr, a.dp).micro_batches)
         print(
-            f"  {strat:<20} cpu {t.cpu:6.2f} s  wall {t.wall:6.2f} s  ({count:,} micro-steps)"
+            f"  {name:<28} cpu {t.cpu:6.2f} s  wall {t.wall:6.2f} s  ({count:,} micro-steps)"
         )
 
     if a.io:

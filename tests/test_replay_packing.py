@@ -481,3 +481,15 @@ def test_sequence_packing_plan_deals_bins_round_robin_per_global_batch():
         [[0, 1], [2, 3, 4, 5]],
         [[6, 7], [8, 9, 10, 11]],
     ]
+
+
+@pytest.mark.parametrize("flavor", ["verl", "verl_ceildiv", "openrlhf"])
+def test_count_only_path_matches_the_full_plan(flavor):
+    rng = np.random.default_rng(11)
+    for dp, mini in ((1, None), (4, 16), (8, 8)):
+        tokens = rng.integers(50, 6000, size=64)
+        fr = {"tokens": tokens}
+        counts = P.count_micro_batches(fr, dp, 8192, flavor=flavor, mini_per_rank=mini)
+        plan = P.plan_karmarkar_karp(fr, dp, 8192, flavor=flavor, mini_per_rank=mini)
+        per_mini = np.diff([-1, *(plan.boundaries or [len(plan.micro_batches) - 1])]).tolist()
+        assert counts == per_mini

@@ -35,6 +35,7 @@ from lrdoctor.replay.packing.common import (
 )
 from lrdoctor.replay.packing.doc_target import plan_doc_target
 from lrdoctor.replay.packing.karmarkar_karp import (
+    count_micro_batches,
     first_fit_count,
     karmarkar_karp,
     plan_karmarkar_karp,
@@ -50,6 +51,7 @@ __all__ = [
     "MicroBatch",
     "StepPlan",
     "as_frame",
+    "count_micro_batches",
     "balanced_first_fit",
     "first_fit_count",
     "karmarkar_karp",

@@ -26,33 +26,6 @@ ASSERTS_ON_LONG_SEQUENCE = {
 }
 
 
-class _Desc:
-    """Reverses comparison so a min-heap prefers the larger item list (tie-break only)."""
-
-    __slots__ = ("v",)
-
-    def __init__(self, v):
-        self.v = v
-
-    def __lt__(self, other: _Desc) -> bool:
-        return self.v > other.v
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Desc) and self.v == other.v
-
-
-def _kk_entry(sets: list[tuple[int, int, list]]) -> tuple:
-    """Heap entry for one partial state of k sets ``(sum, size, items)``.
-
-    The sets are kept largest first with plain tuple order (sum, then size, then
-    items: verl's Set ordering). The heap pops the larger spread first, then
-    the state whose biggest set is larger.
-    """
-    sets.sort(reverse=True)
-    top = sets[0]
-    return (top[0] - sets[-1][0], -top[0], -top[1], _Desc(top[2]), sets)
-
-
 def karmarkar_karp(values, k: int, equal_size: bool = False) -> list[list[int]]:
     """Largest differencing method for k-way balanced partitioning.
 
@@ -60,35 +33,65 @@ def karmarkar_karp(values, k: int, equal_size: bool = False) -> list[list[int]]:
     with ``equal_size`` each initial state takes k consecutive sorted items;
     repeatedly merge the two states of largest spread, pairing the largest set
     of one with the smallest of the other. Returns k sorted index lists.
+
+    Why plain integer keys reproduce verl's object comparisons exactly: verl
+    orders sets by (sum, item count, item list) and states by (spread, largest
+    set). Every item sits in exactly one set, so two different non-empty sets
+    never share their first item, and comparing item lists stops at the first
+    item's index. A set is therefore ``[sum, count, first index, items]`` (empty:
+    first -1), and a state's heap key ``(-spread, -sum, -count, -first)`` of its
+    largest set is a strict total order: the heap's pop sequence, and so the
+    result, cannot depend on how ties would have been broken. The randomized
+    comparison against verl's real function (tests/test_replay_peers.py) checks it.
     """
     vals = [int(v) for v in values]
     n = len(vals)
     if n < k:
         raise ValueError(f"{n} items cannot fill {k} partitions")
-    ordered = sorted((v, i) for i, v in enumerate(vals))
-    heap: list[tuple] = []
+    ordered = sorted(zip(vals, range(n), strict=True))
+    heap: list = []
+    push = heap.append
     if equal_size:
         if n % k:
             raise ValueError(f"equal_size needs {n} divisible by {k}")
         for off in range(0, n, k):
-            heap.append(_kk_entry([(v, 1, [(i, v)]) for v, i in ordered[off : off + k]]))
+            sets = [[v, 1, i, [i]] for v, i in ordered[off : off + k]]
+            sets.sort(reverse=True)
+            top = sets[0]
+            push((sets[-1][0] - top[0], -top[0], -1, -top[2], sets))
+    elif k == 1:
+        return [list(range(n))]
     else:
-        empties = [(0, 0, [])] * (k - 1)
         for v, i in ordered:
-            heap.append(_kk_entry([(v, 1, [(i, v)]), *empties]))
-    # Spread is the first key but the heap must pop the LARGEST spread first.
-    heap = [(-e[0], *e[1:]) for e in heap]
+            # spread = v - 0 (the k-1 empty sets), created lazily at the first merge
+            push((-v, -v, -1, -i, v, i))
     heapq.heapify(heap)
+    pop = heapq.heappop
+    hpush = heapq.heappush
     while len(heap) > 1:
-        a = heapq.heappop(heap)[-1]
-        b = heapq.heappop(heap)[-1]
-        merged = [
-            (x[0] + y[0], x[1] + y[1], x[2] + y[2]) for x, y in zip(a, reversed(b), strict=True)
+        ea = pop(heap)
+        eb = pop(heap)
+        a = ea[4] if len(ea) == 5 else [[ea[4], 1, ea[5], [ea[5]]]] + [
+            [0, 0, -1, []] for _ in range(k - 1)
         ]
-        e = _kk_entry(merged)
-        heapq.heappush(heap, (-e[0], *e[1:]))
-    parts = [sorted(i for i, _ in items) for _, _, items in heap[0][-1]]
-    if any(not p for p in parts):
+        if len(eb) == 5:
+            b = eb[4]
+        else:
+            b = [[eb[4], 1, eb[5], [eb[5]]]] + [[0, 0, -1, []] for _ in range(k - 1)]
+        for x, y in zip(a, reversed(b), strict=True):
+            if y[1]:
+                if not x[1]:
+                    x[2] = y[2]
+                x[0] += y[0]
+                x[1] += y[1]
+                x[3] += y[3]
+        a.sort(reverse=True)
+        top = a[0]
+        hpush(heap, (a[-1][0] - top[0], -top[0], -top[1], -top[2], a))
+    last = heap[0]
+    sets = last[4] if len(last) == 5 else [[last[4], 1, last[5], [last[5]]]]
+    parts = [sorted(s[3]) for s in sets]
+    if len(parts) != k or any(not p for p in parts):
         raise ValueError("an empty partition")
     return parts
 
@@ -117,9 +120,16 @@ VERL_FLAVORS = ("verl", "verl_ceildiv")
 
 def _verl_parts(rows, tokens, k, equal_size):
     """verl's micro-batches of one rank: KK on the workload, heaviest in the middle."""
-    weights = verl_workload(tokens[rows])
-    parts = karmarkar_karp(weights.tolist(), k, equal_size=equal_size and len(rows) % k == 0)
-    w = weights.tolist()
+    return _verl_order(_workloads(tokens[rows].tolist()), k, equal_size)
+
+
+def _workloads(lens: list[int]) -> list[int]:
+    """:func:`verl_workload` on a short Python list (cheaper than numpy at this size)."""
+    return [24576 * x + x * x for x in lens]
+
+
+def _verl_order(w: list[int], k: int, equal_size: bool) -> list[list[int]]:
+    parts = karmarkar_karp(w, k, equal_size=equal_size and len(w) % k == 0)
     parts.sort(key=lambda p: (sum(w[i] for i in p), p[0]), reverse=True)
     return parts[::2][::-1] + parts[1::2]
 
@@ -260,23 +270,32 @@ def _verl_fit(rows_j, tokens, count, cap, equal_size, notes, raised):
         return [[] for _ in rows_j]
     min_rows = min(len(r) for r in live)
     start = count
+    lens = [tokens[r].tolist() for r in rows_j]
+    works = [_workloads(x) for x in lens]
     while True:
         k_try = min(count, min_rows)
-        per_rank = [
-            [
-                rows[np.asarray(p, dtype=np.int64)]
-                for p in _verl_parts(rows, tokens, k_try, equal_size)
-            ]
-            if len(rows)
-            else []
-            for rows in rows_j
-        ]
-        fits = count <= min_rows and all(
-            int(tokens[p].sum()) <= cap for lst in per_rank for p in lst
-        )
+        parts_all = []
+        fits = count <= min_rows
+        for ln, w in zip(lens, works, strict=True):
+            if not ln:
+                parts_all.append([])
+                continue
+            parts = _verl_order(w, k_try, equal_size)
+            parts_all.append(parts)
+            # The ranks agree on the count (an all-reduce MIN of "fits"): one rank
+            # over the cap sends every rank to the next count.
+            if fits and any(sum(ln[i] for i in p) > cap for p in parts):
+                fits = False
+                if count < min_rows:
+                    break
         if fits or count >= min_rows:
             break
         count += 1
+    per_rank = [
+        [rows[np.asarray(p, dtype=np.int64)] for p in parts] if len(rows) else []
+        for rows, parts in zip(rows_j, parts_all + [[]] * (len(rows_j) - len(parts_all)),
+                               strict=True)
+    ]
     if not fits:
         rec = notes.setdefault(
             "verl_cannot_fit",
@@ -290,3 +309,62 @@ def _verl_fit(rows_j, tokens, count, cap, equal_size, notes, raised):
     if count > start:
         raised.append(count - start)
     return per_rank
+
+
+def count_micro_batches(
+    fr,
+    dp,
+    max_tokens,
+    *,
+    flavor="verl",
+    mini_per_rank=None,
+    balance_dp=True,
+    keep_minibatch=False,
+) -> list[int]:
+    """Micro-batches per mini-batch, without building them, where the count allows it.
+
+    verl < 0.9.1 and OpenRLHF fix the count before partitioning (``ceil(tokens /
+    cap)`` or the first-fit count, capped at the rows, max over ranks), so only
+    each rank's rows are needed: no Karmarkar-Karp over micro-batches. verl >=
+    0.9.1 decides the count by testing the partitions, so it plans in full. For
+    callers that need counts only (update accounting, sweeps), not shapes.
+    """
+    tokens = fr["tokens"]
+    n = len(tokens)
+    cap = int(max_tokens)
+    if n == 0:
+        return []
+    if flavor == "verl":
+        plan = plan_karmarkar_karp(fr, dp, cap, flavor=flavor, mini_per_rank=mini_per_rank,
+                                   balance_dp=balance_dp, keep_minibatch=keep_minibatch)
+        if plan.boundaries is None:
+            return [len(plan.micro_batches)]
+        prev = -1
+        out = []
+        for b in plan.boundaries:
+            out.append(b - prev)
+            prev = b
+        return out
+    notes: dict = {}
+    if "rank" in fr:
+        shards = _rank_shards(fr, dp, notes)
+    elif flavor in VERL_FLAVORS and balance_dp and n >= dp and n % dp == 0 and dp > 1:
+        mini_global = mini_per_rank * dp if keep_minibatch and mini_per_rank else None
+        shards = _balance_dp(tokens, dp, mini_global)
+    else:
+        shards = _rank_shards(fr, dp, notes)
+    minis = _mini_batches_per_rank(shards, mini_per_rank)
+    out = []
+    for j in range(max(len(m) for m in minis)):
+        best = 0
+        for m in minis:
+            if j >= len(m) or not len(m[j]):
+                continue
+            lens = tokens[m[j]]
+            if flavor == "openrlhf":
+                c = first_fit_count(lens.tolist(), cap)
+            else:
+                c = -(-int(lens.sum()) // cap)
+            best = max(best, min(c, len(lens)))
+        out.append(best)
+    return out
