@@ -42,3 +42,23 @@ def test_torch_microstep_findings_name_one_repair(tmp_path):
     assert (target["policy"], target["k"], target["chosen_by"]) == ("rescale", 4.0, "findings")
     assert target["alternative"] == "--policy nominal"
     assert target["motivated_by"] == ["LRD103", "LRD101"]
+
+
+def test_out_with_a_file_name_writes_that_file(tmp_path):
+    """`fix <dir holding one .pt> --out fixed.pt` writes fixed.pt, not a folder fixed.pt/."""
+    import torch
+
+    p = lrdoctor("fix", SAMPLES / "torch-microstep", "--out", "fixed.pt", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    out = tmp_path / "fixed.pt"
+    assert out.is_file(), sorted(x.name for x in tmp_path.iterdir())
+    assert (tmp_path / "fixed.pt.lrdoctor-fix.json").is_file()
+    state = torch.load(out, weights_only=False)  # our own fixture: torch's own loader
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(
+        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=3e-4), T_max=100,
+        eta_min=3e-5)
+    sched.load_state_dict(state["scheduler"])
+    assert sched.last_epoch == 60
+    # A name without a file suffix still gets the checkpoint's folder layout.
+    p = lrdoctor("fix", SAMPLES / "torch-microstep", "--out", "fixed-dir", cwd=tmp_path)
+    assert p.returncode == 0 and (tmp_path / "fixed-dir" / "checkpoint_60.pt").is_file()

@@ -137,8 +137,11 @@ def write_fix(plan: FixPlan, out: str | Path, *, force: bool = False, progress: 
     def check(tmp: Path) -> None:
         result.after_findings = _verify(plan, tmp)
 
+    root = plan.root
+    if _names_the_file(plan, out):
+        root = plan.root / plan.files[0]  # `--out fixed.pt` for a one-file checkpoint dir
     try:
-        result.written = write_output(plan.root, out, plan.files, plan.changes, manifest(plan),
+        result.written = write_output(root, out, plan.files, plan.changes, manifest(plan),
                                       force=force, verify=check if verify else None,
                                       progress=progress, protect=(plan.path,))
     except (OSError, MemoryError) as exc:  # disk full, permissions: one line, nothing left
@@ -146,6 +149,20 @@ def write_fix(plan: FixPlan, out: str | Path, *, force: bool = False, progress: 
         what = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         raise UnusableInput(f"cannot write the repaired copy: {what}", str(where)) from None
     return result
+
+
+# Names that say "a file" for --out (a checkpoint file's own suffix also does).
+FILE_SUFFIXES = {".pt", ".pth", ".ckpt", ".bin", ".pkl", ".tar"}
+
+
+def _names_the_file(plan: FixPlan, out: Path) -> bool:
+    """A one-file checkpoint found in a directory, and an ``--out`` that names a file:
+    write that file, not a directory called ``fixed.pt/`` holding it."""
+    if plan.root is None or not plan.root.is_dir() or len(plan.files) != 1 or out.is_dir():
+        return False
+    suffix = out.suffix.lower()
+    return bool(suffix) and (suffix in FILE_SUFFIXES
+                             or suffix == Path(plan.files[0]).suffix.lower())
 
 
 def _verify(plan: FixPlan, tmp: Path) -> list[Finding]:
