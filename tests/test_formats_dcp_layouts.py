@@ -288,3 +288,56 @@ def test_generic_dcp_loop_checkpoint(tmp_path, per_update):
         f = _one(rep, "LRD103")
         assert (f.evidence["scheduler_progress"], f.evidence["nominal_progress"],
                 f.evidence["k"]) == (32, 8, 4)
+
+
+# ---------------------------------------------------------------- accelerate, FSDP sharded
+
+ACCEL_GEN = """
+import json, os, sys, warnings, torch
+from pathlib import Path
+from accelerate import Accelerator
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+warnings.simplefilter("ignore")
+out, calls = Path(sys.argv[1]), int(sys.argv[2])
+torch.manual_seed(0)
+acc = Accelerator(cpu=True)
+m = torch.nn.Linear(4, 1)
+o = torch.optim.AdamW(m.parameters(), lr=1e-3)
+m, o, s = acc.prepare(m, o, torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=40))
+for i in range(5):
+    acc.backward(m(torch.randn(2, 4)).pow(2).mean()); o.step(); o.zero_grad()
+    for _ in range(calls):
+        s.step()
+acc.save_state(str(out))
+# save_fsdp_optimizer with SHARDED_STATE_DICT (accelerate/utils/fsdp_utils.py): a DCP folder
+# optimizer_0/ holding {"optimizer": get_optimizer_state_dict(model, optimizer)}, no .bin
+(out / "optimizer.bin").unlink()
+dcp.save({"optimizer": get_optimizer_state_dict(m, o.optimizer)},
+         storage_writer=dcp.FileSystemWriter(str(out / "optimizer_0")))
+print(json.dumps({"lr": [g["lr"] for g in o.param_groups], "last_epoch": s.scheduler.last_epoch}))
+"""
+
+
+@pytest.mark.parametrize("calls", [1, 2])
+def test_accelerate_fsdp_sharded_optimizer(tmp_path, calls):
+    import os
+
+    out = tmp_path / "state"
+    p = subprocess.run([sys.executable, "-c", ACCEL_GEN, str(out), str(calls)], check=True,
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    live = json.loads(p.stdout.strip().splitlines()[-1])
+    (rep,) = inspect_path(out)
+    st = read_state(out)
+    assert rep.format == "accelerate" and st.extras["storage"] == "dcp"
+    assert st.counter("optimizer.step").value == 5
+    assert st.optimizer_lrs == pytest.approx(live["lr"])
+    assert st.scheduler_progress.value == live["last_epoch"] == 5 * calls
+    assert str(out / "optimizer_0" / ".metadata") in st.files
+    if calls == 1:
+        assert not _loud(rep)
+    else:
+        f = _one(rep, "LRD103")
+        assert (f.evidence["scheduler_progress"], f.evidence["nominal_progress"],
+                f.evidence["k"]) == (10, 5, 2)
