@@ -338,3 +338,55 @@ def test_torch_dist_019_fix_refuses_in_one_line(tmp_path):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "torch.distributed.checkpoint (DCP)" in lines[0]
     assert "buggy" in lines[0] and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("per_micro", [False, True])
+def test_torch_dcp_flattened_leaves(tmp_path, per_micro):
+    """--ckpt-format torch_dcp: Megatron-LM's save_checkpoint hands generate_state_dict's
+    dict to torch.distributed.checkpoint.save with a FileSystemWriter (training/checkpointing.py),
+    so args/iteration are bytes items and opt_param_scheduler's leaves are flattened
+    (opt_param_scheduler.num_steps, ...). Written here with megatron-core's scheduler."""
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as tdcp
+    from conftest import _quiet_megatron, megatron_args
+
+    Sched = _quiet_megatron()
+    w = torch.nn.Parameter(torch.zeros(3))
+    opt = torch.optim.AdamW([w], lr=2e-4)
+    sched = Sched(opt, init_lr=0.0, max_lr=2e-4, min_lr=2e-5, lr_warmup_steps=16,
+                  lr_decay_steps=320, lr_decay_style="linear", start_wd=0.0, end_wd=0.0,
+                  wd_incr_steps=320, wd_incr_style="constant")
+    gbs, n_micro = 16, 4  # micro_batch_size 2 x data_parallel_size 2
+    for _ in range(6):
+        w.grad = torch.ones(3)
+        opt.step()
+        for _ in range(n_micro if per_micro else 1):
+            sched.step(increment=gbs)
+    args = megatron_args(global_batch_size=gbs, train_iters=20, consumed_train_samples=6 * gbs,
+                         ckpt_format="torch_dcp")
+    ckpt = tmp_path / "iter_0000006"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tdcp.save({"model": {"w": w.detach()}, "optimizer": opt.state_dict(), "args": args,
+                   "checkpoint_version": 3.0, "iteration": 6,
+                   "opt_param_scheduler": sched.state_dict(),
+                   "num_floating_point_operations_so_far": 0},
+                  storage_writer=tdcp.FileSystemWriter(str(ckpt)))
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("6")
+    from lrdoctor.diagnose import diagnose
+    from lrdoctor.findings import Severity
+
+    st = megatron.read(tmp_path)
+    assert st.files[0] == str(ckpt / ".metadata") and st.extras["storage"] == "dcp"
+    assert st.scheduler_progress.value == sched.num_steps
+    assert st.nominal_progress.value == 96 and st.counter("optimizer.step").value == 6
+    assert st.optimizer_lrs == [opt.param_groups[0]["lr"]]
+    findings = diagnose(st)
+    if not per_micro:
+        assert not [f for f in findings if f.severity >= Severity.WARNING]
+    else:
+        (f,) = [f for f in findings if f.code == "LRD104"]
+        assert (f.evidence["scheduler_progress"], f.evidence["nominal_progress"],
+                f.evidence["k"]) == (384, 96, 4)

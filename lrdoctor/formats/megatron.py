@@ -41,6 +41,9 @@ TRACKER = "latest_checkpointed_iteration.txt"
 RANK_FILE = "model_optim_rng.pt"
 COMMON_FILE = "common.pt"  # torch_dist (megatron-core < 0.19): non-sharded part of the state
 COMMON_STATE = "common_state/shard_0_1"  # torch_dist (>= 0.19): the same, as a DCP bytes item
+# The DCP items a torch_dist / torch_dcp / fsdp_dtensor read needs (not rng_state & co.).
+DCP_KEYS = (COMMON_STATE, "args", "iteration", "checkpoint_version", "opt_param_scheduler",
+            "lr_scheduler", "optimizer")
 ITER_DIR = re.compile(r"^(iter_(\d{7,})|release)$")
 RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?$")
 # Files that make a Megatron-looking directory a ROLL (mcore_adapter) checkpoint instead.
@@ -186,7 +189,7 @@ def load_state(main: Path) -> tuple[dict, list[str], str]:
     """(state dict, files read, where in them) of a rank file, ``common.pt`` or a DCP folder."""
     if not main.is_dir():
         return _common.load_dict(main, "a Megatron checkpoint dict"), [str(main)], str(main)
-    st = dcp.load(main)
+    st = dcp.load(main, prefixes=DCP_KEYS)
     common = st.flat.get(COMMON_STATE)
     if common is not None:
         if not (isinstance(common, list) and common and isinstance(common[0], dict)):
