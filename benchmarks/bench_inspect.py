@@ -156,7 +156,7 @@ def write_dcp(ckpt: Path, size_gb: float) -> Path:
     import torch.distributed.checkpoint as dcp
 
     hidden = 2048
-    n_mats = max(1, round(size_gb * 2**30 / (3 * 4 * hidden * hidden)))  # w, exp_avg, exp_avg_sq
+    n_mats = max(1, math.ceil(size_gb * 2**30 / (3 * 4 * hidden * hidden)))  # w, m, v: >= SIZE
     state: dict = {"lr_scheduler": {"last_epoch": 1000},
                    "train_state": {"step": 1000, "ntokens_seen": 1000 * 2**20}}
     flat: dict = {}
