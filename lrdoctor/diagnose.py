@@ -26,7 +26,8 @@ def diagnose(state: RunState) -> list[Finding]:
     out: list[Finding] = []
     from lrdoctor.epochs import findings as epoch_end
 
-    for rule in (_config, _progress_ratio, _horizon, _optimizer_lr, epoch_end):
+    for rule in (_config, _progress_ratio, _horizon, _decay_unfinished, _optimizer_lr,
+                 epoch_end):
         out.extend(rule(state))
     out.extend(_not_judged(state, out))
     _agree(out, dcp=(state.extras or {}).get("storage") == "dcp")
@@ -298,6 +299,45 @@ def _k_causes(state: RunState, k: int) -> str:
     if ex.get("num_processes") and ex["num_processes"] > 1:
         why += f", or stepped num_processes={ex['num_processes']} times per call"
     return "the scheduler is " + why
+
+
+def _decay_unfinished(state: RunState) -> list[Finding]:
+    """LRD118: the decay horizon lies past the planned end, so training ends with the LR
+    still above its floor (a horizon of iterations x the final global batch under a
+    batch-size ramp-up; a horizon sized for another run length)."""
+    spec, end = state.schedule, state.planned_end
+    planned = planned_end_in_schedule_units(state)
+    if spec is None or end is None or planned is None or not spec.horizon or planned <= 0:
+        return []
+    horizon = float(spec.horizon)
+    if horizon <= planned * (1 + 1e-9):
+        return []
+    lr_end = lr_or_none(spec, planned)
+    span = spec.max_lr - spec.min_lr
+    if lr_end is None or span <= 0 or lr_end - spec.min_lr <= 0.01 * span:
+        return []
+    unit = spec.unit.value
+    ev = {"horizon": horizon, "planned_end": planned, "planned_end_from": end.source,
+          "unit": unit, "lr_at_planned_end": lr_end, "min_lr": spec.min_lr,
+          "decay_left_fraction": round((lr_end - spec.min_lr) / span, 6)}
+    ramp = (state.extras or {}).get("rampup")
+    why = ""
+    fix = None
+    if ramp and ramp.get("samples_at_train_iters") is not None:
+        ev["rampup"] = ramp
+        why = (f": {end.source.split(':')[-1]} takes {_fmt(planned)} samples, while the "
+               f"horizon counts lr_decay_iters x the final global batch "
+               f"{ramp['global_batch_size']}")
+        fix = ("With a batch-size ramp-up train by samples (--train-samples, "
+               "--lr-decay-samples), so the horizon counts what the ramp really consumes, or "
+               f"set the decay horizon to {_fmt(planned)} samples; `lrdoctor fix --policy "
+               "extend-horizon` rewrites a checkpoint's horizon.")
+    return [finding(
+        "LRD118",
+        f"The decay horizon ({_fmt(horizon)} {unit}) lies past the planned end of training "
+        f"({end.name} = {_fmt(planned)} {unit}){why}: training ends at LR {lr_end:.6g}, "
+        f"{ev['decay_left_fraction']:.0%} of the decay not done (min_lr {spec.min_lr:g}).",
+        ev, fix=fix)]
 
 
 def _horizon(state: RunState) -> list[Finding]:

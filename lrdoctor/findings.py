@@ -254,6 +254,19 @@ _RULES = [
          "Compute the horizon the way the loop steps: epochs x ceil(L / GA) when the short "
          "window of each epoch is stepped, floor(epochs x L / GA) when windows run across "
          "epochs; or count the real updates once (a dry pass over the dataloader)."),
+    Rule("LRD118", "decay-unfinished-at-planned-end", _W,
+         "The decay horizon lies past the planned end of training",
+         "Training ends before the schedule finishes its decay, so the last updates run at a "
+         "higher LR than planned. Megatron with `--rampup-batch-size` and iteration-based "
+         "training sizes the horizon as `lr_decay_iters x global_batch_size` (the final "
+         "batch) while the ramp's early iterations consume fewer samples "
+         "(Megatron-Bridge issue 2609); lrdoctor computes the samples along the ramp as "
+         "megatron-core's ramp-up calculator does.",
+         "train_iters 40, global batch 16, ramp-up 4 -> 16 over 96 samples: 544 samples "
+         "consumed, horizon 640: training ends at 34% of the decay left.",
+         "Size the horizon from the real progress at the planned end (Megatron: train by "
+         "samples with `--train-samples`/`--lr-decay-samples` under a ramp-up); `lrdoctor "
+         "fix --policy extend-horizon` rewrites a checkpoint's horizon."),
     # ---- replayed loop (replay) ----------------------------------------
     Rule("LRD201", "overshoot", _E,
          "The loop takes more optimizer updates than the scheduler's budget",

@@ -158,11 +158,22 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
             wsd_decay_steps=wsd, lr_wsd_decay_style=args.lr_wsd_decay_style)
 
     opt, sched = build()
+    ramp = None
+    if args.rampup_batch_size:  # megatron-core's own calculator decides each iteration's batch
+        from megatron.core import num_microbatches_calculator as ramp
+
+        ramp.unset_num_microbatches_calculator()
+        ramp.init_num_microbatches_calculator(
+            0, args.rampup_batch_size, gbs, args.micro_batch_size, args.data_parallel_size,
+            decrease_batch_size_if_needed=False)
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     truth = Truth(root, meta={"args": args, "lr_decay_steps": decay, "lr_warmup_steps": warm})
     iteration = 0
     for it in range(1, max(save_at) + 1):
+        if ramp is not None:  # what Megatron-LM's train loop does before each iteration
+            ramp.update_num_microbatches(args.consumed_train_samples, consistency_check=True)
+            gbs = ramp.get_current_global_batch_size()
         if it not in overflow_iters:
             _train_step(model, opt, it)
             n_micro = gbs // (args.micro_batch_size * args.data_parallel_size)
@@ -209,6 +220,8 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
             sched.load_state_dict(saved["opt_param_scheduler"])
             if double_count_on_resume:
                 sched.step(increment=saved["iteration"] * gbs)
+    if ramp is not None:
+        ramp.unset_num_microbatches_calculator()
     return truth
 
 

@@ -379,3 +379,41 @@ def test_lightning_scheduler_returned_is_silent(pl_runs):
     silent(reps)
     rows = reps[-1].extra["run"]["checkpoints"]
     assert [row["scheduler"]["value"] for row in rows] == [4, 8, 12]
+
+
+# ---------------------------------------------------------------- megatron-core ramp-up
+
+def test_megatron_rampup_iteration_horizon_is_named(tmp_path):
+    """Megatron-Bridge 2609: iteration-based training under --rampup-batch-size sizes the
+    horizon as lr_decay_iters x the final global batch; megatron-core's own calculator
+    gives the batches, and lrdoctor's ramp arithmetic must agree with it."""
+    truth = megatron_run(tmp_path / "ck", rampup_batch_size=[4, 4, 96], train_iters=40,
+                         save_at=(20, 40))
+    consumed = [s.counters["consumed_train_samples"] for s in truth.saves]
+    assert consumed == [8 * 4 + 4 * 8 + 3 * 12 + 5 * 16, 500]
+    reps = inspect_path(truth.root, all=True)
+    for r, real in zip(reps, consumed, strict=True):
+        ramp = r.state["extras"]["rampup"]
+        assert ramp["samples_at_iteration"] == real  # lrdoctor's ramp == megatron-core's
+        assert r.state["planned_end"]["value"] == 500
+    f = the(reps[-1], "LRD118")
+    ev = f.evidence
+    assert ev["horizon"] == 640 and ev["planned_end"] == 500
+    assert ev["rampup"]["segments"] == [
+        {"first_iteration": 1, "last_iteration": 8, "global_batch": 4},
+        {"first_iteration": 9, "last_iteration": 12, "global_batch": 8},
+        {"first_iteration": 13, "last_iteration": 15, "global_batch": 12},
+        {"first_iteration": 16, "last_iteration": 40, "global_batch": 16}]
+    assert ev["lr_at_planned_end"] == pytest.approx(truth.last.lrs[0], rel=1e-9)
+    assert ev["decay_left_fraction"] > 0.1
+    assert "--train-samples" in f.fix
+    assert not [x for x in reps[-1].findings if x.code in ("LRD101", "LRD104", "LRD113")]
+
+
+def test_megatron_rampup_sample_based_is_silent(tmp_path):
+    truth = megatron_run(tmp_path / "ck", rampup_batch_size=[4, 4, 96], train_iters=None,
+                         train_samples=500, lr_warmup_samples=64, save_at=(20, 40))
+    assert truth.last.counters["consumed_train_samples"] == 500
+    reps = inspect_path(truth.root, all=True)
+    silent(reps)
+    assert not [f for r in reps for f in r.findings]

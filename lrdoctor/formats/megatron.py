@@ -334,6 +334,7 @@ def read(path: Path) -> RunState:
     expected = _expected_from_args(args)
     if expected:
         st.extras["expected_from_args"] = expected
+    _rampup_budget(st, args, src, unit)
     if ckpt is not None:
         tracked = read_tracker(ckpt.parent) if (ckpt.parent / TRACKER).is_file() else None
         if tracked is not None:
@@ -423,6 +424,83 @@ def _overflowed_updates(st: RunState, args: dict, sched: dict) -> None:
 
 def _common_int(x: float) -> str:
     return f"{x:,.0f}"
+
+
+# ---------------------------------------------------------------- batch-size ramp-up
+
+def rampup_global_batch(consumed: float, rampup: list[int], global_batch_size: int) -> int:
+    """megatron-core's ``RampupBatchsizeNumMicroBatchesCalculator``: the global batch of the
+    iteration that starts after ``consumed`` samples, for ``--rampup-batch-size start incr
+    samples``: ``start + int(consumed / (samples / n_increments)) * incr`` up to
+    ``samples``, the full batch after."""
+    start, incr, ramp_samples = (int(x) for x in rampup)
+    if consumed > ramp_samples:
+        return global_batch_size
+    n_incr = (global_batch_size - start) // incr
+    if n_incr <= 0:
+        return global_batch_size
+    return min(global_batch_size, start + int(consumed / (ramp_samples / n_incr)) * incr)
+
+
+def rampup_samples(iterations: int, rampup: list[int], global_batch_size: int
+                   ) -> tuple[int, list[dict[str, int]]]:
+    """Samples consumed by ``iterations`` iterations along the ramp, and the ramp as
+    segments ``{"first_iteration", "last_iteration", "global_batch"}`` (1-based)."""
+    consumed, segs = 0, []
+    it = 0
+    while it < iterations:
+        b = rampup_global_batch(consumed, rampup, global_batch_size)
+        if b == global_batch_size:  # the rest of the run at the full batch
+            segs.append({"first_iteration": it + 1, "last_iteration": iterations,
+                         "global_batch": b})
+            consumed += (iterations - it) * b
+            break
+        it += 1
+        consumed += b
+        if segs and segs[-1]["global_batch"] == b:
+            segs[-1]["last_iteration"] = it
+        else:
+            segs.append({"first_iteration": it, "last_iteration": it, "global_batch": b})
+    return consumed, segs
+
+
+def _rampup_budget(st: RunState, args: dict, src: str, unit: Unit) -> None:
+    """With ``--rampup-batch-size`` the early iterations take smaller global batches.
+    Iteration-based training sizes the decay horizon as ``lr_decay_iters x
+    global_batch_size`` (the final batch) while ``train_iters`` iterations consume fewer
+    samples: the planned end in samples is what the ramp really consumes (Megatron-Bridge
+    issue 2609), which the framework-blind rules then compare with the horizon."""
+    ramp, gbs = args.get("rampup_batch_size"), args.get("global_batch_size")
+    if not (isinstance(ramp, (list, tuple)) and len(ramp) == 3 and isinstance(gbs, int)):
+        return
+    try:
+        ramp = [int(x) for x in ramp]
+    except (TypeError, ValueError):
+        return
+    if ramp[1] <= 0 or ramp[0] <= 0 or ramp[0] > gbs:
+        return
+    train_iters = args.get("train_iters")
+    info: dict[str, Any] = {"start_global_batch": ramp[0], "increment": ramp[1],
+                            "rampup_samples": ramp[2], "global_batch_size": gbs}
+    it = st.counter("megatron.iteration")
+    if it is not None:
+        done, segs = rampup_samples(int(it.value), ramp, gbs)
+        info["samples_at_iteration"] = done
+        info["segments_so_far"] = segs
+    if isinstance(train_iters, int) and train_iters > 0 and unit is Unit.SAMPLES:
+        real, segs = rampup_samples(train_iters, ramp, gbs)
+        info.update(samples_at_train_iters=real, segments=segs,
+                    train_iters_x_global_batch=train_iters * gbs)
+        st.planned_end = Counter(
+            "samples consumed by train_iters along the ramp-up", real, Unit.SAMPLES,
+            f"{src}:args.train_iters {train_iters} with args.rampup_batch_size {ramp} "
+            "(megatron-core's ramp-up calculator)")
+        consumed = st.counter("consumed_train_samples")
+        st.trainer_progress = consumed
+        st.notes.append(
+            f"ramp-up: train_iters {train_iters} iterations consume {real:,} samples, not "
+            f"train_iters x global_batch_size = {train_iters * gbs:,}")
+    st.extras["rampup"] = info
 
 
 def _expected_from_args(args: dict) -> dict[str, float]:

@@ -104,9 +104,14 @@ def _hf_class() -> type:
             self.watches = []
             if lr_scheduler is not None:
                 watch = LoopWatch(**self._opts)
+                # A resumed run starts part-way: its first update checks the restored
+                # scheduler continues from global_step (fp16-overflowed steps leave the
+                # scheduler behind by design, so no check there).
                 watch.start(lr_scheduler, optimizer,
-                            max_steps=self._opts["max_steps"] or state.max_steps or None)
-                watch.updates = state.global_step  # a resumed run starts part-way
+                            max_steps=self._opts["max_steps"] or state.max_steps or None,
+                            resumed_updates=None if getattr(args, "fp16", False)
+                            else state.global_step)
+                watch.updates = state.global_step
                 self.watches.append(watch)
             if self.batch_log is not None and model is not None:
                 world = getattr(args, "world_size", 1)
@@ -214,7 +219,12 @@ def _lightning_class(package: str | None = None) -> type:
             for cfg in trainer.lr_scheduler_configs:
                 # Epoch-interval schedulers step per epoch, not per update: nothing to pair.
                 if cfg.interval == "step":
-                    watch = LoopWatch(**self._opts).start(cfg.scheduler, max_steps=planned)
+                    # A resumed fit checks, on its first update, that the restored
+                    # scheduler continues from global_step (one step per update when
+                    # frequency is 1; other frequencies are not checked).
+                    watch = LoopWatch(**self._opts).start(
+                        cfg.scheduler, max_steps=planned,
+                        resumed_updates=trainer.global_step if cfg.frequency == 1 else None)
                     watch.updates = trainer.global_step
                     self.watches.append(watch)
             self._open_recorder(trainer.global_rank if trainer.world_size > 1 else None)

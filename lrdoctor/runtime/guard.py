@@ -16,7 +16,8 @@
   :mod:`lrdoctor.runtime.callbacks` feed it).
 
 None of them imports torch at module level; they work on the objects you pass.
-Every complaint names its lrdoctor finding code (LRD103, LRD205, LRD101).
+Every complaint names its lrdoctor finding code (LRD103, LRD205, LRD101; LRD112 /
+LRD113 when a resumed loop's scheduler did not continue from the restored progress).
 """
 
 from __future__ import annotations
@@ -127,6 +128,40 @@ class _Reporter:
             raise SchedulerStepError(text)
         if self._found[code].evidence["occurrences"] == 1:
             warnings.warn(text, LRDoctorWarning, stacklevel=4)
+
+    def _check_resume(self, scheduler: Any, restored: float | None, rate: float) -> None:
+        """On the first update after a resume, the scheduler must sit where the restored
+        updates put it: behind means it restarted (state not saved or not restored,
+        LRD112), ahead means the resume stepped it again (LRD113, slime's extra
+        ``scheduler.step(iteration * global_batch_size)`` after load)."""
+        if not restored or restored <= 0:
+            return
+        now = scheduler_progress(scheduler)
+        if now is None:
+            return
+        # DeepSpeed's last_batch_iteration starts at -1: one below the updates taken.
+        offset = -1.0 if hasattr(_unwrap(scheduler), "last_batch_iteration") and not hasattr(
+            _unwrap(scheduler), "last_epoch") else 0.0
+        expected = restored * rate + offset
+        if abs(now - expected) <= max(1e-6, 1e-6 * abs(expected)):
+            return
+        ev = {"scheduler_progress": now, "restored_updates": restored,
+              "expected_progress": expected, "progress_per_update": rate,
+              "difference": now - expected}
+        if now < expected:
+            self._report(
+                "LRD112",
+                f"resumed at {restored:g} optimizer updates but the scheduler is at {now:g} "
+                f"(expected {expected:g}): it restarted instead of continuing; restore its "
+                "state_dict with the optimizer's",
+                ev)
+        else:
+            self._report(
+                "LRD113",
+                f"resumed at {restored:g} optimizer updates but the scheduler is at {now:g} "
+                f"(expected {expected:g}, {now - expected:g} ahead): the resume stepped the "
+                "restored scheduler again; its state already holds the progress",
+                ev)
 
     def _check_horizon(self, progress: float | None, horizon: float | None, updates: int,
                        max_steps: float | None) -> None:
@@ -255,7 +290,8 @@ class NormalizedStepper:
 class StepGuard(_Reporter):
     """Raise (or warn) when the scheduler steps more than ``per_update`` times per update.
 
-    >>> with StepGuard(optimizer, scheduler, max_steps=1000) as guard:
+    >>> with StepGuard(optimizer, scheduler, max_steps=1000,
+    ...                resumed_updates=start_step) as guard:   # after loading a checkpoint
     ...     for i, batch in enumerate(loader):
     ...         guard.micro_batch()        # optional: enables the LRD205 window check
     ...         ...
@@ -264,14 +300,21 @@ class StepGuard(_Reporter):
     only, counts both, and restores them on close. ``max_steps`` (the planned
     optimizer updates) enables the horizon check (LRD101); ``horizon`` overrides
     the one read from the scheduler. ``ignore``: finding codes to stay quiet about.
+    ``resumed_updates``: the optimizer updates a resumed loop restored; on the first
+    update the scheduler must be at ``resumed_updates x progress_per_update`` (LRD112
+    when it restarted, LRD113 when the resume stepped it again).
     """
 
     def __init__(self, optimizer: Any, scheduler: Any, *, action: str = "raise",
                  per_update: int = 1, max_steps: float | None = None,
-                 horizon: float | None = None, ignore: Any = ()):
+                 horizon: float | None = None, ignore: Any = (),
+                 resumed_updates: float | None = None, progress_per_update: float = 1.0):
         if action not in ("raise", "warn"):
             raise ValueError("action must be 'raise' or 'warn'")
         self._init_reporter(action == "raise", ignore)
+        # A resumed loop: the optimizer updates restored from the checkpoint, and how far
+        # the scheduler moves per update (1; the global batch for a Megatron scheduler).
+        self._resume = (resumed_updates, progress_per_update)
         self.optimizer, self.scheduler = optimizer, scheduler
         self.action, self.per_update = action, per_update
         self.max_steps = max_steps
@@ -294,6 +337,8 @@ class StepGuard(_Reporter):
                 return opt_step(*a, **kw)  # inside an accumulation window: a no-op
             if self._window_micro >= 2:  # the LR the window's last micro-batch ran with
                 self._check_window()
+            if self.optimizer_steps == 0 and self._resume[0]:
+                self._check_resume(scheduler, *self._resume)
             out = opt_step(*a, **kw)
             self.optimizer_steps += 1
             self._since_update = 0
@@ -393,10 +438,17 @@ class LoopWatch(_Reporter):
         self._last: float | None = None
         self._window_lr: list[float] | None = None
         self._window_micro = 0
+        self._resumed: float | None = None
 
     def start(self, scheduler: Any, optimizer: Any = None, *,
-              max_steps: float | None = None) -> LoopWatch:
+              max_steps: float | None = None, resumed_updates: float | None = None
+              ) -> LoopWatch:
+        """``resumed_updates``: the updates a resumed run restored (the trainer's global
+        step); the first update then checks the scheduler continues from there."""
         self.scheduler = scheduler
+        if resumed_updates:
+            self.updates = int(resumed_updates)
+        self._resumed = resumed_updates
         self.optimizer = optimizer if optimizer is not None else scheduler.optimizer
         if max_steps is not None:
             self.max_steps = max_steps
@@ -424,6 +476,10 @@ class LoopWatch(_Reporter):
             self.micro_batch(first=False)
             self._window_micro -= 1
         self._window_lr, self._window_micro = None, 0
+        if self._resumed:
+            self._check_resume(self.scheduler, self._resumed, self.per_update)
+            self._resumed = None
+            self._last = scheduler_progress(self.scheduler)
         self._advance(f"between optimizer updates {self.updates} and {self.updates + 1}")
         self.updates += 1
 
