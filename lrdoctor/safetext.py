@@ -116,8 +116,9 @@ def yaml_loads(text: str, path: str | None, what: str = "YAML") -> Any:
     import yaml
 
     limits.check_size("config_bytes", len(text.encode("utf-8", "replace")), path, f"the {what}")
-    loader = _loader()(text, path)
+    loader = None
     try:
+        loader = _loader()(text, path)  # the reader checks characters as it is built
         obj = loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -129,7 +130,8 @@ def yaml_loads(text: str, path: str | None, what: str = "YAML") -> Any:
         raise UnusableInput(f"not valid YAML ({type(exc).__name__}: "
                             f"{(str(exc).splitlines() or [''])[0][:120]})", path) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     limits.check_tree(obj, path, what=f"the {what}")
     return obj
 
