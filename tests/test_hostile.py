@@ -274,7 +274,7 @@ def test_hostile_json_sidecars(tmp_path, monkeypatch, deadline):
 
 
 def test_hostile_toml_check_config(tmp_path, deadline):
-    from lrdoctor import ci_config
+    from lrdoctor.ci import config as ci_config
 
     p = tmp_path / "lrdoctor.toml"
     p.write_text("x = " + "[" * 3000 + "]" * 3000 + "\n")
