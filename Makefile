@@ -1,26 +1,35 @@
 # Set-up and the two entry points the README names: `make demo` and `make test`.
 # A virtual environment in .venv that also sees the system's site-packages, so a
-# user who already has torch keeps theirs; otherwise the CPU build of torch is
-# installed (never the multi-GB CUDA wheels).
+# user who already has torch keeps theirs. Otherwise torch comes from PyTorch's CPU
+# index: PyPI's torch pulls about 4.6 GB of CUDA wheels on Linux, never wanted here.
+# `make demo` installs the light core plus figures and works without torch (the
+# replay says its torch cross-check did not run); `make test` needs torch.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lrdoctor-installed
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_VERSION ?= 2.13.0
+TORCH_CPU := $(BIN)/python -m pip install -q --index-url $(TORCH_INDEX) "torch==$(TORCH_VERSION)"
 
 .PHONY: install install-test demo test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 
+# The demo: `pip install .[plots]` (no torch), and the CPU torch only when one is at hand.
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[plots]'
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(TORCH_CPU) 2>/dev/null || \
+		echo "torch not installed: the demo runs without lrdoctor's torch engine"
+	touch $@
+
+# The tests need torch: the CPU build, or fail (never the CUDA wheels).
 $(VENV)/.torch: $(BIN)/python
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -c "import torch" 2>/dev/null || $(TORCH_CPU)
 	touch $@
 
-$(STAMP): $(VENV)/.torch pyproject.toml
-	$(BIN)/python -m pip install -q -e .
-	touch $@
-
-$(STAMP)-test: $(STAMP)
+$(STAMP)-test: $(STAMP) $(VENV)/.torch
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 

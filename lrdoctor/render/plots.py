@@ -17,6 +17,17 @@ if TYPE_CHECKING:
     from lrdoctor.replay.engine import Replay
 
 
+def _pyplot():
+    """matplotlib's pyplot on the headless Agg backend, or one line naming the extra."""
+    from lrdoctor.extras import need
+
+    matplotlib = need("matplotlib", "drawing a figure (--plot, the report's figures)")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _save(fig, path: Path, parents: bool = False, **kw: Any) -> None:
     """``fig`` as a PNG at ``path``, atomically; the figure is closed either way."""
     import matplotlib.pyplot as plt
@@ -34,10 +45,7 @@ def plot_inspect(reports, out: Path) -> Path:
     run = (reports[-1].extra or {}).get("run") if reports else None
     if run and len(run.get("checkpoints") or []) > 1:
         return plot_run(reports, out)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     from lrdoctor.model import ScheduleSpec, Unit
     from lrdoctor.schedules import lr_at
@@ -103,10 +111,7 @@ def plot_run(reports, out: Path) -> Path:
     """The run's history: scheduler vs nominal progress per checkpoint (top) and the LR
     (bottom: the optimizer's saved LR, the schedule at the scheduler's progress and at
     the nominal progress), with the resumes the run-level findings point at marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     from lrdoctor.diagnose_run import RUN_CODES
 
@@ -194,11 +199,9 @@ def intended_lr(rep: Replay):
 def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
                 key: str | None = None) -> None:
     """One replay (``[(None, rep)]``) or a sweep over ``key``: LR and update panels."""
-    import matplotlib
     import numpy as np
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     from lrdoctor.replay.analysis import per_step, summarize
 
@@ -270,10 +273,7 @@ def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
 
 def updates_per_step_plot(replay: Any, path: Path) -> Path:
     """Updates each train step took, against the nominal count: where the budget drifts."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     from lrdoctor.replay.analysis import per_step
 

@@ -107,7 +107,7 @@ def load_pickle(path: Path) -> Any:
 
     path = Path(path)
     _common.load(path)  # refuses what inspect refuses, within the limits
-    import torch
+    torch = _torch()
 
     from lrdoctor.repair import standins
 
@@ -218,8 +218,14 @@ def copy_file(src: Path, dst: Path, advance: Callable[[int], None] | None = None
     shutil.copystat(src, dst)
 
 
+def _torch():
+    from lrdoctor.extras import need
+
+    return need("torch", "rewriting a torch.save file (fix)")
+
+
 def write_pickle(obj: Any, dst: Path) -> None:
-    import torch
+    torch = _torch()
 
     from lrdoctor.repair import standins
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 # path plus a torch cross-check of a sample (lrdoctor.replay.crosscheck), and on CUDA
 # the whole run in torch. The torch path runs a few hundred micro-batches a second
 # on one CPU core (benchmarks/bench_replay.py).
-TORCH_EXTRA = "pip install 'lrdoctor[torch]'"
+TORCH_EXTRA = "pip install 'lrdoctor[torch]'"  # lrdoctor.extras.install_hint("torch")
 
 
 @dataclass
@@ -151,17 +151,16 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
 
 def _pick_engine(engine: str, model: str | None, device: str) -> tuple[bool, str, bool]:
     """(whole run in torch?, why, can torch run here?) for --fast / --torch / default."""
-    from lrdoctor.errors import UnusableInput
-
     if engine == "fast" and model is None:
         return False, "--fast", False
-    try:
-        import torch
-    except ImportError:
+    from lrdoctor.extras import MissingExtra, have, need
+
+    if not have("torch"):
         if engine == "torch" or model is not None or device == "cuda":
             what = "--model" if model else "--device cuda" if device == "cuda" else "--torch"
-            raise UnusableInput(f"{what} needs torch: {TORCH_EXTRA}") from None
+            raise MissingExtra("torch", f"replay {what}")
         return False, "fast path (torch is not installed)", False
+    torch = need("torch", "the torch replay engine")
     if engine == "torch":
         return True, "--torch", True
     if model is not None:

@@ -40,8 +40,15 @@ from lrdoctor.replay.engine import (
 )
 
 
+def _torch():
+    """torch, or one line naming the extra (the core install has no torch)."""
+    from lrdoctor.extras import need
+
+    return need("torch", "the torch replay engine (--torch, --model, the cross-check)")
+
+
 def pick_device(device: str) -> str:
-    import torch
+    torch = _torch()
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -173,7 +180,7 @@ def replay_torch(cfg, infos: list[StepInfo], device: str = "auto",
     LambdaLR over lrdoctor's schedule instead of megatron-core's scheduler (whose
     import alone takes seconds: too slow for a cross-check that must answer in
     seconds)."""
-    import torch
+    torch = _torch()
 
     dev = pick_device(device)
     torch.manual_seed(seed)
