@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -113,3 +114,36 @@ def test_missing_step_count_is_one_line_naming_the_file_and_key(tmp_path, text, 
     with pytest.raises(UnusableInput) as exc:
         load_config(p)
     assert needle in str(exc.value) and exc.value.path == str(p)
+
+
+def _leaves(node, path=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _leaves(v, (*path, k))
+    else:
+        yield path
+
+
+@pytest.mark.parametrize("name", ["verl-grpo-trainer.yaml", "skyrl-trainer.yaml",
+                                  "nemo-rl-grpo-math.yaml", "fast-llm-trainer.yaml"])
+def test_bad_values_in_framework_configs_are_one_line_errors(name, tmp_path):
+    """Any leaf replaced by a wrong type: a translated config or UnusableInput, never a traceback."""
+    import yaml
+
+    base = yaml.safe_load((EX / name).read_text())
+    rng = np.random.default_rng(7)
+    bad_values = ["abc", -3, 0, [1, 2], {"x": 1}, None, True, 1e30, "${missing.key}"]
+    paths = list(_leaves(base))
+    for case in range(60):
+        data = yaml.safe_load((EX / name).read_text())
+        path = paths[int(rng.integers(len(paths)))]
+        node = data
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = bad_values[int(rng.integers(len(bad_values)))]
+        p = tmp_path / f"{case}.yaml"
+        p.write_text(yaml.safe_dump(data))
+        try:
+            load_config(p)
+        except UnusableInput as exc:
+            assert "\n" not in str(exc), (case, path)

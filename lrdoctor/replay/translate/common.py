@@ -64,10 +64,19 @@ class Reader:
         self.used[key] = val
         return val
 
+    def count(self, key: str, default: Any = _MISSING) -> int | None:
+        """An integer that sizes something (a batch, a GPU count): must be >= 1."""
+        val = self.get(key, default, int)
+        if val is not None and val < 1:
+            raise UnusableInput(f"{key} is {val}; expected a positive integer")
+        return val
+
     def need(self, key: str, why: str, kind: type = int) -> Any:
         val = self.get(key, kind=kind)
         if val is None:
             raise UnusableInput(f"{key} is missing: {why}")
+        if kind is int and val < 1:
+            raise UnusableInput(f"{key} is {val}; expected a positive integer")
         return val
 
     def unmodelled_if(self, key: str, active: Any, why: str) -> None:

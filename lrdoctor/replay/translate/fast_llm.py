@@ -35,18 +35,18 @@ def looks_like(data: Any) -> bool:
 
 def translate(data: dict) -> Translation:
     r = Reader(data)
-    depth = r.get("schedule.depth_first_micro_batches", 1, int)
-    breadth = r.get("schedule.breadth_first_micro_batches", 1, int)
+    depth = r.count("schedule.depth_first_micro_batches", 1)
+    breadth = r.count("schedule.breadth_first_micro_batches", 1)
     docs = r.get("schedule.docs_per_step", 0, int)
     iters = r.need("training.train_iters", "the replay needs the number of iterations")
-    world = r.get(f"{D}.world_size", kind=int)
+    world = r.count(f"{D}.world_size")
     if world is None:
         world = 1
         r.unmodelled.append({"key": f"{D}.world_size", "value": None,
                              "why": "the world size comes from the launcher (WORLD_SIZE); "
                                     "replayed with dp 1: set model.distributed.world_size"})
-    par = (r.get(f"{D}.tensor_parallel", 1, int) * r.get(f"{D}.pipeline_parallel", 1, int)
-           * r.get(f"{D}.sequence_data_parallel", 1, int))
+    par = (r.count(f"{D}.tensor_parallel", 1) * r.count(f"{D}.pipeline_parallel", 1)
+           * r.count(f"{D}.sequence_data_parallel", 1))
     if world % par:
         raise UnusableInput(f"{D}.world_size {world} is not divisible by tensor x pipeline x "
                             f"sequence-data parallel = {par}")

@@ -72,10 +72,10 @@ def _torch_schedule(r: Reader, lr: float) -> dict[str, Any]:
 def translate(data: dict) -> Translation:
     r = Reader(data)
     prompts = r.need("grpo.num_prompts_per_step", "the replay needs the prompts per step")
-    gens = r.get("grpo.num_generations_per_prompt", 1, int)
+    gens = r.count("grpo.num_generations_per_prompt", 1)
     sps = prompts * gens
     steps = r.need("grpo.max_num_steps", "the replay needs the number of steps")
-    r.get("grpo.max_num_epochs", 1, int)
+    r.count("grpo.max_num_epochs", 1)
     if steps > MAX_REPLAY_STEPS:
         r.unmodelled.append({
             "key": "grpo.max_num_steps", "value": steps,
@@ -83,18 +83,18 @@ def translate(data: dict) -> Translation:
                    f"{steps} steps, which a config alone does not tell; replayed "
                    f"{MAX_REPLAY_STEPS} steps"})
         steps = MAX_REPLAY_STEPS
-    gbs = r.get(f"{P}.train_global_batch_size", sps, int)
-    micro = r.get(f"{P}.train_micro_batch_size", 1, int)
-    nodes = r.get("cluster.num_nodes", 1, int)
-    gpus = r.get("cluster.gpus_per_node", 8, int)
+    gbs = r.count(f"{P}.train_global_batch_size", sps)
+    micro = r.count(f"{P}.train_micro_batch_size", 1)
+    nodes = r.count("cluster.num_nodes", 1)
+    gpus = r.count("cluster.gpus_per_node", 8)
     megatron = r.get(f"{P}.megatron_cfg.enabled", False, bool)
     if megatron:
         model_par = 1
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
                     "context_parallel_size"):
-            model_par *= r.get(f"{P}.megatron_cfg.{key}", 1, int)
+            model_par *= r.count(f"{P}.megatron_cfg.{key}", 1)
     else:
-        model_par = r.get(f"{P}.dtensor_cfg.tensor_parallel_size", 1, int) * r.get(
+        model_par = r.count(f"{P}.dtensor_cfg.tensor_parallel_size", 1) * r.get(
             f"{P}.dtensor_cfg.context_parallel_size", 1, int)
     world = nodes * gpus
     if world % model_par:
@@ -106,12 +106,12 @@ def translate(data: dict) -> Translation:
         batching = {"strategy": "token_budget", "flavor": "nemo_rl",
                     "max_tokens_per_microbatch": r.need(
                         f"{P}.dynamic_batching.train_mb_tokens", "dynamic batching needs it"),
-                    "round_to": r.get(f"{P}.dynamic_batching.sequence_length_round", 64, int)}
+                    "round_to": r.count(f"{P}.dynamic_batching.sequence_length_round", 64)}
     elif r.get(f"{P}.sequence_packing.enabled", False, bool):
         batching = {"strategy": "sequence_packing",
                     "max_tokens_per_microbatch": r.need(
                         f"{P}.sequence_packing.train_mb_tokens", "sequence packing needs it"),
-                    "round_to": r.get(f"{P}.sequence_packing.sequence_length_round", 64, int),
+                    "round_to": r.count(f"{P}.sequence_packing.sequence_length_round", 64),
                     "algorithm": r.get(f"{P}.sequence_packing.algorithm",
                                        "modified_first_fit_decreasing", str).lower()}
         order = r.get(f"{P}.sequence_packing.microbatch_order", "packer", str)

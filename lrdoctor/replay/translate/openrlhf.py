@@ -97,12 +97,12 @@ def _tree(flat: dict[str, Any]) -> dict:
 def translate(text: str, base: Path | None = None) -> Translation:
     flat = parse_args(text, base)
     r = Reader(_tree(flat), resolve_refs=False)
-    rbs = r.get("rollout.batch_size", 1024, int)
-    n = r.get("rollout.n_samples_per_prompt", 1, int)
-    tbs = r.get("train.batch_size", 128, int)
-    epochs = r.get("train.max_epochs", 1, int)
-    episodes = r.get("train.num_episodes", 1, int)
-    prompts = r.get("data.max_samples", int(1e8), int)
+    rbs = r.count("rollout.batch_size", 1024)
+    n = r.count("rollout.n_samples_per_prompt", 1)
+    tbs = r.count("train.batch_size", 128)
+    epochs = r.count("train.max_epochs", 1)
+    episodes = r.count("train.num_episodes", 1)
+    prompts = r.count("data.max_samples", int(1e8))
     if prompts >= int(1e8):
         raise UnusableInput("--data.max_samples is not set: OpenRLHF sizes the scheduler from "
                             "the dataset's prompt count; pass it as --data.max_samples N")
@@ -111,17 +111,17 @@ def translate(text: str, base: Path | None = None) -> Translation:
         raise UnusableInput(f"--data.max_samples {prompts} < --rollout.batch_size {rbs}: "
                             "not one rollout step")
     sps = rbs * n
-    nodes = r.get("actor.num_nodes", 1, int)
-    gpus = r.get("actor.num_gpus_per_node", 8, int)
-    ring = r.get("ds.ring_attn_size", 1, int)
-    tp = r.get("ds.tensor_parallel_size", 1, int)
+    nodes = r.count("actor.num_nodes", 1)
+    gpus = r.count("actor.num_gpus_per_node", 8)
+    ring = r.count("ds.ring_attn_size", 1)
+    tp = r.count("ds.tensor_parallel_size", 1)
     dp = max(1, nodes * gpus // (ring * tp))
-    micro = r.get("train.micro_batch_size", 1, int)
+    micro = r.count("train.micro_batch_size", 1)
     dynamic = bool(flat.get("train.dynamic_batch_enable", False))
     r.used["train.dynamic_batch_enable"] = dynamic
     batching: dict[str, Any] = {"strategy": "static"}
     if dynamic:
-        cap = r.get("train.max_tokens_per_gpu", 16192, int) * ring * tp
+        cap = r.count("train.max_tokens_per_gpu", 16192) * ring * tp
         batching = {"strategy": "karmarkar_karp", "max_tokens_per_microbatch": cap,
                     "flavor": "openrlhf", "balance_dp": False}
     scheduler_steps = prompts * n // tbs * episodes * epochs

@@ -40,32 +40,32 @@ def looks_like(data: Any) -> bool:
 
 def translate(data: dict) -> Translation:
     r = Reader(data)
-    n = r.get("generator.n_samples_per_prompt", 5, int)
-    tbs = r.get(f"{T}.train_batch_size", 1024, int)
-    pmini = r.get(f"{T}.policy_mini_batch_size", 256, int)
-    epochs = r.get(f"{T}.update_epochs_per_batch", 1, int)
+    n = r.count("generator.n_samples_per_prompt", 5)
+    tbs = r.count(f"{T}.train_batch_size", 1024)
+    pmini = r.count(f"{T}.policy_mini_batch_size", 256)
+    epochs = r.count(f"{T}.update_epochs_per_batch", 1)
     steps = r.get(f"{T}.max_training_steps", kind=int)
-    if not steps:
+    if not steps or steps < 1:
         raise UnusableInput(
             f"{T}.max_training_steps is not set: SkyRL runs len(dataloader) x {T}.epochs steps, "
             "which a config alone does not hold; set it to the run's steps")
-    r.get(f"{T}.epochs", 1, int)
+    r.count(f"{T}.epochs", 1)
     strategy = r.get(f"{T}.strategy", "fsdp", str)
-    nodes = r.get(f"{T}.placement.policy_num_nodes", 1, int)
-    gpus = r.get(f"{T}.placement.policy_num_gpus_per_node", 1, int)
+    nodes = r.count(f"{T}.placement.policy_num_nodes", 1)
+    gpus = r.count(f"{T}.placement.policy_num_gpus_per_node", 1)
     model_par = 1
     if strategy == "megatron":
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
                     "context_parallel_size"):
-            model_par *= r.get(f"{T}.policy.megatron_config.{key}", 1, int)
+            model_par *= r.count(f"{T}.policy.megatron_config.{key}", 1)
     else:
-        model_par = r.get(f"{T}.policy.sequence_parallel_size", 1, int)
+        model_par = r.count(f"{T}.policy.sequence_parallel_size", 1)
     world = nodes * gpus
     if world % model_par:
         raise UnusableInput(f"policy_num_nodes x policy_num_gpus_per_node = {world} is not "
                             f"divisible by the model-parallel size {model_par}")
     dp = max(1, world // model_par)
-    micro = r.get(f"{T}.micro_train_batch_size_per_gpu", 1, int)
+    micro = r.count(f"{T}.micro_train_batch_size_per_gpu", 1)
     cap = r.get(f"{T}.max_tokens_per_microbatch", -1, int)
     packing = r.get(f"{T}.remove_microbatch_padding", None, bool)
     if packing is None:
@@ -98,8 +98,8 @@ def translate(data: dict) -> Translation:
         v.get("enabled", False)), "the fully-async trainer's step accounting is not modelled")
     r.unmodelled_if(f"{opt}.scheduler_kwargs", truthy,
                     "scheduler kwargs are not translated")
-    max_len = (r.raw(f"{T}.max_prompt_length") or 512) + (
-        r.raw("generator.sampling_params.max_generate_length") or 1024)
+    max_len = r.get(f"{T}.max_prompt_length", 512, int) + r.get(
+        "generator.sampling_params.max_generate_length", 1024, int)
     cfg: dict[str, Any] = {
         "framework": r.get("framework", "skyrl", str),
         "schedule": schedule,
@@ -112,7 +112,7 @@ def translate(data: dict) -> Translation:
         "accumulation": {"rule": "correct", "flush_at_step_end": True},
         "scheduler": {"step_on": "update", "increment": 1},
     }
-    synth = synthetic_up_to(int(max_len) if isinstance(max_len, int) else None)
+    synth = synthetic_up_to(max_len)
     if synth:
         cfg["data"] = {"synthetic": synth}
     return r.done("skyrl", cfg)

@@ -34,7 +34,7 @@ def looks_like(data: Any) -> bool:
 
 def translate(data: dict) -> Translation:
     r = Reader(data)
-    n = r.get("actor_rollout_ref.rollout.n", 1, int)
+    n = r.count("actor_rollout_ref.rollout.n", 1)
     tbs = r.need("data.train_batch_size", "the replay needs the prompts per step")
     sps = tbs * n
     steps = r.get("trainer.total_training_steps", kind=int)
@@ -42,35 +42,35 @@ def translate(data: dict) -> Translation:
         raise UnusableInput(
             "trainer.total_training_steps is not set: verl derives it from the dataset length "
             "x trainer.total_epochs, which a config alone does not hold; set it to the run's steps")
-    r.get("trainer.total_epochs", 1, int)  # shown: the steps above override it
-    nnodes = r.get("trainer.nnodes", 1, int)
-    gpus = r.get("trainer.n_gpus_per_node", 8, int)
+    r.count("trainer.total_epochs", 1)  # shown: the steps above override it
+    nnodes = r.count("trainer.nnodes", 1)
+    gpus = r.count("trainer.n_gpus_per_node", 8)
     strategy = r.get(f"{A}.strategy", "fsdp", str)
-    ulysses = r.get(f"{A}.ulysses_sequence_parallel_size", 1, int)
+    ulysses = r.count(f"{A}.ulysses_sequence_parallel_size", 1)
     model_par = ulysses
     if strategy == "megatron":
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
                     "context_parallel_size"):
-            model_par *= r.get(f"{A}.megatron.{key}", 1, int)
+            model_par *= r.count(f"{A}.megatron.{key}", 1)
     world = nnodes * gpus
     if world % model_par:
         raise UnusableInput(f"trainer.nnodes x n_gpus_per_node = {world} is not divisible by the "
                             f"model-parallel size {model_par}")
     dp = max(1, world // model_par)
-    mini = r.get(f"{A}.ppo_mini_batch_size", 256, int) * n
-    micro = r.get(f"{A}.ppo_micro_batch_size_per_gpu", kind=int)
+    mini = r.count(f"{A}.ppo_mini_batch_size", 256) * n
+    micro = r.count(f"{A}.ppo_micro_batch_size_per_gpu")
     if micro is None and r.has(f"{A}.ppo_micro_batch_size"):
-        micro = max(1, r.get(f"{A}.ppo_micro_batch_size", kind=int) // dp)
+        micro = max(1, r.count(f"{A}.ppo_micro_batch_size") // dp)
     dynamic = r.get(f"{A}.use_dynamic_bsz", False, bool)
     if micro is None and not dynamic:
         raise UnusableInput(f"{A}.ppo_micro_batch_size_per_gpu is missing and use_dynamic_bsz is "
                             "false: verl needs one of them")
     micro = micro or 1
-    epochs = r.get(f"{A}.ppo_epochs", 1, int)
+    epochs = r.count(f"{A}.ppo_epochs", 1)
     per_rank_mini = max(1, mini // dp)
     batching: dict[str, Any] = {"strategy": "static"}
     if dynamic:
-        cap = r.get(f"{A}.ppo_max_token_len_per_gpu", 16384, int) * ulysses
+        cap = r.count(f"{A}.ppo_max_token_len_per_gpu", 16384) * ulysses
         batching = {"strategy": "karmarkar_karp", "max_tokens_per_microbatch": cap,
                     "balance_dp": r.get("trainer.balance_batch", True, bool)}
     else:
@@ -113,7 +113,7 @@ def translate(data: dict) -> Translation:
     if strategy == "megatron":
         r.unmodelled_if(f"{A}.optim.lr_decay_style", truthy,
                         "verl's megatron optimizer schedule is not translated (fsdp's is)")
-    max_len = (r.raw("data.max_prompt_length") or 0) + (r.raw("data.max_response_length") or 0)
+    max_len = r.get("data.max_prompt_length", 0, int) + r.get("data.max_response_length", 0, int)
     cfg: dict[str, Any] = {
         "framework": r.get("framework", "verl", str),
         "schedule": schedule,
@@ -126,7 +126,7 @@ def translate(data: dict) -> Translation:
         "accumulation": {"rule": "correct", "flush_at_step_end": True},
         "scheduler": {"step_on": "rollout_step", "increment": 1},
     }
-    synth = synthetic_up_to(int(max_len) if isinstance(max_len, int) else None)
+    synth = synthetic_up_to(max_len)
     if synth:
         cfg["data"] = {"synthetic": synth}
     return r.done("verl", cfg)
