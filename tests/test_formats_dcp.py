@@ -233,3 +233,14 @@ def test_cli_inspect_of_torch_dist_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [1, []]
+
+
+def test_metadata_symlink_out_of_the_folder_is_refused(loop_ckpt, tmp_path):
+    import shutil
+
+    ck = tmp_path / "c"
+    shutil.copytree(loop_ckpt[0], ck)
+    (ck / ".metadata").rename(tmp_path / "elsewhere.metadata")
+    os.symlink(tmp_path / "elsewhere.metadata", ck / ".metadata")
+    with pytest.raises(UnusableInput, match="symlink leading out"):
+        dcp.load(ck)
