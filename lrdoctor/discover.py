@@ -23,7 +23,6 @@ No torch import here.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -443,16 +442,13 @@ def _read_sidecar(f: Path) -> Any:
         text = f.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    if f.suffix.lower() == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            return None
-    import yaml
+    from lrdoctor import safetext
 
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+    try:  # nesting, container and alias limits (lrdoctor.limits): a hostile sidecar is skipped
+        if f.suffix.lower() == ".json":
+            return safetext.json_loads(text, str(f))
+        return safetext.yaml_loads(text, str(f))
+    except UnusableInput:
         return None
 
 
