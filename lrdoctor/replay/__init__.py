@@ -65,7 +65,12 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     from lrdoctor.report import Report
 
     cfg = load_config(config)
-    samples = eng.load_samples(cfg, batch_log, synthetic, seed)
+    try:
+        samples = eng.load_samples(cfg, batch_log, synthetic, seed)
+    except UnusableInput as exc:  # a config key the samples need: name the config
+        if exc.path is None:
+            raise UnusableInput(str(exc), str(config)) from None
+        raise
     if engine not in ("auto", "fast", "torch"):
         raise UnusableInput(f"engine {engine!r}: allowed: auto, fast, torch")
     steps = cfg.train.steps

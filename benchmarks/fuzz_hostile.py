@@ -1,0 +1,389 @@
+"""Issue 12's harness, reproducible: hostile and fuzzed inputs through the real CLI, and
+SIGKILLs during ``fix``. Prints the counts the issue's "Done when" asks for.
+
+    python benchmarks/fuzz_hostile.py --inputs 10000 --kills 100 [--workers 2] [--seed 0]
+
+Part 1 (fuzz): the hostile corpus of ``tests/hostile.py`` plus ``--inputs`` mutations of
+real files (the sample checkpoints' pickles, their JSON sidecars, the example replay
+configs, byte- and value-level) run through ``inspect --json`` / ``replay --json`` /
+``fix --dry-run`` / ``check`` in worker processes that call the console entry point
+(``lrdoctor.cli.main``) once per input: each run's exit code, stderr, wall time and the
+worker's peak RSS are recorded; an audit hook records every module imported under
+deepspeed/transformers/megatron/accelerate during a run. Counted: tracebacks, crashes
+caught by the last line of defence ("unexpected ..."), runs over 10 s, runs over 1 GB
+RSS, exit-2 runs whose stderr is not exactly one line naming the input, framework imports,
+code executions (a marker file the payloads try to create).
+
+Part 2 (kills): ``fix`` of the torch-microstep sample (one-file output + manifest) and the
+ROLL sample (a folder), killed with SIGKILL at random moments (some with ``--force`` over
+an existing output); after each kill: the input unchanged, no partial output (the output
+is absent or verifies), no orphan manifest; then a re-run must succeed and leave no
+temporary copy. Not a unit test: minutes of CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_checkpoints"
+FRAMEWORKS = ("deepspeed", "transformers", "megatron", "accelerate")
+SLOW_S, BIG_MB = 10.0, 1024
+
+
+# ---------------------------------------------------------------- inputs
+
+def _mutate(data: bytes, rng: random.Random) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        if not b:
+            break
+        pos = rng.randrange(len(b))
+        kind = rng.random()
+        if kind < 0.4:
+            b[pos] ^= rng.randint(1, 255)
+        elif kind < 0.6:
+            b[pos:pos] = rng.randbytes(rng.randint(1, 16))
+        elif kind < 0.8:
+            del b[pos:pos + rng.randint(1, 64)]
+        elif kind < 0.9:
+            del b[pos:]
+        else:  # duplicate a slice (repeats opcodes, memo refs)
+            n = rng.randint(1, 256)
+            b[pos:pos] = b[pos:pos + n] * rng.randint(2, 50)
+    return bytes(b)
+
+
+def _rezip(zipped: bytes, data_pkl: bytes) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(zipped)) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, data_pkl if info.filename.endswith("/data.pkl")
+                         else src.read(info))
+    return out.getvalue()
+
+
+def _data_pkl(zipped: bytes) -> bytes:
+    with zipfile.ZipFile(io.BytesIO(zipped)) as zf:
+        return zf.read(next(n for n in zf.namelist() if n.endswith("/data.pkl")))
+
+
+_YAML_VALUES = ["0", "-1", "1e400", ".nan", ".inf", "999999999999999999999999", "[1, 2]",
+                "{a: 1}", "x", "null", "&a [*a]", "!!binary AAAA", "10000000000", "2.5"]
+
+
+def _mutate_yaml(text: str, rng: random.Random) -> str:
+    lines = text.splitlines()
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randrange(len(lines))
+        line = lines[i]
+        if ":" in line and rng.random() < 0.7:
+            key = line.split(":", 1)[0]
+            lines[i] = f"{key}: {rng.choice(_YAML_VALUES)}"
+        elif rng.random() < 0.5:
+            lines.insert(i, "x: " + "[" * rng.randint(50, 5000))
+        else:
+            lines[i] = _mutate(line.encode(), rng).decode("utf-8", "replace")
+    return "\n".join(lines) + "\n"
+
+
+def _mutate_json(text: str, rng: random.Random) -> str:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text
+    choice = rng.random()
+    if choice < 0.5 and isinstance(doc, dict):
+        key = rng.choice(list(doc))
+        doc[key] = rng.choice(["x", None, 10**30, -5, [1, [2, [3]]], {"a": {}}, 1e308, 0])
+        out = json.dumps(doc)
+    else:
+        out = _mutate(text.encode(), rng).decode("utf-8", "replace")
+    if rng.random() < 0.1:
+        out = out.replace("{", "[" * rng.randint(100, 3000) + "{", 1)
+    return out
+
+
+def build_cases(work: Path, n: int, seed: int) -> list[dict]:
+    """[{argv, input, kind}]: hostile corpus + n fuzzed inputs (files written under work)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import hostile  # noqa: E402 - the test helper builds the corpus
+
+    rng = random.Random(seed)
+    cases: list[dict] = []
+    marker = work / "pwned"
+    real = (SAMPLES / "torch-microstep" / "checkpoint_60.pt").read_bytes()
+    for path in sorted(hostile.corpus(work / "corpus", marker, real).values()):
+        for argv in (["inspect", str(path), "--json"], ["fix", str(path), "--dry-run"],
+                     ["inspect", str(path), "--format", "torchsave"]):
+            cases.append({"argv": argv, "input": str(path), "kind": "corpus"})
+
+    # fuzz bases: one-file checkpoints (torch zips) and sidecars/configs of the samples
+    pickles = [p for p in SAMPLES.rglob("*") if p.is_file() and p.suffix in (".pt", ".pth", ".bin")]
+    pickles = [p for p in pickles if zipfile.is_zipfile(p)]
+    jsons = [p for p in SAMPLES.rglob("*.json")]
+    yamls = sorted((ROOT / "examples").glob("*.yaml")) + sorted(SAMPLES.rglob("*.yaml"))
+    fz = work / "fuzz"
+    fz.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        r = rng.random()
+        if r < 0.6:  # a pickle inside its zip, run as a one-file checkpoint
+            base = rng.choice(pickles)
+            blob = base.read_bytes()
+            mutated = _rezip(blob, _mutate(_data_pkl(blob), rng)) if rng.random() < 0.85 \
+                else _mutate(blob, rng)
+            p = fz / f"{i}.pt"
+            p.write_bytes(mutated)
+            cmd = rng.choice([["inspect", str(p), "--json"], ["inspect", str(p)],
+                              ["fix", str(p), "--dry-run", "--json"]])
+            cases.append({"argv": cmd, "input": str(p), "kind": "pickle"})
+        elif r < 0.8:  # a JSON sidecar inside a copy of its checkpoint folder
+            base = rng.choice(jsons)
+            folder = fz / f"{i}"
+            shutil.copytree(base.parent, folder)
+            (folder / base.name).write_text(_mutate_json(base.read_text(), rng))
+            cases.append({"argv": ["inspect", str(folder), "--json"], "input": str(folder),
+                          "kind": "json"})
+        else:  # a replay config
+            base = rng.choice(yamls)
+            p = fz / f"{i}.yaml"
+            p.write_text(_mutate_yaml(base.read_text(), rng))
+            cmd = ["replay", "--config", str(p), "--json"] if rng.random() < 0.5 else \
+                ["inspect", str(p)]
+            cases.append({"argv": cmd, "input": str(p), "kind": "yaml"})
+    return cases
+
+
+# ---------------------------------------------------------------- worker
+
+def worker(cases_file: str, out_file: str) -> None:
+    """Run each case through lrdoctor.cli.main in this process; one JSON line per case."""
+    from lrdoctor import cli
+
+    def alarm(*_):
+        raise TimeoutError("case over 60 s")
+
+    signal.signal(signal.SIGALRM, alarm)
+    cases = json.loads(Path(cases_file).read_text())
+    with open(out_file, "w") as out:
+        for case in cases:
+            before_mods = {m for m in sys.modules if m.split(".")[0] in FRAMEWORKS}
+            err, std = io.StringIO(), io.StringIO()
+            sys.argv = ["lrdoctor", *case["argv"]]
+            t0 = time.perf_counter()
+            code: object = 0
+            signal.alarm(60)
+            try:
+                with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
+                    cli.main()
+            except SystemExit as exc:
+                code = exc.code
+            except TimeoutError:
+                code = "timeout"
+            except BaseException as exc:  # noqa: BLE001 - what main() let through
+                code = "escaped"
+                err.write(f"Traceback (escaped {type(exc).__name__}: {exc})\n")
+            finally:
+                signal.alarm(0)
+            wall = time.perf_counter() - t0
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            imported = sorted({m for m in sys.modules if m.split(".")[0] in FRAMEWORKS}
+                              - before_mods)
+            out.write(json.dumps({**case, "code": code if isinstance(code, (int, str)) else
+                                  str(code), "stderr": err.getvalue()[-2000:], "wall": wall,
+                                  "rss_mb": rss, "imported": imported}) + "\n")
+            out.flush()
+
+
+def run_fuzz(cases: list[dict], work: Path, workers: int, batch: int) -> list[dict]:
+    """Batches of cases in fresh worker processes (so one case's peak RSS is its batch's)."""
+    results: list[dict] = []
+    batches = [cases[i:i + batch] for i in range(0, len(cases), batch)]
+    running: list[tuple[subprocess.Popen, Path]] = []
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def reap(block: bool) -> None:
+        for proc, outf in list(running):
+            if block or proc.poll() is not None:
+                proc.wait()
+                running.remove((proc, outf))
+                results.extend(json.loads(line) for line in outf.read_text().splitlines())
+
+    for k, b in enumerate(batches):
+        cf, of = work / f"cases-{k}.json", work / f"results-{k}.jsonl"
+        cf.write_text(json.dumps(b))
+        while len(running) >= workers:
+            reap(False)
+            time.sleep(0.2)
+        running.append((subprocess.Popen([sys.executable, __file__, "--worker", str(cf), str(of)],
+                                         env=env), of))
+        print(f"  batch {k + 1}/{len(batches)}", file=sys.stderr, flush=True)
+    while running:
+        reap(True)
+    return results
+
+
+def summarize_fuzz(results: list[dict], marker: Path) -> dict:
+    def names_input(r: dict) -> bool:
+        lines = r["stderr"].strip().splitlines()
+        if len(lines) != 1:
+            return False
+        inp = r["input"]
+        return inp in lines[0] or any(inp in w for w in lines[0].split())
+
+    exit2 = [r for r in results if r["code"] == 2]
+    return {
+        "runs": len(results),
+        "inputs": len({r["input"] for r in results}),
+        "by_kind": {k: sum(1 for r in results if r["kind"] == k)
+                    for k in sorted({r["kind"] for r in results})},
+        "exit_codes": {str(c): sum(1 for r in results if r["code"] == c)
+                       for c in sorted({r["code"] for r in results}, key=str)},
+        "code_executions": int(marker.exists()),
+        "tracebacks": sum(1 for r in results if "Traceback" in r["stderr"]),
+        "crashes_caught_as_unexpected": sum(1 for r in results if "unexpected " in r["stderr"]),
+        "runs_over_10s": sum(1 for r in results if r["wall"] > SLOW_S or r["code"] == "timeout"),
+        "max_wall_s": round(max((r["wall"] for r in results), default=0), 2),
+        "runs_over_1GB_rss": sum(1 for r in results if r["rss_mb"] > BIG_MB),
+        "max_rss_mb": round(max((r["rss_mb"] for r in results), default=0)),
+        "exit2_runs": len(exit2),
+        "exit2_not_one_line_naming_the_input": sum(1 for r in exit2 if not names_input(r)),
+        "framework_imports_during_a_run": sum(1 for r in results if r["imported"]),
+    }
+
+
+# ---------------------------------------------------------------- kills
+
+def _tree_hash(p: Path) -> str:
+    h = hashlib.sha256()
+    files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())
+    for f in files:
+        h.update(str(f.relative_to(p.parent)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _leftovers(out: Path) -> list[str]:
+    return sorted(x.name for x in out.parent.iterdir()
+                  if x.name.startswith(f".{out.name}.lrdoctor-tmp"))
+
+
+def run_kills(work: Path, n: int, seed: int) -> dict:
+    rng = random.Random(seed)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    targets = [
+        (SAMPLES / "torch-microstep" / "checkpoint_60.pt", ["--policy", "rescale", "--k", "4"],
+         "fixed.pt"),
+        (SAMPLES / "roll-overshoot", [], "fixed-roll"),
+    ]
+    stats = {"kills": 0, "killed_before_exit": 0, "input_changed": 0, "partial_outputs": 0,
+             "orphan_manifests": 0, "reruns": 0, "rerun_failures": 0,
+             "temp_copies_after_rerun": 0, "temp_copies_left_by_kills": 0}
+    for i in range(n):
+        src, extra, name = targets[i % len(targets)]
+        d = work / f"kill-{i}"
+        d.mkdir(parents=True)
+        inp = d / src.name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, inp)
+        before = _tree_hash(inp)
+        out = d / name
+        force = rng.random() < 0.4
+        if force:  # an existing output the killed run would replace
+            subprocess.run([sys.executable, "-m", "lrdoctor", "fix", str(inp), "--out", str(out),
+                            *extra], env=env, capture_output=True, timeout=300)
+        argv = [sys.executable, "-m", "lrdoctor", "fix", str(inp), "--out", str(out), *extra]
+        if force:
+            argv.append("--force")
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 6.0))
+        if proc.poll() is None:
+            stats["killed_before_exit"] += 1
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        stats["kills"] += 1
+        if _tree_hash(inp) != before:
+            stats["input_changed"] += 1
+        manifest = out / "lrdoctor-fix.json" if src.is_dir() else \
+            out.with_name(out.name + ".lrdoctor-fix.json")
+        if out.exists() and not manifest.exists():
+            stats["partial_outputs"] += 1
+        if out.exists():  # present: it must be a complete, verified output
+            chk = subprocess.run([sys.executable, "-m", "lrdoctor", "inspect", str(out), "--json"],
+                                 env=env, capture_output=True, text=True, timeout=300)
+            if chk.returncode == 2:
+                stats["partial_outputs"] += 1
+        if not src.is_dir() and manifest.exists() and not out.exists():
+            stats["orphan_manifests"] += 1
+        stats["temp_copies_left_by_kills"] += len(_leftovers(out))
+        rerun = subprocess.run([sys.executable, "-m", "lrdoctor", "fix", str(inp), "--out",
+                                str(out), *extra, "--force"], env=env, capture_output=True,
+                               text=True, timeout=300)
+        stats["reruns"] += 1
+        if rerun.returncode not in (0, 1) or not out.exists() or not manifest.exists():
+            stats["rerun_failures"] += 1
+            print(f"  rerun {i}: rc {rerun.returncode}: {rerun.stderr.strip()[:200]}",
+                  file=sys.stderr)
+        stats["temp_copies_after_rerun"] += len(_leftovers(out))
+        if _tree_hash(inp) != before:
+            stats["input_changed"] += 1
+        shutil.rmtree(d, ignore_errors=True)
+        if (i + 1) % 10 == 0:
+            print(f"  kill {i + 1}/{n}", file=sys.stderr, flush=True)
+    return stats
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], sys.argv[3])
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--inputs", type=int, default=10_000)
+    ap.add_argument("--kills", type=int, default=100)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=250)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="lrdoctor-fuzz-"))
+    t0 = time.time()
+    report: dict = {}
+    if args.inputs:
+        cases = build_cases(work, args.inputs, args.seed)
+        print(f"fuzz: {len(cases)} runs", file=sys.stderr)
+        results = run_fuzz(cases, work, args.workers, args.batch)
+        report["fuzz"] = summarize_fuzz(results, work / "pwned")
+        bad = [r for r in results if "Traceback" in r["stderr"] or "unexpected " in r["stderr"]
+               or r["wall"] > SLOW_S or r["imported"]]
+        report["fuzz"]["examples_of_bad_runs"] = [
+            {"argv": r["argv"], "code": r["code"], "wall": round(r["wall"], 2),
+             "stderr": r["stderr"].strip()[-300:], "imported": r["imported"][:5]}
+            for r in bad[:8]]
+        report["fuzz"]["exit2_lines_not_naming_the_input"] = [
+            r["stderr"].strip()[:200] for r in results if r["code"] == 2
+            and (len(r["stderr"].strip().splitlines()) != 1 or r["input"] not in r["stderr"])][:8]
+    if args.kills:
+        report["kills"] = run_kills(work, args.kills, args.seed)
+    report["wall_s"] = round(time.time() - t0)
+    print(json.dumps(report, indent=2))
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
