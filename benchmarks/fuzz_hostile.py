@@ -142,7 +142,7 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
     fz.mkdir(parents=True, exist_ok=True)
     for i in range(n):
         r = rng.random()
-        if r < 0.6:  # a pickle inside its zip, run as a one-file checkpoint
+        if r < 0.65:  # a pickle inside its zip, run as a one-file checkpoint
             base = rng.choice(pickles)
             blob = base.read_bytes()
             mutated = _rezip(blob, _mutate(_data_pkl(blob), rng)) if rng.random() < 0.85 \
@@ -152,7 +152,7 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
             cmd = rng.choice([["inspect", str(p), "--json"], ["inspect", str(p)],
                               ["fix", str(p), "--dry-run", "--json"]])
             cases.append({"argv": cmd, "input": str(p), "kind": "pickle"})
-        elif r < 0.8:  # a JSON sidecar inside a copy of its checkpoint folder
+        elif r < 0.9:  # a JSON sidecar inside a copy of its checkpoint folder
             base = rng.choice(jsons)
             folder = fz / f"{i}"
             shutil.copytree(base.parent, folder)
@@ -163,8 +163,8 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
             base = rng.choice(yamls)
             p = fz / f"{i}.yaml"
             p.write_text(_mutate_yaml(base.read_text(), rng))
-            cmd = ["replay", "--config", str(p), "--json"] if rng.random() < 0.5 else \
-                ["inspect", str(p)]
+            cmd = ["replay", "--config", str(p), "--json", "--fast"] \
+                if rng.random() < 0.6 else ["inspect", str(p)]
             cases.append({"argv": cmd, "input": str(p), "kind": "yaml"})
     return cases
 
@@ -223,6 +223,10 @@ def run_fuzz(cases: list[dict], work: Path, workers: int, batch: int) -> list[di
                 proc.wait()
                 running.remove((proc, outf))
                 results.extend(json.loads(line) for line in outf.read_text().splitlines())
+                part = summarize_fuzz(results, work / "pwned")
+                print("  so far: " + json.dumps({k: v for k, v in part.items()
+                                                 if k not in ("by_kind", "exit_codes")}),
+                      file=sys.stderr, flush=True)
 
     for k, b in enumerate(batches):
         cf, of = work / f"cases-{k}.json", work / f"results-{k}.jsonl"
