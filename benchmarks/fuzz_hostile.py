@@ -287,6 +287,37 @@ def _leftovers(out: Path) -> list[str]:
                   if x.name.startswith(f".{out.name}.lrdoctor-tmp"))
 
 
+def _complete(out: Path, manifest: Path) -> bool:
+    """The output is whole: its manifest exists and every changed file has its sha256."""
+    try:
+        doc = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return False
+    for entry in doc.get("changed_files", []):
+        f = out if out.is_file() else out / entry["file"]
+        if not f.is_file() or hashlib.sha256(f.read_bytes()).hexdigest() != entry["sha256"]:
+            return False
+    return True
+
+
+def _kill_at(argv: list[str], env: dict, rng: random.Random, out: Path) -> bool:
+    """Start ``fix`` and SIGKILL it: at a random moment, or (half the time) at a random
+    moment after its temporary copy appears (the write and rename phase). True if it was
+    still running when killed."""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if rng.random() < 0.5:
+        time.sleep(rng.uniform(0.2, 8.0))
+    else:
+        t0 = time.time()
+        while proc.poll() is None and not _leftovers(out) and time.time() - t0 < 120:
+            time.sleep(0.005)
+        time.sleep(rng.choice([0.0, 0.001, 0.005, 0.02, 0.05, 0.1, 0.3]))
+    alive = proc.poll() is None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return alive
+
+
 def run_kills(work: Path, n: int, seed: int) -> dict:
     rng = random.Random(seed)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -295,60 +326,64 @@ def run_kills(work: Path, n: int, seed: int) -> dict:
          "fixed.pt"),
         (SAMPLES / "roll-overshoot", [], "fixed-roll"),
     ]
-    stats = {"kills": 0, "killed_before_exit": 0, "input_changed": 0, "partial_outputs": 0,
+    # one finished output per target, copied in where a killed --force run replaces one
+    done: dict[int, tuple[Path, Path]] = {}
+    for t, (src, extra, name) in enumerate(targets):
+        ref = work / f"ref-{t}"
+        ref.mkdir(parents=True)
+        out = ref / name
+        subprocess.run([sys.executable, "-m", "lrdoctor", "fix", str(src), "--out", str(out),
+                        *extra], env=env, capture_output=True, timeout=600, check=True)
+        done[t] = (out, out / "lrdoctor-fix.json" if src.is_dir()
+                   else out.with_name(out.name + ".lrdoctor-fix.json"))
+    stats = {"kills": 0, "killed_while_running": 0, "input_changed": 0, "partial_outputs": 0,
              "orphan_manifests": 0, "reruns": 0, "rerun_failures": 0,
-             "temp_copies_after_rerun": 0, "temp_copies_left_by_kills": 0}
+             "temp_copies_left_by_kills": 0, "temp_copies_after_rerun": 0,
+             "rerun_said_it_cleaned": 0}
     for i in range(n):
-        src, extra, name = targets[i % len(targets)]
+        t = i % len(targets)
+        src, extra, name = targets[t]
         d = work / f"kill-{i}"
         d.mkdir(parents=True)
         inp = d / src.name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, inp)
         before = _tree_hash(inp)
         out = d / name
-        force = rng.random() < 0.4
-        if force:  # an existing output the killed run would replace
-            subprocess.run([sys.executable, "-m", "lrdoctor", "fix", str(inp), "--out", str(out),
-                            *extra], env=env, capture_output=True, timeout=300)
+        manifest = out / "lrdoctor-fix.json" if src.is_dir() else \
+            out.with_name(out.name + ".lrdoctor-fix.json")
         argv = [sys.executable, "-m", "lrdoctor", "fix", str(inp), "--out", str(out), *extra]
-        if force:
+        if rng.random() < 0.4:  # an existing output the killed run would replace
+            ref_out, ref_manifest = done[t]
+            (shutil.copytree if ref_out.is_dir() else shutil.copy2)(ref_out, out)
+            if not src.is_dir():
+                shutil.copy2(ref_manifest, manifest)
             argv.append("--force")
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.3, 6.0))
-        if proc.poll() is None:
-            stats["killed_before_exit"] += 1
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        stats["killed_while_running"] += _kill_at(argv, env, rng, out)
         stats["kills"] += 1
         if _tree_hash(inp) != before:
             stats["input_changed"] += 1
-        manifest = out / "lrdoctor-fix.json" if src.is_dir() else \
-            out.with_name(out.name + ".lrdoctor-fix.json")
-        if out.exists() and not manifest.exists():
+        if out.exists() and not _complete(out, manifest):
             stats["partial_outputs"] += 1
-        if out.exists():  # present: it must be a complete, verified output
-            chk = subprocess.run([sys.executable, "-m", "lrdoctor", "inspect", str(out), "--json"],
-                                 env=env, capture_output=True, text=True, timeout=300)
-            if chk.returncode == 2:
-                stats["partial_outputs"] += 1
         if not src.is_dir() and manifest.exists() and not out.exists():
             stats["orphan_manifests"] += 1
         stats["temp_copies_left_by_kills"] += len(_leftovers(out))
-        rerun = subprocess.run([sys.executable, "-m", "lrdoctor", "fix", str(inp), "--out",
-                                str(out), *extra, "--force"], env=env, capture_output=True,
-                               text=True, timeout=300)
+        rerun_argv = argv if argv[-1] == "--force" else [*argv, "--force"]
+        rerun = subprocess.run(rerun_argv, env=env, capture_output=True, text=True, timeout=600)
         stats["reruns"] += 1
-        if rerun.returncode not in (0, 1) or not out.exists() or not manifest.exists():
+        if rerun.returncode not in (0, 1) or not _complete(out, manifest):
             stats["rerun_failures"] += 1
             print(f"  rerun {i}: rc {rerun.returncode}: {rerun.stderr.strip()[:200]}",
                   file=sys.stderr)
+        if "removed what an interrupted earlier fix left" in rerun.stderr:
+            stats["rerun_said_it_cleaned"] += 1
         stats["temp_copies_after_rerun"] += len(_leftovers(out))
+        if not src.is_dir() and manifest.exists() != out.exists():
+            stats["orphan_manifests"] += 1
         if _tree_hash(inp) != before:
             stats["input_changed"] += 1
         shutil.rmtree(d, ignore_errors=True)
         if (i + 1) % 10 == 0:
-            print(f"  kill {i + 1}/{n}", file=sys.stderr, flush=True)
+            print(f"  kill {i + 1}/{n}: {json.dumps(stats)}", file=sys.stderr, flush=True)
     return stats
 
 
