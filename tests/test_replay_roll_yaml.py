@@ -195,3 +195,14 @@ def test_not_roll():
     assert not roll_yaml.looks_like_roll([1, 2])
     with pytest.raises(UnusableInput, match="not a ROLL pipeline YAML"):
         roll_yaml.to_config({"actor_train": 3})
+
+
+def test_keys_used_are_reported_for_roll_yaml(sokoban):
+    from lrdoctor.replay.config import load_config
+
+    cfg = load_config(EXAMPLE)
+    used = cfg._keys_used
+    assert used["max_steps"] == sokoban["max_steps"]
+    assert used["rollout_batch_size"] == sokoban["rollout_batch_size"]
+    assert used["actor_train.use_dynamic_batching_in_train"] is True
+    assert set(used) <= set(roll_yaml.KEYS_READ)

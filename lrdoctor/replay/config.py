@@ -374,6 +374,7 @@ def load_config(path: str | Path) -> RunConfig:
             # to_config returns the lrdoctor config dict; validate it like any other.
             cfg = config_from_dict(roll_yaml.to_config(data, str(path)), str(path))
             cfg._format = "roll-yaml"
+            cfg._keys_used = roll_yaml.keys_used(data)
             cfg._base_dir = path.resolve().parent
             return cfg
         if name is not None:

@@ -294,6 +294,37 @@ def _num_return_sequences(data: dict) -> tuple[int, str]:
     return 1, "default"
 
 
+# The keys _translate reads (for ``config_keys_used``; absent ones took ROLL's defaults).
+KEYS_READ = (
+    "max_steps", "rollout_batch_size", "ppo_epochs", "num_return_sequences_in_group",
+    "actor_infer.generating_args.num_return_sequences",
+    "actor_train.training_args.per_device_train_batch_size",
+    "actor_train.training_args.gradient_accumulation_steps",
+    "actor_train.training_args.learning_rate", "actor_train.training_args.lr_scheduler_type",
+    "actor_train.training_args.lr_scheduler_kwargs", "actor_train.training_args.warmup_steps",
+    "actor_train.training_args.warmup_ratio", "actor_train.device_mapping",
+    "actor_train.world_size", "actor_train.num_gpus_per_worker",
+    "actor_train.strategy_args.strategy_name",
+    "actor_train.strategy_args.strategy_config.tensor_model_parallel_size",
+    "actor_train.strategy_args.strategy_config.pipeline_model_parallel_size",
+    "actor_train.strategy_args.strategy_config.context_parallel_size",
+    "actor_train.model_args.ulysses_size", "actor_train.use_dynamic_batching_in_train",
+    "actor_train.max_tokens_per_microbatch_in_train",
+    "actor_train.sequence_length_round_in_train",
+)
+
+
+def keys_used(data: dict) -> dict[str, Any]:
+    """The keys of ``KEYS_READ`` this ROLL YAML sets, with their (resolved) values."""
+    res = resolve(data)
+    out = {}
+    for key in KEYS_READ:
+        val = _lookup(res, key)
+        if val is not _MISSING and val is not None:
+            out[key] = val
+    return out
+
+
 def to_config(path_or_dict: str | Path | dict, source: str | None = None) -> dict:
     """ROLL pipeline YAML (a path or the loaded mapping) -> lrdoctor run-config dict."""
     if isinstance(path_or_dict, dict):
