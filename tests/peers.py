@@ -9,7 +9,10 @@ tensordict helpers, the device name) are given inert stand-ins, since the
 functions compared never reach them. Nothing is copied into this project.
 
 ``LRDOCTOR_PEER_VERL_OLD`` may name an unpacked older verl wheel (< 0.9.1) to
-compare the ``verl_ceildiv`` flavor too.
+compare the ``verl_ceildiv`` flavor too. SkyRL needs Python 3.12 to install, but
+its packer module is plain Python: ``LRDOCTOR_PEER_SKYRL`` may name an unpacked
+skyrl wheel (``pip download skyrl==0.4.0 --no-deps --python-version 3.12
+--only-binary=:all:`` then unzip), or an installed skyrl is used.
 """
 
 from __future__ import annotations
@@ -90,6 +93,15 @@ def verl_version() -> str | None:
 def verl_old_balancing():
     path = os.environ.get("LRDOCTOR_PEER_VERL_OLD")
     return verl_balancing(Path(path)) if path else None
+
+
+def skyrl_bin_packing():
+    """SkyRL's ``skyrl/train/dataset/bin_packing.py`` (stdlib only), or None."""
+    path = os.environ.get("LRDOCTOR_PEER_SKYRL")
+    base = Path(path) / "skyrl" if path else _package_dir("skyrl")
+    if base is None or not (base / "train" / "dataset" / "bin_packing.py").exists():
+        return None
+    return _load_file(base / "train" / "dataset" / "bin_packing.py", "_peer_skyrl_bin_packing")
 
 
 def openrlhf_balancing():

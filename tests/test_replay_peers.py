@@ -22,6 +22,7 @@ N_CASES = 500
 VERL = peers.verl_balancing()
 VERL_OLD = peers.verl_old_balancing()
 ORL = peers.openrlhf_balancing()
+SKYRL = peers.skyrl_bin_packing()
 need_verl = pytest.mark.skipif(VERL is None, reason=f"verl not installed ({peers.PEERS_INSTALL})")
 need_orl = pytest.mark.skipif(ORL is None,
                               reason=f"openrlhf not installed ({peers.PEERS_INSTALL})")
@@ -156,3 +157,16 @@ def test_openrlhf_micro_batches_match_openrlhf():
                 toks[c].tolist(), min(num, len(c)), equal_size=False)] for c in chunk])
         got = _lrd_plan(toks, rank, dp, mpr, cap, "openrlhf")
         assert got == want, (case, dp, mpr, cap)
+
+
+@pytest.mark.skipif(SKYRL is None, reason="skyrl not installed and LRDOCTOR_PEER_SKYRL (an "
+                    "unpacked skyrl wheel; it needs Python 3.12 to install) not set")
+def test_balanced_first_fit_matches_skyrl_packer():
+    """SkyRL's Balanced packer (soft cap, least-loaded bin first), bins in its order."""
+    rng = np.random.default_rng(606)
+    for case in range(N_CASES):
+        n = int(rng.integers(1, 120))
+        lens = _lengths(rng, n, 8000).tolist()
+        cap = int(rng.integers(max(1, max(lens) // 3), 3 * max(lens) + 2))  # some over the cap
+        want = SKYRL.make_seq_packer("balanced", bin_capacity=cap).pack(lens)
+        assert P.balanced_first_fit(lens, cap) == want, (case, cap, lens)
