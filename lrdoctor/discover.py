@@ -150,6 +150,13 @@ class Checkpoint:
     def name(self) -> str:
         return self.path.name
 
+    # A checkpoint stands where a path is expected (reports name it by its path).
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
 
 def _dir_step(d: Path) -> int | None:
     m = STEP_DIR.match(d.name)
@@ -208,7 +215,11 @@ def run_checkpoints(path: str | Path) -> list[Checkpoint]:
     if by_dir:
         ckpts = [Checkpoint(path=d, step=_dir_step(d), files=fs, run_files=list(loose))
                  for d, fs in by_dir.items()]
-        return sorted(ckpts, key=lambda c: (c.step if c.step is not None else -1, str(c.path)))
+        ckpts.sort(key=lambda c: (c.step if c.step is not None else -1, str(c.path)))
+        # State saved once per run beside the step folders (torchtune's recipe_state/,
+        # overwritten at every save) describes the newest checkpoint.
+        ckpts[-1].files += [f for f in loose if f.suffix.lower() in PICKLE_SUFFIXES]
+        return ckpts
     pickles = [f for f in loose if f.suffix.lower() in PICKLE_SUFFIXES]
     numbered: dict[int, list[Path]] = {}
     for f in pickles:

@@ -76,6 +76,10 @@ class Opaque:
             merged = dict(state[0] or {})
             merged.update(state[1])  # (dict state, slot state)
             state = merged
+        if isinstance(state, dict) and "_parent" in state and self.cls.startswith("omegaconf."):
+            # OmegaConf nodes point back at their container: kept as data, the back-pointer
+            # would be a reference cycle (refused), and it holds nothing the tree lacks.
+            state = {k: v for k, v in state.items() if k != "_parent"}
         if isinstance(self.state, dict) and isinstance(state, dict):
             self.state.update(state)
         else:

@@ -71,14 +71,14 @@ def _safe_candidates(path: Path) -> list[Path]:
         return []
 
 
-def find_checkpoints(path: Path) -> list[Path]:
-    """Each checkpoint's path (a file, or a folder of files), oldest first."""
+def find_checkpoints(path: Path) -> list[discover.Checkpoint]:
+    """Each checkpoint (path-like: a file, or a folder of files, with its files), oldest first."""
     path = as_path(path)
     ckpts = [c for c in discover.run_checkpoints(path)
              if any(f.suffix.lower() in discover.PICKLE_SUFFIXES for f in c.files)]
     if not ckpts:
         raise UnusableInput("no checkpoint files (torch.save / pickle) here", str(path))
-    return [c.path for c in ckpts]
+    return ckpts
 
 
 # ---------------------------------------------------------------- locating states
@@ -126,14 +126,11 @@ def identify(sched: dict) -> str:
 
 # ---------------------------------------------------------------- read
 
-def read(path: Path) -> RunState:
-    """The newest checkpoint under ``path``, read by content (every file of it)."""
-    path = as_path(path)
-    ckpts = [c for c in discover.run_checkpoints(path)
-             if any(f.suffix.lower() in discover.PICKLE_SUFFIXES for f in c.files)]
-    if not ckpts:
-        raise UnusableInput("no checkpoint files (torch.save / pickle) here", str(path))
-    return read_checkpoint(ckpts[-1])
+def read(path: Path | discover.Checkpoint) -> RunState:
+    """The newest checkpoint under ``path`` (or the one given), read by content."""
+    if isinstance(path, discover.Checkpoint):
+        return read_checkpoint(path)
+    return read_checkpoint(find_checkpoints(as_path(path))[-1])
 
 
 def read_checkpoint(ckpt: discover.Checkpoint) -> RunState:
@@ -301,6 +298,9 @@ def _read_found_scheduler(st: RunState, sched: discover.Found, opt: dict | None)
         st.extras["scheduler_class"] = "megatron-core OptimizerParamScheduler"
     elif sched.kind == discover.SCHED_TORCH:
         _read_scheduler(st, sched.value, src, opt)
+        prog = st.scheduler_progress
+        if prog is not None and sched.key and prog.source == f"{src}:last_epoch":
+            prog.source = _subkey(sched, "last_epoch")  # file:key.last_epoch
     else:  # DeepSpeed's own schedulers keep only last_batch_iteration (from -1)
         lbi = _common.number(sched.value.get("last_batch_iteration"))
         st.extras["scheduler_class"] = "DeepSpeed scheduler"
