@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import _tiny_model, _train_step
+
 from lrdoctor.diagnose import diagnose
 from lrdoctor.findings import Severity
 from lrdoctor.inspect_api import read_state
