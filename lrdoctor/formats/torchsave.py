@@ -217,7 +217,9 @@ def build(sc: discover.Scan, fmt: str = NAME) -> RunState:
     if sched is not None:
         _read_found_scheduler(st, sched, opt)
     _read_counters(sc, st)
-    used = [f.file for f in ([sched] if sched else []) + ([opt_found] if opt_found else [])]
+    # The chosen states and their twins in the other rank files (same key, same shape).
+    used = [h.file for h in sc.found for pick in (sched, opt_found)
+            if pick is not None and h.kind == pick.kind and h.key == pick.key]
     used += [c.source.rsplit(":", 1)[0] for c in st.counters if c.source]
     for f in sc.files_read:
         if f in used and f not in st.files:

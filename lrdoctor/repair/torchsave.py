@@ -1,23 +1,109 @@
-"""Writer for a plain ``torch.save`` checkpoint (one file holding scheduler + optimizer)."""
+"""Writer for checkpoints read by content (the ``torch`` format and the layouts refined
+from it: ROLL's bare ``scheduler.pt``, verl, SkyRL, Composer, torchtune).
+
+Edits go where ``inspect`` found the state (``state.extras["files_used"]``), in the
+format it was read from (each file is rewritten with ``torch.save``): torch
+``LRScheduler`` states (``last_epoch``, ``_step_count``, horizon, ``_last_lr``),
+megatron-core scheduler states (``num_steps``, ``lr_decay_steps``), the optimizer's
+param-group ``lr``; where no scheduler state is saved (torchtune) the counter the
+scheduler is rebuilt from. A folder checkpoint is copied whole; a single file alone.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 from lrdoctor.model import RunState
+from lrdoctor.repair.megatron import scheduler_edits
 from lrdoctor.repair.policies import Refusal, Target
-from lrdoctor.repair.torchstate import plan_torch_state
-from lrdoctor.repair.writer import load_pickle
+from lrdoctor.repair.torchstate import (
+    find,
+    group_lrs,
+    is_optimizer,
+    is_scheduler,
+    optimizer_changes,
+    plan_torch_state,
+    scheduler_changes,
+)
+from lrdoctor.repair.writer import Change, get_at, load_pickle
+
+PICKLES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".tar", ".pickle")
+
+
+def _is_megatron(d: Any) -> bool:
+    from lrdoctor.discover import is_megatron_scheduler
+
+    return is_megatron_scheduler(d)
 
 
 def plan(path: Path, state: RunState, target: Target):
     from lrdoctor.repair.engine import FormatPlan
 
-    file = Path(state.path) if state.path and Path(state.path).is_file() else path
-    if not file.is_file():
-        raise Refusal("expected one torch.save file", str(path))
-    # A directory in gives a directory out, holding the repaired file under its name.
-    root = path if path.is_dir() else file
-    rel = str(file.relative_to(root)) if root.is_dir() else file.name
-    changes, notes = plan_torch_state(rel, load_pickle(file), target)
-    return FormatPlan(root=root, files=[rel], changes=changes, notes=notes)
+    ckpt = Path(state.path)
+    used = [Path(f) for f in state.extras.get("files_used") or [state.path]]
+    used = [f for f in used if f.is_file() and f.suffix.lower() in PICKLES]
+    if not used:
+        raise Refusal("no checkpoint file holds the state inspect read", str(path))
+    if ckpt.is_file() and used == [ckpt]:
+        # One torch.save file: a directory in gives a directory out, holding it by name.
+        root = path if path.is_dir() else ckpt
+        rel = str(ckpt.relative_to(root)) if root.is_dir() else ckpt.name
+        changes, notes = plan_torch_state(rel, load_pickle(ckpt), target)
+        return FormatPlan(root=root, files=[rel], changes=changes, notes=notes)
+    # The folder holding the checkpoint and every file used (torchtune keeps its
+    # recipe_state/ beside the epoch folders: the copy is then the run folder).
+    root = Path(os.path.commonpath([str(ckpt if ckpt.is_dir() else ckpt.parent)]
+                                   + [str(f.parent) for f in used]))
+    objs = {f: load_pickle(f) for f in used}
+    rel = {f: str(f.relative_to(root)) for f in used}
+    changes, notes = _plan_files(objs, rel, target, state)
+    return FormatPlan(root=root, files=None, changes=changes, notes=notes)
+
+
+def _plan_files(objs: dict[Path, Any], rel: dict[Path, str], target: Target,
+                state: RunState) -> tuple[list[Change], list[str]]:
+    notes: list[str] = []
+    opts = [(f, k) for f, o in objs.items() for k in find(o, is_optimizer)]
+    lrs = group_lrs(get_at(objs[opts[0][0]], opts[0][1]), target) if opts else None
+    changes: list[Change] = []
+    n_sched = 0
+    for f, o in objs.items():
+        for k in find(o, is_scheduler):
+            if get_at(o, k)["last_epoch"] == target.progress_before:
+                changes += scheduler_changes(rel[f], o, k, target, lrs)
+                n_sched += 1
+        for k in find(o, _is_megatron):
+            changes += scheduler_edits(rel[f], k, get_at(o, k), target)
+            n_sched += 1
+    if not n_sched:
+        changes += _rebuilt_counter(objs, rel, target, state)
+    for f, k in opts:
+        changes += optimizer_changes(rel[f], objs[f], k, lrs)
+    if lrs is None and target.policy != "sync-lr":
+        notes.append("the schedule is not known (e.g. a LambdaLR), so the param-group lr "
+                     "stays as saved: the first resumed update uses it, the scheduler sets "
+                     "the right LR from its next step()")
+    if len({rel[f] for f in objs}) > 1:
+        notes.append("edited in place of: " + ", ".join(sorted({c.file for c in changes})))
+    return changes, notes
+
+
+def _rebuilt_counter(objs: dict[Path, Any], rel: dict[Path, str], target: Target,
+                     state: RunState) -> list[Change]:
+    """No scheduler state (torchtune): edit the counter the scheduler is rebuilt from."""
+    prog = state.scheduler_progress
+    src = prog.source if prog is not None else ""
+    file, _, key = src.rpartition(":")
+    f = Path(file)
+    if f not in objs or not key or " " in key:
+        raise Refusal(f"no scheduler state with progress {target.progress_before:g} in "
+                      + ", ".join(sorted(rel.values())))
+    path = tuple(key.split("."))
+    old = get_at(objs[f], path)
+    if old != target.progress_before:
+        raise Refusal(f"{rel[f]}:{key} is {old}, not {target.progress_before:g}")
+    new = int(target.progress) if float(target.progress).is_integer() else target.progress
+    return [Change(rel[f], path, old, new, why=f"{target.policy} (the scheduler is rebuilt "
+                                                  f"from {key} on resume)")]
