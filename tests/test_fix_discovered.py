@@ -95,3 +95,37 @@ def test_torchtune_counter_the_scheduler_is_rebuilt_from(tmp_path):
     plan = plan_fix(root)
     assert [(c.file, c.key, c.before, c.after) for c in plan.changes] == [
         ("recipe_state/recipe_state.pt", ("steps_run",), 400, 100)]
+
+
+def test_hf_stepped_k_times_fits_the_log_on_the_schedulers_counter(tmp_path):
+    """An accelerate-style HF run (scheduler stepped 4x per update), training_args.bin
+    gone: the LambdaLR is fitted from log_history at 4 x step, so fix sets the lr right."""
+    import math
+
+    import torch
+    from transformers import TrainerCallback
+
+    from conftest import hf_run
+
+    class ThreeMore(TrainerCallback):  # what AcceleratedScheduler does with 4 processes
+        def on_step_end(self, args, state, control, lr_scheduler=None, **kw):
+            for _ in range(3):
+                lr_scheduler.step()
+
+    bad = hf_run(tmp_path / "bad", max_steps=40, save_steps=8, scheduler="linear",
+                 warmup_steps=2, callbacks=[ThreeMore()], save_state=False)
+    ok = hf_run(tmp_path / "ok", max_steps=40, save_steps=8, scheduler="linear",
+                warmup_steps=2, save_state=False)
+    ck = bad.root / "checkpoint-8"
+    (ck / "training_args.bin").unlink()
+    st = read_state(ck)
+    assert st.schedule is not None and "4 x" in st.schedule.source
+    assert st.schedule.kind == "linear" and st.schedule.horizon == 40
+    plan = plan_fix(ck, policy="rescale", k=4)
+    assert plan.target.progress == 8
+    want = ok.saves[0].lrs[0]  # the healthy run's LR at step 8
+    assert math.isclose(plan.target.lr, want, rel_tol=1e-9)
+    out = tmp_path / "fixed"
+    write_fix(plan, out)
+    o = torch.load(out / "optimizer.pt", weights_only=True)
+    assert math.isclose(o["param_groups"][0]["lr"], want, rel_tol=1e-9)

@@ -184,6 +184,12 @@ def read(path: Path) -> RunState:
         if base_lr is not None and isinstance(max_steps, int):
             anchor = _current_lr(st, sched)
             st.schedule = fit_schedule(history, base_lr, max_steps, anchor=anchor)
+            scale = _calls_per_step(st)
+            if st.schedule is None and scale != 1:
+                # Stepped k times per update: the schedule is a function of the scheduler's
+                # counter, k x the logged step (issue 9: fitted even for a k x bug).
+                st.schedule = fit_schedule(history, base_lr, max_steps, anchor=anchor,
+                                           scale=scale)
             if st.schedule is None and anchor is not None:
                 # No schedule explains both: fit the log alone and let diagnose compare.
                 st.schedule = fit_schedule(history, base_lr, max_steps)
@@ -197,6 +203,15 @@ def read(path: Path) -> RunState:
         if k in ts:
             st.extras[k] = ts[k]
     return st
+
+
+def _calls_per_step(st: RunState) -> float:
+    """Scheduler calls per trainer step: last_epoch / global_step (a whole k when near one)."""
+    sp, gs = st.scheduler_progress, st.counter("trainer.global_step")
+    if sp is None or gs is None or gs.value <= 0 or sp.value <= 0:
+        return 1.0
+    ratio = sp.value / gs.value
+    return float(round(ratio)) if abs(ratio - round(ratio)) < 1e-9 else ratio
 
 
 def _overflowed_steps(st: RunState, args: dict | None) -> None:
@@ -271,8 +286,8 @@ def _lr_history(ts: dict) -> list[tuple[int, float]]:
 
 
 def fit_schedule(history: list[tuple[int, float]], max_lr: float,
-                 max_steps: int, anchor: tuple[float, float] | None = None
-                 ) -> ScheduleSpec | None:
+                 max_steps: int, anchor: tuple[float, float] | None = None,
+                 scale: float = 1.0) -> ScheduleSpec | None:
     """The HF schedule (kind, warmup) that reproduces the logged LRs, or None.
 
     transformers 5 logs at step s the LR that update s used, ``max_lr *
@@ -281,6 +296,10 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
     logged peak, where it must lie; ties go to the first kind in FIT_KINDS.
     ``anchor`` = (last_epoch, LR there), ``lambda(last_epoch)`` exactly: it tells
     kinds apart that a short log (still in warmup) cannot.
+
+    ``scale``: scheduler calls per logged step. The schedule is a function of the
+    *scheduler's* counter, so a run that stepped it k times per update (accelerate's
+    ``AcceleratedScheduler``, a per-micro-batch step) is fitted at ``k x step``.
     """
     from lrdoctor.schedules import hf as hf_sched
 
@@ -290,6 +309,8 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
     peak_i = max(range(len(history)), key=lambda i: history[i][1])
     lo = steps[peak_i - 1] if peak_i > 0 else 0
     hi = steps[peak_i + 1] + 1 if peak_i + 1 < len(steps) else steps[peak_i] + 1
+    if scale != 1:  # in the scheduler's counter, for either logging offset
+        lo, hi = int(max(0, lo - 1) * scale), int(math.ceil(hi * scale))
     candidates = sorted({0, *range(max(0, lo - 1), hi + 1)})
     best: tuple[float, str, int, int] | None = None
     for offset in (1, 0):
@@ -297,7 +318,7 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
             for w in candidates:
                 spec = ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
                                     warmup=float(w), horizon=float(max_steps))
-                err = max(abs(max_lr * hf_sched.factor(spec, s - offset) - lr)
+                err = max(abs(max_lr * hf_sched.factor(spec, (s - offset) * scale) - lr)
                           for s, lr in history) / max_lr
                 if anchor is not None:
                     err = max(err, abs(max_lr * hf_sched.factor(spec, anchor[0])
@@ -308,7 +329,8 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
     err, kind, w, offset = best
     if err > FIT_TOLERANCE:
         return None
-    when = "lambda(step - 1)" if offset else "lambda(step)"
+    k = f"{scale:g} x " if scale != 1 else ""
+    when = f"lambda({k}(step - 1))" if offset else f"lambda({k}step)"
     return ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
                         warmup=float(w), horizon=float(max_steps),
                         source=f"fitted from log_history ({len(history)} points logged as "
