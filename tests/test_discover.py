@@ -248,3 +248,37 @@ def test_linear_lr_ending_mid_run_without_a_planned_end_is_not_an_error(tmp_path
     torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": 12,
                 "total_steps": 12}, f)
     assert "LRD101" not in [x.code for x in diagnose(read_state(f))]
+
+
+def test_megatron_scheduler_counting_updates_is_not_lrd104(tmp_path):
+    """verl's/ROLL's Megatron paths step megatron-core's scheduler by 1 per update: its
+    num_steps equals iteration, not consumed samples. The unit is inferred from that
+    invariant instead of a "0.06x" LRD104 on a healthy run."""
+    import torch
+
+    from conftest import megatron_args
+
+    Sched = _quiet_megatron()
+    model = _tiny_model(8)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    sched = Sched(opt, init_lr=0.0, max_lr=3e-4, min_lr=3e-5, lr_warmup_steps=4,
+                  lr_decay_steps=40, lr_decay_style="cosine", start_wd=0.0, end_wd=0.0,
+                  wd_incr_steps=40, wd_incr_style="constant")
+    for i in range(30):
+        _train_step(model, opt, i)
+        sched.step(1)
+    rank = tmp_path / "iter_0000030" / "mp_rank_00"
+    rank.mkdir(parents=True)
+    args = megatron_args(train_iters=40, consumed_train_samples=30 * 16)
+    torch.save({"args": args, "iteration": 30, "checkpoint_version": 3.0,
+                "opt_param_scheduler": sched.state_dict(),
+                "optimizer": {"optimizer": opt.state_dict()}, "model": model.state_dict()},
+               rank / "model_optim_rng.pt")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("30")
+    st = read_state(tmp_path)
+    assert st.format == "megatron"
+    assert st.scheduler_progress.unit.value == "optimizer updates"
+    assert st.nominal_progress.name == "megatron.iteration"
+    assert any("stepped by 1 per update" in n for n in st.notes)
+    f = diagnose(st)
+    assert "LRD104" not in [x.code for x in f] and loud(f) == []
