@@ -255,7 +255,6 @@ def test_megatron_scheduler_counting_updates_is_not_lrd104(tmp_path):
     num_steps equals iteration, not consumed samples. The unit is inferred from that
     invariant instead of a "0.06x" LRD104 on a healthy run."""
     import torch
-
     from conftest import megatron_args
 
     Sched = _quiet_megatron()

@@ -103,9 +103,8 @@ def test_hf_stepped_k_times_fits_the_log_on_the_schedulers_counter(tmp_path):
     import math
 
     import torch
-    from transformers import TrainerCallback
-
     from conftest import hf_run
+    from transformers import TrainerCallback
 
     class ThreeMore(TrainerCallback):  # what AcceleratedScheduler does with 4 processes
         def on_step_end(self, args, state, control, lr_scheduler=None, **kw):

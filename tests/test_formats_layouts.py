@@ -237,3 +237,46 @@ def test_rl_layouts_json_names_each_counter_key(maker, tmp_path):
     doc = json.loads(r.stdout)
     src = doc["state"]["scheduler_progress"]["source"]
     assert src.endswith(":lr_scheduler.last_epoch") and "extra_state_world_size_" in src
+
+
+# ---------------------------------------------------------------- verl (Megatron)
+
+def verl_megatron_run(root: Path, *, step: int, per_step: int) -> Path:
+    """verl/utils/checkpoint/megatron_checkpoint_manager.py generate_state_dict: the
+    megatron-core scheduler under ``lr_scheduler`` beside ``optimizer``, saved by Megatron's
+    dist_checkpointing (torch_dist) in ``global_step_N/actor/dist_ckpt/``; megatron-core
+    < 0.19 writes the non-sharded part as ``common.pt``, which is what is written here."""
+    import torch
+    from conftest import _quiet_megatron
+
+    Sched = _quiet_megatron()
+    model = _tiny_model(9)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    sched = Sched(opt, init_lr=0.0, max_lr=1e-6, min_lr=0.0, lr_warmup_steps=2,
+                  lr_decay_steps=100, lr_decay_style="cosine", start_wd=0.0, end_wd=0.0,
+                  wd_incr_steps=100, wd_incr_style="constant")
+    for s in range(step):
+        for _ in range(per_step):  # per_step > 1: stepped per mini-batch, the bug
+            sched.step(1)
+    d = root / f"global_step_{step}" / "actor" / "dist_ckpt"
+    d.mkdir(parents=True)
+    torch.save({"lr_scheduler": sched.state_dict(), "optimizer": {"param_groups": [
+        {k: v for k, v in g.items() if k != "params"} | {"params": [0]}
+        for g in opt.param_groups]}}, d / "common.pt")
+    (d / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist",
+                                                 "sharded_backend_version": 1,
+                                                 "common_backend": "torch",
+                                                 "common_backend_version": 1}))
+    (root / "latest_checkpointed_iteration.txt").write_text(str(step))
+    return root
+
+
+def test_verl_megatron_scheduler_counts_training_steps(tmp_path):
+    st = read_state(verl_megatron_run(tmp_path / "ok", step=30, per_step=1))
+    assert st.format == "verl" and st.extras["backend"] == "megatron"
+    assert st.scheduler_progress.value == 30 and st.nominal_progress.value == 30
+    assert loud(diagnose(st)) == []  # no LRD104 "0.03x": the unit is the training step
+    bad = read_state(verl_megatron_run(tmp_path / "bad", step=30, per_step=4))
+    codes = {f.code: f for f in diagnose(bad)}
+    assert codes["LRD103"].evidence["k"] == 4
+    assert codes["LRD101"].severity == Severity.ERROR  # 120 past lr_decay_steps 100

@@ -11,6 +11,12 @@ Layout (``verl/utils/checkpoint/fsdp_checkpoint_manager.py``, ``ray_trainer.py``
         actor/fsdp_config.json, actor/huggingface/
         critic/...                                          # same, when a critic is trained
 
+The Megatron path (``megatron_checkpoint_manager.py``) saves the actor through
+Megatron's dist_checkpointing in ``global_step_N/actor/dist_ckpt/`` (torch_dist:
+``common.pt`` in older megatron-core, DCP ``common_state`` from 0.19) with the
+megatron-core scheduler under ``lr_scheduler`` (not ``opt_param_scheduler``) and
+no ``args``/``iteration``; it steps that scheduler by 1 per ``update_actor``.
+
 The actor's scheduler (transformers' warmup + constant/cosine LambdaLR, or
 megatron-core's scheduler on the Megatron path) is stepped **once per
 ``update_actor`` call**, i.e. once per training step, while the optimizer steps
@@ -37,17 +43,31 @@ SKYRL_MARKER = "trainer_state.pt"  # SkyRL's global_step_N/ holds one; verl's do
 
 def _step_dir(f: Path) -> Path | None:
     d = f.parent
-    for _ in range(3):
+    for _ in range(4):
         if re.match(r"^global_step_(\d+)$", d.name):
             return d
         d = d.parent
     return None
 
 
+def _role_dir(f: discover.Found) -> Path | None:
+    """The ``actor``/``critic`` folder a verl scheduler state was found in, or None.
+
+    FSDP: ``extra_state_world_size_W_rank_R.pt`` key ``lr_scheduler``. Megatron:
+    ``dist_ckpt/`` (torch_dist: ``common.pt`` or the DCP items) key ``lr_scheduler``.
+    """
+    p = Path(f.file)
+    if f.key == "lr_scheduler" and EXTRA_STATE.match(p.name) and p.parent.name in ROLES:
+        return p.parent
+    if f.key.rsplit(".", 1)[-1] == "lr_scheduler" and "dist_ckpt" in p.parts:
+        d = p.parents[len(p.parts) - 2 - p.parts.index("dist_ckpt")]  # .../dist_ckpt
+        if d.parent.name in ROLES:
+            return d.parent
+    return None
+
+
 def _scheduler_hits(sc: discover.Scan) -> list[discover.Found]:
-    return [f for f in sc.found if f.kind in discover.SCHEDULER_KINDS
-            and f.key == "lr_scheduler" and EXTRA_STATE.match(Path(f.file).name)
-            and Path(f.file).parent.name in ROLES]
+    return [f for f in sc.found if f.kind in discover.SCHEDULER_KINDS and _role_dir(f)]
 
 
 def claims(sc: discover.Scan) -> bool:
@@ -61,12 +81,14 @@ def claims(sc: discover.Scan) -> bool:
 def refine(sc: discover.Scan, st: RunState) -> None:
     """verl's unit: one scheduler step per training (rollout) step; ``global_step_N`` is N."""
     hits = _scheduler_hits(sc)
-    actor = next((f for f in hits if Path(f.file).parent.name == "actor"), hits[0])
-    step_dir = _step_dir(Path(actor.file))
+    actor = next((f for f in hits if _role_dir(f).name == "actor"), hits[0])
+    step_dir = _step_dir(_role_dir(actor) / "x")
     n = int(step_dir.name.rsplit("_", 1)[1])
-    world = EXTRA_STATE.match(Path(actor.file).name).group(1)
-    st.extras.update({"role": Path(actor.file).parent.name, "world_size": int(world),
-                      "global_step": n})
+    world = EXTRA_STATE.match(Path(actor.file).name)
+    st.extras.update({"role": _role_dir(actor).name, "global_step": n,
+                      "backend": "fsdp" if world else "megatron"})
+    if world:
+        st.extras["world_size"] = int(world.group(1))
     tracker = step_dir.parent / TRACKER
     if tracker.is_file():
         st.files.append(str(tracker))
