@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -528,6 +528,34 @@ def scan(ckpt: Checkpoint) -> Scan:
         # A YAML sidecar is configuration; JSON sidecars hold state (trainer_state.json).
         sc.found.extend(classify(obj, str(f), config=f.suffix.lower() in (".yaml", ".yml")))
     return sc
+
+
+def refuse_code(ckpt: str | Path, already_read: Iterable[str] = ()) -> None:
+    """Refuse a checkpoint folder in which any pickle names a code-execution primitive.
+
+    A framework reader reads only its own files; a hostile ``rng_state.pth`` beside
+    them would run code when the run resumes with ``torch.load``. Every other pickle
+    of the folder is unpickled inertly (unknown classes kept opaque) so that
+    :class:`~lrdoctor.errors.UnsafePickle` names it; unreadable files are not ours to judge.
+    """
+    from lrdoctor import safeload
+
+    ckpt = Path(ckpt)
+    if not ckpt.is_dir():
+        return
+    done = {str(Path(f)) for f in already_read}
+    try:
+        files = candidate_files(ckpt)
+    except UnusableInput:
+        return
+    todo = [f for f in files if f.suffix.lower() in PICKLE_SUFFIXES and str(f) not in done]
+    for f in todo[:MAX_READ]:
+        try:
+            safeload.load(f, unknown_as_opaque=True)
+        except UnsafePickle:
+            raise
+        except UnusableInput:
+            continue
 
 
 def iter_scans(path: str | Path) -> Iterator[Scan]:

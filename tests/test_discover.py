@@ -281,3 +281,17 @@ def test_megatron_scheduler_counting_updates_is_not_lrd104(tmp_path):
     assert any("stepped by 1 per update" in n for n in st.notes)
     f = diagnose(st)
     assert "LRD104" not in [x.code for x in f] and loud(f) == []
+
+
+def test_hostile_side_file_beside_a_framework_checkpoint_refuses(hf_run_dir, tmp_path):
+    """The HF reader never opens rng_state.pth; the folder is still checked, because the
+    run would torch.load it on resume."""
+    import shutil
+
+    ck = tmp_path / "checkpoint-4"
+    shutil.copytree(hf_run_dir.root / "checkpoint-4", ck)
+    (ck / "rng_state.pth").write_bytes(b"\x80\x04\x8c\x05posix\x8c\x06system\x93.")
+    r = lrdoctor("inspect", str(ck))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "rng_state.pth" in lines[0] and "posix.system" in lines[0]

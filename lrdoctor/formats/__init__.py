@@ -58,6 +58,10 @@ def read(mod: ModuleType, ckpt: Path) -> RunState:
     the checkpoint, never a traceback."""
     try:
         st = mod.read(ckpt)
+        if "files_used" not in st.extras:  # not read by content: check the side files too
+            from lrdoctor.discover import refuse_code
+
+            refuse_code(ckpt, st.files)
     except UnusableInput:
         raise
     except _VALUE_ERRORS as exc:
