@@ -104,6 +104,19 @@ def skyrl_bin_packing():
     return _load_file(base / "train" / "dataset" / "bin_packing.py", "_peer_skyrl_bin_packing")
 
 
+def nemo_rl_packing():
+    """NeMo-RL's ``nemo_rl/data/packing/algorithms.py`` (stdlib only), or None.
+
+    The ``nemo-rl`` name on PyPI is a placeholder; ``LRDOCTOR_PEER_NEMO_RL`` names a
+    source checkout (the directory holding ``nemo_rl/``), or an installed one is used.
+    """
+    path = os.environ.get("LRDOCTOR_PEER_NEMO_RL")
+    base = Path(path) / "nemo_rl" if path else _package_dir("nemo_rl")
+    if base is None or not (base / "data" / "packing" / "algorithms.py").exists():
+        return None
+    return _load_file(base / "data" / "packing" / "algorithms.py", "_peer_nemo_rl_packing")
+
+
 def openrlhf_balancing():
     base = _package_dir("openrlhf")
     if base is None or not (base / "utils" / "seqlen_balancing.py").exists():

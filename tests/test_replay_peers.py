@@ -23,6 +23,7 @@ VERL = peers.verl_balancing()
 VERL_OLD = peers.verl_old_balancing()
 ORL = peers.openrlhf_balancing()
 SKYRL = peers.skyrl_bin_packing()
+NEMO = peers.nemo_rl_packing()
 need_verl = pytest.mark.skipif(VERL is None, reason=f"verl not installed ({peers.PEERS_INSTALL})")
 need_orl = pytest.mark.skipif(ORL is None,
                               reason=f"openrlhf not installed ({peers.PEERS_INSTALL})")
@@ -170,3 +171,21 @@ def test_balanced_first_fit_matches_skyrl_packer():
         cap = int(rng.integers(max(1, max(lens) // 3), 3 * max(lens) + 2))  # some over the cap
         want = SKYRL.make_seq_packer("balanced", bin_capacity=cap).pack(lens)
         assert P.balanced_first_fit(lens, cap) == want, (case, cap, lens)
+
+
+@pytest.mark.skipif(NEMO is None, reason="nemo_rl not importable and LRDOCTOR_PEER_NEMO_RL (a "
+                    "NeMo-RL source checkout; the PyPI name is a placeholder) not set")
+@pytest.mark.parametrize("algorithm", ["modified_first_fit_decreasing", "first_fit_decreasing",
+                                       "concatenative"])
+def test_sequence_packing_matches_nemo_rl_packers(algorithm):
+    """NeMo-RL's get_packer(algorithm, cap, min_bin_count=dp, bin_count_multiple=dp).pack."""
+    from lrdoctor.replay.packing import sequence_packing as SP
+
+    rng = np.random.default_rng(707)
+    for case in range(N_CASES):
+        n = int(rng.integers(1, 120))
+        lens = _lengths(rng, n, 8000).tolist()
+        cap = int(rng.integers(max(lens), 4 * max(lens) + 2))
+        dp = int(rng.integers(1, min(n, 8) + 1))
+        want = NEMO.get_packer(algorithm, cap, min_bin_count=dp, bin_count_multiple=dp).pack(lens)
+        assert SP.pack(lens, cap, algorithm, dp) == want, (case, cap, dp, lens)
