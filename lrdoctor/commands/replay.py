@@ -65,7 +65,8 @@ class Optim(str, Enum):
 
 def replay_cmd(
     config: Annotated[Path, typer.Option(
-        "--config", "-c", help="Run config (lrdoctor YAML or ROLL's YAML).")],
+        "--config", "-c", help="Run config: lrdoctor YAML, or the framework's own (ROLL, "
+        "verl, SkyRL, NeMo-RL, Fast-LLM YAML; OpenRLHF arguments), translated.")],
     batch_log: Annotated[str | None, typer.Option(
         "--batch-log", help="Batch log: JSONL, CSV or Parquet, one row per sample.")] = None,
     synthetic: Annotated[str | None, typer.Option(
