@@ -71,6 +71,15 @@ def recommend(findings: list[Finding]) -> Recommendation | None:
     """
     by = {f.code: f for f in findings}
     codes = [c for c in ("LRD103", "LRD104", "LRD109", "LRD101", "LRD105") if c in by]
+    resume = tuple(c for c in ("LRD112", "LRD113", "LRD116") if c in by)
+    if resume and not {"LRD103", "LRD104", "LRD109"} & set(codes):
+        # A run whose scheduler lost continuity at a resume (restarted, stepped again, a
+        # changed rate): the trainer's counters say where it should be.
+        return Recommendation(
+            "nominal", resume + tuple(c for c in codes if c in ("LRD101", "LRD105")),
+            alternative="--policy extend-horizon",
+            why="the run's checkpoints show the scheduler lost continuity at a resume: back "
+                "to the trainer's counters")
     if not codes:
         return None
     if "LRD103" in by:

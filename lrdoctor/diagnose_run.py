@@ -303,7 +303,7 @@ def _schedule_changed(a: Point, b: Point) -> list[Finding]:
             ev["lr_at_resume_old_schedule"], ev["lr_at_resume_new_schedule"] = old, new
             lr_txt = (f"; at {a.scheduler.name} {_fmt(x)} the LR jumps from {old:.6g} to "
                       f"{new:.6g}")
-    what = ", ".join(f"{c['what']} {_fmt_any(c['from'])} -> {_fmt_any(c['to'])}"
+    what = ", ".join(f"{c['what']} {fmt_any(c['from'])} -> {fmt_any(c['to'])}"
                      for c in changes)
     return [finding(
         "LRD114",
@@ -311,7 +311,7 @@ def _schedule_changed(a: Point, b: Point) -> list[Finding]:
         f"accumulation or epoch count){lr_txt}.", ev, location=b.path)]
 
 
-def _fmt_any(v: Any) -> str:
+def fmt_any(v: Any) -> str:
     return _fmt(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
 
 

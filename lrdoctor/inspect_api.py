@@ -21,6 +21,19 @@ def read_state(path: str | Path, format: str | None = None) -> RunState:
     return formats.read(mod, ckpts[-1])
 
 
+def read_run(path: str | Path, format: str | None = None) -> list[RunState]:
+    """Every readable checkpoint of ``path``, oldest first (the latest must be readable)."""
+    mod, ckpts = _checkpoints(path, format)
+    states = []
+    for c in ckpts:
+        try:
+            states.append(formats.read(mod, c))
+        except UnusableInput:
+            if c == ckpts[-1]:
+                raise
+    return states
+
+
 def inspect_path(path: str | Path, format: str | None = None,
                  all: bool = False) -> list[Report]:
     """One report per inspected checkpoint: the latest, or each with ``all``.

@@ -417,3 +417,75 @@ def test_megatron_rampup_sample_based_is_silent(tmp_path):
     reps = inspect_path(truth.root, all=True)
     silent(reps)
     assert not [f for r in reps for f in r.findings]
+
+
+# ---------------------------------------------------------------- fix on a run
+
+def test_fix_restores_continuity_after_a_restart(hf_restart, tmp_path):
+    """fix on the run folder: the latest checkpoint's scheduler goes back to global_step,
+    and the written scheduler.pt loads into transformers' own scheduler."""
+    import torch
+    from transformers import get_scheduler
+
+    from lrdoctor.repair.engine import plan_fix, write_fix
+
+    plan = plan_fix(hf_restart)
+    assert plan.target.policy == "nominal" and "LRD112" in plan.target.motivated_by
+    res = write_fix(plan, tmp_path / "fixed")
+    assert not [f for f in res.after_findings if f.severity >= Severity.WARNING]
+    sd = torch.load(tmp_path / "fixed" / "scheduler.pt", weights_only=True)
+    assert sd["last_epoch"] == 16
+    lin = torch.nn.Linear(2, 1)  # the Trainer's two param groups (decay / no decay)
+    opt = torch.optim.AdamW([{"params": [lin.weight]}, {"params": [lin.bias]}], lr=1e-3)
+    sched = get_scheduler("cosine", opt, num_warmup_steps=2, num_training_steps=16)
+    sched.load_state_dict(sd)
+    assert sched.last_epoch == 16
+    assert (hf_restart / "checkpoint-16" / "scheduler.pt").is_file()  # input untouched
+    assert torch.load(hf_restart / "checkpoint-16" / "scheduler.pt",
+                      weights_only=True)["last_epoch"] == 8
+
+
+def test_fix_undoes_the_double_count(tmp_path):
+    import torch
+
+    from lrdoctor.repair.engine import plan_fix, write_fix
+
+    truth = megatron_run(tmp_path / "ck", save_at=(10, 20), resume_at=(10,),
+                         double_count_on_resume=True)
+    write_fix(plan_fix(truth.root), tmp_path / "fixed")
+    (f,) = (tmp_path / "fixed").rglob("model_optim_rng.pt")
+    sd = torch.load(f, weights_only=False)
+    sched = __import__("conftest")._quiet_megatron()(
+        torch.optim.AdamW(torch.nn.Linear(2, 1).parameters(), lr=3e-4), init_lr=0.0,
+        max_lr=3e-4, min_lr=3e-5, lr_warmup_steps=64, lr_decay_steps=640,
+        lr_decay_style="cosine", start_wd=0.01, end_wd=0.01, wd_incr_steps=640,
+        wd_incr_style="constant")
+    sched.load_state_dict(sd["opt_param_scheduler"])
+    assert sched.num_steps == 320 == sd["args"].consumed_train_samples
+
+
+def _cli(*args):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "lrdoctor", *map(str, args)],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "120"})
+
+
+def test_fix_refuses_a_checkpoint_without_scheduler_state(hf_restart, tmp_path):
+    p = _cli("fix", hf_restart / "checkpoint-8", "--out", tmp_path / "o")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert "LRD115" in line and "checkpoint-8 saves no scheduler state" in line
+    assert "last_epoch = 8" in line and not (tmp_path / "o").exists()
+
+
+def test_fix_refuses_a_changed_schedule(hf_horizon, tmp_path):
+    run = hf_horizon(1)
+    p = _cli("fix", run, "--out", tmp_path / "o")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert "LRD114" in line and "decay horizon 12 -> 48" in line
+    assert not (tmp_path / "o").exists()

@@ -123,3 +123,52 @@ def test_policy_unknown_mid_epoch_is_info(tmp_path):
     (f,) = [f for f in r.findings if f.code == "LRD117"]
     assert f.severity.name == "INFO"
     assert "takes 12" in f.message and "takes 11" in f.message
+
+
+# ---------------------------------------------------------------- replay
+
+def _replay(n, bs, ga, n_epochs, *, flush=True, short="step", drop_last=False, total=None):
+    import numpy as np
+    import pandas as pd
+
+    from lrdoctor.replay import engine
+    from lrdoctor.replay.config import config_from_dict
+
+    cfg = config_from_dict({
+        "schedule": {"family": "torch", "kind": "CosineAnnealingLR", "max_lr": 1e-3},
+        "train": {"steps": n_epochs, "samples_per_step": n, "micro_batch_size": bs,
+                  "gradient_accumulation": ga, "drop_last": drop_last},
+        "accumulation": {"flush_at_step_end": flush, "short_window": short},
+        **({"budget": {"formula": "explicit", "total": total}} if total else {}),
+    }, "run.yaml")
+    samples = pd.DataFrame({"step": np.repeat(np.arange(n_epochs), n),
+                            "tokens": np.ones(n * n_epochs, dtype=np.int64)})
+    return engine.replay_fast(cfg, samples)
+
+
+@pytest.mark.parametrize("n,bs,drop", [(30, 2, False), (31, 2, False), (31, 2, True)])
+@pytest.mark.parametrize("flush,short,policy", [(True, "step", "flush"), (True, "drop", "drop"),
+                                                (False, "step", "carry")])
+def test_replay_counts_what_a_dataloader_loop_takes(n, bs, drop, flush, short, policy):
+    """replay's updates == lrdoctor.epochs == a real loop over a torch DataLoader."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ga, n_epochs = 4, 3
+    L = len(DataLoader(TensorDataset(torch.zeros(n, 1)), batch_size=bs, drop_last=drop))
+    rep = _replay(n, bs, ga, n_epochs, flush=flush, short=short, drop_last=drop)
+    updates = int(rep.trace["is_update"].sum())
+    assert updates == epochs.updates(L, n_epochs, ga, policy)
+    assert rep.nominal_updates == updates
+    assert len(rep.trace["rows"]) == L * n_epochs  # drop_last removed the short batch
+
+
+def test_replay_names_the_floor_horizon_of_a_carrying_loop():
+    """OpenRLHF PR 1351's shape: horizon epochs x floor(L/GA) = 9, windows carried across
+    epochs take 11: LRD201 with the numbers."""
+    rep = _replay(30, 2, 4, 3, flush=False, total=9)
+    from lrdoctor.replay.analysis import findings
+
+    found = {f.code: f for f in findings(rep)}
+    assert "LRD201" in found, [(f.code, f.message) for f in found.values()]
+    assert int(rep.trace["is_update"].sum()) == 11

@@ -61,9 +61,50 @@ def read_state(path: Path, format: str | None = None) -> tuple[str, RunState, li
 
     mod = formats.detect(path, format)
     name = mod.__name__.rsplit(".", 1)[-1]
+    if path.is_dir():  # a run: the resume shapes show only between its checkpoints
+        from lrdoctor.diagnose_run import diagnose_run
+        from lrdoctor.inspect_api import read_run
+
+        states = read_run(path, name)
+        state = states[-1]
+        return name, state, list(diagnose(state)) + diagnose_run(states)
     state = read_one(path, name)
-    findings = diagnose(state)
-    return name, state, list(findings)
+    from lrdoctor.diagnose_run import diagnose_run
+
+    return name, state, list(diagnose(state)) + diagnose_run([state])
+
+
+def resume_policy(state: RunState, findings: list[Finding], policy: str | None) -> str | None:
+    """A one-line refusal where the run-level evidence does not allow a repair (a scheduler
+    state that is not there, a schedule that changed between checkpoints). The resume
+    shapes that do (LRD112/LRD113/LRD116) go back to the nominal count through
+    :func:`lrdoctor.diagnose.recommend`."""
+    from pathlib import Path as _P
+
+    here = [f for f in findings if f.location == state.path]
+    for f in here:
+        if f.code == "LRD115":
+            other = f.evidence.get("checkpoint_with_scheduler")
+            upd = (f.evidence.get("updates") or {}).get("value")
+            raise Refusal(
+                f"LRD115: {_P(state.path).name} saves no scheduler state, so there is none to "
+                "repair: resume from "
+                + (f"{_P(other).name} (which has one)" if other else "a checkpoint that has one")
+                + (f" or rebuild the scheduler with last_epoch = {upd:g}" if upd is not None
+                   else ""), state.path)
+    if policy is None:
+        for f in findings:
+            if f.code == "LRD114":
+                from lrdoctor.diagnose_run import fmt_any
+
+                what = ", ".join(f"{c['what']} {fmt_any(c['from'])} -> {fmt_any(c['to'])}"
+                                 for c in f.evidence.get("changes", []))
+                raise Refusal(
+                    f"LRD114: the schedule changed between {_P(f.evidence['from_checkpoint']).name}"
+                    f" and {_P(f.evidence['to_checkpoint']).name} ({what}); lrdoctor cannot tell "
+                    "which is meant: resume with the original settings, or give --policy to "
+                    "repair the latest checkpoint as it stands", state.path)
+    return policy
 
 
 def plan_fix(path: str | Path, *, policy: str | None = None, k: float | None = None,
@@ -72,6 +113,8 @@ def plan_fix(path: str | Path, *, policy: str | None = None, k: float | None = N
     """Decide every field a fix changes, without writing anything."""
     path = Path(path)
     name, state, findings = read_state(path, format)
+    if k is None and progress is None and replay is None:
+        policy = resume_policy(state, findings, policy)
     target = make_target(state, findings, policy=policy, k=k, progress=progress,
                          replay=Path(replay) if replay else None)
     plan = FixPlan(path=path, format=name, state=state, findings=findings, target=target)

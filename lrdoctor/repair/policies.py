@@ -26,7 +26,8 @@ POLICIES = ("nominal", "rescale", "extend-horizon")
 # recommendation per checkpoint, the same one the findings' fix texts name.
 # Findings each policy must make disappear (checked on the written output).
 RESOLVES = {
-    "nominal": ("LRD101", "LRD103", "LRD104", "LRD105", "LRD108", "LRD109"),
+    "nominal": ("LRD101", "LRD103", "LRD104", "LRD105", "LRD108", "LRD109", "LRD112", "LRD113",
+                "LRD116"),
     "rescale": ("LRD103", "LRD105"),
     "extend-horizon": ("LRD101", "LRD105"),
     "sync-lr": ("LRD105",),

@@ -74,6 +74,9 @@ class TrainCfg(_Section):
     micro_batch_size: int = Field(1, ge=1)
     gradient_accumulation: int = Field(1, ge=1)
     mini_batch_size: int | None = Field(None, ge=1)
+    # static batching: each rank's last micro-batch of a train step (an epoch of a
+    # DataLoader) is dropped when it is short, as DataLoader(drop_last=True) does.
+    drop_last: bool = False
 
 
 class DpChange(_Section):
@@ -149,6 +152,11 @@ class AccumulationCfg(_Section):
     # end of every train step/epoch (ROLL, verl). False: one counter for the whole run
     # (a plain pre-training loop, OneVision-Encoder).
     flush_at_step_end: bool = True
+    # With flush_at_step_end, what the loop does with a short last window: "step" it
+    # (HF Trainer, accelerate at the end of the dataloader) or "drop" it: never stepped,
+    # its gradients join the next window (``(i + 1) % GA == 0`` with ``i`` reset each
+    # epoch). See lrdoctor.epochs for the three shapes' update counts.
+    short_window: Literal["step", "drop"] = "step"
 
 
 class SchedulerCfg(_Section):
@@ -245,6 +253,9 @@ class RunConfig(_Section):
                 self.batching.flavor = flavor
         if self.budget.formula == "roll" and self.train.samples_per_step is None:
             raise ValueError("budget.formula roll needs train.samples_per_step")
+        if self.train.drop_last and self.batching.strategy != "static":
+            raise ValueError("train.drop_last goes with batching.strategy static (a "
+                             "DataLoader's fixed batches)")
         for ch in self.dp.changes:
             if ch.at_step >= self.train.steps:
                 raise ValueError(f"dp.changes at_step {ch.at_step} is past train.steps "

@@ -193,6 +193,20 @@ def nominal_samples_per_update(cfg: RunConfig, dp: int | None = None) -> float:
 def nominal_updates(cfg: RunConfig, sps: float) -> float:
     """Optimizer updates the configuration promises with nominal (static) batches."""
     t = cfg.train
+    if t.mini_batch_size is None and (
+            t.drop_last or cfg.accumulation.short_window == "drop"
+            or (not cfg.accumulation.flush_at_step_end and cfg.batching.strategy == "static")):
+        # An epoch loop over a DataLoader: whole batches, the short one counted unless
+        # dropped (lrdoctor.epochs: one home for the floor / ceil / carry arithmetic).
+        from lrdoctor import epochs
+
+        per_rank = sps / cfg.dp.size  # the micro-batches of one step, as a DataLoader counts
+        batches = (int(per_rank) // t.micro_batch_size if t.drop_last
+                   else math.ceil(per_rank / t.micro_batch_size))
+        policy = ("carry" if not cfg.accumulation.flush_at_step_end else
+                  "drop" if cfg.accumulation.short_window == "drop" else "flush")
+        return float(epochs.updates(batches, t.steps * t.epochs_per_step,
+                                    t.gradient_accumulation, policy))
     if t.mini_batch_size is not None:
         per = math.ceil(sps / t.mini_batch_size)
     elif not cfg.accumulation.flush_at_step_end:
@@ -466,7 +480,8 @@ def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = 
     if acc.flush_at_step_end:
         j = t["micro_index"].astype(np.int64)
         close = ((j + 1) % k == 0) if acc.rule == "correct" else (j % k == 0)
-        close = close | last
+        if acc.short_window == "step":  # "drop": the leftover joins the next window
+            close = close | last
     else:
         g = np.arange(n, dtype=np.int64)
         close = ((g + 1) % k == 0) if acc.rule == "correct" else (g % k == 0)

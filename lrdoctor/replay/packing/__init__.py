@@ -82,7 +82,8 @@ def plan_step(batching_cfg: Any, train_cfg: Any, frame: Any, dp: int) -> StepPla
     cap = _get(batching_cfg, "max_tokens_per_microbatch")
     mbs = int(_get(train_cfg, "micro_batch_size", 1))
     if strategy == "static":
-        return plan_static(fr, dp, mbs, round_to)
+        return plan_static(fr, dp, mbs, round_to,
+                           drop_last=bool(_get(train_cfg, "drop_last", False)))
     if strategy in ("token_budget", "balanced_first_fit") and not cap:
         raise UnusableInput(
             f"batching.max_tokens_per_microbatch is required for strategy {strategy}"

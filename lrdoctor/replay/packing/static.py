@@ -7,14 +7,15 @@ import numpy as np
 from lrdoctor.replay.packing.common import _EMPTY, MicroBatch, StepPlan, _rank_layout, _round_up
 
 
-def plan_static(fr, dp, micro_batch_size, round_to=1) -> StepPlan:
-    """Fixed ``micro_batch_size`` sequences per rank, in order, from each rank's rows."""
+def plan_static(fr, dp, micro_batch_size, round_to=1, drop_last=False) -> StepPlan:
+    """Fixed ``micro_batch_size`` sequences per rank, in order, from each rank's rows;
+    ``drop_last``: a rank's short last micro-batch is dropped (DataLoader drop_last)."""
     notes: dict = {}
-    mbs, _ = _static_core(fr, dp, micro_batch_size, round_to, notes)
+    mbs, _ = _static_core(fr, dp, micro_batch_size, round_to, notes, drop_last=drop_last)
     return StepPlan(mbs, None, None, notes)
 
 
-def _static_core(fr, dp, micro_batch_size, round_to, notes, extra=None):
+def _static_core(fr, dp, micro_batch_size, round_to, notes, extra=None, drop_last=False):
     """Static micro-batches, plus per micro-step global sums of column ``extra``.
 
     Every micro-batch is a contiguous run of the rank-ordered rows, so sums and
@@ -23,7 +24,11 @@ def _static_core(fr, dp, micro_batch_size, round_to, notes, extra=None):
     tokens = fr["tokens"]
     perm, bounds = _rank_layout(fr, dp, notes)
     m = max(1, int(micro_batch_size))
-    segs = [list(range(bounds[k], bounds[k + 1], m)) for k in range(dp)]
+    segs = [list(range(bounds[k], bounds[k + 1] - (m - 1 if drop_last else 0), m))
+            for k in range(dp)]
+    if drop_last:
+        notes["dropped_rows"] = int(sum(bounds[k + 1] - bounds[k] - len(segs[k]) * m
+                                        for k in range(dp)))
     counts = [len(x) for x in segs]
     count = max(counts, default=0)
     if count == 0:
