@@ -220,7 +220,27 @@ def _context(rep: Replay, s: dict[str, Any], knob: dict[str, Any] | None) -> _Ct
                "corrected_progress_scale": scale,
                "corrected_increment": s["corrected"]["per_update_increment"],
                "corrected_horizon": end}
+    if cfg.budget.formula == "generation_steps":
+        # verl issue 991: the budget counts generation batches, the scheduler train steps.
+        gen = float(cfg.budget.total)
+        ev_core.update(generation_batches=gen,
+                       generation_batches_per_train_step=gen / cfg.train.steps)
+        fix_tail = (f"The budget counts {_f(gen)} generation batches but the scheduler is "
+                    f"stepped per train step, {_f(gen / cfg.train.steps)} generation batches "
+                    "each (dynamic sampling / filtered groups): size the horizon in train "
+                    f"steps ({cfg.train.steps}), or step the scheduler per generation batch. "
+                    + fix_tail)
     return _Ctx(rep, s, knob, fix_tail, ev_core)
+
+
+def _budget_cause(c: _Ctx) -> str:
+    """What the budget counted, when it is not the scheduler's unit."""
+    if c.cfg.budget.formula != "generation_steps":
+        return ""
+    g = c.ev_core["generation_batches_per_train_step"]
+    return (f"; the budget counts generation batches ({_f(c.ev_core['generation_batches'])}), "
+            f"the scheduler train steps ({c.cfg.train.steps}): {_f(g)} generation batches "
+            "per train step")
 
 
 def _lrd201(c: _Ctx) -> Finding | None:
@@ -256,7 +276,7 @@ def _lrd202(c: _Ctx) -> Finding | None:
         f"of {_f(s['horizon'])} {c.spec.unit.value} "
         f"({ratio:.1%}): {s['actual_updates']} optimizer updates vs "
         f"{_f(s['budget_updates'])} budgeted; the last LR is {_f(s['lr_end'])}, the "
-        f"floor {_f(c.spec.min_lr)}.",
+        f"floor {_f(c.spec.min_lr)}{_budget_cause(c)}.",
         c.ev_core, fix=c.fix_tail, location="scheduler")
 
 

@@ -57,13 +57,17 @@ class ScheduleCfg(_Section):
 class BudgetCfg(_Section):
     """How the framework computed the horizon it handed the scheduler."""
 
-    formula: Literal["roll", "explicit", "nominal"] = "nominal"
+    formula: Literal["roll", "explicit", "nominal", "generation_steps"] = "nominal"
+    # explicit: the horizon in scheduler units; generation_steps: the generation (rollout)
+    # batches the budget was counted in (verl: len(train_dataloader) * total_epochs), while
+    # the scheduler counts train steps: with dynamic sampling / filtered groups one train
+    # step consumes several generation batches (verl issue 991).
     total: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> BudgetCfg:
-        if self.formula == "explicit" and self.total is None:
-            raise ValueError("budget.formula explicit needs budget.total")
+        if self.formula in ("explicit", "generation_steps") and self.total is None:
+            raise ValueError(f"budget.formula {self.formula} needs budget.total")
         return self
 
 

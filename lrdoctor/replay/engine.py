@@ -239,8 +239,9 @@ def nominal_advance_per_update(cfg: RunConfig, sps: float) -> float:
 
 
 def replayed_budget_updates(cfg: RunConfig, sps: float) -> float:
-    """The budget in optimizer updates (an explicit total is in scheduler units)."""
-    if cfg.budget.formula == "explicit":
+    """The budget in optimizer updates (an explicit total is in scheduler units; a
+    generation-steps total counts generation batches as if each were one train step)."""
+    if cfg.budget.formula in ("explicit", "generation_steps"):
         per = nominal_advance_per_update(cfg, sps)
         return float(cfg.budget.total) / per if per else float(cfg.budget.total)
     return budget_updates(cfg, sps)
@@ -259,7 +260,7 @@ def horizon(cfg: RunConfig, sps: float) -> float:
     """The scheduler's horizon in its own unit (``schedule.horizon`` or derived)."""
     if cfg.schedule.horizon != "auto":
         return float(cfg.schedule.horizon)
-    if cfg.budget.formula == "explicit":
+    if cfg.budget.formula in ("explicit", "generation_steps"):
         return float(cfg.budget.total)
     inc = cfg.scheduler.increment
     if cfg.scheduler.step_on == "rollout_step":
