@@ -33,6 +33,10 @@ class OutputFormat(str, Enum):
 FailOnOpt = Annotated[FailOn, typer.Option(
     "--fail-on", help="Lowest severity that makes the exit code 1.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (same as --output-format json).")]
+QuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Text: only the one-line verdict per target.")]
+VerboseOpt = Annotated[bool, typer.Option(
+    "--verbose", "-v", help="Text: every counter read, not only the ones compared.")]
 OutputFormatOpt = Annotated[OutputFormat | None, typer.Option(
     "--output-format", help="text, json, sarif, junit or github (default: text; github when GITHUB_ACTIONS=true).")]
 

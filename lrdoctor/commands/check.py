@@ -12,6 +12,8 @@ from lrdoctor.commands._common import (
     JsonOpt,
     OutputFormat,
     OutputFormatOpt,
+    QuietOpt,
+    VerboseOpt,
     die,
     guarded,
     resolve_format,
@@ -70,6 +72,8 @@ def check_cmd(
         "(pip install 'lrdoctor[ray]'; RAY_ADDRESS for a cluster).")] = "process",
     json_: JsonOpt = False,
     output_format: OutputFormatOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     import sys
 
@@ -112,14 +116,14 @@ def check_cmd(
     from lrdoctor.render import emit
 
     if output is None:
-        emit(reports, fmt, default, command="check")
+        emit(reports, fmt, default, command="check", quiet=quiet, verbose=verbose)
     else:
         import contextlib
         import io
 
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            emit(reports, fmt, default, command="check")
+            emit(reports, fmt, default, command="check", quiet=quiet, verbose=verbose)
         guarded(lambda: _write(output, buf.getvalue()))
     if fmt is OutputFormat.github:
         _step_summary(reports, default.value)

@@ -13,6 +13,8 @@ from lrdoctor.commands._common import (
     JsonOpt,
     OutputFormat,
     OutputFormatOpt,
+    QuietOpt,
+    VerboseOpt,
     guarded,
     png_path,
     resolve_format,
@@ -51,6 +53,8 @@ def inspect_cmd(
     json_: JsonOpt = False,
     output_format: OutputFormatOpt = None,
     fail_on: FailOnOpt = FailOn.error,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     from lrdoctor.inspect_api import inspect_path
 
@@ -63,7 +67,7 @@ def inspect_cmd(
         guarded(lambda: plot_inspect(reports, plot))
     from lrdoctor.render import emit
 
-    code = emit(reports, fmt, fail_on, command="inspect")
+    code = emit(reports, fmt, fail_on, command="inspect", quiet=quiet, verbose=verbose)
     if plot is not None and fmt is OutputFormat.text:
         print(f"plot written to {plot}")
     raise typer.Exit(code)

@@ -14,6 +14,7 @@ from lrdoctor.commands._common import (
     JsonOpt,
     OutputFormat,
     OutputFormatOpt,
+    QuietOpt,
     guarded,
     png_path,
     resolve_format,
@@ -101,6 +102,7 @@ def replay_cmd(
     fail_on: FailOnOpt = FailOn.warning,
     json_: JsonOpt = False,
     output_format: OutputFormatOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     import sys
 
@@ -134,7 +136,8 @@ def replay_cmd(
         guarded(lambda: plot_replay(runs, plot, result.sweep_key))
     from lrdoctor.render import emit
 
-    code = emit(result.report, fmt, fail_on, command="replay", trace=trace, plot=plot)
+    code = emit(result.report, fmt, fail_on, command="replay", quiet=quiet, trace=trace,
+                plot=plot)
     raise typer.Exit(code)
 
 

@@ -72,16 +72,19 @@ class TextView:
     before: str | None = None
     after: str | None = None
     json_array: bool = False  # --json is always a list (check), even for one target
+    verdicts: bool = True  # one verdict line per target before the details
+    verbose: bool = False  # ``each`` takes ``verbose=True`` (every counter read)
 
 
 #: Per command: its text view. ``emit(..., command=NAME)`` picks one; the default is
 #: the command of the first report.
 TEXT: dict[str, TextView] = {
-    "inspect": TextView(each="text:render_inspect", before="text:render_trend_of_many"),
+    "inspect": TextView(each="text:render_inspect", before="text:render_trend_of_many",
+                        verbose=True),
     "replay": TextView(each="text:render_replay"),
-    "fix": TextView(each="text:render_fix"),
+    "fix": TextView(each="text:render_fix", verdicts=False),
     "check": TextView(each="text:render_check_target", after="text:render_check_summary",
-                      json_array=True),
+                      json_array=True, verbose=True),
     "report": TextView(each="text:render_findings"),
 }
 
@@ -103,10 +106,13 @@ def document(reports: Sequence[Report], fmt: str, fail_on: str = "warning") -> s
 
 
 def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
-         command: str | None = None, **context: Any) -> int:
+         command: str | None = None, quiet: bool = False, verbose: bool = False,
+         **context: Any) -> int:
     """Print ``reports`` in ``fmt`` (text or a :data:`FORMATS` name) and return the exit
     code of the worst finding against ``fail_on``.
 
+    Text starts with one verdict line per target (:mod:`lrdoctor.render.verdict`), then
+    the details; ``quiet``: the verdict lines only; ``verbose``: every counter read.
     ``context`` goes to the command's text renderer only (the files a replay wrote, the
     plan a fix applied): the machine formats are the reports alone.
     """
@@ -119,6 +125,14 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
     name = command or (reports[0].command if reports else "report")
     view = TEXT.get(name, TEXT["report"])
     if fmt == "text":
+        if view.verdicts:
+            from lrdoctor.render.verdict import print_verdicts
+
+            print_verdicts(reports)
+        if quiet:
+            return max((r.exit_code(fail_on) for r in reports), default=0)
+        if verbose and view.verbose:
+            context["verbose"] = True
         if view.before:
             _resolve(view.before)(reports)
         each = _resolve(view.each)

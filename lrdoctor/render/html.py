@@ -14,7 +14,7 @@ import datetime as _dt
 import html
 import re
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from lrdoctor import __version__
@@ -141,7 +141,7 @@ def render_html(reports: list[Report], figures: dict[int, list[tuple[str, Path]]
         f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_esc(title)}</h1>",
         f'<p class="meta">lrdoctor {_esc(__version__)} &middot; {now} &middot; '
-        f"{len(reports)} target(s), {sum(failing)} failing</p>",
+        f"{header_counts(reports, failing)}</p>",
         "<table><thead><tr><th>target</th><th>command</th><th>format</th><th>threshold</th>"
         "<th>findings</th><th>verdict</th></tr></thead><tbody>",
     ]
@@ -162,6 +162,47 @@ def render_html(reports: list[Report], figures: dict[int, list[tuple[str, Path]]
         parts += _section(i, rep, figures.get(i, []), notes.get(i))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def header_counts(reports: list[Report], failing: list[int]) -> str:
+    """What the rows below show, counted: targets by their worst finding, then how many
+    fail their threshold (a '0 failing' above rows of errors read as 'all clear')."""
+    worst = {"error": 0, "warning": 0, "info": 0, "clean": 0}
+    for r in reports:
+        w = max((f.severity for f in r.findings), default=None)
+        worst[str(w) if w is not None else "clean"] += 1
+    words = {"error": "with errors", "warning": "with warnings", "info": "with info only",
+             "clean": "clean"}
+    shown = ", ".join(f"{n} {words[k]}" for k, n in worst.items() if n) or "nothing"
+    gated = [r for r in reports if r.extra.get("fail_on", "warning") != "never"]
+    if not gated:
+        gate = "not gated (--fail-on never)"
+    else:
+        gate = f"{sum(failing)} failing their --fail-on threshold"
+    return f"{len(reports)} target(s): {shown}; {gate}"
+
+
+def figure_stem(i: int, rep: Report, reports: list[Report]) -> str:
+    """A readable PNG name: the index, then the target's run and checkpoint names, the
+    leading folders every target of its command shares dropped
+    (``01-inspect-roll-overshoot-checkpoint-299``; a run config: its name,
+    ``03-replay-fastllm-docs``)."""
+    if rep.command == "replay":
+        return f"{i:02d}-replay-{_slug(PurePath(rep.target).stem)[-48:] or 'config'}"
+    paths = [PurePath(r.target).parts for r in reports if r.command == rep.command]
+    common = 0
+    if len(paths) > 1:
+        for level in zip(*paths, strict=False):
+            if len(set(level)) != 1:
+                break
+            common += 1
+    parts = [p for p in PurePath(rep.target).parts[common:] if p not in ("/", "..", ".")]
+    if len(paths) == 1:
+        parts = parts[-2:]
+    parts = parts or [PurePath(rep.target).name or "target"]
+    last = PurePath(parts[-1]).stem if "." in parts[-1] else parts[-1]
+    name = last if len(parts) == 1 else f"{parts[0]}-{last}"
+    return f"{i:02d}-{rep.command}-{_slug(name)[-48:].lstrip('-.') or 'target'}"
 
 
 def _section(i: int, rep: Report, figs: list[tuple[str, Path]], note: str | None) -> list[str]:
@@ -240,8 +281,7 @@ def write_report(reports: list[Report], out_dir: Path, title: str = "lrdoctor re
     figures: dict[int, list[tuple[str, Path]]] = {}
     notes: dict[int, str] = {}
     for i, rep in enumerate(reports):
-        figs, note = figures_for(rep, out_dir, f"{i:02d}-{rep.command}-{_slug(rep.target)}",
-                                 replays.get(i))
+        figs, note = figures_for(rep, out_dir, figure_stem(i, rep, reports), replays.get(i))
         figures[i] = figs
         if note:
             notes[i] = note

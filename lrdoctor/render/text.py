@@ -17,15 +17,44 @@ from lrdoctor.numbers import number
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
+class _NoPadding:
+    """A stdout that drops the spaces rich pads each line with to the console width:
+    piped output (CI logs, ``| grep``) must not carry 120 columns of trailing blanks."""
+
+    def __init__(self, out) -> None:
+        self.out = out
+        self.buf = ""
+
+    def write(self, s: str) -> int:
+        self.buf += s
+        if "\n" in self.buf:
+            *lines, self.buf = self.buf.split("\n")
+            self.out.write("".join(ln.rstrip(" ") + "\n" for ln in lines))
+        return len(s)
+
+    def flush(self) -> None:
+        if self.buf:
+            self.out.write(self.buf)
+            self.buf = ""
+        self.out.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self.out.fileno()
+
+
 def console() -> Console:
-    """Rich console; off a terminal (CI logs, pipes) use a wide fixed width, not 80."""
+    """Rich console; off a terminal (CI logs, pipes) use a wide fixed width, not 80,
+    with no trailing padding."""
     import os
     import sys
 
-    width = None
-    if not sys.stdout.isatty():
-        width = int(os.environ.get("COLUMNS", "120"))
-    return Console(highlight=False, width=width)
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    width = int(os.environ.get("COLUMNS", "120"))
+    return Console(highlight=False, width=width, file=_NoPadding(sys.stdout))
 
 
 def _short(source: str, target: str) -> str:
@@ -58,7 +87,8 @@ def render_findings(report, con: Console | None = None) -> None:
             con.print(Padding(fix, (0, 0, 0, 2)))
 
 
-def render_inspect(report, con: Console | None = None) -> None:
+def render_inspect(report, con: Console | None = None, verbose: bool = False) -> None:
+    """The counters compared (every counter read with ``verbose``), schedule, findings."""
     con = con or console()
     st = report.state
     con.rule(f"[bold]{report.target}[/bold]  ({report.format})")
@@ -71,8 +101,12 @@ def render_inspect(report, con: Console | None = None) -> None:
     if st.get("planned_end"):
         rows.append(("[bold]planned end[/bold]", st["planned_end"]))
     compared = len(rows)
-    rows += [("[dim]read[/dim]", c) for c in st.get("counters", [])]
+    read = st.get("counters", [])
+    if verbose or not compared:
+        rows += [("[dim]read[/dim]", c) for c in read]
     con.print(_counter_table(rows, compared, report.target, con.width))
+    if read and not (verbose or not compared):
+        con.print(f"[dim]{len(read)} more counter(s) read: --verbose shows them[/dim]")
     # Label | text, so a wrapped line stays under its text instead of under the label.
     info = Table.grid(padding=(0, 1))
     info.add_column(no_wrap=True)
@@ -195,8 +229,9 @@ def _delta(x) -> str:
 
 # ------------------------------------------------------------------- check
 
-def render_check_target(rep, con: Console | None = None) -> None:
-    """One checked target: its verdict against its own threshold, findings, ignores."""
+def render_check_target(rep, con: Console | None = None, verbose: bool = False) -> None:
+    """One checked target: its verdict against its own threshold, findings, ignores
+    (``verbose``: an inspected checkpoint's counters too)."""
     from lrdoctor.findings import exit_code
 
     con = con or console()
@@ -204,7 +239,10 @@ def render_check_target(rep, con: Console | None = None) -> None:
     verdict = "[bold red]FAIL[/]" if failing else "[green]ok[/]"
     con.print(f"{verdict} {rep.command} [bold]{rep.target}[/] "
               f"[dim](fail-on {rep.extra.get('fail_on', 'warning')})[/]")
-    render_findings(rep, con)
+    if verbose and rep.command == "inspect" and rep.state:
+        render_inspect(rep, con, verbose=True)
+    else:
+        render_findings(rep, con)
     for ig in rep.extra.get("ignored", []):
         con.print(f"  [dim]ignored {ig['code']}: {ig['reason']} ({ig['config_key']})[/]")
 
