@@ -158,9 +158,9 @@ def _one_line(exc: BaseException) -> str:
 def _call(url: str, fn, *args, missing_ok: bool = False, **kwargs):
     """A filesystem call whose failures are one line naming the URL.
 
-    ``missing_ok``: a missing object is an answer (``exists`` -> False), while
-    a refused credential or an unreachable endpoint is still an error (and never
-    reads as "no such file").
+    ``missing_ok``: a missing object is an answer (``exists`` -> False); otherwise
+    it is a FileNotFoundError, as pathlib gives. A refused credential or an
+    unreachable endpoint is UnusableInput (never read as "no such file").
     """
     try:
         return fn(*args, **kwargs)
@@ -169,7 +169,10 @@ def _call(url: str, fn, *args, missing_ok: bool = False, **kwargs):
     except FileNotFoundError:
         if missing_ok:
             return None
-        raise UnusableInput("no such file or directory", url) from None
+        import errno
+
+        # as pathlib raises it: readers catch OSError for "not there" as they do on disk
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", url) from None
     except PermissionError as exc:
         raise UnusableInput(f"access denied ({_one_line(exc)})", url) from None
     except Exception as exc:  # noqa: BLE001 - network/credential errors: one line, no traceback
@@ -425,3 +428,138 @@ def glob(pattern: str) -> list[str]:
     fs = p.fs
     found = _call(pattern, fs.glob, p.fs_path) or []
     return sorted(str(p._from_fs(e.rstrip("/"))) for e in found)
+
+
+# ------------------------------------------------------------------ fix: stage and publish
+
+# What `fix` guarantees where it writes (docs/remote.md says the same):
+ATOMICITY = {
+    "local": "the output folder or file appears whole or not at all (a rename)",
+    "object store": "each object appears whole or not at all (a single PUT or a completed "
+                    "multipart upload); a folder of objects does not: the manifest "
+                    "lrdoctor-fix.json is written last, so a folder without it is incomplete",
+}
+TMP_MARK = ".lrdoctor-tmp-"
+
+
+class Staging:
+    """Local stand-ins for a URL input and a URL output of ``fix``.
+
+    ``fix`` rewrites whole files (it copies the checkpoint), so a remote input is
+    downloaded once to a temporary folder and a remote output is written there
+    first. :meth:`publish` then uploads it under a temporary prefix beside the
+    destination (``<out>.lrdoctor-tmp-<id>/``: a failed or interrupted upload leaves
+    nothing at ``<out>``), copies it into place within the store, the manifest last,
+    and deletes the temporary prefix. Local paths pass through untouched.
+    """
+
+    def __init__(self, path: Any, out: Any):
+        self.path, self.out = str(path), (None if out is None else str(out))
+        self._tmp: str | None = None
+
+    def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._tmp:
+            import shutil
+
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def _dir(self) -> Path:
+        if self._tmp is None:
+            import tempfile
+
+            self._tmp = tempfile.mkdtemp(prefix="lrdoctor-fix-")
+        return Path(self._tmp)
+
+    @property
+    def remote_out(self) -> bool:
+        return self.out is not None and is_url(self.out)
+
+    def local_input(self) -> Path:
+        """The input as a local path: a URL's file or folder is downloaded (all of it)."""
+        if not is_url(self.path):
+            return as_path(self.path)  # a file:// URL is a local path
+        src = as_path(self.path)
+        if not src.exists():
+            raise UnusableInput("no such file or directory", self.path)
+        dst = self._dir() / "in" / (src.name or "checkpoint")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        recursive = src.is_dir()
+        _call(self.path, src.fs.get, src.fs_path, str(dst), recursive=recursive)
+        return dst
+
+    def local_output(self, force: bool) -> Path | None:
+        """Where ``write_fix`` writes: ``out`` itself, or a local folder to publish from."""
+        if self.out is None:
+            return None
+        if not self.remote_out:
+            return as_path(self.out)
+        dest = as_path(self.out)
+        if "/" not in dest._key:
+            raise UnusableInput("give a key inside the bucket, not the bucket itself", self.out)
+        if dest.exists() and not force:
+            raise UnusableInput("exists; give --force to replace it", self.out)
+        local = self._dir() / "out" / (dest.name or "checkpoint")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        return local
+
+    def publish(self, local: Path, force: bool) -> None:
+        """Upload ``local`` (the written output) to ``out``: temp prefix, copy, manifest last."""
+        import uuid
+
+        manifest = "lrdoctor-fix.json"
+        dest = as_path(self.out)
+        fs = dest.fs
+        tmp_key = f"{dest._key}{TMP_MARK}{uuid.uuid4().hex[:8]}"
+        if local.is_file():  # one file, and its manifest beside it
+            pairs = [(local, dest.name)]
+            side = local.with_name(f"{local.name}.{manifest}")
+            if side.is_file():
+                pairs.append((side, side.name))
+            root = dest.parent
+        else:
+            pairs = [(f, f"{dest.name}/{f.relative_to(local).as_posix()}")
+                     for f in sorted(local.rglob("*")) if f.is_file()]
+            root = dest.parent
+        for f, _ in pairs:  # the manifest names the URLs, not this machine's temp folder
+            if f.name.endswith(manifest):
+                f.write_text(self.rename(f.read_text(encoding="utf-8")), encoding="utf-8")
+        pairs.sort(key=lambda fr: fr[0].name.endswith(manifest))  # the manifest last
+        staged = [RemotePath._child(dest.protocol, f"{tmp_key}/{rel}") for _, rel in pairs]
+        final = [root / rel for _, rel in pairs]
+        try:
+            for (f, _), tmp in zip(pairs, staged, strict=True):
+                _call(self.out, fs.put_file, str(f), tmp.fs_path)
+            for tmp, fin in zip(staged, final, strict=True):
+                _call(self.out, fs.copy, tmp.fs_path, fin.fs_path)
+            if force and dest.is_dir():  # objects of the replaced output that are not ours
+                keep = {fin.fs_path for fin in final}
+                stale = [p for p in (_call(self.out, fs.find, dest.fs_path) or [])
+                         if p.lstrip("/") not in {k.lstrip("/") for k in keep}]
+                if stale:
+                    _call(self.out, fs.rm, stale)
+        finally:
+            try:
+                fs.invalidate_cache()
+                left = fs.find(RemotePath._child(dest.protocol, tmp_key).fs_path)
+                if left:
+                    fs.rm(left)
+            except Exception:  # noqa: BLE001 - cleanup only; the error above is the one to show
+                pass
+        fs.invalidate_cache()
+
+    def rename(self, text: str) -> str:
+        """``text`` with the local staging folders named as the URLs they stand for."""
+        if not self._tmp:
+            return text
+        if is_url(self.path):
+            src = as_path(self.path)
+            text = text.replace(str(Path(self._tmp) / "in" / (src.name or "checkpoint")),
+                                self.path.rstrip("/"))
+        if self.remote_out:
+            dest = as_path(self.out)
+            text = text.replace(str(Path(self._tmp) / "out" / (dest.name or "checkpoint")),
+                                self.out.rstrip("/"))
+        return text

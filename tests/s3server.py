@@ -96,6 +96,9 @@ def client_env(endpoint: str) -> dict[str, str]:
 
 
 if __name__ == "__main__":
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = S3Server(int(sys.argv[1]) if len(sys.argv) > 1 else None)
     print(server.port, flush=True)
     server._server.serve_forever()

@@ -214,3 +214,72 @@ def test_readers_build_paths_through_storage():
             if re.search(r"\bPath\((path|folder|ckpt)\)", line):
                 bad.append(f"{f.name}:{n}: {line.strip()}")
     assert not bad, "use lrdoctor.storage.as_path:\n" + "\n".join(bad)
+
+
+def _bad_torch_checkpoint(path: Path) -> Path:
+    """A torch loop whose LinearLR was stepped 4x per optimizer step (50 steps of 100)."""
+    import torch
+
+    torch.manual_seed(0)
+    m = torch.nn.Linear(8, 8)
+    o = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    s = torch.optim.lr_scheduler.LinearLR(o, 1.0, 0.1, total_iters=100)
+    for _ in range(50):
+        m(torch.randn(2, 8)).pow(2).mean().backward()
+        o.step()
+        o.zero_grad()
+        for _ in range(4):
+            s.step()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": m.state_dict(), "optimizer": o.state_dict(),
+                "scheduler": s.state_dict(), "step": 50, "total_steps": 100}, path)
+    return path
+
+
+def test_fix_reads_and_publishes_urls(s3, tmp_path):
+    """fix s3://.../bad --out s3://.../fixed: the input is untouched, the output is complete
+    (manifest written last, naming URLs), no temporary prefix is left, torch loads it."""
+    import torch
+
+    src = _bad_torch_checkpoint(tmp_path / "run" / "checkpoint_50.pt")
+    url_in = upload(src.parent, "fix/run")
+    fs = storage.filesystem("s3")
+    before = fs.cat_file(f"{BUCKET}/fix/run/checkpoint_50.pt")
+    url_out = f"s3://{BUCKET}/fix/run-fixed"
+    res = runner.invoke(app, ["fix", url_in, "--out", url_out, "--policy", "rescale", "--k", "4",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["output"] == url_out and "lrdoctor-fix-" not in res.stdout
+    assert fs.cat_file(f"{BUCKET}/fix/run/checkpoint_50.pt") == before
+    fs.invalidate_cache()
+    keys = sorted(fs.find(f"{BUCKET}/fix"))
+    assert keys == [f"{BUCKET}/fix/run-fixed/checkpoint_50.pt",
+                    f"{BUCKET}/fix/run-fixed/lrdoctor-fix.json",
+                    f"{BUCKET}/fix/run/checkpoint_50.pt"]  # no lrdoctor-tmp- prefix left
+    manifest = json.loads(fs.cat_file(f"{BUCKET}/fix/run-fixed/lrdoctor-fix.json"))
+    assert "lrdoctor-fix-" not in json.dumps(manifest)  # no local staging path in it
+    local = tmp_path / "back.pt"
+    fs.get(f"{BUCKET}/fix/run-fixed/checkpoint_50.pt", str(local))
+    sd = torch.load(local, weights_only=True)
+    assert sd["scheduler"]["last_epoch"] == 50
+    code, out = inspect_json(url_out)
+    assert code == 0, runner.invoke(app, ["inspect", url_out]).stderr
+    assert not [f for f in json.loads(out)["findings"]
+                              if f["severity"] in ("warning", "error")]
+    again = runner.invoke(app, ["fix", url_in, "--out", url_out, "--policy", "rescale",
+                                "--k", "4"])
+    assert again.exit_code == 2 and "exists; give --force" in again.stderr
+
+
+def test_fix_single_file_url_to_url(s3, tmp_path):
+    src = _bad_torch_checkpoint(tmp_path / "one" / "ckpt.pt")
+    url_in = upload(src, "fix1/ckpt.pt")
+    res = runner.invoke(app, ["fix", url_in, "--out", f"s3://{BUCKET}/fix1/ckpt-fixed.pt",
+                              "--policy", "rescale", "--k", "4"])
+    assert res.exit_code == 0, res.output
+    fs = storage.filesystem("s3")
+    fs.invalidate_cache()
+    assert sorted(fs.find(f"{BUCKET}/fix1")) == [
+        f"{BUCKET}/fix1/ckpt-fixed.pt", f"{BUCKET}/fix1/ckpt-fixed.pt.lrdoctor-fix.json",
+        f"{BUCKET}/fix1/ckpt.pt"]

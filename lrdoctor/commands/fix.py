@@ -64,9 +64,9 @@ class Policy(str, Enum):
 def register(app: typer.Typer) -> None:
     @app.command("fix", help=HELP)
     def fix(
-        path: Annotated[Path, typer.Argument(
-            metavar="PATH", help="Checkpoint (file, checkpoint dir or run dir).")],
-        out: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write the repaired copy.")] = None,
+        path: Annotated[str, typer.Argument(
+            metavar="PATH", help="Checkpoint (file, checkpoint dir or run dir), or its URL.")],
+        out: Annotated[str | None, typer.Option("--out", "-o", help="Where to write the repaired copy (a path or a URL).")] = None,
         policy: Annotated[Policy | None, typer.Option("--policy", help="nominal, rescale or extend-horizon (default: what the findings recommend).")] = None,
         k: Annotated[float | None, typer.Option("--k", help="rescale: how many times too fast the scheduler ran.")] = None,
         progress: Annotated[float | None, typer.Option("--progress", help="nominal: the scheduler progress to set, in the schedule's unit.")] = None,
@@ -96,20 +96,39 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(guarded(run))
 
 
-def run_fix(path: Path, *, out: Path | None, policy: str | None, k: float | None,
+def run_fix(path: Path | str, *, out: Path | str | None, policy: str | None, k: float | None,
             progress: float | None, replay: Path | None, dry_run: bool, force: bool,
             format: str | None, output_format: str = "text", fail_on: str = "never") -> int:
     """Plan, write and print a fix; the exit code is 1 when a finding at or above
     ``fail_on`` remains (after the write, or as it is now with --dry-run / nothing to fix)."""
     from lrdoctor.errors import UnusableInput
+
+    if out is None and not dry_run:
+        raise UnusableInput("give --out NEW (or --dry-run): fix never modifies its input")
+    from lrdoctor.storage import Staging
+
+    with Staging(path, out) as stage:  # URLs: a local copy in, a local folder to publish out
+        try:
+            return _run_fix(stage, policy=policy, k=k, progress=progress, replay=replay,
+                            dry_run=dry_run, force=force, format=format,
+                            output_format=output_format, fail_on=fail_on)
+        except UnusableInput as exc:  # named as the user named it, not the staging folder
+            raise UnusableInput(stage.rename(str(exc))) from None
+
+
+def _run_fix(stage, *, policy, k, progress, replay, dry_run, force, format, output_format,
+             fail_on) -> int:
+    import contextlib
+    import io
+
     from lrdoctor.findings import exit_code
     from lrdoctor.render import emit
     from lrdoctor.render.progress import copy_bar
     from lrdoctor.repair.engine import fix_report, plan_fix, write_fix
     from lrdoctor.repair.writer import MANIFEST
 
-    if out is None and not dry_run:
-        raise UnusableInput("give --out NEW (or --dry-run): fix never modifies its input")
+    path = stage.local_input()
+    out = None if dry_run else stage.local_output(force)
     plan = plan_fix(path, policy=policy, k=k, progress=progress, replay=replay, format=format)
     if plan.noop and _has_manifest(path, MANIFEST) and plan.target is None:
         plan.notes.insert(0, f"already repaired by lrdoctor ({MANIFEST} present)")
@@ -122,12 +141,18 @@ def run_fix(path: Path, *, out: Path | None, policy: str | None, k: float | None
         finally:
             if bar is not None:
                 bar.stop()
+        if stage.remote_out and result.written is not None:
+            stage.publish(out, force)
     if result is not None and result.written is not None and result.written.cleaned:
         names = ", ".join(x.name for x in result.written.cleaned)
         print(f"note: removed what an interrupted earlier fix left beside the output: {names}",
               file=sys.stderr)
     rep = fix_report(plan, dry_run=dry_run, out=out, result=result)
-    emit(rep, output_format, fail_on, command="fix", plan=plan, dry_run=dry_run, result=result)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        emit(rep, output_format, fail_on, command="fix", plan=plan, dry_run=dry_run,
+             result=result)
+    print(stage.rename(buf.getvalue()), end="")  # URLs, not the local staging folders
     remaining = (result.after_findings if result is not None and result.written is not None
                  else plan.findings)
     return exit_code(remaining, fail_on)
