@@ -540,10 +540,10 @@ def refuse_code(ckpt: str | Path, already_read: Iterable[str] = ()) -> None:
     """
     from lrdoctor import safeload
 
-    ckpt = Path(ckpt)
+    ckpt = as_path(ckpt)
     if not ckpt.is_dir():
         return
-    done = {str(Path(f)) for f in already_read}
+    done = {str(as_path(f)) for f in already_read}
     try:
         files = candidate_files(ckpt)
     except UnusableInput:
