@@ -295,3 +295,35 @@ def test_hostile_side_file_beside_a_framework_checkpoint_refuses(hf_run_dir, tmp
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "rng_state.pth" in lines[0] and "posix.system" in lines[0]
+
+
+def test_real_lightning_linear_lr_ending_at_half_the_run_is_silent(tmp_path):
+    """A healthy Lightning run whose LinearLR reaches its end at half the run: Lightning
+    saves no max_steps, so the horizon rule must not claim an error (issue 9)."""
+    import pytorch_lightning as pl
+    import torch
+
+    class M(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, i):
+            return self.lin(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            o = torch.optim.AdamW(self.parameters(), lr=1e-3)
+            s = torch.optim.lr_scheduler.LinearLR(o, start_factor=1.0, end_factor=0.1,
+                                                  total_iters=10)
+            return {"optimizer": o, "lr_scheduler": {"scheduler": s, "interval": "step"}}
+
+    t = pl.Trainer(max_steps=20, logger=False, enable_progress_bar=False,
+                   enable_model_summary=False, enable_checkpointing=False,
+                   default_root_dir=str(tmp_path), accelerator="cpu")
+    t.fit(M(), torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
+        torch.randn(64, 4)), batch_size=4))
+    t.save_checkpoint(tmp_path / "last.ckpt")
+    st = read_state(tmp_path / "last.ckpt")
+    assert st.format == "lightning" and st.scheduler_progress.value == 20
+    f = diagnose(st)
+    assert loud(f) == [] and [x.code for x in f if x.code == "LRD110"]
