@@ -364,6 +364,18 @@ _RULES = [
          "where they do not, the fast path's numbers are not backed by a real execution.",
          "lr at trace row 96: fast 0.000412, torch 0.000398.",
          "Replay the whole run with `--torch` and report the config to lrdoctor."),
+    Rule("LRD215", "loss-divisor-lr-scale", _W,
+         "The loss divisor changes the effective LR of updates",
+         "Under gradient accumulation and data parallelism the loss must be divided by the "
+         "tokens of the whole update (every micro-batch, every rank). Dividing each "
+         "micro-batch by its own tokens (then by k), or each rank by its own window, makes a "
+         "short window train at a fraction of the LR and weighs tokens unequally: "
+         "transformers PR 34191 (`num_items_in_batch`) and issue 37766. `replay` reports the "
+         "effective LR scale per update the configured divisor implies.",
+         "per_micro_batch_tokens, k 4: the last window of each epoch holds 1 micro-batch "
+         "and trains at 0.25x; tokens weigh 0.4..2.6x inside one update.",
+         "Divide by the update's global token count (all-reduce it across ranks, multiply "
+         "the loss by dp to undo DDP's mean), as `num_items_in_batch` does."),
     # ---- lrdoctor configuration (check) --------------------------------
     Rule("LRD301", "unused-ignore", _W,
          "An ignore in the lrdoctor configuration matched nothing",

@@ -495,7 +495,9 @@ def findings(rep: Replay, summary: dict[str, Any] | None = None,
              knob: dict[str, Any] | None = None) -> list[Finding]:
     """LRD201-LRD212 from one replay (``knob``: a memory-knob comparison, for LRD203)."""
     ctx = _context(rep, summary or summarize(rep), knob)
-    return [f for rule in RULES if (f := rule(ctx)) is not None]
+    from lrdoctor.replay import loss_scale
+
+    return [f for rule in RULES if (f := rule(ctx)) is not None] + loss_scale.findings(rep)
 
 
 def _divisibility(rep: Replay) -> Finding | None:

@@ -127,6 +127,10 @@ class BatchingCfg(_Section):
     # doc_target: what each micro-batch divides its loss by. step_total is right;
     # micro_batch reproduces a loop dividing by its own micro-batch's documents (LRD207).
     loss_divisor: Literal["step_total", "micro_batch"] = "step_total"
+    # What the loss of every strategy is divided by under accumulation and dp, for the
+    # effective LR scale per update (lrdoctor.replay.loss_scale, LRD215); null: not judged.
+    loss_normalization: Literal["per_micro_batch_tokens", "window_tokens",
+                                "global_window_tokens"] | None = None
     # Micro-batch cost for the token cap (LRD209) and the probe's shape: true = real
     # tokens packed in one row, false = rows x padded length; null = the strategy's
     # framework default (PACKED_STRATEGIES).
