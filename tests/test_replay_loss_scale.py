@@ -78,6 +78,9 @@ def test_per_micro_batch_divisor_short_window_trains_at_a_quarter():
     assert f.evidence["scale_per_update"]["min"] == pytest.approx(0.25)
     assert f.evidence["updates_off"] == 2  # one short window per train step
     assert f.evidence["token_weight"]["max"] > 1.5
+    from lrdoctor.replay.analysis import summarize
+
+    assert summarize(rep)["loss_scale"]["scale_per_update"]["min"] == pytest.approx(0.25)
 
 
 def test_global_window_divisor_is_silent():

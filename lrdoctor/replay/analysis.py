@@ -134,6 +134,11 @@ def summarize(rep: Replay) -> dict[str, Any]:
     }
     if not np.all(np.isnan(t["peak_mem_bytes"])):
         s["peak_memory_bytes"] = int(np.nanmax(t["peak_mem_bytes"]))
+    if cfg.batching.loss_normalization is not None:
+        # The effective LR scale per update the configured loss divisor implies.
+        from lrdoctor.replay import loss_scale
+
+        s["loss_scale"] = loss_scale.scale(rep, cfg.batching.loss_normalization)
     for key in ("scheduler_class", "micro_batches_per_second", "torch_seconds", "cycled",
                 "logged_steps"):
         if key in rep.notes:
