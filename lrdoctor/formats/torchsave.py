@@ -71,11 +71,16 @@ def _safe_candidates(path: Path) -> list[Path]:
         return []
 
 
+def _is_pickle(f: Path, ckpt: discover.Checkpoint) -> bool:
+    """A pickle by its suffix, or the one file the user named (``fix --out fixed``)."""
+    return f.suffix.lower() in discover.PICKLE_SUFFIXES or f == ckpt.path
+
+
 def find_checkpoints(path: Path) -> list[discover.Checkpoint]:
     """Each checkpoint (path-like: a file, or a folder of files, with its files), oldest first."""
     path = as_path(path)
     ckpts = [c for c in discover.run_checkpoints(path)
-             if any(f.suffix.lower() in discover.PICKLE_SUFFIXES for f in c.files)]
+             if any(_is_pickle(f, c) for f in c.files)]
     if not ckpts:
         raise UnusableInput("no checkpoint files (torch.save / pickle) here", str(path))
     return ckpts
@@ -153,7 +158,7 @@ def read_checkpoint(ckpt: discover.Checkpoint) -> RunState:
 
 def _require_readable(sc: discover.Scan) -> None:
     """Discovery reads what it can; a checkpoint with nothing readable is unusable input."""
-    pickles = [f for f in sc.checkpoint.files if f.suffix.lower() in discover.PICKLE_SUFFIXES]
+    pickles = [f for f in sc.checkpoint.files if _is_pickle(f, sc.checkpoint)]
     read = [f for f in pickles if str(f) in sc.objects]
     if pickles and not read:
         # Re-read the first for its one-line reason (corrupt, truncated, not a pickle).

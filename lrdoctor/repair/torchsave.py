@@ -43,7 +43,7 @@ def plan(path: Path, state: RunState, target: Target):
 
     ckpt = Path(state.path)
     used = [Path(f) for f in state.extras.get("files_used") or [state.path]]
-    used = [f for f in used if f.is_file() and f.suffix.lower() in PICKLES]
+    used = [f for f in used if f.is_file() and (f.suffix.lower() in PICKLES or f == ckpt)]
     if not used:
         raise Refusal("no checkpoint file holds the state inspect read", str(path))
     if ckpt.is_file() and used == [ckpt]:
