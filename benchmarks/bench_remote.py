@@ -104,8 +104,15 @@ def main() -> None:
         big_checkpoint(local, args.gib)
         size = local.stat().st_size
         url = f"s3://{BUCKET}/big/big.pt"
-        # one PUT (moto's threaded server loses parts of concurrent multipart uploads)
-        fs.put_file(str(local), url, chunksize=2**31, max_concurrency=1)
+        # One PUT with a long timeout: on a busy machine moto takes minutes to take 1 GiB,
+        # and a client retry after a timeout races moto's own write of the first attempt.
+        import s3fs
+
+        up = s3fs.S3FileSystem(skip_instance_cache=True,
+                               client_kwargs={"endpoint_url": endpoint},
+                               config_kwargs={"read_timeout": 1800, "connect_timeout": 60,
+                                              "retries": {"max_attempts": 1}})
+        up.put_file(str(local), url, chunksize=2**31, max_concurrency=1)
         print(f"checkpoint: {size / 2**30:.2f} GiB ({size:,} bytes), torch.save of AdamW + "
               f"CosineAnnealingLR, at {url}")
         rows = []

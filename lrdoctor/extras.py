@@ -15,7 +15,10 @@ from types import ModuleType
 from lrdoctor.errors import UnusableInput
 
 # import name -> the extra that installs it
-EXTRA = {"torch": "torch", "matplotlib": "plots"}
+EXTRA = {"torch": "torch", "matplotlib": "plots",
+         # checkpoints at URLs (lrdoctor.storage) and --executor ray (lrdoctor.parallel)
+         "fsspec": "s3", "s3fs": "s3", "gcsfs": "gcs", "adlfs": "azure", "aiohttp": "http",
+         "ray": "ray"}
 
 
 class MissingExtra(UnusableInput):

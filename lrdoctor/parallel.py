@@ -58,7 +58,9 @@ def check_executor(executor: str) -> str:
         import importlib.util
 
         if importlib.util.find_spec("ray") is None:
-            raise UnusableInput("--executor ray needs ray: pip install 'lrdoctor[ray]'")
+            from lrdoctor.extras import MissingExtra
+
+            raise MissingExtra("ray", "--executor ray")
     return executor
 
 

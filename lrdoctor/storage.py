@@ -95,7 +95,9 @@ def _missing_extra(protocol: str) -> UnusableInput:
     if extra is None:
         return UnusableInput(f"{protocol}:// URLs need fsspec and the package for that store: "
                              "pip install fsspec and its backend for the protocol")
-    return UnusableInput(f"{protocol}:// URLs need {pkg}: pip install 'lrdoctor[{extra}]'")
+    from lrdoctor.extras import MissingExtra
+
+    return MissingExtra(pkg, f"a {protocol}:// URL")
 
 
 def _endpoint_options(protocol: str) -> dict[str, Any]:

@@ -169,6 +169,7 @@ def test_fleet_glob_one_result_per_run(s3, megatron_run_dir, hf_run_dir):
     assert "summary" in text.stdout and "2 target(s), 0 failing" in text.stdout
 
 
+
 def test_fleet_glob_matching_nothing_is_named(s3):
     res = runner.invoke(app, ["check", "--inspect", f"s3://{BUCKET}/nope/*/checkpoints"])
     assert res.exit_code == 2
@@ -188,7 +189,8 @@ def test_missing_extra_names_the_pip_install():
     res = runner.invoke(app, ["inspect", "gs://bucket/run"])
     assert res.exit_code == 2
     assert res.stderr.strip() == \
-        "lrdoctor: error: gs:// URLs need gcsfs: pip install 'lrdoctor[gcs]'"
+        "lrdoctor: error: a gs:// URL needs gcsfs, which is not installed: " \
+        "pip install 'lrdoctor[gcs]'"
 
 
 def test_memory_url_and_file_url(tmp_path, megatron_run_dir):
@@ -283,3 +285,10 @@ def test_fix_single_file_url_to_url(s3, tmp_path):
     assert sorted(fs.find(f"{BUCKET}/fix1")) == [
         f"{BUCKET}/fix1/ckpt-fixed.pt", f"{BUCKET}/fix1/ckpt-fixed.pt.lrdoctor-fix.json",
         f"{BUCKET}/fix1/ckpt.pt"]
+
+
+def test_sarif_names_a_url_as_the_url():
+    from lrdoctor.render.machine import _artifact, _relative
+
+    assert _artifact("s3://b/run/iter_0000020") == {"uri": "s3://b/run/iter_0000020"}
+    assert _relative("gs://b/run/step-3") == "gs://b/run/step-3"

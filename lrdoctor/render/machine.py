@@ -59,7 +59,11 @@ def repo_root(start: str | os.PathLike | None = None) -> Path | None:
 
 
 def _relative(path: str) -> str:
-    """``path`` relative to the repo root (POSIX), or absolute when outside it."""
+    """``path`` relative to the repo root (POSIX), or absolute when outside it; a URL as is."""
+    from lrdoctor.storage import is_url
+
+    if is_url(path):
+        return path
     p = Path(path)
     absolute = p.resolve() if p.exists() or p.is_absolute() else (Path.cwd() / p).resolve()
     root = repo_root()
@@ -230,6 +234,10 @@ def sarif(reports: list[Report]) -> dict:
 
 
 def _artifact(path: str) -> dict:
+    from lrdoctor.storage import is_url
+
+    if is_url(path):  # s3://bucket/run/...: already an absolute URI
+        return {"uri": path}
     if path.startswith("/"):
         return {"uri": Path(path).as_uri()}
     from urllib.parse import quote
