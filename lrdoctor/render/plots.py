@@ -76,17 +76,22 @@ def plot_inspect(reports, out: Path) -> Path:
     ax.axhline(spec.min_lr, color="#d62728", ls=":", lw=1, label=f"floor min_lr = {spec.min_lr:g}")
     if planned:
         ax.axvline(planned, color="black", ls="-.", lw=1, label="planned end of training")
+    # A hollow ring under a smaller cross: both stay visible when they coincide (healthy).
     if nom:
-        ax.scatter([nom["value"]], [lr_at(spec, nom["value"])], s=80, color="#2ca02c", zorder=5,
+        ax.scatter([nom["value"]], [lr_at(spec, nom["value"])], s=220, facecolors="none",
+                   edgecolors="#2ca02c", linewidths=2.2, zorder=5,
                    label=f"trainer's counters imply {nom['value']:,.0f}")
     if sp:
-        ax.scatter([sp["value"]], [lr_at(spec, sp["value"])], s=80, marker="X", color="#d62728",
+        ax.scatter([sp["value"]], [lr_at(spec, sp["value"])], s=70, marker="X", color="#d62728",
                    zorder=6, label=f"scheduler is at {sp['value']:,.0f}")
     ax.set_xlabel(f"scheduler progress ({spec.unit.value})")
     ax.set_ylabel("learning rate (param group 0)")
     ax.set_title(f"{Path(report.target).name} ({report.format})", fontsize=10)
     ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
-    ax.set_ylim(bottom=min(0, spec.min_lr) if spec.min_lr >= 0 else spec.min_lr * 1.1)
+    # Room below 0: a marker at LR 0 (a finished cosine) must not sit on the x-axis.
+    top_y = max(max(ys), spec.max_lr)
+    ax.set_ylim(bottom=(min(0, spec.min_lr) if spec.min_lr >= 0 else spec.min_lr * 1.1)
+                - 0.06 * top_y)
     # Below the axes: inside, it sat on the curve (a torch cosine climbs back up on the right).
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3,
               frameon=False)
@@ -124,12 +129,15 @@ def plot_run(reports, out: Path) -> Path:
     nom = [(x, r["updates"]["value"]) for x, r in zip(xs, rows, strict=True) if r.get("updates")]
     sch = [(x, r["scheduler"]["value"]) for x, r in zip(xs, rows, strict=True)
            if r.get("scheduler")]
+    # Nominal wide and pale under the scheduler's dashed line: equal (healthy) lines
+    # stay two visible lines.
     if nom:
-        top.plot(*zip(*nom, strict=True), "o-", color="#2ca02c", label="nominal (trainer's counters)")
+        top.plot(*zip(*nom, strict=True), "o-", color="#2ca02c", lw=5, alpha=0.45, ms=13,
+                 mfc="none", mew=2, label="nominal (trainer's counters)")
     if sch:
         top.plot(*zip(*sch, strict=True), "X--", color="#d62728", ms=8, label="scheduler's progress")
     ys = [y for _, y in nom + sch]
-    top.set_ylim(0, max(ys or [1]) * 1.15)
+    top.set_ylim(-0.04 * max(ys or [1]), max(ys or [1]) * 1.15)
     if have_x:
         top.set_xlim(0, max(xs) * 1.06 or 1)
     for x in (x for x, r in zip(xs, rows, strict=True) if not r.get("scheduler")):
@@ -160,13 +168,19 @@ def plot_run(reports, out: Path) -> Path:
         for ax in (top, bot):
             ax.axvline(x, color="black", ls="-.", lw=1,
                        label="resume (from the findings)" if i == 0 and ax is top else None)
-    for key, style, color, label in (
-            ("optimizer_lr", "s-", "#1f77b4", "optimizer param-group lr (saved)"),
-            ("lr_at_scheduler", "X--", "#d62728", "schedule at the scheduler's progress"),
-            ("lr_at_updates", "o:", "#2ca02c", "schedule at the nominal progress")):
+    lr_max = 0.0
+    # Widest first, so lines that coincide (a healthy run) show as nested lines.
+    for key, style, color, label, kw in (
+            ("lr_at_updates", "o-", "#2ca02c", "schedule at the nominal progress",
+             {"lw": 6, "alpha": 0.4, "ms": 14, "mfc": "none", "mew": 2}),
+            ("optimizer_lr", "s-", "#1f77b4", "optimizer param-group lr (saved)",
+             {"lw": 2.5, "ms": 8}),
+            ("lr_at_scheduler", "X--", "#d62728", "schedule at the scheduler's progress",
+             {"lw": 1.2, "ms": 6})):
         pts = [(x, r[key]) for x, r in zip(xs, rows, strict=True) if r.get(key) is not None]
         if pts:
-            bot.plot(*zip(*pts, strict=True), style, color=color, label=label, ms=6)
+            bot.plot(*zip(*pts, strict=True), style, color=color, label=label, **kw)
+            lr_max = max([lr_max, *(y for _, y in pts)])
     bot.set_ylabel("learning rate (param group 0)")
     bot.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     bot.set_xlabel(f"nominal progress ({unit}): where the trainer's counters say training is"
@@ -176,7 +190,7 @@ def plot_run(reports, out: Path) -> Path:
     for ax in (top, bot):
         ax.grid(alpha=0.3)
     top.legend(fontsize=8, loc="upper left", frameon=False)
-    bot.set_ylim(bottom=0)
+    bot.set_ylim(bottom=-0.06 * (lr_max or 1))  # an LR of 0 must not sit on the x-axis
     bot.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2,
                frameon=False)
     fig.tight_layout()
@@ -213,12 +227,18 @@ def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
     ax_lr.plot(np.arange(steps + 1), intended_lr(base), color="black", lw=2, ls="--",
                label="intended (budget followed evenly)")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    # Sweep values whose curves are equal must stay distinguishable: each value its own
+    # dash pattern, the first drawn widest, so coinciding curves show as nested lines.
+    dashes = ["-", (0, (6, 3)), (0, (2, 2)), (0, (8, 2, 2, 2)), (0, (1, 3))]
+    n = len(results)
     for i, (val, rep) in enumerate(results):
         ps = per_step(rep)
         s = summarize(rep)
         label = "replayed" if key is None else f"{key.split('.')[-1]}={val}"
         c = colors[i % len(colors)]
-        ax_lr.plot(x, ps["lr"], color=c, lw=1.5, label=label)
+        style = {} if key is None else {"ls": dashes[i % len(dashes)],
+                                        "lw": 1.5 + 2.0 * (n - 1 - i) / max(1, n - 1)}
+        ax_lr.plot(x, ps["lr"], color=c, **({"lw": 1.5} | style), label=label)
         if s["floor_step"] is not None and s["floor_step"] < steps:
             ax_lr.axvline(s["floor_step"], color=c, ls=":", lw=1)
             ax_lr.annotate(f"floor at step {s['floor_step']}", (s["floor_step"], rep.spec.min_lr),
@@ -230,7 +250,8 @@ def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
             ax_w.plot(np.arange(len(sizes)), sizes, ".", ms=3 if len(sizes) < 500 else 1.5,
                       color=c, label="micro-batches per update")
         else:
-            ax_w.step(x, ps["updates"], where="mid", color=c, lw=1.2, label=label)
+            ax_w.step(x, ps["updates"], where="mid", color=c, label=label,
+                      **({"lw": 1.2} | style))
     ax_lr.axhline(base.spec.min_lr, color="grey", lw=0.8, ls="-.",
                   label=f"floor min_lr = {base.spec.min_lr:g}")
     ax_lr.axvline(steps, color="grey", lw=0.8, ls="--",
@@ -244,14 +265,9 @@ def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
     ax_lr.legend(fontsize=8, loc="upper right", bbox_to_anchor=(1.0, 0.85))
     ax_lr.grid(alpha=0.3)
     if key is None:
-        # Nominal k of each update's dp size (RLinf-style loops recompute it on scaling).
-        from lrdoctor.replay.engine import nominal_k
-
-        t = base.trace
-        dps = t["dp"][t["is_update"]]
-        k_of = {int(d): nominal_k(base.cfg, int(d)) for d in np.unique(dps)}
-        ax_w.step(np.arange(len(dps)), [k_of[int(d)] for d in dps], where="mid", color="black",
-                  ls="--", lw=0.8, label="nominal micro-batches per update")
+        ref, ref_label = nominal_windows(base)
+        ax_w.step(np.arange(len(ref)), ref, where="mid", color="black", ls="--", lw=0.8,
+                  label=ref_label)
         ax_w.set_xlabel("optimizer update (index)")
         ax_w.set_ylabel("window size (micro-batches)")
     else:
@@ -269,6 +285,35 @@ def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
         _save(fig, path, dpi=110)
     except OSError as exc:
         raise UnusableInput(f"--plot: cannot write: {exc.strerror or exc}", str(path)) from None
+
+
+def nominal_windows(rep: Replay):
+    """The reference line of the window panel, per update, and its legend label.
+
+    Windows the accumulation rule closes: the configured k of the update's dp size
+    (RLinf-style loops recompute it on scaling). Windows a strategy sets (verl's and
+    SkyRL's mini-batches of dynamic micro-batches): the micro-batches the update's own
+    samples take at ``micro_batch_size`` per rank, as static batching would cut them,
+    not the k = gradient_accumulation = 1 those frameworks leave unset.
+    """
+    import numpy as np
+
+    from lrdoctor.replay.analysis import summarize
+    from lrdoctor.replay.engine import nominal_k
+
+    t = rep.trace
+    upd = t["is_update"]
+    dps = t["dp"][upd]
+    if summarize(rep).get("windows_by") != "strategy":
+        k_of = {int(d): nominal_k(rep.cfg, int(d)) for d in np.unique(dps)}
+        return [k_of[int(d)] for d in dps], "nominal micro-batches per update"
+    rows = t["applied"]
+    n_up = int(upd.sum())
+    samples = np.bincount(t["window"][rows], weights=t["samples"][rows], minlength=n_up)[:n_up]
+    mbs = rep.cfg.train.micro_batch_size
+    per_rank = samples / np.maximum(dps, 1)
+    return (np.ceil(per_rank / mbs).astype(int),
+            f"static equivalent: the update's samples at micro_batch_size {mbs} per rank")
 
 
 def updates_per_step_plot(replay: Any, path: Path) -> Path:
