@@ -91,7 +91,27 @@ def _wanted(p: Path) -> bool:
     suffix = p.suffix.lower()
     if suffix in SKIP_SUFFIXES:
         return False
-    return suffix in PICKLE_SUFFIXES or suffix in SIDECAR_SUFFIXES
+    return suffix in SIDECAR_SUFFIXES or is_pickle(p)
+
+
+def is_pickle(p: Path) -> bool:
+    """A torch.save / pickle file, by its name where the name says so, else by its first
+    bytes: users name checkpoints ``fixed``, ``state.latest`` or ``ckpt.step100``, and
+    what a file holds decides, not its name."""
+    suffix = p.suffix.lower()
+    if suffix in PICKLE_SUFFIXES:
+        return True
+    if suffix in SKIP_SUFFIXES or suffix in SIDECAR_SUFFIXES:
+        return False
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(4)
+    except (OSError, ValueError):
+        return False
+    # A torch zip (zip local-file header) or a pickle (PROTO opcode, protocol 2..5; the
+    # legacy torch format starts with a pickled magic number, protocol 2).
+    return head.startswith(b"PK\x03\x04") or (
+        len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5)
 
 
 def candidate_files(path: Path, max_files: int = MAX_FILES) -> list[Path]:
@@ -218,9 +238,9 @@ def run_checkpoints(path: str | Path) -> list[Checkpoint]:
         ckpts.sort(key=lambda c: (c.step if c.step is not None else -1, str(c.path)))
         # State saved once per run beside the step folders (torchtune's recipe_state/,
         # overwritten at every save) describes the newest checkpoint.
-        ckpts[-1].files += [f for f in loose if f.suffix.lower() in PICKLE_SUFFIXES]
+        ckpts[-1].files += [f for f in loose if is_pickle(f)]
         return ckpts
-    pickles = [f for f in loose if f.suffix.lower() in PICKLE_SUFFIXES]
+    pickles = [f for f in loose if is_pickle(f)]
     numbered: dict[int, list[Path]] = {}
     for f in pickles:
         n = file_step(f)
@@ -548,7 +568,7 @@ def refuse_code(ckpt: str | Path, already_read: Iterable[str] = ()) -> None:
         files = candidate_files(ckpt)
     except UnusableInput:
         return
-    todo = [f for f in files if f.suffix.lower() in PICKLE_SUFFIXES and str(f) not in done]
+    todo = [f for f in files if is_pickle(f) and str(f) not in done]
     for f in todo[:MAX_READ]:
         try:
             safeload.load(f, unknown_as_opaque=True)

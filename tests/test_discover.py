@@ -327,3 +327,23 @@ def test_real_lightning_linear_lr_ending_at_half_the_run_is_silent(tmp_path):
     assert st.format == "lightning" and st.scheduler_progress.value == 20
     f = diagnose(st)
     assert loud(f) == [] and [x.code for x in f if x.code == "LRD110"]
+
+
+def test_files_are_read_by_content_whatever_their_names(tmp_path):
+    """A torch.save file named without a known suffix (``fixed``, ``state.latest``) is a
+    checkpoint all the same; a text file with a .pt-free name is not."""
+    import shutil
+
+    src = ROOT / "sample_checkpoints" / "torch-microstep" / "checkpoint_60.pt"
+    d = tmp_path / "run"
+    d.mkdir()
+    for name in ("state.latest", "fixed"):
+        shutil.copy(src, d / name)
+        assert discover.is_pickle(d / name)
+        p = lrdoctor("inspect", str(d / name), "--json")
+        assert p.returncode == 1, p.stderr
+        doc = json.loads(p.stdout)
+        assert {f["code"] for f in doc["findings"]} >= {"LRD103"}
+    (d / "notes").write_text("just text\n")
+    assert not discover.is_pickle(d / "notes")
+    assert sorted(f.name for f in discover.candidate_files(d)) == ["fixed", "state.latest"]

@@ -59,8 +59,8 @@ BUDGET_KEYS: dict[str, Unit] = {
 def detect(path: Path) -> bool:
     path = as_path(path)
     if path.is_file():
-        return path.suffix in SUFFIXES or path.suffix.lower() in discover.PICKLE_SUFFIXES
-    return path.is_dir() and any(f.suffix.lower() in discover.PICKLE_SUFFIXES
+        return path.suffix in SUFFIXES or discover.is_pickle(path)
+    return path.is_dir() and any(discover.is_pickle(f)
                                  for f in _safe_candidates(path))
 
 
@@ -72,8 +72,9 @@ def _safe_candidates(path: Path) -> list[Path]:
 
 
 def _is_pickle(f: Path, ckpt: discover.Checkpoint) -> bool:
-    """A pickle by its suffix, or the one file the user named (``fix --out fixed``)."""
-    return f.suffix.lower() in discover.PICKLE_SUFFIXES or f == ckpt.path
+    """A pickle by its content (see :func:`discover.is_pickle`), or the one file the user
+    named (read, so that a file that is no pickle gets its one-line reason)."""
+    return discover.is_pickle(f) or f == ckpt.path
 
 
 def find_checkpoints(path: Path) -> list[discover.Checkpoint]:
