@@ -121,6 +121,9 @@ def test_loose_files_are_all_read_and_named(tmp_path):
     assert r.returncode == 1
     for name in ("scheduler.pt", "optimizer.pt", "trainer.pt", "model.pt"):
         assert name in r.stdout
+    assert "scheduler.pt:last_epoch" in r.stdout  # the counters of the verdict, by default
+    assert "more counter(s) read: --verbose shows them" in r.stdout
+    r = lrdoctor("inspect", str(d), "--verbose")  # every counter with its file and key
     assert "trainer.pt:global_step" in r.stdout
 
 
