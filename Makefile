@@ -29,8 +29,13 @@ $(VENV)/.torch: $(BIN)/python
 	$(BIN)/python -c "import torch" 2>/dev/null || $(TORCH_CPU)
 	touch $@
 
+# verl and OpenRLHF without their dependencies (Ray, vLLM, CUDA): the randomized
+# comparisons of tests/test_replay_peers.py load only their pure packing functions.
+PEERS := "verl==0.9.1" "openrlhf==0.11.2"
+
 $(STAMP)-test: $(STAMP) $(VENV)/.torch
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q --no-deps $(PEERS)
 	touch $@
 
 install: $(STAMP)
