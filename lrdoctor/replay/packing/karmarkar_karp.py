@@ -44,56 +44,89 @@ def karmarkar_karp(values, k: int, equal_size: bool = False) -> list[list[int]]:
     result, cannot depend on how ties would have been broken. The randomized
     comparison against verl's real function (tests/test_replay_peers.py) checks it.
     """
+    return [sorted(s[3]) for s in _kk_sets(values, k, equal_size)]
+
+
+def _kk_sets(values, k: int, equal_size: bool) -> list[list]:
+    """Karmarkar-Karp's final sets ``[sum, count, first, items]``, heaviest first.
+
+    Merges that involve a one-item state (most of them with few items per
+    partition) touch one set instead of looping over k, and ``n == k`` is
+    forced (one item each); the pop order is unchanged, so the result is too.
+    """
     vals = [int(v) for v in values]
     n = len(vals)
     if n < k:
         raise ValueError(f"{n} items cannot fill {k} partitions")
-    ordered = sorted(zip(vals, range(n), strict=True))
-    heap: list = []
+    if equal_size and n % k:
+        raise ValueError(f"equal_size needs {n} divisible by {k}")
+    if k == 1:
+        return [[sum(vals), n, 0, list(range(n))]]
+    ordered = sorted(zip(vals, range(n)))
+    if n == k:  # forced: one item per partition, heaviest first
+        return [[v, 1, i, [i]] for v, i in reversed(ordered)]
+    heap = []
     push = heap.append
     if equal_size:
-        if n % k:
-            raise ValueError(f"equal_size needs {n} divisible by {k}")
         for off in range(0, n, k):
-            sets = [[v, 1, i, [i]] for v, i in ordered[off : off + k]]
-            sets.sort(reverse=True)
+            sets = [[v, 1, i, [i]] for v, i in ordered[off: off + k]]
+            sets.reverse()
             top = sets[0]
             push((sets[-1][0] - top[0], -top[0], -1, -top[2], sets))
-    elif k == 1:
-        return [list(range(n))]
     else:
         for v, i in ordered:
-            # spread = v - 0 (the k-1 empty sets), created lazily at the first merge
             push((-v, -v, -1, -i, v, i))
     heapq.heapify(heap)
     pop = heapq.heappop
     hpush = heapq.heappush
+    km1 = k - 1
     while len(heap) > 1:
         ea = pop(heap)
         eb = pop(heap)
-        a = ea[4] if len(ea) == 5 else [[ea[4], 1, ea[5], [ea[5]]]] + [
-            [0, 0, -1, []] for _ in range(k - 1)
-        ]
-        if len(eb) == 5:
-            b = eb[4]
-        else:
-            b = [[eb[4], 1, eb[5], [eb[5]]]] + [[0, 0, -1, []] for _ in range(k - 1)]
-        for x, y in zip(a, reversed(b), strict=True):
+        if len(ea) == 6:
+            if len(eb) == 6:  # the common merge, done without the k-1 empty sets' loop
+                # two singletons: a's item sorts first (its key popped first)
+                va = ea[4]
+                a = [[va, 1, ea[5], [ea[5]]], [eb[4], 1, eb[5], [eb[5]]]]
+                a.extend([0, 0, -1, []] for _ in range(k - 2))
+                hpush(heap, (-va if k > 2 else eb[4] - va, -va, -1, -ea[5], a))
+                continue
+            a = eb[4]
+            y = a[-1]
+            # a's item meets b's smallest set; a's empties meet the rest unchanged
+            va = ea[4]
             if y[1]:
-                if not x[1]:
-                    x[2] = y[2]
-                x[0] += y[0]
-                x[1] += y[1]
-                x[3] += y[3]
-        a.sort(reverse=True)
+                a[-1] = [va + y[0], 1 + y[1], ea[5], [ea[5]] + y[3]]
+            else:
+                a[-1] = [va, 1, ea[5], [ea[5]]]
+            a.sort(reverse=True)
+        else:
+            a = ea[4]
+            if len(eb) == 6:
+                x = a[-1]
+                if x[1]:
+                    x[0] += eb[4]
+                    x[1] += 1
+                    x[3].append(eb[5])
+                else:
+                    a[-1] = [eb[4], 1, eb[5], [eb[5]]]
+                a.sort(reverse=True)
+            else:
+                b = eb[4]
+                for x, y in zip(a, reversed(b)):
+                    if y[1]:
+                        if not x[1]:
+                            x[2] = y[2]
+                        x[0] += y[0]
+                        x[1] += y[1]
+                        x[3] += y[3]
+                a.sort(reverse=True)
         top = a[0]
         hpush(heap, (a[-1][0] - top[0], -top[0], -top[1], -top[2], a))
-    last = heap[0]
-    sets = last[4] if len(last) == 5 else [[last[4], 1, last[5], [last[5]]]]
-    parts = [sorted(s[3]) for s in sets]
-    if len(parts) != k or any(not p for p in parts):
+    sets = heap[0][4]
+    if not sets[-1][1]:
         raise ValueError("an empty partition")
-    return parts
+    return sets
 
 
 def verl_workload(lens: np.ndarray) -> np.ndarray:
@@ -129,8 +162,9 @@ def _workloads(lens: list[int]) -> list[int]:
 
 
 def _verl_order(w: list[int], k: int, equal_size: bool) -> list[list[int]]:
-    parts = karmarkar_karp(w, k, equal_size=equal_size and len(w) % k == 0)
-    parts.sort(key=lambda p: (sum(w[i] for i in p), p[0]), reverse=True)
+    sets = _kk_sets(w, k, equal_size and len(w) % k == 0)
+    keyed = sorted(((s[0], min(s[3]), s[3]) for s in sets), reverse=True)
+    parts = [sorted(t[2]) for t in keyed]
     return parts[::2][::-1] + parts[1::2]
 
 
