@@ -62,11 +62,19 @@ def _kk_sets(values, k: int, equal_size: bool) -> list[list]:
         raise ValueError(f"equal_size needs {n} divisible by {k}")
     if k == 1:
         return [[sum(vals), n, 0, list(range(n))]]
-    ordered = sorted(zip(vals, range(n)))
-    if n == k:  # forced: one item per partition, heaviest first
-        return [[v, 1, i, [i]] for v, i in reversed(ordered)]
+    ordered = sorted(zip(vals, range(n), strict=True))
     heap = []
     push = heap.append
+    if not equal_size:
+        # Forced opening: the heaviest singleton pops first with the next one, and
+        # while the merged state keeps an empty set its key stays that singleton's
+        # key, the smallest in the heap; so the k heaviest items end as one state
+        # of k singletons (k - 1 merges saved; with n == k, the whole answer).
+        top = [[v, 1, i, [i]] for v, i in reversed(ordered[n - k :])]
+        if n == k:
+            return top
+        ordered = ordered[: n - k]
+        push((top[-1][0] - top[0][0], -top[0][0], -1, -top[0][2], top))
     if equal_size:
         for off in range(0, n, k):
             sets = [[v, 1, i, [i]] for v, i in ordered[off: off + k]]
@@ -79,7 +87,6 @@ def _kk_sets(values, k: int, equal_size: bool) -> list[list]:
     heapq.heapify(heap)
     pop = heapq.heappop
     hpush = heapq.heappush
-    km1 = k - 1
     while len(heap) > 1:
         ea = pop(heap)
         eb = pop(heap)
@@ -113,7 +120,7 @@ def _kk_sets(values, k: int, equal_size: bool) -> list[list]:
                 a.sort(reverse=True)
             else:
                 b = eb[4]
-                for x, y in zip(a, reversed(b)):
+                for x, y in zip(a, reversed(b), strict=True):
                     if y[1]:
                         if not x[1]:
                             x[2] = y[2]
@@ -151,17 +158,13 @@ def first_fit_count(lens, cap: int) -> int:
 VERL_FLAVORS = ("verl", "verl_ceildiv")
 
 
-def _verl_parts(rows, tokens, k, equal_size):
-    """verl's micro-batches of one rank: KK on the workload, heaviest in the middle."""
-    return _verl_order(_workloads(tokens[rows].tolist()), k, equal_size)
-
-
 def _workloads(lens: list[int]) -> list[int]:
     """:func:`verl_workload` on a short Python list (cheaper than numpy at this size)."""
     return [24576 * x + x * x for x in lens]
 
 
 def _verl_order(w: list[int], k: int, equal_size: bool) -> list[list[int]]:
+    """verl's micro-batches of one rank: KK on the workload, heaviest in the middle."""
     sets = _kk_sets(w, k, equal_size and len(w) % k == 0)
     keyed = sorted(((s[0], min(s[3]), s[3]) for s in sets), reverse=True)
     parts = [sorted(t[2]) for t in keyed]
@@ -243,33 +246,35 @@ def plan_karmarkar_karp(
     raised = []
     for j in range(n_minis):
         rows_j = [m[j] if j < len(m) else np.zeros(0, np.int64) for m in minis]
+        lens_j = [tokens[rows].tolist() for rows in rows_j]
         counts = []
-        for rows in rows_j:
-            lens = tokens[rows]
+        for ln in lens_j:
+            if not ln:
+                counts.append(0)
+                continue
             if num_micro_batches:
                 c = int(num_micro_batches)
             elif flavor == "openrlhf":
-                c = first_fit_count(lens.tolist(), cap)
+                c = first_fit_count(ln, cap)
             else:
-                c = -(-int(lens.sum()) // cap) if len(lens) else 0
-            counts.append(min(c, len(lens)) if len(lens) else 0)
+                c = -(-sum(ln) // cap)
+            counts.append(min(c, len(ln)))
         c_all = max(counts)
         per_rank: list[list[np.ndarray]] = []
         if flavor == "verl" and cap and not num_micro_batches:
-            per_rank = _verl_fit(rows_j, tokens, c_all, cap, equal_size, notes, raised)
+            per_rank = _verl_fit(rows_j, lens_j, c_all, cap, equal_size, notes, raised)
         else:
-            for rows in rows_j:
-                if len(rows) == 0:
+            for rows, ln in zip(rows_j, lens_j, strict=True):
+                if not ln:
                     per_rank.append([])
                     continue
-                k = min(c_all, len(rows))
+                k = min(c_all, len(ln))
+                eq = equal_size and len(ln) % k == 0
                 if verl:
-                    parts = _verl_parts(rows, tokens, k, equal_size)
+                    parts = _verl_order(_workloads(ln), k, eq)
                 else:
-                    parts = karmarkar_karp(
-                        tokens[rows].tolist(), k, equal_size=equal_size and len(rows) % k == 0
-                    )
-                per_rank.append([rows[np.asarray(p, dtype=np.int64)] for p in parts])
+                    parts = karmarkar_karp(ln, k, equal_size=eq)
+                per_rank.append(_gather(rows, parts))
         part = _mb_from_rank_lists(per_rank, tokens, round_to)
         for mb in part:
             worst = max(worst, max(mb.tokens))
@@ -292,7 +297,19 @@ def plan_karmarkar_karp(
     return StepPlan(mbs, bounds if mini_per_rank else None, None, notes)
 
 
-def _verl_fit(rows_j, tokens, count, cap, equal_size, notes, raised):
+def _gather(rows: np.ndarray, parts: list[list[int]]) -> list[np.ndarray]:
+    """Each part's rows as views into one fancy-indexed array (one numpy call, not k)."""
+    flat = rows[[i for p in parts for i in p]]
+    out = []
+    a = 0
+    for p in parts:
+        b = a + len(p)
+        out.append(flat[a:b])
+        a = b
+    return out
+
+
+def _verl_fit(rows_j, lens, count, cap, equal_size, notes, raised):
     """verl >= 0.9.1: raise the shared count until every rank's partitions fit ``cap``.
 
     verl raises ``ValueError`` when the count would pass the smallest rank's row
@@ -304,7 +321,6 @@ def _verl_fit(rows_j, tokens, count, cap, equal_size, notes, raised):
         return [[] for _ in rows_j]
     min_rows = min(len(r) for r in live)
     start = count
-    lens = [tokens[r].tolist() for r in rows_j]
     works = [_workloads(x) for x in lens]
     while True:
         k_try = min(count, min_rows)
@@ -326,7 +342,7 @@ def _verl_fit(rows_j, tokens, count, cap, equal_size, notes, raised):
             break
         count += 1
     per_rank = [
-        [rows[np.asarray(p, dtype=np.int64)] for p in parts] if len(rows) else []
+        _gather(rows, parts) if len(rows) else []
         for rows, parts in zip(rows_j, parts_all + [[]] * (len(rows_j) - len(parts_all)),
                                strict=True)
     ]
