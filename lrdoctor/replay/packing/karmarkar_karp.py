@@ -44,17 +44,17 @@ def karmarkar_karp(values, k: int, equal_size: bool = False) -> list[list[int]]:
     result, cannot depend on how ties would have been broken. The randomized
     comparison against verl's real function (tests/test_replay_peers.py) checks it.
     """
-    return [sorted(s[3]) for s in _kk_sets(values, k, equal_size)]
+    return [sorted(s[3]) for s in _kk_sets([int(v) for v in values], k, equal_size)]
 
 
-def _kk_sets(values, k: int, equal_size: bool) -> list[list]:
+def _kk_sets(vals: list[int], k: int, equal_size: bool) -> list[list]:
     """Karmarkar-Karp's final sets ``[sum, count, first, items]``, heaviest first.
 
     Merges that involve a one-item state (most of them with few items per
     partition) touch one set instead of looping over k, and ``n == k`` is
     forced (one item each); the pop order is unchanged, so the result is too.
+    ``vals`` are Python ints already.
     """
-    vals = [int(v) for v in values]
     n = len(vals)
     if n < k:
         raise ValueError(f"{n} items cannot fill {k} partitions")
@@ -264,17 +264,18 @@ def plan_karmarkar_karp(
         if flavor == "verl" and cap and not num_micro_batches:
             per_rank = _verl_fit(rows_j, lens_j, c_all, cap, equal_size, notes, raised)
         else:
-            for rows, ln in zip(rows_j, lens_j, strict=True):
+            parts_j = []
+            for ln in lens_j:
                 if not ln:
-                    per_rank.append([])
+                    parts_j.append([])
                     continue
                 k = min(c_all, len(ln))
                 eq = equal_size and len(ln) % k == 0
                 if verl:
-                    parts = _verl_order(_workloads(ln), k, eq)
+                    parts_j.append(_verl_order(_workloads(ln), k, eq))
                 else:
-                    parts = karmarkar_karp(ln, k, equal_size=eq)
-                per_rank.append(_gather(rows, parts))
+                    parts_j.append(karmarkar_karp(ln, k, equal_size=eq))
+            per_rank = _gather(rows_j, parts_j)
         part = _mb_from_rank_lists(per_rank, tokens, round_to)
         for mb in part:
             worst = max(worst, max(mb.tokens))
@@ -297,15 +298,25 @@ def plan_karmarkar_karp(
     return StepPlan(mbs, bounds if mini_per_rank else None, None, notes)
 
 
-def _gather(rows: np.ndarray, parts: list[list[int]]) -> list[np.ndarray]:
-    """Each part's rows as views into one fancy-indexed array (one numpy call, not k)."""
-    flat = rows[[i for p in parts for i in p]]
+def _gather(rows_j: list[np.ndarray], parts_j: list[list[list[int]]]) -> list[list[np.ndarray]]:
+    """Every rank's parts as views into one array built from one list (not one numpy
+    call per part): ``parts_j[r]`` indexes into ``rows_j[r]``."""
+    flat: list[int] = []
+    for rows, parts in zip(rows_j, parts_j, strict=True):
+        if parts:
+            rl = rows.tolist()
+            for p in parts:
+                flat.extend([rl[i] for i in p])
+    arr = np.array(flat, dtype=np.int64)
     out = []
     a = 0
-    for p in parts:
-        b = a + len(p)
-        out.append(flat[a:b])
-        a = b
+    for parts in parts_j:
+        views = []
+        for p in parts:
+            b = a + len(p)
+            views.append(arr[a:b])
+            a = b
+        out.append(views)
     return out
 
 
@@ -341,11 +352,7 @@ def _verl_fit(rows_j, lens, count, cap, equal_size, notes, raised):
         if fits or count >= min_rows:
             break
         count += 1
-    per_rank = [
-        _gather(rows, parts) if len(rows) else []
-        for rows, parts in zip(rows_j, parts_all + [[]] * (len(rows_j) - len(parts_all)),
-                               strict=True)
-    ]
+    per_rank = _gather(rows_j, parts_all)
     if not fits:
         rec = notes.setdefault(
             "verl_cannot_fit",
