@@ -50,6 +50,23 @@ def test_karmarkar_karp_matches_verl_partitions():
         assert P.karmarkar_karp(vals, k, equal_size=equal) == want, (case, n, k, equal)
 
 
+@need_verl
+@need_orl
+def test_karmarkar_karp_few_items_per_partition_match_verl_and_openrlhf():
+    """Micro-batch sized calls (a dozen rows, k close to n, many ties): the shapes the
+    replay's fast paths take (one-item merges, the forced opening, n == k)."""
+    rng = np.random.default_rng(303)
+    for case in range(N_CASES):
+        n = int(rng.integers(1, 25))
+        k = int(rng.integers(max(1, n // 4), n + 1))
+        equal = bool(rng.integers(2)) and n % k == 0
+        vals = _lengths(rng, n, 5000).tolist()
+        want = VERL.get_seqlen_balanced_partitions(vals, k, equal_size=equal)
+        assert P.karmarkar_karp(vals, k, equal_size=equal) == want, (case, n, k, equal)
+        want = ORL.get_seqlen_balanced_partitions(vals, k, equal_size=equal)
+        assert P.karmarkar_karp(vals, k, equal_size=equal) == want, (case, n, k, equal)
+
+
 @need_orl
 def test_karmarkar_karp_and_first_fit_match_openrlhf():
     rng = np.random.default_rng(202)
