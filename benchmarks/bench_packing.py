@@ -8,12 +8,20 @@ path, side by side. Prints CPU and wall seconds (CPU is the fairer figure on a
 shared machine); asserts nothing.
 
 Run: ``python benchmarks/bench_packing.py [--steps 10000] [--per-step 100] [--dp 8]
-[--strategies all|token_budget,static,...] [--io]``
+[--strategies all|token_budget,static,...] [--io] [--baseline DIR]``
+
+``--baseline DIR`` also runs the same strategies with lrdoctor imported from DIR
+(e.g. ``git archive <old commit> lrdoctor | tar -x -C DIR``) and prints the
+baseline/current CPU ratio of each, so before/after come from one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -52,6 +60,7 @@ def main() -> None:
     ap.add_argument("--dp", type=int, default=8)
     ap.add_argument("--strategies", default="all")
     ap.add_argument("--io", action="store_true", help="also time writing/reading the log")
+    ap.add_argument("--baseline", help="a source tree holding an older lrdoctor/ to compare")
     a = ap.parse_args()
     strategies = ALL if a.strategies == "all" else tuple(a.strategies.split(","))
     n = a.steps * a.per_step
@@ -64,6 +73,7 @@ def main() -> None:
         steps = packing.split_steps(df)
     print(f"  split_steps          cpu {t.cpu:6.2f} s  wall {t.wall:6.2f} s")
 
+    mine: dict[str, float] = {}
     train = {"micro_batch_size": 2, "samples_per_step": a.per_step, "mini_batch_size": a.per_step}
     for name in strategies:
         strat, _, flavor = name.partition(":")
@@ -85,9 +95,22 @@ def main() -> None:
             else:
                 for _, fr in steps:
                     count += len(packing.plan_step(batching, train, fr, a.dp).micro_batches)
+        mine[name] = t.cpu
         print(
             f"  {name:<28} cpu {t.cpu:6.2f} s  wall {t.wall:6.2f} s  ({count:,} micro-steps)"
         )
+
+    if a.baseline:
+        argv = [sys.executable, __file__, "--steps", str(a.steps), "--per-step",
+                str(a.per_step), "--dp", str(a.dp), "--strategies", ",".join(strategies)]
+        env = {**os.environ, "PYTHONPATH": os.path.abspath(a.baseline)}
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+        print(f"baseline {a.baseline} (cpu s, baseline / current):")
+        for m in re.finditer(r"^  (\S+)\s+cpu\s+([\d.]+) s.*micro-steps", out, re.M):
+            name, base = m.group(1), float(m.group(2))
+            if name in mine:
+                ratio = base / mine[name] if mine[name] else float("inf")
+                print(f"  {name:<28} {base:6.2f} s -> {mine[name]:6.2f} s  x{ratio:.2f}")
 
     if a.io:
         with tempfile.TemporaryDirectory() as d:
