@@ -32,15 +32,15 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from s3server import COUNTS_PATH, client_env  # noqa: E402
+from tests.helpers.s3server import COUNTS_PATH, client_env  # noqa: E402
 
 BUCKET = "bench"
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "s3server.py")],
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "helpers" / "s3server.py")],
                             stdout=subprocess.PIPE, text=True)
     port = int(proc.stdout.readline())
     endpoint = f"http://127.0.0.1:{port}"
@@ -162,8 +162,7 @@ def main() -> None:
         fs.rm(url)
 
         # ------------------------------------------------------------ 2. a fleet of runs
-        sys.path.insert(0, str(ROOT / "tests"))
-        from conftest import megatron_run
+        from tests.helpers.factories import megatron_run
 
         run_dir = megatron_run(tmp / "meg" / "checkpoints")
         fleet = f"s3://{BUCKET}/fleet"

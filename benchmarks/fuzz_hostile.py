@@ -3,7 +3,7 @@ SIGKILLs during ``fix``. Prints the counts the issue's "Done when" asks for.
 
     python benchmarks/fuzz_hostile.py --inputs 10000 --kills 100 [--workers 2] [--seed 0]
 
-Part 1 (fuzz): the hostile corpus of ``tests/hostile.py`` plus ``--inputs`` mutations of
+Part 1 (fuzz): the hostile corpus of ``tests/helpers/hostile.py`` plus ``--inputs`` mutations of
 real files (the sample checkpoints' pickles, their JSON sidecars, the example replay
 configs, byte- and value-level) run through ``inspect --json`` / ``replay --json`` /
 ``fix --dry-run`` / ``check`` in worker processes that call the console entry point
@@ -121,8 +121,8 @@ def _mutate_json(text: str, rng: random.Random) -> str:
 
 def build_cases(work: Path, n: int, seed: int) -> list[dict]:
     """[{argv, input, kind}]: hostile corpus + n fuzzed inputs (files written under work)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import hostile  # noqa: E402 - the test helper builds the corpus
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers import hostile  # the test helper builds the corpus
 
     rng = random.Random(seed)
     cases: list[dict] = []

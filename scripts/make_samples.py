@@ -2,7 +2,7 @@
 
 Every sample is written by the framework's own classes (megatron-core
 OptimizerParamScheduler, transformers.Trainer, torch AdamW + LR schedulers)
-through the factories in tests/conftest.py; model tensors are a few floats.
+through the factories in tests/helpers/factories.py; model tensors are a few floats.
 
     python scripts/make_samples.py [--out sample_checkpoints]
 """
@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 
 # ROLL issue 442 shape: the pipeline planned 300 steps x 8 nominal updates = 2400
 # (lr_decay_steps), dynamic batching made it 8429 real updates.
@@ -33,7 +33,7 @@ def roll_updates(step: int) -> int:
 
 
 def make_roll(dst: Path) -> None:
-    from conftest import roll_run
+    from tests.helpers.factories import roll_run
 
     assert sum(roll_updates(s) for s in range(ROLL_PIPELINE_STEPS)) == 8429
     roll_run(dst, pipeline_max_steps=ROLL_PIPELINE_STEPS, nominal_per_step=ROLL_NOMINAL_PER_STEP,
@@ -43,7 +43,7 @@ def make_roll(dst: Path) -> None:
 
 
 def make_torch_microstep(dst: Path) -> None:
-    from conftest import torch_loop
+    from tests.helpers.factories import torch_loop
 
     # Planned 100 optimizer updates with GA=4; scheduler.step() on every micro-batch.
     torch_loop(dst / "checkpoint_60.pt", scheduler="cosine", updates=60, ga=4,
@@ -51,7 +51,7 @@ def make_torch_microstep(dst: Path) -> None:
 
 
 def make_hf(dst: Path) -> None:
-    from conftest import hf_run
+    from tests.helpers.factories import hf_run
 
     # Relative output_dir so training_args.bin holds no machine path.
     cwd = os.getcwd()
@@ -64,7 +64,7 @@ def make_hf(dst: Path) -> None:
 
 
 def make_megatron(dst: Path) -> None:
-    from conftest import megatron_run
+    from tests.helpers.factories import megatron_run
 
     megatron_run(dst, save_at=(200, 400), tp=2, train_iters=500, global_batch_size=256,
                  micro_batch_size=4, data_parallel_size=8, lr=3e-4, min_lr=3e-5,

@@ -14,12 +14,13 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import megatron_run, torch_loop
-from s3server import S3Server, client_env
 from typer.testing import CliRunner
 
 from lrdoctor import storage
 from lrdoctor.cli import app
+from tests.helpers.factories import megatron_run, torch_loop
+from tests.helpers.paths import REPO
+from tests.helpers.s3server import S3Server, client_env
 
 runner = CliRunner()
 BUCKET = "lrd"
@@ -208,7 +209,7 @@ def test_readers_build_paths_through_storage():
     and silently stops working on URLs: readers take paths through storage.as_path."""
     import re
 
-    root = Path(__file__).parents[1] / "lrdoctor"
+    root = REPO / "lrdoctor"
     bad = []
     for f in [*sorted((root / "formats").glob("*.py")), root / "discover.py",
               root / "inspect_api.py"]:

@@ -42,7 +42,7 @@ def karmarkar_karp(values, k: int, equal_size: bool = False) -> list[list[int]]:
     first -1), and a state's heap key ``(-spread, -sum, -count, -first)`` of its
     largest set is a strict total order: the heap's pop sequence, and so the
     result, cannot depend on how ties would have been broken. The randomized
-    comparison against verl's real function (tests/test_replay_peers.py) checks it.
+    comparison against verl's real function (tests/replay/test_replay_peers.py) checks it.
     """
     return [sorted(s[3]) for s in _kk_sets([int(v) for v in values], k, equal_size)]
 

@@ -7,7 +7,7 @@ venv (torch CPU)::
 
     pip download --no-deps megatron-core==0.19.2 -d /tmp/mc019   # cp312 wheel
     unzip -q /tmp/mc019/megatron_core-0.19.2-*.whl -d /tmp/mc019/pkg
-    PYTHONPATH=/tmp/mc019/pkg:tests .venv/bin/python tests/data/megatron_core_0_19/make_fixtures.py
+    PYTHONPATH=/tmp/mc019/pkg:. .venv/bin/python tests/data/megatron_core_0_19/make_fixtures.py
 
 The save itself is megatron-core's own ``dist_checkpointing.save`` (the
 default TorchDistSaveShardedStrategy, one gloo rank) of the state dict
@@ -51,12 +51,13 @@ ITERS, GBS, MBS, DP = 5, 16, 2, 2
 
 def write(out: Path, per_micro: bool) -> None:
     import megatron.core
-    from conftest import megatron_args
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing import ShardedTensor
     from megatron.core.optimizer import OptimizerConfig
     from megatron.core.optimizer.optimizer import FP32Optimizer
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    from tests.helpers.factories import megatron_args
 
     assert megatron.core.__version__ == "0.19.2", megatron.core.__version__
     torch.manual_seed(0)
@@ -103,7 +104,7 @@ def write(out: Path, per_micro: bool) -> None:
 
 
 def main() -> None:
-    from conftest import free_port
+    from tests.helpers.factories import free_port
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
                             world_size=1)

@@ -1,0 +1,1 @@
+"""lrdoctor's tests: one folder per package of lrdoctor, top-level modules' tests here."""

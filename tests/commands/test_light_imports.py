@@ -1,0 +1,46 @@
+"""``lrdoctor --help`` and ``inspect`` run where torch is absent and must start fast.
+
+Each reader has its own import check; this one covers the whole CLI path
+(commands, rendering, every output format) on the committed samples, so a
+module-level ``import torch`` anywhere on that path fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.helpers.paths import REPO
+
+SAMPLES = REPO / "sample_checkpoints"
+HEAVY = ("torch", "numpy", "pandas", "matplotlib", "fsspec")
+
+CODE = """
+import json, sys
+from typer.testing import CliRunner
+from lrdoctor.cli import app
+
+heavy, samples = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+runner, seen = CliRunner(), []
+r = runner.invoke(app, ["--help"])
+seen.append(["--help", r.exit_code, [m for m in heavy if m in sys.modules]])
+for p in samples:
+    for extra in ([], ["--json"], ["--all"], ["--output-format", "sarif"]):
+        r = runner.invoke(app, ["inspect", p, *extra])
+        seen.append([p, extra, r.exit_code, [m for m in heavy if m in sys.modules]])
+print(json.dumps(seen))
+"""
+
+
+def test_help_and_inspect_import_no_heavy_modules():
+    samples = sorted(str(p) for p in SAMPLES.iterdir() if p.is_dir())
+    assert samples, "no sample checkpoints to inspect"
+    out = subprocess.run([sys.executable, "-c", CODE, json.dumps(HEAVY), json.dumps(samples)],
+                         capture_output=True, text=True, check=True, timeout=120)
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen[0][1] == 0
+    for row in seen:
+        assert row[-1] == [], f"{row[:-2]} imported {row[-1]}"
+    # inspect exits 0 (healthy) or 1 (findings at --fail-on), never 2 on the samples
+    assert all(row[2] in (0, 1) for row in seen[1:]), seen
