@@ -106,6 +106,7 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
         self._size = size if size is not None else limits.get("pickle_bytes")
         self._found: dict[int, Any] = {}  # id -> what find_class returned (kept alive)
         self._composite_keys = 0
+        self._tuple_depth: dict[int, tuple[int, tuple]] = {}
 
     # ------------------------------------------------------------ accounting
     def _over(self, name: str, detail: str) -> LimitExceeded:
@@ -245,11 +246,38 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
         self.append(bytearray(data))
     dispatch[pickle.BYTEARRAY8[0]] = load_bytearray8
 
+    def _tuple(self, items: Any) -> tuple:
+        """A new tuple, its nesting known at once (tuples never change): a chain of TUPLE1
+        is refused at the depth limit, not after a million opcodes."""
+        t = tuple(items)
+        deep = self._tuple_depth
+        d = 1 + max((deep[id(x)][0] for x in t if type(x) is tuple and id(x) in deep),
+                    default=0)
+        if d > 1:
+            if d > self._depth:
+                raise self._over("depth", "the pickle nests too deeply")
+            deep[id(t)] = (d, t)  # the tuple kept alive so its id stays its own
+        elif t and any(type(x) is tuple for x in t):
+            deep[id(t)] = (2, t)
+        return t
+
     def load_tuple(self) -> None:
         items = self.pop_mark()
         self.charge(len(items))
-        self.append(tuple(items))
+        self.append(self._tuple(items))
     dispatch[pickle.TUPLE[0]] = load_tuple
+
+    def load_tuple1(self) -> None:
+        self.stack[-1] = self._tuple((self.stack[-1],))
+    dispatch[pickle.TUPLE1[0]] = load_tuple1
+
+    def load_tuple2(self) -> None:
+        self.stack[-2:] = [self._tuple((self.stack[-2], self.stack[-1]))]
+    dispatch[pickle.TUPLE2[0]] = load_tuple2
+
+    def load_tuple3(self) -> None:
+        self.stack[-3:] = [self._tuple((self.stack[-3], self.stack[-2], self.stack[-1]))]
+    dispatch[pickle.TUPLE3[0]] = load_tuple3
 
     def load_list(self) -> None:
         items = self.pop_mark()

@@ -111,11 +111,34 @@ def _loader() -> Any:
     return Loader
 
 
+def _flow_depth_check(text: str, path: str | None, what: str) -> None:
+    """Refuse deep flow nesting (``[[[[...``) before PyYAML's scanner sees it.
+
+    Its scanner keeps a possible simple key per open bracket and rescans them all for
+    every token, so thousands of nested brackets cost seconds before the composer's
+    depth cap is reached. Brackets in quoted strings and comments are not counted
+    (block scalars may overcount: only when they hold over ``depth`` unbalanced ones).
+    """
+    if text.count("[") + text.count("{") <= limits.get("depth"):
+        return
+    import re
+
+    text = re.sub(r"(?:^|\s)#.*$", "", re.sub(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\n]|\'\')*\'', "",
+                                               text), flags=re.M)
+    depth = deepest = 0
+    for m in re.finditer(r"[\[\]{}]", text):
+        depth = depth + 1 if m.group() in "[{" else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    if deepest > limits.get("depth"):
+        raise limits.over("depth", path, f"the {what} nests too deeply")
+
+
 def yaml_loads(text: str, path: str | None, what: str = "YAML") -> Any:
     """One YAML document, safely: refuses what :func:`_loader` refuses, then checks the tree."""
     import yaml
 
     limits.check_size("config_bytes", len(text.encode("utf-8", "replace")), path, f"the {what}")
+    _flow_depth_check(text, path, what)
     loader = None
     try:
         loader = _loader()(text, path)  # the reader checks characters as it is built

@@ -220,6 +220,8 @@ def _num(value: Any, key: str, kind: type = int) -> Any:
             raise UnusableInput(f"{key} is {value!r}; expected a number") from None
     if not isinstance(value, (int, float)):
         raise UnusableInput(f"{key} is {value!r}; expected a number")
+    if isinstance(value, float) and value != value or abs(value) > 1e15:  # NaN, ±inf, 10**400
+        raise UnusableInput(f"{key} is {value!r}; expected a finite number below 1e15")
     if kind is int:
         if value != int(value):
             raise UnusableInput(f"{key} is {value!r}; expected an integer")

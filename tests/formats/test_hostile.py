@@ -245,6 +245,19 @@ def test_hostile_yaml_run_config(tmp_path, text, what, deadline):
     assert str(info.value).startswith(f"{p}: ")
 
 
+def test_deep_flow_yaml_is_refused_before_the_scanner_slows_down(tmp_path, deadline):
+    """PyYAML's scanner is quadratic in open brackets; 20,000 of them are refused up front."""
+    from lrdoctor.replay.config import load_config
+
+    p = tmp_path / "run.yaml"
+    p.write_text("train: {steps: 10}\nx: " + "[" * 20000 + "]" * 20000 + "\n")
+    with pytest.raises(LimitExceeded, match="nests too deeply"):
+        load_config(p)
+    p.write_text("train: {steps: 10}\nscheduler: {failed_updates: [" + "1, " * 500
+                 + "2]}\n" + "# [{" * 200 + "\n")  # many brackets, not deep
+    assert load_config(p).train.steps == 10
+
+
 def test_yaml_config_size_is_capped(tmp_path, monkeypatch, deadline):
     from lrdoctor.replay.config import load_config
 
