@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 
+def one_line(text: str) -> str:
+    """``text`` as one printable line: a name taken from a hostile file (a pickle global,
+    a path) may hold newlines, carriage returns or form feeds; they are shown escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class UnusableInput(Exception):
     """The input could not be used. ``str(exc)`` is the one line shown to the user."""
 
     def __init__(self, message: str, path: str | None = None):
         self.path = path
-        super().__init__(f"{path}: {message}" if path else message)
+        super().__init__(one_line(f"{path}: {message}" if path else message))
 
 
 class UnsafePickle(UnusableInput):

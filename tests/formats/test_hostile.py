@@ -329,3 +329,13 @@ def test_safetext_refuses_binary_as_one_line(tmp_path):
     p.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(UnusableInput, match="not a UTF-8 text file"):
         safetext.read_json(p)
+
+
+def test_a_global_name_with_control_characters_is_one_printable_line(tmp_path):
+    """A mutated GLOBAL can carry \\r or a form feed: the refusal stays one line."""
+    p = tmp_path / "g.pkl"
+    p.write_bytes(hostile.PROTO + b"ccollections\nOrdered\x0cDi\rct\n)R" + hostile.STOP)
+    with pytest.raises(UnusableInput) as info:
+        safeload.load(p)
+    msg = str(info.value)
+    assert len(msg.splitlines()) == 1 and msg.isprintable() and "Ordered\\x0cDi\\rct" in msg
