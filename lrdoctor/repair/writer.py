@@ -106,6 +106,10 @@ def load_pickle(path: Path) -> Any:
     from lrdoctor.formats import _common
 
     path = Path(path)
+    if _no_torch():
+        from lrdoctor.repair import torchzip
+
+        return torchzip.load(path).root  # checks with the safe reader first
     _common.load(path)  # refuses what inspect refuses, within the limits
     torch = _torch()
 
@@ -216,6 +220,27 @@ def copy_file(src: Path, dst: Path, advance: Callable[[int], None] | None = None
         fo.flush()
         os.fsync(fo.fileno())
     shutil.copystat(src, dst)
+
+
+def torch_free() -> bool:
+    """Whether pickles are read and rewritten by :mod:`lrdoctor.repair.torchzip` (no torch).
+
+    So when torch is not installed; ``LRDOCTOR_TORCH_FREE_FIX=1`` forces it for writing
+    (tests run the torch-free writer against the frameworks' own loaders with it).
+    """
+    return os.environ.get("LRDOCTOR_TORCH_FREE_FIX") == "1" or _no_torch()
+
+
+def _no_torch() -> bool:
+    from lrdoctor.extras import have
+
+    return not have("torch")
+
+
+def _torchzip() -> Any:
+    from lrdoctor.repair import torchzip
+
+    return torchzip
 
 
 def _torch():
@@ -439,7 +464,12 @@ def _write_locked(src: Path, out: Path, files: list[str], changes: list[Change],
             if progress is not None:
                 progress.update(task, description=("rewriting " if rel in by_file
                                                    else "copying ") + rel)
-            if rel in by_file:
+            if rel in by_file and by_file[rel][0].kind == "pickle" and torch_free() \
+                    and (_no_torch() or _torchzip().is_torch_zip(s)):
+                _torchzip().rewrite(s, d, by_file[rel])
+                shutil.copystat(s, d)
+                written.changed[rel] = sha256(d)
+            elif rel in by_file:
                 kind = by_file[rel][0].kind
                 obj = load_file(s, kind)
                 apply_changes(obj, by_file[rel], s)
