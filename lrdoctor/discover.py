@@ -101,8 +101,8 @@ def is_pickle(p: Path) -> bool:
     suffix = p.suffix.lower()
     if suffix in PICKLE_SUFFIXES:
         return True
-    if suffix in SKIP_SUFFIXES or suffix in SIDECAR_SUFFIXES:
-        return False
+    if suffix in SKIP_SUFFIXES or suffix in SIDECAR_SUFFIXES or p.name == ".metadata":
+        return False  # DCP's .metadata is a pickle too, but read through formats.dcp
     try:
         with p.open("rb") as fh:
             head = fh.read(4)

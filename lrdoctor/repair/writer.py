@@ -115,7 +115,7 @@ def load_pickle(path: Path) -> Any:
 
     from lrdoctor.repair import standins
 
-    allowed: list[Any] = [argparse.Namespace, *standins.safe_globals()]
+    allowed: list[Any] = [argparse.Namespace, *standins.safe_globals(), *_numpy_globals()]
     try:
         with torch.serialization.safe_globals(allowed):
             return torch.load(path, weights_only=True, mmap=True, map_location="cpu")
@@ -133,6 +133,22 @@ def load_pickle(path: Path) -> Any:
 
 
 _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+
+
+def _numpy_globals() -> list[Any]:
+    """numpy arrays and scalars as torch's weights_only loader may rebuild them (RNG
+    states in verl's extra_state, Lightning's loops): a fixed list named in code, the
+    same records the safe reader already decoded by hand. Empty without numpy."""
+    try:
+        import numpy as np
+    except ImportError:
+        return []
+    core = getattr(np, "_core", None) or np.core
+    dtypes = [type(np.dtype(t)) for t in ("bool", "int8", "int16", "int32", "int64", "uint8",
+                                          "uint16", "uint32", "uint64", "float16", "float32",
+                                          "float64")]
+    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype,
+            *dtypes]
 
 
 def load_file(path: Path, kind: str) -> Any:
