@@ -161,16 +161,17 @@ finally:
 """
 
 
-@pytest.mark.parametrize("sample", ["torch-microstep", "roll-overshoot"])
+@pytest.mark.parametrize("sample", ["torch-microstep", "roll-overshoot", "megatron"])
 def test_fix_runs_with_torch_unimportable(sample, tmp_path):
+    src = megatron_run(tmp_path / "run") if sample == "megatron" else SAMPLES / sample
     out = tmp_path / "fixed"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("LRDOCTOR_TORCH_FREE_FIX", None)
-    p = subprocess.run([sys.executable, "-c", _BLOCK, "fix", str(SAMPLES / sample),
+    p = subprocess.run([sys.executable, "-c", _BLOCK, "fix", str(src),
                         "--out", str(out)], capture_output=True, text=True, env=env,
                        cwd=tmp_path, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    plan = plan_fix(SAMPLES / sample)  # with torch, here: the same fields
+    plan = plan_fix(src)  # with torch, here: the same fields
     doc = json.loads((out / "lrdoctor-fix.json").read_text())
     assert {(c["file"], c["key"]) for c in doc["changes"]} == \
         {(c.file, c.key_str) for c in plan.changes}
