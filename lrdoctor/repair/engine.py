@@ -131,7 +131,12 @@ def plan_fix(path: str | Path, *, policy: str | None = None, k: float | None = N
         if exc.name != f"lrdoctor.repair.{name}":
             raise
         raise Refusal(f"`fix` cannot write the {name} format yet", str(path)) from None
-    fp: FormatPlan = writer.plan(path, state, target)
+    try:
+        fp: FormatPlan = writer.plan(path, state, target)
+    except Refusal as exc:  # a writer names the file inside the checkpoint; say which input
+        if exc.path is None:
+            raise Refusal(str(exc), str(path)) from None
+        raise
     plan.root = fp.root
     plan.files = fp.files if fp.files is not None else tree_files(fp.root)
     plan.changes = [c for c in fp.changes if not _equal(c.before, c.after)]

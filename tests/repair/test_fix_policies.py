@@ -165,3 +165,21 @@ def test_disk_full_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(UnusableInput, match="No space left on device"):
         write_fix(plan, tmp_path / "out.pt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]
+
+
+def test_a_writer_refusal_names_the_input(monkeypatch):
+    """Writers name the file inside the checkpoint ('checkpoint_60.pt: ...'); the one line
+    the user reads also names the input given on the command line."""
+    from pathlib import Path
+
+    from lrdoctor.repair import Refusal, plan_fix
+    from lrdoctor.repair import torchsave as writer
+
+    def refuse(path, state, target):
+        raise Refusal("checkpoint_60.pt: no torch scheduler state with last_epoch 240")
+
+    monkeypatch.setattr(writer, "plan", refuse)
+    src = Path(__file__).resolve().parents[2] / "sample_checkpoints" / "torch-microstep"
+    with pytest.raises(Refusal) as e:
+        plan_fix(src / "checkpoint_60.pt")
+    assert str(e.value).startswith(f"{src / 'checkpoint_60.pt'}: checkpoint_60.pt: no torch")
