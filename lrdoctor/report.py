@@ -24,6 +24,9 @@ class Report:
     state: dict[str, Any] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    # Wall time spent on this target (``check``): JUnit's time attribute; not in the JSON,
+    # whose documents stay byte-identical from run to run.
+    seconds: float | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         from lrdoctor.model import _jsonable

@@ -246,7 +246,7 @@ def run_check(cfg: CheckConfig, *, fail_on: str | None = None,
             replays[len(out)] = replayed
         seconds = (time.perf_counter() - started) / max(1, len(reports))
         for rep in reports:
-            rep._seconds = seconds  # type: ignore[attr-defined]  # JUnit time, not in JSON
+            rep.seconds = seconds
         limit = t.max_progress_ratio or cfg.max_progress_ratio
         threshold = fail_on or t.fail_on or cfg.fail_on
         for rep in reports:

@@ -267,7 +267,7 @@ def junit(reports: list[Report], fail_on: str = "warning") -> str:
         suite_time = 0.0
         for rep in reps:
             counts["tests"] += 1
-            seconds = float(getattr(rep, "_seconds", 0.0))
+            seconds = float(rep.seconds or 0.0)
             suite_time += seconds
             case = ET.SubElement(suite, "testcase", classname=f"lrdoctor.{command}",
                                  name=rep.target, time=f"{seconds:.3f}")
