@@ -22,6 +22,7 @@ import struct
 import sys
 import zipfile
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -759,30 +760,35 @@ def _load_stream(path: str, unknown_as_opaque: bool, source: Any = None) -> Any:
                 raise _Bad(f"storage {key} is truncated or mislabelled")
             where[key] = f"@{pos + 8}" + ("" if little else "B")
             pos += 8 + nbytes
-    return _relocate(obj, where, {})
+    # Legacy TensorRefs point at file offsets (their keys are only valid inside the file).
+    return map_refs(obj, lambda r: TensorRef(r.dtype, r.shape, r.path,
+                                             where.get(r.storage_key, r.storage_key),
+                                             r.storage_offset, r.stride))
 
 
-def _relocate(obj: Any, where: dict[str, str], seen: dict[int, Any]) -> Any:
-    """Point legacy TensorRefs at file offsets (their keys are only valid inside the file)."""
+def map_refs(obj: Any, fn: Callable[[TensorRef], Any], seen: dict[int, Any] | None = None
+             ) -> Any:
+    """``obj`` with every TensorRef replaced by ``fn(ref)``, in place where containers allow;
+    a container reached twice is mapped once (pickles share objects through the memo)."""
+    seen = {} if seen is None else seen
     if isinstance(obj, TensorRef):
-        return TensorRef(obj.dtype, obj.shape, obj.path, where.get(obj.storage_key, obj.storage_key),
-                         obj.storage_offset, obj.stride)
+        return fn(obj)
     if id(obj) in seen:
         return seen[id(obj)]
     if isinstance(obj, dict):
         seen[id(obj)] = obj
         for k in list(obj):
-            obj[k] = _relocate(obj[k], where, seen)
+            obj[k] = map_refs(obj[k], fn, seen)
     elif isinstance(obj, list):
         seen[id(obj)] = obj
-        obj[:] = [_relocate(v, where, seen) for v in obj]
+        obj[:] = [map_refs(v, fn, seen) for v in obj]
     elif isinstance(obj, tuple):
-        new = tuple(_relocate(v, where, seen) for v in obj)
+        new = tuple(map_refs(v, fn, seen) for v in obj)
         seen[id(obj)] = new
         return new
     elif isinstance(obj, Opaque):
         seen[id(obj)] = obj
-        obj.state = _relocate(obj.state, where, seen)
+        obj.state = map_refs(obj.state, fn, seen)
     return obj
 
 

@@ -241,30 +241,13 @@ def _tensor_value(data: bytes, label: str, dtype: str) -> Any:
     return safeload.decode_values(dtype, data, 1)[0]
 
 
-def _small_values(obj: Any, data: bytes, seen: dict[int, Any]) -> Any:
+def _small_values(obj: Any, data: bytes) -> Any:
     """One-element tensors inside a bytes item (Megatron's ``common_step``) become their
     value: their bytes live in ``data``, which a TensorRef cannot point back to."""
-    from lrdoctor.safeload import Opaque, TensorRef, read_values
+    from lrdoctor.safeload import map_refs, read_values
 
-    if isinstance(obj, TensorRef):
-        return read_values(obj, data=data)[0] if obj.numel == 1 and obj.storage_key else obj
-    if id(obj) in seen:
-        return seen[id(obj)]
-    if isinstance(obj, dict):
-        seen[id(obj)] = obj
-        for k in list(obj):
-            obj[k] = _small_values(obj[k], data, seen)
-    elif isinstance(obj, list):
-        seen[id(obj)] = obj
-        obj[:] = [_small_values(v, data, seen) for v in obj]
-    elif isinstance(obj, tuple):
-        new = tuple(_small_values(v, data, seen) for v in obj)
-        seen[id(obj)] = new
-        return new
-    elif isinstance(obj, Opaque):
-        seen[id(obj)] = obj
-        obj.state = _small_values(obj.state, data, seen)
-    return obj
+    return map_refs(obj, lambda r: read_values(r, data=data)[0]
+                    if r.numel == 1 and r.storage_key else r)
 
 
 def _numel(size: tuple) -> int:
@@ -342,7 +325,7 @@ def _read_item(files: _Files, fqn: str, cls: Any, meta: Any, chunks: list, st: D
         label = f"{files.folder / rel}[{fqn}]"
         try:
             st.flat[fqn] = _small_values(
-                safeload.load_bytes(data, label, unknown_as_opaque=unknown_as_opaque), data, {})
+                safeload.load_bytes(data, label, unknown_as_opaque=unknown_as_opaque), data)
         except UnsafePickle as exc:
             # DCP's default planner torch.saves an io.BytesIO value as a pickled BytesIO
             # (older torchtitan's loss logs): inert, left unread like any unknown class.
