@@ -241,10 +241,11 @@ def copy_file(src: Path, dst: Path, advance: Callable[[int], None] | None = None
 def torch_free() -> bool:
     """Whether pickles are read and rewritten by :mod:`lrdoctor.repair.torchzip` (no torch).
 
-    So when torch is not installed; ``LRDOCTOR_TORCH_FREE_FIX=1`` forces it for writing
-    (tests run the torch-free writer against the frameworks' own loaders with it).
+    Always for zip files (the same bytes for every install, storages copied rather than
+    re-serialized); ``LRDOCTOR_TORCH_FREE_FIX=0`` writes with ``torch.save`` where torch is
+    installed. Legacy non-zip files are written with torch.
     """
-    return os.environ.get("LRDOCTOR_TORCH_FREE_FIX") == "1" or _no_torch()
+    return os.environ.get("LRDOCTOR_TORCH_FREE_FIX", "1") != "0" or _no_torch()
 
 
 def _no_torch() -> bool:

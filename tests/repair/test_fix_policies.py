@@ -139,7 +139,8 @@ def test_writer_json_edit_keeps_layout_and_refuses_stale_plans(tmp_path):
 
 
 
-def test_disk_full_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("writer_kind", ["torchzip", "torch.save"])
+def test_disk_full_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, writer_kind):
     import errno
 
     import torch
@@ -161,7 +162,13 @@ def test_disk_full_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
         dst.write_bytes(b"partial")
         raise OSError(errno.ENOSPC, "No space left on device", str(dst))
 
-    monkeypatch.setattr(writer, "write_pickle", full)
+    if writer_kind == "torch.save":
+        monkeypatch.setenv("LRDOCTOR_TORCH_FREE_FIX", "0")
+        monkeypatch.setattr(writer, "write_pickle", full)
+    else:
+        from lrdoctor.repair import torchzip
+
+        monkeypatch.setattr(torchzip, "write", full)
     with pytest.raises(UnusableInput, match="No space left on device"):
         write_fix(plan, tmp_path / "out.pt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]

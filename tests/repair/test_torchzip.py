@@ -110,7 +110,7 @@ def test_a_changed_field_must_still_hold_the_planned_value(tmp_path):
 
 @pytest.fixture
 def torch_free_writer(monkeypatch):
-    monkeypatch.setenv("LRDOCTOR_TORCH_FREE_FIX", "1")
+    monkeypatch.delenv("LRDOCTOR_TORCH_FREE_FIX", raising=False)  # the default
 
 
 def _check_plan(plan, src_root: Path, out: Path) -> None:
