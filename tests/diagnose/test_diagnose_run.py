@@ -14,7 +14,7 @@ import pytest
 
 from lrdoctor.findings import Severity
 from lrdoctor.inspect_api import inspect_path
-from tests.helpers.factories import hf_run, megatron_run
+from tests.helpers.factories import _quiet_megatron, hf_run, megatron_run
 
 pytestmark = pytest.mark.frameworks
 
@@ -455,7 +455,7 @@ def test_fix_undoes_the_double_count(tmp_path):
     write_fix(plan_fix(truth.root), tmp_path / "fixed")
     (f,) = (tmp_path / "fixed").rglob("model_optim_rng.pt")
     sd = torch.load(f, weights_only=False)
-    sched = __import__("conftest")._quiet_megatron()(
+    sched = _quiet_megatron()(
         torch.optim.AdamW(torch.nn.Linear(2, 1).parameters(), lr=3e-4), init_lr=0.0,
         max_lr=3e-4, min_lr=3e-5, lr_warmup_steps=64, lr_decay_steps=640,
         lr_decay_style="cosine", start_wd=0.01, end_wd=0.01, wd_incr_steps=640,
