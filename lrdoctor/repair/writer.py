@@ -118,7 +118,8 @@ def load_pickle(path: Path) -> Any:
     allowed: list[Any] = [argparse.Namespace, *standins.safe_globals(), *_numpy_globals()]
     try:
         with torch.serialization.safe_globals(allowed):
-            return torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+            return torch.load(path, weights_only=True, mmap=_torchzip().is_torch_zip(path),
+                              map_location="cpu")  # legacy files cannot be mapped
     except Exception as exc:  # noqa: BLE001 - one line for the user
         text = str(exc)
         m = _GLOBAL.search(text)

@@ -176,3 +176,19 @@ def test_fix_runs_with_torch_unimportable(sample, tmp_path):
     assert {(c["file"], c["key"]) for c in doc["changes"]} == \
         {(c.file, c.key_str) for c in plan.changes}
     _check_plan(plan, plan.root, out)
+
+
+def test_legacy_files_name_the_torch_extra_and_are_written_by_torch_where_installed(tmp_path):
+    from lrdoctor.extras import MissingExtra
+    from lrdoctor.repair import writer
+
+    src = tmp_path / "legacy.pt"
+    torch.save({"step": 3, "w": torch.ones(2)}, src, _use_new_zipfile_serialization=False)
+    assert not torchzip.is_torch_zip(src)
+    with pytest.raises(MissingExtra, match=r"pip install 'lrdoctor\[torch\]'"):
+        torchzip.load(src)
+    out = tmp_path / "out"
+    writer.write_output(src, out, [src.name], [Change(src.name, ("step",), 3, 6)],
+                        {"command": "fix"})
+    got = tload(out)
+    assert got["step"] == 6 and torch.equal(got["w"], torch.ones(2))
