@@ -44,9 +44,17 @@ install-test: $(STAMP)-test
 demo: install
 	$(BIN)/python scripts/demo.py
 
-test: install-test
+# Older verl and SkyRL's 3.12-only packer, unpacked (never installed) for the same
+# comparisons; a failed download leaves those tests skipped with the reason shown.
+PEERS_DIR := $(VENV)/peers
+$(PEERS_DIR)/.done: $(STAMP)-test scripts/fetch_peers.py
+	$(BIN)/python scripts/fetch_peers.py $(PEERS_DIR)
+	touch $@
+
+test: install-test $(PEERS_DIR)/.done
 	$(BIN)/python -m ruff check lrdoctor tests scripts benchmarks
-	$(BIN)/python -m pytest -q
+	LRDOCTOR_PEER_VERL_OLD=$(PEERS_DIR)/verl-0.9.0 LRDOCTOR_PEER_SKYRL=$(PEERS_DIR)/skyrl-0.4.0 \
+		$(BIN)/python -m pytest -q
 
 bench: install-test
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
