@@ -5,6 +5,8 @@ installed without their heavy dependencies (``tests/helpers/peers.py`` says how 
 loaded). Not in the [test] extra, because ``pip install verl`` pulls Ray, vLLM and
 CUDA wheels. Run: ``pip install --no-deps verl==0.9.1 openrlhf==0.11.2`` then
 ``pytest -m peers``. Skipped, with that reason, where they are not installed.
+``make test`` (and so CI) installs both and unpacks verl 0.9.0 and SkyRL 0.4.0
+with ``scripts/fetch_peers.py``, so only NeMo-RL (no release on PyPI) is skipped there.
 """
 
 from __future__ import annotations
