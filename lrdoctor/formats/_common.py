@@ -293,3 +293,43 @@ def checkpoint_n_dirs(path: Path, marker: str | Iterable[str]) -> list[Path]:
 def checkpoint_number(path: Path) -> int | None:
     m = CHECKPOINT_N.match(path.name)
     return int(m.group(1)) if m else None
+
+
+class StepFolders:
+    """A layout of numbered step folders (torchtitan ``step-N/``, NeMo-RL ``step_N/``):
+    a framework module's ``detect`` and ``find_checkpoints`` from its folder test, so each
+    such module states only what makes a folder one of its checkpoints.
+
+    ``bases``: sub-folders of a run folder that may hold the step folders (the first one
+    that holds any wins); symlinked folders are not followed.
+    """
+
+    def __init__(self, pattern: re.Pattern[str], is_step: Callable[[Path], bool],
+                 missing: str, bases: tuple[str, ...] = ("",)):
+        self.pattern, self.is_step, self.missing, self.bases = pattern, is_step, missing, bases
+
+    def dirs(self, path: Path) -> list[Path]:
+        for sub in self.bases:
+            base = path / sub if sub else path
+            try:
+                kids = list(base.iterdir()) if base.is_dir() else []
+            except OSError:
+                continue
+            found = sorted((int(m.group(1)), c) for c in kids
+                           if (m := self.pattern.match(c.name)) and c.is_dir()
+                           and not c.is_symlink() and self.is_step(c))
+            if found:
+                return [c for _, c in found]
+        return []
+
+    def detect(self, path: Path) -> bool:
+        return self.is_step(path) or (path.is_dir() and bool(self.dirs(path)))
+
+    def find(self, path: Path) -> list[Path]:
+        if self.is_step(path):
+            return [path]
+        found = self.dirs(path)
+        if not found:
+            raise UnusableInput(self.missing, str(path))
+        return found
+

@@ -24,7 +24,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common, dcp
 from lrdoctor.formats._torchstate import add_optimizer, optimizer_info, torch_scheduler
 from lrdoctor.model import Counter, RunState, Unit
@@ -47,29 +46,16 @@ def _is_step_dir(d: Path) -> bool:
         _optimizer_dir(d) is not None or (d / "policy").is_dir())
 
 
-def _step_dirs(path: Path) -> list[Path]:
-    try:
-        kids = list(path.iterdir())
-    except OSError:
-        return []
-    out = [(int(STEP_DIR.match(c.name).group(1)), c) for c in kids
-           if c.is_dir() and not c.is_symlink() and _is_step_dir(c)]
-    return [c for _, c in sorted(out)]
+_LAYOUT = _common.StepFolders(STEP_DIR, _is_step_dir,
+                              missing=f"no NeMo-RL step_N/{INFO} checkpoints here")
 
 
 def detect(path: Path) -> bool:
-    path = as_path(path)
-    return _is_step_dir(path) or (path.is_dir() and bool(_step_dirs(path)))
+    return _LAYOUT.detect(as_path(path))
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = as_path(path)
-    if _is_step_dir(path):
-        return [path]
-    found = _step_dirs(path)
-    if not found:
-        raise UnusableInput(f"no NeMo-RL step_N/{INFO} checkpoints here", str(path))
-    return found
+    return _LAYOUT.find(as_path(path))
 
 
 def read(path: Path) -> RunState:

@@ -25,7 +25,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common, dcp
 from lrdoctor.formats._torchstate import add_optimizer, optimizer_info, torch_scheduler
 from lrdoctor.model import Counter, RunState, Unit
@@ -41,33 +40,16 @@ def _is_step_dir(d: Path) -> bool:
     return bool(STEP_DIR.match(d.name)) and dcp.is_dcp(d)
 
 
-def _step_dirs(path: Path) -> list[Path]:
-    out = []
-    for base in (path, path / "checkpoint"):
-        try:
-            kids = list(base.iterdir()) if base.is_dir() else []
-        except OSError:
-            continue
-        out += [(int(STEP_DIR.match(c.name).group(1)), c) for c in kids
-                if c.is_dir() and not c.is_symlink() and _is_step_dir(c)]
-        if out:
-            break
-    return [c for _, c in sorted(out)]
+_LAYOUT = _common.StepFolders(STEP_DIR, _is_step_dir, bases=("", "checkpoint"),
+                              missing="no torchtitan step-N checkpoint folders here")
 
 
 def detect(path: Path) -> bool:
-    path = as_path(path)
-    return _is_step_dir(path) or (path.is_dir() and bool(_step_dirs(path)))
+    return _LAYOUT.detect(as_path(path))
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = as_path(path)
-    if _is_step_dir(path):
-        return [path]
-    found = _step_dirs(path)
-    if not found:
-        raise UnusableInput("no torchtitan step-N checkpoint folders here", str(path))
-    return found
+    return _LAYOUT.find(as_path(path))
 
 
 def flat_optimizer(opt: Any) -> dict[str, Any]:
