@@ -418,12 +418,23 @@ def _lists(node: Any, mapped: bool, parent: Any) -> Any:
 NAME = "dcp"
 
 
-def _dcp_children(path: Path) -> list[Path]:
-    try:
-        kids = [c for c in path.iterdir() if c.is_dir() and not c.is_symlink() and is_dcp(c)]
-    except OSError:
-        return []
-    return sorted(kids, key=lambda c: (_last_number(c.name), c.name))
+def _dcp_children(path: Path, depth: int = 2) -> list[Path]:
+    """DCP folders among ``path``'s sub-folders, else one level further down (a run folder
+    holding ``checkpoints/step_N/``); the nearest level that holds any wins. Symlinked
+    folders are not followed."""
+    level = [path]
+    for _ in range(depth):
+        subs: list[Path] = []
+        for d in level:
+            try:
+                subs += [c for c in d.iterdir() if c.is_dir() and not c.is_symlink()]
+            except OSError:
+                continue
+        kids = [c for c in subs if is_dcp(c)]
+        if kids:
+            return sorted(kids, key=lambda c: (_last_number(c.name), c.name))
+        level = subs[:256]  # bounded: a run folder may hold many sub-folders
+    return []
 
 
 def _last_number(name: str) -> int:

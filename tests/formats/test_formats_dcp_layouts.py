@@ -341,3 +341,17 @@ def test_accelerate_fsdp_sharded_optimizer(tmp_path, calls):
         f = _one(rep, "LRD103")
         assert (f.evidence["scheduler_progress"], f.evidence["nominal_progress"],
                 f.evidence["k"]) == (10, 5, 2)
+
+
+def test_dcp_folder_two_levels_below_the_path_given(tmp_path):
+    """A run folder holding checkpoints/<name>/ (no step number, no framework layout):
+    the DCP folder is found one level further down and read the same."""
+    import torch
+
+    model, opt, sched = _train(8, 4, lambda o: torch.optim.lr_scheduler.LinearLR(
+        o, start_factor=0.1, total_iters=100))
+    _save({"opt_state": opt.state_dict(), "sched_state": sched.state_dict(),
+           "loop": {"updates": 8}}, tmp_path / "run" / "checkpoints" / "latest")
+    (rep,) = inspect_path(tmp_path / "run")
+    f = _one(rep, "LRD103")
+    assert (f.evidence["scheduler_progress"], f.evidence["nominal_progress"]) == (32, 8)
