@@ -3,9 +3,10 @@
 tests/replay/test_replay_peers.py compares lrdoctor's packers with the released
 frameworks' own functions. verl 0.9.1 and OpenRLHF install here without their
 dependencies (the Makefile does that); two more come from unpacked wheels, because
-only one plain-Python module of each is loaded and nothing is installed:
+only some of their module files are loaded and nothing is installed:
 - verl 0.9.0, the last release with the ``ceil(total / max_token_len)`` rule;
-- SkyRL 0.4.0, whose wheel is for Python 3.12 only.
+- SkyRL 0.4.0, whose wheel is for Python 3.12 only (its packer, and the dispatch
+  and worker modules of its step layout, on torch; tests/helpers/peers.py).
 A download that fails leaves those tests skipped, with the reason in the summary.
 
 Usage: python scripts/fetch_peers.py DIR   (then LRDOCTOR_PEER_VERL_OLD=DIR/verl-0.9.0

@@ -12,7 +12,10 @@ functions compared never reach them. Nothing is copied into this project.
 compare the ``verl_ceildiv`` flavor too. SkyRL needs Python 3.12 to install, but
 its packer module is plain Python: ``LRDOCTOR_PEER_SKYRL`` may name an unpacked
 skyrl wheel (``pip download skyrl==0.4.0 --no-deps --python-version 3.12
---only-binary=:all:`` then unzip), or an installed skyrl is used.
+--only-binary=:all:`` then unzip), or an installed skyrl is used. The same wheel
+gives the whole SkyRL step layout (:func:`skyrl_step`): its dispatch and worker
+modules import Ray and torch.distributed at the top, so they are loaded file by file
+with inert stand-ins for what the step never reaches.
 """
 
 from __future__ import annotations
@@ -102,6 +105,91 @@ def skyrl_bin_packing():
     if base is None or not (base / "train" / "dataset" / "bin_packing.py").exists():
         return None
     return _load_file(base / "train" / "dataset" / "bin_packing.py", "_peer_skyrl_bin_packing")
+
+
+class _Inert:
+    """Stands for an import a compared function never reaches (a logger, a type hint)."""
+
+    def __getitem__(self, args):  # jaxtyping's Float[torch.Tensor, "b s"] -> torch.Tensor
+        return args[0] if isinstance(args, tuple) else args
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def _skyrl_step_stubs() -> dict[str, types.ModuleType]:
+    """Inert stand-ins for what SkyRL's dispatch and worker modules import but the
+    step layout never reaches: Ray (``ray.put`` only hands a chunk to the object
+    store, so the stand-in returns the chunk itself), the distributed strategy (Ray,
+    transformers, loguru; only a type hint in worker_utils), and jaxtyping / loguru
+    when they are not installed (type hints and a module-level logger)."""
+    ray = types.ModuleType("ray")
+    ray.put = lambda obj: obj
+    ray.get = lambda refs: refs
+    ray.ObjectRef = object
+    actor = types.ModuleType("ray.actor")
+    actor.ActorHandle = object
+    ray.actor = actor
+    strategy = types.ModuleType("skyrl.backends.skyrl_train.distributed.strategy")
+    strategy.DistributedStrategy = object
+    stubs = {"ray": ray, "ray.actor": actor, strategy.__name__: strategy}
+    for name, attrs in (("jaxtyping", ("Bool", "Float", "Integer", "Int")),
+                        ("loguru", ("logger",))):
+        if importlib.util.find_spec(name) is None:
+            mod = types.ModuleType(name)
+            for a in attrs:
+                setattr(mod, a, _Inert())
+            stubs[name] = mod
+    return stubs
+
+
+def skyrl_step():
+    """SkyRL's whole step layout, from the real module files, or None.
+
+    Returns a namespace with ``compute_prompt_mini_batch_boundaries`` (the
+    trainer's mini-batch slices), ``MeshDispatch`` (``stage_chunks``: pad each
+    mini-batch to a multiple of dp, chunk it over the ranks), ``TrainingInputBatch``
+    and ``pad_training_input_batch``, and the ``worker_utils`` module (its
+    ``TokenBasedBatchIterator`` packs a rank's chunk and syncs the count over dp
+    through ``worker_utils.dist``). The packages' ``__init__`` files (which pull in
+    the Tinker backends and the dataset loader) are not run: each ``skyrl``
+    package is an empty module whose ``__path__`` is the wheel's folder, so every
+    module imported is the wheel's own file. Needs torch.
+    """
+    path = os.environ.get("LRDOCTOR_PEER_SKYRL")
+    base = Path(path) / "skyrl" if path else _package_dir("skyrl")
+    files = ("backends/skyrl_train/distributed/dispatch.py",
+             "backends/skyrl_train/workers/worker_utils.py",
+             "train/dataset/preprocess.py")
+    if base is None or not all((base / f).exists() for f in files):
+        return None
+    try:
+        import torch  # noqa: F401  (SkyRL's batches are torch tensors)
+    except ImportError:
+        return None
+    stubs = _skyrl_step_stubs()
+    for pkg in ("", "backends", "backends/skyrl_train", "backends/skyrl_train/distributed",
+                "backends/skyrl_train/distributed/megatron", "backends/skyrl_train/utils",
+                "backends/skyrl_train/workers", "train", "train/dataset"):
+        name = ".".join(["skyrl", *pkg.split("/")]) if pkg else "skyrl"
+        mod = types.ModuleType(name)
+        mod.__path__ = [str(base / pkg)]
+        stubs[name] = mod
+    before = {k: v for k, v in sys.modules.items() if k.split(".")[0] in ("skyrl", *stubs)}
+    sys.modules.update(stubs)
+    try:
+        dispatch = importlib.import_module("skyrl.backends.skyrl_train.distributed.dispatch")
+        worker_utils = importlib.import_module("skyrl.backends.skyrl_train.workers.worker_utils")
+        preprocess = importlib.import_module("skyrl.train.dataset.preprocess")
+        tb = importlib.import_module("skyrl.backends.skyrl_train.training_batch")
+    finally:  # the loaded modules keep their globals; sys.modules is left as it was
+        for k in [k for k in sys.modules if k.split(".")[0] in ("skyrl", *stubs)]:
+            del sys.modules[k]
+        sys.modules.update(before)
+    return types.SimpleNamespace(
+        compute_prompt_mini_batch_boundaries=preprocess.compute_prompt_mini_batch_boundaries,
+        MeshDispatch=dispatch.MeshDispatch, TrainingInputBatch=tb.TrainingInputBatch,
+        pad_training_input_batch=tb.pad_training_input_batch, worker_utils=worker_utils)
 
 
 def nemo_rl_packing():

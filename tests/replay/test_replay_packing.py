@@ -265,6 +265,21 @@ def test_balanced_first_fit_plan_pads_rank_counts():
     assert _all_rows(plan) == list(range(6))
 
 
+def test_balanced_first_fit_skyrl_pads_each_mini_batch_over_dp():
+    # SkyRL >= 0.2.0 (stage_chunks): mini-batches of 3 rows at dp 2 are padded to 4 with a
+    # copy of their first row, which the last rank packs: row 2 (500) no longer fits beside
+    # the 8000-token copy, so that rank has 2 bins and rank 0 a padding micro-batch.
+    tokens = np.array([8000, 100, 500, 100, 100, 100])
+    plan = P.plan_step({"strategy": "balanced_first_fit", "max_tokens_per_microbatch": 8192},
+                       {"mini_batch_size": 3}, {"tokens": tokens}, 2)
+    assert plan.boundaries == [1, 2]  # two updates (3 rows each), not three of 2 rows
+    rows = [[r.tolist() for r in mb.ranks] for mb in plan.micro_batches]
+    assert rows == [[[0, 1], []], [[], [2]], [[3, 4], [5]]]
+    assert plan.notes["padding_rows"] == 2
+    assert plan.notes["not_divisible_by_dp"] == {"samples": 3, "dp": 2, "padding_rows": 1}
+    assert _all_rows(plan) == list(range(6))
+
+
 def test_prompt_unit_never_splits_a_prompt():
     rng = np.random.default_rng(3)
     turns = rng.integers(1, 6, size=32)  # 32 prompts, 1-5 sequences each

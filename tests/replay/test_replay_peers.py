@@ -25,6 +25,7 @@ VERL = peers.verl_balancing()
 VERL_OLD = peers.verl_old_balancing()
 ORL = peers.openrlhf_balancing()
 SKYRL = peers.skyrl_bin_packing()
+SKYRL_STEP = peers.skyrl_step()
 NEMO = peers.nemo_rl_packing()
 need_verl = pytest.mark.skipif(VERL is None, reason=f"verl not installed ({peers.PEERS_INSTALL})")
 need_orl = pytest.mark.skipif(ORL is None,
@@ -190,6 +191,84 @@ def test_balanced_first_fit_matches_skyrl_packer():
         cap = int(rng.integers(max(1, max(lens) // 3), 3 * max(lens) + 2))  # some over the cap
         want = SKYRL.make_seq_packer("balanced", bin_capacity=cap).pack(lens)
         assert P.balanced_first_fit(lens, cap) == want, (case, cap, lens)
+
+
+def _skyrl_real_layout(sk, toks, bounds, dp, cap):
+    """SkyRL 0.4.0's own step: ``MeshDispatch.stage_chunks`` pads each mini-batch to a
+    multiple of dp (copies of its first row, loss-masked) and chunks it over the ranks;
+    each rank's ``TokenBasedBatchIterator`` packs its chunk and syncs the count (MAX over
+    dp, ranks as threads). Per mini-batch, per rank: the micro-batches' real rows (the
+    padding copies dropped, their bins kept), then the padding micro-batches as []."""
+    import torch
+
+    n, width = len(toks), int(toks.max())
+    lens = torch.as_tensor(toks)
+    data = sk.TrainingInputBatch({
+        "sequences": torch.arange(n)[:, None],  # the row's id rides along
+        "attention_mask": (torch.arange(width)[None, :] < lens[:, None]).long(),
+        "loss_mask": torch.ones(n, 1, dtype=torch.long),  # 0 on stage_chunks' padding rows
+    })
+    staged = sk.MeshDispatch.stage_chunks(dp, data, bounds)  # ray.put is the identity here
+    fake = peers.FakeDist(dp)
+    sk.worker_utils.dist = fake
+    out = []
+    for chunks in staged:
+        its = fake.run(lambda c: sk.worker_utils.TokenBasedBatchIterator(c, cap),
+                       [(c,) for c in chunks])
+        for it in its:
+            if isinstance(it, Exception):
+                raise it
+        mini = []
+        for c, it in zip(chunks, its, strict=True):
+            ids = c["sequences"][:, 0].tolist()
+            real = c["loss_mask"][:, 0].tolist()
+            mbs = [[ids[i] for i in b if real[i]] for b in it._microbatches]
+            mini.append(mbs + [[]] * it.num_padding_microbatches)
+            assert len(mini[-1]) == len(it)
+        out.append(mini)
+    return out
+
+
+def _random_skyrl_step(rng, sk):
+    """A SkyRL step: ``train_batch_size`` prompts of ``n_samples_per_prompt`` rows, mini-batches
+    of ``policy_mini_batch_size`` prompts (the trainer's own boundaries), any dp (mini-batches
+    not divisible by dp are padded). One case in four adds a ragged last mini-batch, which
+    SkyRL's trainer asserts away but a step logged short has; stage_chunks takes it."""
+    dp = int(rng.choice([1, 2, 2, 3, 4, 4, 5, 8]))
+    n_samples = int(rng.integers(1, 7))
+    pmini = int(rng.integers(1, 7))
+    prompts = pmini * int(rng.integers(1, 5))
+    uids = [f"p{i}" for i in range(prompts) for _ in range(n_samples)]
+    bounds = sk.compute_prompt_mini_batch_boundaries(uids, pmini, prompts, False, n_samples)
+    mini = pmini * n_samples
+    if rng.integers(4) == 0 and mini > 1:
+        extra = int(rng.integers(1, mini))
+        bounds.append((len(uids), len(uids) + extra))
+    n = bounds[-1][1]
+    toks = _lengths(rng, n, 4096).astype(np.int64)
+    cap = int(rng.integers(max(1, int(toks.max()) // 3), 3 * int(toks.max()) + 2))
+    return dp, mini, toks, bounds, cap
+
+
+@pytest.mark.skipif(SKYRL_STEP is None, reason="skyrl not installed and LRDOCTOR_PEER_SKYRL (an "
+                    "unpacked skyrl wheel; it needs Python 3.12 to install) not set, or no torch")
+def test_balanced_first_fit_step_matches_skyrl_dispatch():
+    """The whole SkyRL step (flavor ``skyrl``): which rows each dp rank gets in each
+    mini-batch and its micro-batches, against skyrl 0.4.0's trainer boundaries,
+    ``MeshDispatch.stage_chunks`` and ``TokenBasedBatchIterator`` (the real files)."""
+    rng = np.random.default_rng(808)
+    for case in range(N_CASES):
+        dp, mini, toks, bounds, cap = _random_skyrl_step(rng, SKYRL_STEP)
+        want = _skyrl_real_layout(SKYRL_STEP, toks, bounds, dp, cap)
+        plan = P.plan_step({"strategy": "balanced_first_fit", "max_tokens_per_microbatch": cap,
+                            "flavor": "skyrl"}, {"mini_batch_size": mini}, {"tokens": toks}, dp)
+        got = []
+        start = 0
+        for b in plan.boundaries:
+            mbs = plan.micro_batches[start : b + 1]
+            got.append([[mb.ranks[k].tolist() for mb in mbs] for k in range(dp)])
+            start = b + 1
+        assert got == want, (case, dp, mini, cap, bounds, toks.tolist())
 
 
 @pytest.mark.skipif(NEMO is None, reason="nemo_rl not importable and LRDOCTOR_PEER_NEMO_RL (a "

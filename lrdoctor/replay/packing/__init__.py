@@ -118,17 +118,14 @@ def plan_step(batching_cfg: Any, train_cfg: Any, frame: Any, dp: int) -> StepPla
         plan.notes.update(notes)
         return plan
     if strategy == "balanced_first_fit":
-        notes = {}
-        plan = plan_balanced_first_fit(
+        return plan_balanced_first_fit(
             fr,
             dp,
             int(cap),
-            mini_per_rank=_mini_per_rank(train_cfg, dp, notes),
+            mini_batch_size=_get(train_cfg, "mini_batch_size"),
             round_to=round_to,
             flavor=str(_get(batching_cfg, "flavor", "skyrl")),
         )
-        plan.notes.update(notes)
-        return plan
     if strategy == "prompt_unit":
         return plan_prompt_unit(
             fr,

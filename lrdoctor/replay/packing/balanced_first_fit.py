@@ -10,6 +10,7 @@ from lrdoctor.replay.packing.common import (
     StepPlan,
     _assemble_minis,
     _mini_batches_per_rank,
+    _mini_per_rank,
     _note_over_cap,
     _rank_shards,
 )
@@ -51,55 +52,76 @@ def _bins_to_views(rows: np.ndarray, bins: list[list[int]]) -> list[np.ndarray]:
     return out
 
 
-def _minis_then_ranks(n: int, dp: int, mini_per_rank: int, notes: dict):
-    """SkyRL since PR 1376 (``MeshDispatch.stage_chunks``, skyrl 0.2.0): slice the
-    step into mini-batches of ``mini_per_rank * dp`` rows first, then chunk each
-    mini-batch contiguously over the dp ranks. Returns per rank, per mini-batch rows."""
-    size = mini_per_rank * dp
-    out: list[list[np.ndarray]] = [[] for _ in range(dp)]
+def _stage_chunks(n: int, dp: int, mini_batch_size: int | None, notes: dict):
+    """SkyRL since PR 1376 (``MeshDispatch.stage_chunks``, skyrl 0.2.0): slice the step
+    into mini-batches of ``mini_batch_size`` rows (the whole step when unset), pad each
+    to a multiple of dp with loss-masked copies of its first row, then chunk it
+    contiguously over the ranks, so the last ranks hold the copies.
+
+    Returns per rank, per mini-batch ``(rows, pad, first)``: the real rows, how many
+    copies of the mini-batch's first row (``first``) follow them. The copies carry that row's
+    tokens into the rank's packer (they can add a micro-batch) but no loss.
+    """
+    size = int(mini_batch_size) if mini_batch_size else n
+    out: list[list[tuple[np.ndarray, int, int]]] = [[] for _ in range(dp)]
+    pad_rows = 0
     for a in range(0, n, size):
         rows = np.arange(a, min(a + size, n))
-        chunk = -(-len(rows) // dp)
-        if len(rows) % dp:
-            notes["not_divisible_by_dp"] = {"samples": len(rows), "dp": dp}
+        pad = (-len(rows)) % dp
+        if pad:
+            pad_rows += pad
+            notes.setdefault("not_divisible_by_dp", {"samples": len(rows), "dp": dp,
+                                                     "padding_rows": pad})
+        chunk = (len(rows) + pad) // dp
         for k in range(dp):
-            out[k].append(rows[k * chunk : (k + 1) * chunk])
+            real = rows[k * chunk : (k + 1) * chunk]
+            out[k].append((real, chunk - len(real), a))
+    if pad_rows:
+        notes["padding_rows"] = pad_rows
     return out
 
 
 def plan_balanced_first_fit(
-    fr, dp, max_tokens, *, mini_per_rank=None, round_to=1, flavor="skyrl"
+    fr, dp, max_tokens, *, mini_batch_size=None, round_to=1, flavor="skyrl"
 ) -> StepPlan:
     """SkyRL token-based micro-batches: each rank packs its own chunk, count synced to the max.
 
     Which rows a rank holds depends on the release: since PR 1376 (skyrl >= 0.2.0,
-    ``flavor='skyrl'``) each mini-batch is sliced from the step first and then
-    chunked over dp ranks; before it (``flavor='skyrl_rank_first'``) each rank took
-    a contiguous shard of the whole step and cut its mini-batches inside it. A log
-    with a ``rank`` column is taken as it is. Ranks with fewer bins run padding
-    micro-batches (loss-masked); they appear here as empty rank lists and are
-    counted in notes.
+    ``flavor='skyrl'``) each mini-batch of ``mini_batch_size`` rows is sliced from
+    the step first, padded to a multiple of dp and chunked over dp ranks
+    (:func:`_stage_chunks`); before it (``flavor='skyrl_rank_first'``) each rank
+    took a contiguous shard of the whole step and cut its mini-batches of
+    ``mini_batch_size / dp`` rows inside it. A log with a ``rank`` column is taken
+    as it is. Ranks with fewer bins run padding micro-batches (loss-masked); they
+    appear here as empty rank lists and are counted in notes.
     """
     notes: dict = {}
     tokens = fr["tokens"]
     cap = int(max_tokens)
     if len(tokens) == 0:
         return StepPlan([], None, None, notes)
-    if mini_per_rank and flavor != "skyrl_rank_first" and "rank" not in fr and dp > 1:
-        minis = _minis_then_ranks(len(tokens), dp, mini_per_rank, notes)
+    if flavor != "skyrl_rank_first" and "rank" not in fr:
+        staged = _stage_chunks(len(tokens), dp, mini_batch_size, notes)
+        per_rank_minis = []
+        for m in staged:
+            lst = []
+            for rows, pad, first in m:
+                lens = tokens[rows].tolist()
+                bins = balanced_first_fit(lens + [int(tokens[first])] * pad, cap)
+                if pad:  # the copies shaped the bins but are not samples: drop them, keep bins
+                    bins = [[i for i in b if i < len(lens)] for b in bins]
+                lst.append(_bins_to_views(rows, bins))
+            per_rank_minis.append(lst)
     else:
+        mini_per_rank = _mini_per_rank({"mini_batch_size": mini_batch_size}, dp, notes)
         shards = _rank_shards(fr, dp, notes)
-        minis = _mini_batches_per_rank(shards, mini_per_rank)
-    per_rank_minis = []
-    for m in minis:
-        lst = []
-        for rows in m:
-            bins = balanced_first_fit(tokens[rows].tolist(), cap)
-            lst.append(_bins_to_views(rows, bins))
-        per_rank_minis.append(lst)
+        per_rank_minis = [
+            [_bins_to_views(rows, balanced_first_fit(tokens[rows].tolist(), cap)) for rows in m]
+            for m in _mini_batches_per_rank(shards, mini_per_rank)
+        ]
     mbs, bounds = _assemble_minis(per_rank_minis, tokens, round_to)
     pads = sum(1 for mb in mbs for r in mb.ranks if not len(r))
     if pads:
         notes["padding_micro_batches"] = pads
     _note_over_cap(notes, tokens, cap)
-    return StepPlan(mbs, bounds if mini_per_rank else None, None, notes)
+    return StepPlan(mbs, bounds if mini_batch_size else None, None, notes)
