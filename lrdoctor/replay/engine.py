@@ -134,33 +134,71 @@ def default_planner() -> Planner:
 def plan_steps(cfg: RunConfig, samples: pd.DataFrame, planner: Planner | None = None,
                progress: Callable[[int], None] | None = None,
                notes: dict | None = None) -> list[StepInfo]:
-    """Run the framework's micro-batching once per train step."""
-    planner = planner or default_planner()
-    out: list[StepInfo] = []
+    """Run the framework's micro-batching once per train step.
+
+    With the default planner the steps are planned in chunks through
+    ``packing.plan_many`` (Karmarkar-Karp for a whole chunk at once), with
+    ``progress`` called per chunk; a given planner is called step by step.
+    """
+    from lrdoctor.replay import packing
+
     # A cycled log replans the same frame at the same dp: plans are deterministic.
-    cache: dict[tuple[int, int], StepInfo] = {}
+    unique: dict[tuple[int, int], int] = {}
+    todo: list[tuple[StepFrame, int]] = []
+    steps: list[tuple[int, int, int]] = []  # (step, dp, index into todo)
     for frame, logged in _iter_frames(samples, cfg.train.steps, notes):
         dp = cfg.dp.size_at(frame.step)
-        hit = cache.get((logged, dp))
-        if hit is not None:
-            out.append(StepInfo(frame.step, dp, hit.plan, hit.samples, hit.docs, hit.mb_docs))
-            if progress is not None:
-                progress(frame.step)
-            continue
-        plan = planner(cfg.batching, cfg.train, frame.columns, dp)
-        docs = frame.columns.get("docs")
-        mb_docs = None
-        if docs is not None:
-            mb_docs = [float(sum(docs[np.asarray(r, dtype=np.int64)].sum()
-                                 for r in mb.ranks if len(r)))
-                       for mb in plan.micro_batches]
-        info = StepInfo(frame.step, dp, plan, len(frame),
-                        int(docs.sum()) if docs is not None else None, mb_docs)
-        cache[(logged, dp)] = info
-        out.append(info)
-        if progress is not None:
-            progress(frame.step)
-    return out
+        key = (logged, dp)
+        if key not in unique:
+            unique[key] = len(todo)
+            todo.append((frame, dp))
+        steps.append((frame.step, dp, unique[key]))
+    plans: list[Any] = []
+    with packing.paused_gc():
+        if planner is not None:
+            for frame, dp in todo:
+                plans.append(planner(cfg.batching, cfg.train, frame.columns, dp))
+                if progress is not None:
+                    progress(frame.step)
+        else:
+            for a in range(0, len(todo), _PLAN_CHUNK):
+                chunk = todo[a:a + _PLAN_CHUNK]
+                plans.extend(packing.plan_many(cfg.batching, cfg.train,
+                                               [f.columns for f, _ in chunk],
+                                               [d for _, d in chunk]))
+                if progress is not None:
+                    progress(chunk[-1][0].step)
+        infos = [_step_info(frame, dp, plan) for (frame, dp), plan in zip(todo, plans,
+                                                                        strict=True)]
+    if progress is not None and steps:
+        progress(steps[-1][0])  # cycled steps reuse plans: the bar still ends at the end
+    return [StepInfo(step, dp, infos[i].plan, infos[i].samples, infos[i].docs,
+                     infos[i].mb_docs) if infos[i].step != step else infos[i]
+            for step, dp, i in steps]
+
+
+# Steps planned per ``plan_many`` call: large enough that per-call costs vanish,
+# small enough that the progress bar moves and the lockstep arrays stay small.
+_PLAN_CHUNK = 2048
+
+
+def _step_info(frame: StepFrame, dp: int, plan: Any) -> StepInfo:
+    """A planned step with its document counts (per micro-batch, summed over ranks)."""
+    docs = frame.columns.get("docs")
+    mb_docs = None
+    if docs is not None:
+        mbs = plan.micro_batches
+        parts = [r for mb in mbs for r in mb.ranks]
+        per_mb = np.fromiter((sum(map(len, mb.ranks)) for mb in mbs), dtype=np.int64,
+                             count=len(mbs))
+        mb_docs = [0.0] * len(mbs)
+        if per_mb.sum():
+            d = docs[np.concatenate(parts).astype(np.int64, copy=False)].astype(np.float64)
+            cum = np.concatenate(([0.0], np.cumsum(d)))
+            ends = np.cumsum(per_mb)
+            mb_docs = (cum[ends] - cum[ends - per_mb]).tolist()
+    return StepInfo(frame.step, dp, plan, len(frame),
+                    int(docs.sum()) if docs is not None else None, mb_docs)
 
 
 # ---------------------------------------------------------------- budget

@@ -31,6 +31,7 @@ from lrdoctor.replay.packing.common import (
     _get,
     _mini_per_rank,
     as_frame,
+    paused_gc,
     split_steps,
 )
 from lrdoctor.replay.packing.doc_target import plan_doc_target
@@ -41,6 +42,7 @@ from lrdoctor.replay.packing.karmarkar_karp import (
     plan_karmarkar_karp,
     verl_workload,
 )
+from lrdoctor.replay.packing.kk_plan import plan_karmarkar_karp_steps
 from lrdoctor.replay.packing.prompt_unit import plan_prompt_unit, prompt_runs
 from lrdoctor.replay.packing.sequence_packing import plan_sequence_packing
 from lrdoctor.replay.packing.static import plan_static
@@ -58,25 +60,82 @@ __all__ = [
     "plan_balanced_first_fit",
     "plan_doc_target",
     "plan_karmarkar_karp",
+    "plan_karmarkar_karp_steps",
+    "plan_many",
     "plan_prompt_unit",
     "plan_sequence_packing",
     "plan_static",
     "plan_step",
     "plan_token_budget",
     "prompt_runs",
+    "paused_gc",
     "split_steps",
     "verl_workload",
 ]
 
 
-def plan_step(batching_cfg: Any, train_cfg: Any, frame: Any, dp: int) -> StepPlan:
-    """Plan one train step's micro-batches with the configured framework strategy."""
+def _frame(frame: Any) -> dict[str, np.ndarray]:
     fr = frame if isinstance(frame, dict) and "tokens" in frame else as_frame(frame)
     if isinstance(fr, dict) and fr["tokens"].dtype != np.int64:
         fr = as_frame(fr)
+    return fr
+
+
+def _dp(dp: Any) -> int:
     dp = int(dp)
     if dp < 1:
         raise UnusableInput(f"dp size must be >= 1, got {dp}")
+    return dp
+
+
+def plan_many(batching_cfg: Any, train_cfg: Any, frames: list[Any],
+              dps: list[int]) -> list[StepPlan]:
+    """Plan many train steps: the same plans as :func:`plan_step` on each.
+
+    Karmarkar-Karp is planned for all the steps at once
+    (:func:`plan_karmarkar_karp_steps`: lockstep partitions, no per-call
+    overhead); the other strategies step by step. The garbage collector is
+    paused meanwhile (:func:`paused_gc`).
+    """
+    frs = [_frame(f) for f in frames]
+    dps = [_dp(d) for d in dps]
+    with paused_gc():
+        if _get(batching_cfg, "strategy", "static") != "karmarkar_karp" or not frs:
+            return [plan_step(batching_cfg, train_cfg, f, d) for f, d in zip(frs, dps, strict=True)]
+        cap = _kk_cap(batching_cfg)
+        step_notes: list[dict] = [{} for _ in frs]
+        mprs = [_mini_per_rank(train_cfg, d, n) for d, n in zip(dps, step_notes, strict=True)]
+        plans = plan_karmarkar_karp_steps(frs, dps, cap, mini_per_rank=mprs,
+                                          **_kk_options(batching_cfg))
+    for plan, n in zip(plans, step_notes, strict=True):
+        plan.notes.update(n)
+    return plans
+
+
+def _kk_cap(batching_cfg: Any) -> int:
+    cap = _get(batching_cfg, "max_tokens_per_microbatch")
+    if not cap and not _get(batching_cfg, "num_micro_batches"):
+        raise UnusableInput(
+            "strategy karmarkar_karp needs batching.max_tokens_per_microbatch or num_micro_batches"
+        )
+    return int(cap or 0)
+
+
+def _kk_options(batching_cfg: Any) -> dict[str, Any]:
+    return dict(
+        num_micro_batches=_get(batching_cfg, "num_micro_batches"),
+        equal_size=bool(_get(batching_cfg, "equal_size", False)),
+        flavor=str(_get(batching_cfg, "flavor", "verl")),
+        balance_dp=bool(_get(batching_cfg, "balance_dp", True)),
+        keep_minibatch=bool(_get(batching_cfg, "keep_minibatch", False)),
+        round_to=int(_get(batching_cfg, "round_to", 1)),
+    )
+
+
+def plan_step(batching_cfg: Any, train_cfg: Any, frame: Any, dp: int) -> StepPlan:
+    """Plan one train step's micro-batches with the configured framework strategy."""
+    fr = _frame(frame)
+    dp = _dp(dp)
     strategy = _get(batching_cfg, "strategy", "static")
     round_to = int(_get(batching_cfg, "round_to", 1))
     cap = _get(batching_cfg, "max_tokens_per_microbatch")
@@ -98,23 +157,10 @@ def plan_step(batching_cfg: Any, train_cfg: Any, frame: Any, dp: int) -> StepPla
             mini_batch_size=_get(train_cfg, "mini_batch_size"),
         )
     if strategy == "karmarkar_karp":
-        if not cap and not _get(batching_cfg, "num_micro_batches"):
-            raise UnusableInput(
-                "strategy karmarkar_karp needs batching.max_tokens_per_microbatch or num_micro_batches"
-            )
         notes: dict = {}
-        plan = plan_karmarkar_karp(
-            fr,
-            dp,
-            int(cap or 0),
-            num_micro_batches=_get(batching_cfg, "num_micro_batches"),
-            equal_size=bool(_get(batching_cfg, "equal_size", False)),
-            flavor=str(_get(batching_cfg, "flavor", "verl")),
-            mini_per_rank=_mini_per_rank(train_cfg, dp, notes),
-            balance_dp=bool(_get(batching_cfg, "balance_dp", True)),
-            keep_minibatch=bool(_get(batching_cfg, "keep_minibatch", False)),
-            round_to=round_to,
-        )
+        plan = plan_karmarkar_karp(fr, dp, _kk_cap(batching_cfg),
+                                   mini_per_rank=_mini_per_rank(train_cfg, dp, notes),
+                                   **_kk_options(batching_cfg))
         plan.notes.update(notes)
         return plan
     if strategy == "balanced_first_fit":

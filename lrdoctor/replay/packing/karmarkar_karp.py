@@ -258,7 +258,7 @@ def plan_karmarkar_karp(
                 c = first_fit_count(ln, cap)
             else:
                 c = -(-sum(ln) // cap)
-            counts.append(min(c, len(ln)))
+            counts.append(max(min(c, len(ln)), 1))  # a rank with rows needs one
         c_all = max(counts)
         per_rank: list[list[np.ndarray]] = []
         if flavor == "verl" and cap and not num_micro_batches:

@@ -1,0 +1,194 @@
+"""Karmarkar-Karp on many small instances at once, in lockstep with numpy.
+
+Why: a replay of verl or OpenRLHF runs Karmarkar-Karp once per rank and
+mini-batch (and again per count verl >= 0.9.1 tries): ~100,000 calls of a dozen
+items for a 10,000-step run. Each merge is a few list operations, so a
+per-call Python loop spends microseconds per merge however tight it is. All the
+instances take the same *number* of merges (states - 1), only the choice of
+the pair differs, so the merges run side by side as array operations: merge
+t of every instance at once.
+
+The result is the same as :func:`karmarkar_karp._kk_sets` (verl's procedure and
+tie-breaking): the same sorted start, the same forced opening (the k heaviest
+items are one state of singletons), the same pair chosen by the same total
+order of state keys ``(spread, largest set's sum, count, first item)``, and the
+same pairing of one state's sets with the other's in reverse. What the scalar
+code compares as tuples is compared here as one integer per set,
+``sum << 2b | count << b | first + 1`` (b bits hold any count or index), and
+per state as (spread, that integer), which is the same order. Where that
+integer could overflow int64 the group is left to the scalar code. The
+equivalence is tested against the scalar code on random inputs
+(tests/replay/test_kk_lockstep.py), which is itself compared with verl's
+released function.
+
+Set membership is not moved item by item: each set has an id, a merge makes
+the absorbed set's id point at the surviving one, and items resolve their id
+at the end.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Composite keys must stay below this (a margin under 2**63 for the subtraction).
+_KEY_LIMIT = 1 << 62
+
+
+def kk_parts(vals: np.ndarray, starts: np.ndarray, ks: np.ndarray,
+             eqs: np.ndarray) -> np.ndarray:
+    """Final set position of every item of many Karmarkar-Karp instances.
+
+    Instance ``i`` partitions ``vals[starts[i]:starts[i+1]]`` (non-negative
+    ints) into ``ks[i]`` sets, equal-size when ``eqs[i]``. Returns, per item,
+    the index of its set in the final state's order (0: the heaviest by sum,
+    then item count, then first item), exactly the order of the scalar
+    ``_kk_sets``. Callers guarantee ``1 <= k <= n`` and, with ``eqs``, ``n % k == 0``.
+    """
+    vals = np.asarray(vals, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    ks = np.asarray(ks, dtype=np.int64)
+    eqs = np.asarray(eqs, dtype=bool)
+    out = np.zeros(len(vals), dtype=np.int64)
+    n_inst = len(ks)
+    if n_inst == 0:
+        return out
+    ns = np.diff(starts)
+    if (ks < 1).any() or (ks > ns).any() or (eqs & (ns % np.maximum(ks, 1) != 0)).any():
+        raise ValueError("every instance needs 1 <= k <= n, and n % k == 0 when equal-size")
+    states = np.where(eqs, ns // ks, ns - ks + 1)
+    # One lockstep group per (k, equal-size, states rounded up to a power of two):
+    # a group runs as many merges as its largest instance needs.
+    bucket = np.ceil(np.log2(np.maximum(states, 1))).astype(np.int64)
+    key = (ks * 2 + eqs) * 64 + bucket
+    order = np.argsort(key, kind="stable")
+    cuts = np.flatnonzero(np.diff(key[order])) + 1
+    for grp in np.split(order, cuts):
+        k = int(ks[grp[0]])
+        if k == 1:
+            continue  # every item in set 0
+        _solve_group(vals, starts, grp, k, bool(eqs[grp[0]]), out)
+    return out
+
+
+def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + l)`` for each (s, l), without a Python loop."""
+    total = int(lens.sum())
+    offs = np.cumsum(lens) - lens
+    return np.arange(total, dtype=np.int64) + np.repeat(starts - offs, lens)
+
+
+def _solve_group(vals, starts, grp, k, eq, out):
+    n_b = starts[grp + 1] - starts[grp]
+    n_inst = len(grp)
+    s_b = n_b // k if eq else n_b - k + 1
+    n_states = int(s_b.max())
+    # One int64 per set, most significant first: sum | count | first + 1 | set id.
+    # Sorting these sorts sets as the scalar does (sum, count, first; the id only
+    # orders empty sets, which the scalar holds equal), and an empty set is < CNT1.
+    fb = int(n_b.max() + 1).bit_length()
+    ib = int(n_states * k).bit_length()
+    sh_f, sh_c = ib, ib + fb
+    sh_s = sh_c + fb
+    cnt1 = 1 << sh_c
+    idmask = (1 << ib) - 1
+    high = ~(cnt1 - 1)  # sum and count fields
+    flat = _ranges(starts[grp], n_b)
+    inst = np.repeat(np.arange(n_inst, dtype=np.int64), n_b)
+    v = vals[flat]
+    totals = np.bincount(inst, weights=v.astype(np.float64), minlength=n_inst)
+    if float(totals.max()) * float(1 << sh_s) >= _KEY_LIMIT:
+        _scalar_group(vals, starts, grp, k, eq, out)
+        return
+    local = np.arange(len(flat), dtype=np.int64) - np.repeat(np.cumsum(n_b) - n_b, n_b)
+    # Ascending by (value, index) within each instance: the scalar's sorted(zip(vals, range)).
+    # One int64 key (instance | value | index) sorts far faster than a three-key lexsort.
+    vb = int(v.max()).bit_length() if len(v) else 0
+    if n_inst.bit_length() + vb + fb < 63:
+        srt = np.argsort((inst << (vb + fb)) | (v << fb) | local, kind="stable")
+    else:
+        srt = np.lexsort((local, v, inst))
+    inst_s, local_s, v_s = inst[srt], local[srt], v[srt]
+    pos = local  # sorting keeps instances in place: sorted position q is local[q]
+    n_s = n_b[inst_s]
+    if eq:
+        s_idx = pos // k
+        j_idx = k - 1 - pos % k
+    else:
+        top = pos >= n_s - k
+        s_idx = np.where(top, 0, pos + 1)
+        j_idx = np.where(top, n_s - 1 - pos, 0)
+    item_sid = s_idx * k + j_idx
+    width = n_states * k
+    # State-major rows (state * n_inst + instance): a reduction over the states of
+    # every instance is then a few passes over contiguous rows, not a per-row loop.
+    comp = np.empty((n_states, n_inst, k), dtype=np.int64)
+    comp[:] = np.arange(width, dtype=np.int64).reshape(n_states, 1, k)  # empty: id only
+    comp.reshape(-1)[(s_idx * n_inst + inst_s) * k + j_idx] = (
+        (v_s << sh_s) | cnt1 | ((local_s + 1) << sh_f) | item_sid)
+    cf = comp.reshape(-1, k)  # each state's sets, heaviest first
+    cfv = cf.view(np.dtype((np.void, 8 * k))).reshape(-1)  # one element per state
+    links: list[tuple[np.ndarray, np.ndarray]] = []  # per merge: absorbed ids, survivors
+    # Selection key of a state: its largest set's (sum, count, first), then the state
+    # index in the low bits, so the maximum also names its state (keys are unique).
+    sb_bits = int(n_states).bit_length()
+    smask = (1 << sb_bits) - 1
+    st_idx = np.repeat(np.arange(n_states, dtype=np.int64), n_inst)
+    spf = (cf[:, 0] >> sh_s) - (cf[:, k - 1] >> sh_s)
+    tkf = ((cf[:, 0] >> ib) << sb_bits) | st_idx
+    dead = (st_idx.reshape(n_states, n_inst) >= s_b[None, :]).reshape(-1)
+    spf[dead] = -1
+    tkf[dead] = -1
+    spread = spf.reshape(n_states, n_inst)
+    topk = tkf.reshape(n_states, n_inst)
+    cols = np.arange(n_inst, dtype=np.int64)
+    for _ in range(n_states - 1):
+        m = spread.max(axis=0)
+        a = (topk * (spread == m)).max(axis=0) & smask
+        la = a * n_inst + cols
+        spf[la] = -2
+        m2 = spread.max(axis=0)
+        b = (topk * (spread == m2)).max(axis=0) & smask
+        lb = b * n_inst + cols
+        live = m2 >= 0
+        ci, ai = cols, a
+        if not live.all():
+            spf[la[~live]] = m[~live]  # finished instances keep their state
+            la, lb, ci, ai = la[live], lb[live], cols[live], a[live]
+            if not len(la):
+                break
+        sa = np.take(cf, la, axis=0)
+        sb = np.take(cf, lb, axis=0)[:, ::-1]
+        ne_a = sa >= cnt1
+        both = ne_a & (sb >= cnt1)
+        if both.any():
+            rr = np.broadcast_to((ci * width)[:, None], both.shape)[both]
+            links.append((rr + (sb[both] & idmask), rr + (sa[both] & idmask)))
+        new = np.where(ne_a, sa + (sb & high), sb)
+        new.sort(axis=1)
+        new = np.ascontiguousarray(new[:, ::-1])
+        cfv[la] = new.view(np.dtype((np.void, 8 * k))).reshape(-1)
+        spf[la] = (new[:, 0] >> sh_s) - (new[:, k - 1] >> sh_s)
+        tkf[la] = ((new[:, 0] >> ib) << sb_bits) | ai
+        spf[lb] = -1
+        tkf[lb] = -1
+    final = spread.argmax(axis=0) * n_inst + cols  # the one live state (spread >= 0)
+    fsid = np.take(cf, final, axis=0) & idmask  # (n_inst, k): set ids in the final order
+    # Absorbed set -> surviving set links, resolved newest first: a survivor's own
+    # parent is final by the time the sets it absorbed earlier look it up.
+    parf = np.arange(n_inst * width, dtype=np.int64)
+    for child, par in reversed(links):
+        parf[child] = parf[par]
+    posmap = np.zeros(n_inst * width, dtype=np.int64)
+    posmap[(cols * width)[:, None] + fsid] = np.arange(k, dtype=np.int64)[None, :]
+    out[flat[srt]] = posmap[parf[inst_s * width + item_sid]]
+
+
+def _scalar_group(vals, starts, grp, k, eq, out):
+    """The scalar procedure, for a group whose keys would not fit in int64."""
+    from lrdoctor.replay.packing.karmarkar_karp import _kk_sets
+
+    for i in grp.tolist():
+        a, b = int(starts[i]), int(starts[i + 1])
+        sets = _kk_sets(vals[a:b].tolist(), k, eq)
+        for j, s in enumerate(sets):
+            out[[a + x for x in s[3]]] = j

@@ -1,0 +1,129 @@
+"""The whole-run Karmarkar-Karp (lockstep partitions, array planner) equals the
+per-step reference, which test_replay_peers.py compares with verl and OpenRLHF.
+
+Random runs cover what changes the plan: each flavor, uneven steps, dp sizes,
+the log's rank column (with out-of-range ranks), verl's dp balancing with and
+without keep_minibatch (including a step that is not whole mini-batches),
+fixed micro-batch counts, equal-size partitions, padding, many ties.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lrdoctor.replay import packing
+from lrdoctor.replay.packing.karmarkar_karp import _kk_sets, plan_karmarkar_karp
+from lrdoctor.replay.packing.kk_lockstep import kk_parts
+from lrdoctor.replay.packing.kk_plan import plan_karmarkar_karp_steps
+
+
+def _values(rng, n):
+    kind = rng.integers(4)
+    if kind == 0:
+        return rng.integers(0, 5, n)  # zeros and ties
+    if kind == 1:
+        return rng.integers(1, 4, n) * 7
+    if kind == 2:
+        v = rng.integers(1, 8192, n)
+        return 24576 * v + v * v  # verl workloads
+    return rng.integers(1, 10**6, n)
+
+
+def _scalar_positions(vals, k, eq):
+    pos = np.zeros(len(vals), dtype=np.int64)
+    for j, s in enumerate(_kk_sets(vals, k, eq)):
+        pos[s[3]] = j
+    return pos
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lockstep_partitions_equal_the_scalar_procedure(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        vals, starts, ks, eqs = [], [0], [], []
+        for _ in range(int(rng.integers(1, 40))):
+            n = int(rng.integers(1, 40))
+            k = int(rng.integers(1, n + 1))
+            eq = bool(rng.integers(2)) and n % k == 0
+            vals += _values(rng, n).tolist()
+            starts.append(len(vals))
+            ks.append(k)
+            eqs.append(eq)
+        got = kk_parts(np.array(vals), np.array(starts), np.array(ks), np.array(eqs))
+        for i, (k, eq) in enumerate(zip(ks, eqs, strict=True)):
+            a, b = starts[i], starts[i + 1]
+            assert got[a:b].tolist() == _scalar_positions(vals[a:b], k, eq).tolist(), \
+                (vals[a:b], k, eq)
+
+
+def test_lockstep_leaves_keys_too_wide_for_int64_to_the_scalar_code():
+    rng = np.random.default_rng(9)
+    vals = (rng.integers(1, 1000, 300) * (1 << 40)).tolist()  # sums far past 2**62 / keys
+    got = kk_parts(np.array(vals), np.array([0, 300]), np.array([7]), np.array([False]))
+    assert got.tolist() == _scalar_positions(vals, 7, False).tolist()
+
+
+def test_lockstep_rejects_impossible_instances():
+    with pytest.raises(ValueError):
+        kk_parts(np.array([1, 2]), np.array([0, 2]), np.array([3]), np.array([False]))
+    with pytest.raises(ValueError):
+        kk_parts(np.array([1, 2, 3]), np.array([0, 3]), np.array([2]), np.array([True]))
+
+
+def _same_plan(got, want):
+    assert len(got.micro_batches) == len(want.micro_batches)
+    for x, y in zip(got.micro_batches, want.micro_batches, strict=True):
+        assert [r.tolist() for r in x.ranks] == [list(r) for r in y.ranks]
+        assert x.padded_len == y.padded_len
+        assert x.tokens == y.tokens
+    assert got.boundaries == want.boundaries
+    assert got.notes == want.notes
+    assert list(got.notes) == list(want.notes)  # the same order in --json
+
+
+def _random_run(rng):
+    frames, dps, mprs = [], [], []
+    use_rank = rng.random() < 0.2
+    for _ in range(int(rng.integers(1, 12))):
+        dp = int(rng.choice([1, 2, 3, 4, 8]))
+        n = int(rng.integers(0, 60)) if rng.random() < 0.5 else dp * int(rng.integers(1, 10))
+        if rng.random() < 0.5:
+            tok = rng.integers(1, 8, n) * int(rng.integers(1, 300))
+        else:
+            tok = rng.integers(1, int(rng.choice([100, 3000, 20000])), n)
+        fr = {"tokens": tok.astype(np.int64)}
+        if use_rank:
+            fr["rank"] = rng.integers(0, dp + (1 if rng.random() < 0.2 else 0), n)
+        frames.append(fr)
+        dps.append(dp)
+        mprs.append(int(rng.integers(1, 20)) if rng.random() < 0.6 else None)
+    return frames, dps, mprs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_whole_run_plan_equals_the_per_step_plan(seed):
+    rng = np.random.default_rng(1000 + seed)
+    for _ in range(50):
+        frames, dps, mprs = _random_run(rng)
+        cap = int(rng.choice([500, 2000, 8192, 30000]))
+        kw = dict(num_micro_batches=int(rng.integers(1, 5)) if rng.random() < 0.15 else None,
+                  equal_size=bool(rng.random() < 0.3),
+                  flavor=str(rng.choice(["verl", "verl_ceildiv", "openrlhf"])),
+                  balance_dp=bool(rng.random() < 0.8), keep_minibatch=bool(rng.random() < 0.3),
+                  round_to=int(rng.choice([1, 64])))
+        got = plan_karmarkar_karp_steps(frames, dps, cap, mini_per_rank=mprs, **kw)
+        for f, dp, m, plan in zip(frames, dps, mprs, got, strict=True):
+            _same_plan(plan, plan_karmarkar_karp(f, dp, cap, mini_per_rank=m, **kw))
+
+
+def test_plan_many_equals_plan_step_with_the_configs_notes():
+    rng = np.random.default_rng(7)
+    frames = [{"tokens": rng.integers(1, 6000, int(n))} for n in rng.integers(30, 50, 20)]
+    batching = {"strategy": "karmarkar_karp", "max_tokens_per_microbatch": 4096,
+                "round_to": 128}
+    train = {"micro_batch_size": 1, "mini_batch_size": 12}  # 12 % dp 8: a config note
+    got = packing.plan_many(batching, train, frames, [8] * len(frames))
+    assert all("mini_batch_not_divisible_by_dp" in p.notes for p in got)
+    for f, plan in zip(frames, got, strict=True):
+        _same_plan(plan, packing.plan_step(batching, train, f, 8))
