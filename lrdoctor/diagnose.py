@@ -166,9 +166,17 @@ def _not_judged(state: RunState, found: list[Finding]) -> list[Finding]:
     scanned = ", ".join(state.files[:8]) + (" ..." if len(state.files) > 8 else "") \
         if state.files else state.path
     if prog is None:
+        # What each file was found to hold, where the reader said (formats.torchsave).
+        contents = state.extras.get("contents") or {}
+        if contents:
+            scanned = "; ".join(f"{f} ({what})" for f, what in list(contents.items())[:4]) \
+                + (f"; +{len(state.files) - 4} more" if len(state.files) > 4 else "")
+        evidence: dict = {"scanned": state.files or [state.path]}
+        if contents:
+            evidence["contents"] = contents
         return [finding("LRD111", f"No LR scheduler state was found, so scheduler progress "
                         f"could not be checked; scanned: {scanned}.",
-                        {"scanned": state.files or [state.path]}, location=state.path)]
+                        evidence, location=state.path)]
     if state.nominal_progress is not None:  # compared (a ratio, or both still at 0)
         return []
     if spec is not None and spec.horizon and horizon_is_budget(spec):

@@ -114,6 +114,65 @@ def is_pickle(p: Path) -> bool:
         len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5)
 
 
+@dataclass
+class Walked:
+    """What one bounded walk under a folder looked at: the checkpoint-looking files, and
+    enough about the rest for :func:`survey` to say what was scanned when none is a
+    checkpoint."""
+
+    files: list[Path] = field(default_factory=list)   # checkpoint-looking, breadth-first
+    others: list[Path] = field(default_factory=list)  # other files seen (first MAX_OTHERS)
+    n_files: int = 0     # every file looked at (hidden names not counted)
+    n_folders: int = 0   # folders listed, the input included
+    hidden: int = 0      # hidden names skipped without a look
+    cut: str | None = None  # the bound that stopped the walk, if one did
+
+
+MAX_OTHERS = 256  # non-checkpoint files remembered per walk (for the survey's examples)
+
+
+def _walk(path: Path, max_files: int = MAX_FILES, refuse: bool = True) -> Walked:
+    """Breadth-first, bounded walk of the folder ``path`` (the one enumeration of discovery).
+
+    More than ``max_files`` checkpoint-looking files is refused (``refuse``), else the
+    walk stops there; folders deeper than :data:`MAX_DEPTH` are not listed; either
+    bound is recorded in ``cut``.
+    """
+    w = Walked()
+    level = [path]
+    for depth in range(MAX_DEPTH + 1):
+        nxt = []
+        for d in level:
+            w.n_folders += 1
+            for c in _safe_children(d, path):
+                if c.name.startswith(".") and c.name != ".metadata":
+                    w.hidden += 1
+                    continue
+                if c.is_dir():
+                    nxt.append(c)
+                elif c.is_file():
+                    w.n_files += 1
+                    if _wanted(c) or c.name == ".metadata":
+                        w.files.append(c)
+                        if len(w.files) > max_files:
+                            if refuse:
+                                raise UnusableInput(
+                                    f"more than {max_files} checkpoint-looking files under "
+                                    "this folder; point lrdoctor at one run or one "
+                                    "checkpoint", str(path))
+                            w.files.pop()
+                            w.cut = f"stopped after {max_files} checkpoint-looking files"
+                            return w
+                    elif len(w.others) < MAX_OTHERS:
+                        w.others.append(c)
+        level = nxt
+        if not level:
+            break
+        if depth == MAX_DEPTH:
+            w.cut = f"{_n(len(level), 'folder')} deeper than {MAX_DEPTH} levels not looked at"
+    return w
+
+
 def candidate_files(path: Path, max_files: int = MAX_FILES) -> list[Path]:
     """Checkpoint-looking files under ``path`` (or ``[path]``), breadth-first, bounded.
 
@@ -125,26 +184,7 @@ def candidate_files(path: Path, max_files: int = MAX_FILES) -> list[Path]:
         return [path]
     if not path.is_dir():
         raise UnusableInput("no such file or directory", str(path))
-    out: list[Path] = []
-    level = [path]
-    for _ in range(MAX_DEPTH + 1):
-        nxt = []
-        for d in level:
-            for c in _safe_children(d, path):
-                if c.name.startswith(".") and c.name != ".metadata":
-                    continue
-                if c.is_dir():
-                    nxt.append(c)
-                elif c.is_file() and (_wanted(c) or c.name == ".metadata"):
-                    out.append(c)
-                    if len(out) > max_files:
-                        raise UnusableInput(f"more than {max_files} checkpoint-looking files "
-                                            "under this folder; point lrdoctor at one run "
-                                            "or one checkpoint", str(path))
-        level = nxt
-        if not level:
-            break
-    return out
+    return _walk(path, max_files).files
 
 
 def has_candidates(path: Path) -> bool:
@@ -328,6 +368,15 @@ class Scan:
     def file_names(self) -> set[str]:
         return {Path(f).name for f in self.files_read}
 
+    def what(self, file: str) -> str:
+        """What one file read here was found to hold, in a few words (never silent: a
+        checkpoint without a scheduler says what each of its files is instead)."""
+        suffix = Path(file).suffix.lower()
+        kind = {".json": "JSON", ".yaml": "YAML", ".yml": "YAML"}.get(suffix, "a torch pickle")
+        if Path(file).name == ".metadata":
+            kind = "a DCP checkpoint"
+        return _describe(self.objects[file], [f for f in self.found if f.file == file], kind)
+
 
 def is_megatron_scheduler(obj: Any) -> bool:
     from lrdoctor.formats.megatron import scheduler_field
@@ -467,20 +516,27 @@ def _omegaconf_plain(state: Any, depth: int = 0) -> Any:
 # ---------------------------------------------------------------- reading
 
 def _read_sidecar(f: Path) -> Any:
+    return _sidecar(f)[0]
+
+
+def _sidecar(f: Path) -> tuple[Any, str | None]:
+    """A JSON/YAML sidecar's content, or (None, why it was not read)."""
     try:
         if f.stat().st_size > MAX_SIDECAR_BYTES:
-            return None
+            return None, f"larger than the {MAX_SIDECAR_BYTES >> 20} MiB read for a sidecar"
         text = f.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except OSError as exc:
+        return None, exc.strerror or type(exc).__name__
     from lrdoctor import safetext
 
     try:  # nesting, container and alias limits (lrdoctor.limits): a hostile sidecar is skipped
         if f.suffix.lower() == ".json":
-            return safetext.json_loads(text, str(f))
-        return safetext.yaml_loads(text, str(f))
-    except UnusableInput:
-        return None
+            return safetext.json_loads(text, str(f)), None
+        return safetext.yaml_loads(text, str(f)), None
+    except UnusableInput as exc:
+        return None, str(exc).split(": ", 1)[-1]
 
 
 def load_file(f: Path) -> tuple[Any, list[str]]:
@@ -548,6 +604,174 @@ def scan(ckpt: Checkpoint) -> Scan:
         # A YAML sidecar is configuration; JSON sidecars hold state (trainer_state.json).
         sc.found.extend(classify(obj, str(f), config=f.suffix.lower() in (".yaml", ".yml")))
     return sc
+
+
+# ---------------------------------------------------------------- survey
+# Never silent: when no reader recognises a path, the error says what was scanned and
+# what each of the most telling files was found to be (through the reading and
+# classification above: one scanner).
+
+SURVEY_READ = 8    # files read and described per survey (the JSON record lists them)
+SURVEY_NAMED = 4   # of those, named in the one-line message
+WEIGHT_SUFFIXES = (".safetensors", ".gguf")
+DATA_SUFFIXES = (".parquet", ".jsonl", ".csv", ".npz", ".npy")
+NOTHING = "no scheduler/optimizer/trainer state"
+
+
+@dataclass
+class Survey:
+    """What discovery looked at under a path in which it found no checkpoint."""
+
+    path: str
+    files: int
+    folders: int
+    hidden: int = 0
+    cut: str | None = None
+    seen: list[tuple[str, str]] = field(default_factory=list)  # (name, what it was found to be)
+
+    def line(self) -> str:
+        """One readable clause: counts, the first few files and what each is, the bound."""
+        if self.folders == 0:  # one file: what it was found to be
+            return f"looked at 1 file: {self.seen[0][1]}" if self.seen else "nothing read"
+        head = (f"scanned {_n(self.files, 'file')} in {_n(self.folders, 'folder')}"
+                if self.files else f"scanned {_n(self.folders, 'folder')}: no files")
+        parts = [f"{_cap(name, 60)}: {what}" for name, what in self.seen[:SURVEY_NAMED]]
+        more = self.files - min(len(self.seen), SURVEY_NAMED)
+        if parts and more > 0:
+            parts.append(f"+{more} more")
+        if self.hidden:
+            parts.append(f"{_n(self.hidden, 'hidden name')} skipped")
+        if self.cut:
+            parts.append(f"scan cut by a bound: {self.cut}")
+        return head + (": " + "; ".join(parts) if parts else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "files": self.files, "folders": self.folders,
+                "hidden": self.hidden, "cut_by_bound": self.cut,
+                "seen": [{"file": n, "found": w} for n, w in self.seen],
+                "not_described": max(0, self.files - len(self.seen))}
+
+
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}" + ("" if k == 1 else "s")
+
+
+def _cap(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _relevance(f: Path) -> int:
+    """Which files the survey describes first: state-bearing kinds before the rest."""
+    suffix = f.suffix.lower()
+    if f.name == ".metadata" or is_pickle(f):
+        return 0
+    if suffix in WEIGHT_SUFFIXES or suffix == ".distcp":
+        return 1
+    if suffix in SIDECAR_SUFFIXES and f.name not in SKIP_NAMES:
+        return 2
+    if suffix in SIDECAR_SUFFIXES or suffix == ".model":
+        return 4  # tokenizer and index files
+    if suffix in SKIP_SUFFIXES:
+        return 5
+    return 3  # an unknown kind of file: say what its first bytes are not
+
+
+def survey(path: str | Path) -> Survey:
+    """What the bounded walk of :func:`candidate_files` saw under ``path``, and, for the
+    most telling few files, what :func:`load_file` and :func:`classify` found each to be."""
+    path = as_path(path)
+    if path.is_file():
+        return Survey(str(path), files=1, folders=0, seen=[(path.name, what_is(path))])
+    w = _walk(path, refuse=False)
+    ranked = sorted(w.files + w.others, key=_relevance)  # stable: breadth-first within a kind
+    seen = [(relpath(str(f), path), what_is(f)) for f in ranked[:SURVEY_READ]]
+    return Survey(str(path), files=w.n_files, folders=w.n_folders, hidden=w.hidden,
+                  cut=w.cut, seen=seen)
+
+
+def what_is(f: Path) -> str:
+    """What one file was found to be, in a few words: a file skipped by its kind, or
+    what reading it metadata-only and classifying its objects found."""
+    suffix = f.suffix.lower()
+    if not (_wanted(f) or f.name == ".metadata"):
+        if suffix in WEIGHT_SUFFIXES:
+            return f"weights only ({suffix[1:]}), {NOTHING}"
+        if suffix == ".distcp":
+            return "DCP tensor data (a DCP checkpoint needs its .metadata beside it)"
+        if f.name in SKIP_NAMES or suffix == ".model":
+            return "a tokenizer or index file, not checkpoint state"
+        if suffix in DATA_SUFFIXES:
+            return f"data ({suffix}), not checkpoint state"
+        if suffix in SKIP_SUFFIXES:
+            return f"not checkpoint state ({suffix})"
+        return "not torch/pickle, JSON or YAML (by its first bytes)"
+    if suffix in SIDECAR_SUFFIXES:
+        obj, why = _sidecar(f)
+        kind = "JSON" if suffix == ".json" else "YAML"
+        if obj is None:
+            return f"unreadable {kind}: {why}"
+        return _describe(obj, classify(obj, str(f), config=kind == "YAML"), kind)
+    try:
+        obj, notes = load_file(f)
+    except UnsafePickle as exc:
+        return f"refused: asks for {exc.global_name!r} (not on the allow-list; nothing run)"
+    except UnusableInput as exc:
+        return "unreadable: " + str(exc).split(": ", 1)[-1]
+    if obj is None:
+        why = notes[0].split(": not read ", 1)[-1] if notes else "no content"
+        return f"unreadable: {why.strip('()')}"
+    sc = Scan(Checkpoint(f, None, [f]), found=classify(obj, str(f)), objects={str(f): obj})
+    return sc.what(str(f))
+
+
+def _keys(d: dict, k: int = 5) -> str:
+    names = [_cap(str(x), 32) for x in list(d)[:k]]
+    return "[" + ", ".join(names) + (f", +{len(d) - k} more" if len(d) > k else "") + "]"
+
+
+def _leaves(obj: Any) -> tuple[int, int]:
+    """(tensors, other values) among the leaves of ``obj``, bounded."""
+    from lrdoctor.safeload import TensorRef
+
+    tensors = others = 0
+    stack, budget = [(obj, 0)], 10_000
+    while stack and budget > 0:
+        o, depth = stack.pop()
+        budget -= 1
+        if isinstance(o, TensorRef):
+            tensors += 1
+        elif isinstance(o, dict) and depth < 8:
+            stack.extend((v, depth + 1) for v in list(o.values())[:4096])
+        elif isinstance(o, (list, tuple)) and depth < 8:
+            stack.extend((v, depth + 1) for v in o[:4096])
+        else:
+            others += 1
+    return tensors, others
+
+
+def _describe(obj: Any, found: list[Found], what: str) -> str:
+    """``what`` (a torch pickle, JSON) and what it holds, for a file with no checkpoint."""
+    kinds = {f.kind for f in found}
+    states = sorted(k for k in kinds if k in SCHEDULER_KINDS or k == OPTIMIZER)
+    if states:
+        at = next(f.key for f in found if f.kind in states) or "top level"
+        return f"{what} holding {', '.join(s.replace('_', ' ') for s in states)} state at {at}"
+    if COUNTER in kinds:
+        names = sorted({f.key.rsplit(".", 1)[-1] for f in found if f.kind == COUNTER})
+        return (f"{what} with trainer counters ({', '.join(names[:4])}) but no scheduler or "
+                "optimizer state")
+    tensors, others = _leaves(obj)
+    if tensors and not others:
+        return f"weights only: {what} holding {_n(tensors, 'tensor')}, {NOTHING}"
+    if isinstance(obj, dict):
+        if not obj:
+            return f"{what} holding an empty dict, {NOTHING}"
+        cfg = " (configuration)" if CONFIG in kinds or SETTING in kinds else ""
+        return f"{what} with keys {_keys(obj)}{cfg}, {NOTHING}"
+    from lrdoctor.safeload import Opaque
+
+    name = obj.cls if isinstance(obj, Opaque) else type(obj).__name__
+    return f"{what} holding a {_cap(name, 48)}, {NOTHING}"
 
 
 def refuse_code(ckpt: str | Path, already_read: Iterable[str] = ()) -> None:

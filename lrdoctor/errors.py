@@ -14,8 +14,11 @@ def one_line(text: str) -> str:
 class UnusableInput(Exception):
     """The input could not be used. ``str(exc)`` is the one line shown to the user."""
 
-    def __init__(self, message: str, path: str | None = None):
+    def __init__(self, message: str, path: str | None = None, detail: dict | None = None):
         self.path = path
+        # A structured record of what was looked at (``lrdoctor check --json`` shows it as
+        # the LRD303 finding's evidence); the one line stays the message.
+        self.detail = detail
         super().__init__(one_line(f"{path}: {message}" if path else message))
 
 

@@ -86,9 +86,13 @@ def progress_ratio(report: Report) -> float | None:
     return None
 
 
-def _unusable(cfg: CheckConfig, target: Target, message: str, label: str) -> Report:
+def _unusable(cfg: CheckConfig, target: Target, message: str, label: str,
+              detail: dict | None = None) -> Report:
+    """An LRD303 report; ``detail`` (what was scanned, :class:`UnusableInput`'s record)
+    joins the evidence so that --json carries it structured, not only in the line."""
     loc = f"{cfg.source}:{target.line}" if cfg.source else None
-    f = finding("LRD303", message, {"target": label, "config_key": target.key}, location=loc)
+    evidence = {"target": label, "config_key": target.key, **(detail or {})}
+    f = finding("LRD303", message, evidence, location=loc)
     return Report(command=target.kind, target=label, format=target.format, findings=[f])
 
 
@@ -115,13 +119,19 @@ def _unexpected(path: str, exc: BaseException) -> str:
     return f"{path}: unexpected {type(exc).__name__} ({detail})"
 
 
-def _inspect_task(args: tuple[str, str | None, bool]) -> list[Report] | str:
+def _failed(exc: UnusableInput) -> str | tuple[str, dict]:
+    """An unusable target's result: its one line, with its structured record if it has one
+    (plain data, so that it crosses a process boundary as it is)."""
+    return (str(exc), exc.detail) if exc.detail else str(exc)
+
+
+def _inspect_task(args: tuple[str, str | None, bool]) -> list[Report] | str | tuple[str, dict]:
     """One fleet member, in a worker: its reports, or the one-line reason it is unusable."""
     path, format, all_ = args
     try:
         return _default_inspect(path, format=format, all=all_)
     except UnusableInput as exc:
-        return str(exc)
+        return _failed(exc)
     except _TARGET_ERRORS as exc:  # this run only: the fleet's other results stand
         return _unexpected(path, exc)
 
@@ -156,7 +166,7 @@ def _run_target(cfg: CheckConfig, t: Target, inspect_fn: InspectFn,
                 try:
                     results.append(inspect_fn(p, format=t.format, all=t.all))
                 except UnusableInput as exc:
-                    results.append(str(exc))
+                    results.append(_failed(exc))
                 except _TARGET_ERRORS as exc:  # this target only: the others' results stand
                     results.append(_unexpected(p, exc))
                 if progress:
@@ -164,6 +174,8 @@ def _run_target(cfg: CheckConfig, t: Target, inspect_fn: InspectFn,
         for p, res in zip(paths, results, strict=True):
             if isinstance(res, str):
                 reports.append(_unusable(cfg, t, res, p))
+            elif isinstance(res, tuple):
+                reports.append(_unusable(cfg, t, res[0], p, res[1]))
             else:
                 reports.extend(res)
         return reports, None

@@ -37,6 +37,19 @@ QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Text: only the one-line verdict per target.")]
 VerboseOpt = Annotated[bool, typer.Option(
     "--verbose", "-v", help="Text: every counter read, not only the ones compared.")]
+
+
+def _format_help() -> str:
+    """--format's help, from the one registry of readers (lrdoctor.formats)."""
+    from lrdoctor import formats
+
+    aliases = ", ".join(f"{a} = {m}" for a, m in formats.ALIASES.items())
+    return (f"Force a checkpoint format: {formats.forceable()} ({aliases}). "
+            f"{', '.join(formats.by_content())} checkpoints are recognised by content "
+            "within torchsave.")
+
+
+FormatOpt = Annotated[str | None, typer.Option("--format", help=_format_help())]
 OutputFormatOpt = Annotated[OutputFormat | None, typer.Option(
     "--output-format", help="text, json, sarif, junit or github (default: text; github when GITHUB_ACTIONS=true).")]
 

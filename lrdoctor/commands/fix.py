@@ -15,6 +15,7 @@ import typer
 
 from lrdoctor.commands._common import (
     FailOn,
+    FormatOpt,
     JsonOpt,
     OutputFormat,
     die,
@@ -73,7 +74,7 @@ def register(app: typer.Typer) -> None:
         from_replay: Annotated[Path | None, typer.Option("--from-replay", help="Use nominal/actual progress from `lrdoctor replay --json` output.")] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")] = False,
         force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
-        format: Annotated[str | None, typer.Option("--format", help="Force the checkpoint format.")] = None,
+        format: FormatOpt = None,
         json_out: JsonOpt = False,
         output_format: Annotated[OutputFormat | None, typer.Option(
             "--output-format", help="text, json, sarif, junit or github (default: text, "

@@ -10,6 +10,7 @@ import typer
 from lrdoctor.commands._common import (
     FailOn,
     FailOnOpt,
+    FormatOpt,
     JsonOpt,
     OutputFormat,
     OutputFormatOpt,
@@ -45,9 +46,7 @@ def inspect_cmd(
     path: Annotated[str, typer.Argument(
         metavar="PATH", help="Run directory, checkpoint directory or file; or a URL "
         "(s3://, gs://, az://, https://, memory://).")],
-    format: Annotated[str | None, typer.Option(
-        "--format", help="Force a format: megatron, roll, hf, torchsave, deepspeed, "
-        "lightning, accelerate.")] = None,
+    format: FormatOpt = None,
     all: Annotated[bool, typer.Option("--all", help="Show every checkpoint of a run in full, not only the latest.")] = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG: a run's progress and LR per checkpoint, or one checkpoint's LR curve and position.")] = None,
     json_: JsonOpt = False,

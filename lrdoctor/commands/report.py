@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from lrdoctor.commands._common import FailOn, FailOnOpt, guarded, warn_unusable
+from lrdoctor.commands._common import FailOn, FailOnOpt, FormatOpt, guarded, warn_unusable
 
 HELP = """Write a self-contained HTML report (index.html, figures embedded, PNGs alongside).
 
@@ -38,8 +38,7 @@ def report_cmd(
         "lrdoctor-report"),
     config: Annotated[Path | None, typer.Option(
         "--config", help="Configuration file when no TARGETS are given.")] = None,
-    format: Annotated[str | None, typer.Option(
-        "--format", help="Force the checkpoint format.")] = None,
+    format: FormatOpt = None,
     all: Annotated[bool, typer.Option("--all", help="Every checkpoint of a run.")] = False,
     batch_log: Annotated[str | None, typer.Option(
         "--batch-log", help="Batch log for the replayed configs.")] = None,

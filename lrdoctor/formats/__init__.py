@@ -30,9 +30,30 @@ FORMAT_MODULES = ["megatron", "roll", "deepspeed", "nemo_rl", "torchtitan", "hf"
                   "accelerate", "torchsave", "dcp"]
 
 
+# Names a report shows (a module's NAME) that differ from the module's: --format takes both.
+ALIASES = {"torch": "torchsave"}
+
+
+def forceable() -> str:
+    """The names ``--format`` takes, for every message and help text that lists them
+    (the one list: :data:`FORMAT_MODULES`)."""
+    return ", ".join(FORMAT_MODULES)
+
+
+def by_content() -> list[str]:
+    """Frameworks recognised inside a content-read checkpoint (``--format torchsave``),
+    not forceable on their own: they refine what discovery found."""
+    return [n for n in REFINER_MODULES if n not in FORMAT_MODULES]
+
+
 def get(name: str) -> ModuleType:
+    name = ALIASES.get(name, name)
     if name not in FORMAT_MODULES:
-        raise UnusableInput(f"unknown format {name!r} (known: {', '.join(FORMAT_MODULES)})")
+        hint = ""
+        if name in by_content():
+            hint = (f"; {name} checkpoints are read by content and recognised by their "
+                    "layout: use --format torchsave")
+        raise UnusableInput(f"unknown format {name!r} (known: {forceable()}){hint}")
     return importlib.import_module(f"lrdoctor.formats.{name}")
 
 
@@ -81,10 +102,14 @@ def detect(path: Path, forced: str | None = None) -> ModuleType:
     for mod in available():
         if mod.detect(path):
             return mod
+    # Never silent: say what was scanned and what the telling files were found to be.
+    from lrdoctor.discover import survey
+
+    seen = survey(path)
     raise UnusableInput(
-        "not a checkpoint lrdoctor recognises (use --format to force one of: "
-        + ", ".join(FORMAT_MODULES) + ")",
-        str(path),
+        f"not a checkpoint lrdoctor recognises: {seen.line()} "
+        f"(use --format to force one of: {forceable()})",
+        str(path), detail={"scanned": seen.to_dict()},
     )
 
 

@@ -166,7 +166,7 @@ def _require_readable(sc: discover.Scan) -> None:
         _common.load(pickles[0])
     if len(pickles) == 1 and read and not isinstance(sc.objects[str(read[0])], dict):
         raise UnusableInput(f"expected a dict of training state, found "
-                            f"{type(sc.objects[str(read[0])]).__name__}", str(read[0]))
+                            f"{sc.what(str(read[0]))}", str(read[0]))
 
 
 # Trainer counters by the last component of their key: (counter name, unit).
@@ -236,6 +236,8 @@ def build(sc: discover.Scan, fmt: str = NAME) -> RunState:
     st.extras["files_used"] = [f for f in st.files if f in used]
     if sched is None:
         st.notes.append("no LR scheduler state found in " + _scanned(sc))
+        # What each file holds instead (LRD111 names it: weights only, an unrelated dict).
+        st.extras["contents"] = {f: sc.what(f) for f in sc.files_read[:8]}
     if len(sc.files_read) == 1:
         obj = sc.objects[sc.files_read[0]]
         if isinstance(obj, dict):
