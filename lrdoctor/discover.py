@@ -676,13 +676,13 @@ def _relevance(f: Path) -> int:
     return 3  # an unknown kind of file: say what its first bytes are not
 
 
-def survey(path: str | Path) -> Survey:
+def survey(path: str | Path, max_files: int = MAX_FILES) -> Survey:
     """What the bounded walk of :func:`candidate_files` saw under ``path``, and, for the
     most telling few files, what :func:`load_file` and :func:`classify` found each to be."""
     path = as_path(path)
     if path.is_file():
         return Survey(str(path), files=1, folders=0, seen=[(path.name, what_is(path))])
-    w = _walk(path, refuse=False)
+    w = _walk(path, max_files, refuse=False)
     ranked = sorted(w.files + w.others, key=_relevance)  # stable: breadth-first within a kind
     seen = [(relpath(str(f), path), what_is(f)) for f in ranked[:SURVEY_READ]]
     return Survey(str(path), files=w.n_files, folders=w.n_folders, hidden=w.hidden,

@@ -196,6 +196,28 @@ path = "checkpoints/run-z*/"
     assert "matches nothing" in root.find(".//error").get("message")
 
 
+def test_unrecognised_path_is_lrd303_with_what_was_scanned(tmp_path, monkeypatch):
+    """--json carries the survey as the LRD303 finding's evidence, structured."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "model.safetensors").write_bytes(b"\x08" + b"\x00" * 7 + b"{}")
+    (tmp_path / "weights" / "README.md").write_text("# a model\n")
+    res = runner.invoke(app, ["check", "--inspect", "weights", "--json"])
+    assert res.exit_code == 2
+    (rep,) = json.loads(res.stdout)
+    (f,) = rep["findings"]
+    assert f["code"] == "LRD303" and f["severity"] == "error"
+    assert "scanned 2 files in 1 folder: model.safetensors: weights only" in f["message"]
+    assert f["evidence"]["scanned"] == {
+        "path": "weights", "files": 2, "folders": 1, "hidden": 0, "cut_by_bound": None,
+        "seen": [{"file": "model.safetensors",
+                  "found": "weights only (safetensors), no scheduler/optimizer/trainer state"},
+                 {"file": "README.md", "found": "not checkpoint state (.md)"}],
+        "not_described": 0}
+    assert f["evidence"]["target"] == "weights"
+
+
 def test_no_config_at_all(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".git").mkdir()

@@ -57,8 +57,26 @@ def test_not_a_checkpoint_and_empty_dir(tmp_path):
     (tmp_path / "empty").mkdir()
     line = assert_unusable(lrdoctor("inspect", "notes.pt", cwd=tmp_path), "notes.pt")
     assert "not a checkpoint" in line
-    assert_unusable(lrdoctor("inspect", "empty", cwd=tmp_path), "empty", "--format")
+    line = assert_unusable(lrdoctor("inspect", "empty", cwd=tmp_path), "empty", "--format")
+    assert "not a checkpoint lrdoctor recognises: scanned 1 folder: no files" in line
     assert_unusable(lrdoctor("inspect", "missing", cwd=tmp_path), "missing")
+
+
+def test_not_recognised_says_what_was_scanned_for_every_command(tmp_path):
+    """Never silent: inspect, fix and report refuse a folder of unrelated files with one
+    line that counts what was scanned and says what the telling files are."""
+    d = tmp_path / "e"
+    (d / "sub").mkdir(parents=True)
+    (d / "notes.txt").write_text("hi\n")
+    (d / "sub" / "x.json").write_text('{"a": 1}')
+    want = ("e: not a checkpoint lrdoctor recognises: scanned 2 files in 2 folders: "
+            "sub/x.json: JSON with keys [a], no scheduler/optimizer/trainer state; "
+            "notes.txt: not checkpoint state (.txt) (use --format to force one of: ")
+    for cmd in (["inspect", "e"], ["inspect", "e", "--json"], ["fix", "e", "--out", "o"],
+                ["report", "e", "--out", "rep"]):
+        line = assert_unusable(lrdoctor(*cmd, cwd=tmp_path), want)
+        assert line.count("lrdoctor recognises") == 1
+    assert not (tmp_path / "o").exists()
 
 
 def test_inspect_plot_unwritable(tmp_path, blocked):
