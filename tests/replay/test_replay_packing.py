@@ -280,6 +280,19 @@ def test_balanced_first_fit_skyrl_pads_each_mini_batch_over_dp():
     assert _all_rows(plan) == list(range(6))
 
 
+def test_prompt_unit_balanced_packs_the_padding_copies():
+    # Step-wise SkyRL, dp 2: prompt p0's 3 sequences are padded to 4 with a copy of row 0
+    # (8000 tokens) on rank 1, beside row 2 (500): over the cap together, so two bins.
+    plan = P.plan_step({"strategy": "prompt_unit", "prompts_per_mini_batch": 1,
+                        "inner": "balanced_first_fit", "max_tokens_per_microbatch": 8192},
+                       {"micro_batch_size": 1},
+                       {"tokens": np.array([8000, 100, 500, 100, 100]),
+                        "prompt_id": np.array([0, 0, 0, 1, 1])}, 2)
+    rows = [[r.tolist() for r in mb.ranks] for mb in plan.micro_batches]
+    assert rows == [[[0, 1], []], [[], [2]], [[3], [4]]]
+    assert plan.boundaries == [1, 2]
+
+
 def test_prompt_unit_never_splits_a_prompt():
     rng = np.random.default_rng(3)
     turns = rng.integers(1, 6, size=32)  # 32 prompts, 1-5 sequences each

@@ -193,12 +193,13 @@ def test_balanced_first_fit_matches_skyrl_packer():
         assert P.balanced_first_fit(lens, cap) == want, (case, cap, lens)
 
 
-def _skyrl_real_layout(sk, toks, bounds, dp, cap):
+def _skyrl_real_layout(sk, toks, bounds, dp, cap, micro=1):
     """SkyRL 0.4.0's own step: ``MeshDispatch.stage_chunks`` pads each mini-batch to a
     multiple of dp (copies of its first row, loss-masked) and chunks it over the ranks;
-    each rank's ``TokenBasedBatchIterator`` packs its chunk and syncs the count (MAX over
-    dp, ranks as threads). Per mini-batch, per rank: the micro-batches' real rows (the
-    padding copies dropped, their bins kept), then the padding micro-batches as []."""
+    each rank's ``get_microbatch_iterator`` (token-based when ``cap`` > 0: packs its chunk
+    and syncs the count, MAX over dp, ranks as threads) yields its micro-batches. Per
+    mini-batch, per rank: each micro-batch's real rows (loss-masked rows dropped, so a
+    padding micro-batch or a bin of padding copies is [])."""
     import torch
 
     n, width = len(toks), int(toks.max())
@@ -206,27 +207,44 @@ def _skyrl_real_layout(sk, toks, bounds, dp, cap):
     data = sk.TrainingInputBatch({
         "sequences": torch.arange(n)[:, None],  # the row's id rides along
         "attention_mask": (torch.arange(width)[None, :] < lens[:, None]).long(),
-        "loss_mask": torch.ones(n, 1, dtype=torch.long),  # 0 on stage_chunks' padding rows
+        "loss_mask": torch.ones(n, 1, dtype=torch.long),  # 0 on every kind of padding
     })
+    data.metadata = {"response_length": 1}
     staged = sk.MeshDispatch.stage_chunks(dp, data, bounds)  # ray.put is the identity here
     fake = peers.FakeDist(dp)
     sk.worker_utils.dist = fake
     out = []
     for chunks in staged:
-        its = fake.run(lambda c: sk.worker_utils.TokenBasedBatchIterator(c, cap),
+        its = fake.run(lambda c: sk.worker_utils.get_microbatch_iterator(c, micro, cap),
                        [(c,) for c in chunks])
-        for it in its:
-            if isinstance(it, Exception):
-                raise it
         mini = []
         for c, it in zip(chunks, its, strict=True):
-            ids = c["sequences"][:, 0].tolist()
-            real = c["loss_mask"][:, 0].tolist()
-            mbs = [[ids[i] for i in b if real[i]] for b in it._microbatches]
-            mini.append(mbs + [[]] * it.num_padding_microbatches)
-            assert len(mini[-1]) == len(it)
+            if isinstance(it, Exception):
+                raise it
+            if isinstance(it, sk.worker_utils.TokenBasedBatchIterator):
+                # What its __iter__ yields, without copying the rows: the packer's bins
+                # (positions in the chunk), then the padding micro-batches.
+                ids, keep = c["sequences"][:, 0].tolist(), c["loss_mask"][:, 0].tolist()
+                mbs = [[ids[i] for i in b if keep[i]] for b in it._microbatches]
+                mbs += [[]] * it.num_padding_microbatches
+            else:
+                mbs = [[i for i, k in zip(mb["sequences"][:, 0].tolist(),
+                                          mb["loss_mask"][:, 0].tolist(), strict=True) if k]
+                       for mb in it]
+            assert len(mbs) == len(it)
+            mini.append(mbs)
         out.append(mini)
     return out
+
+
+def _lrd_layout(plan, dp):
+    got = []
+    start = 0
+    for b in plan.boundaries:
+        mbs = plan.micro_batches[start : b + 1]
+        got.append([[mb.ranks[k].tolist() for mb in mbs] for k in range(dp)])
+        start = b + 1
+    return got
 
 
 def _random_skyrl_step(rng, sk):
@@ -262,13 +280,40 @@ def test_balanced_first_fit_step_matches_skyrl_dispatch():
         want = _skyrl_real_layout(SKYRL_STEP, toks, bounds, dp, cap)
         plan = P.plan_step({"strategy": "balanced_first_fit", "max_tokens_per_microbatch": cap,
                             "flavor": "skyrl"}, {"mini_batch_size": mini}, {"tokens": toks}, dp)
-        got = []
-        start = 0
-        for b in plan.boundaries:
-            mbs = plan.micro_batches[start : b + 1]
-            got.append([[mb.ranks[k].tolist() for mb in mbs] for k in range(dp)])
-            start = b + 1
-        assert got == want, (case, dp, mini, cap, bounds, toks.tolist())
+        assert _lrd_layout(plan, dp) == want, (case, dp, mini, cap, bounds, toks.tolist())
+
+
+@pytest.mark.skipif(SKYRL_STEP is None, reason="skyrl not installed and LRDOCTOR_PEER_SKYRL (an "
+                    "unpacked skyrl wheel; it needs Python 3.12 to install) not set, or no torch")
+def test_prompt_unit_step_matches_skyrl_dispatch():
+    """SkyRL step-wise training (strategy ``prompt_unit``): a prompt's samples have 1-4 turns
+    each, so mini-batches of whole prompts have any size and are padded over dp. Against
+    the trainer's step-wise boundaries, ``stage_chunks`` and the worker's micro-batch
+    iterator, token-based (inner ``balanced_first_fit``) or fixed-size (``static``)."""
+    rng = np.random.default_rng(909)
+    for case in range(N_CASES):
+        dp = int(rng.choice([1, 2, 2, 3, 4, 4, 5, 8]))
+        n_samples = int(rng.integers(1, 5))
+        pmini = int(rng.integers(1, 5))
+        prompts = pmini * int(rng.integers(1, 5))
+        uids = [f"p{i}" for i in range(prompts) for _ in range(n_samples)
+                for _ in range(int(rng.integers(1, 5)))]
+        bounds = SKYRL_STEP.compute_prompt_mini_batch_boundaries(uids, pmini, prompts, True,
+                                                                 n_samples)
+        toks = _lengths(rng, len(uids), 4096).astype(np.int64)
+        token_based = bool(rng.integers(4))
+        cap = int(rng.integers(max(1, int(toks.max()) // 3), 3 * int(toks.max()) + 2))
+        micro = int(rng.integers(1, 5))
+        want = _skyrl_real_layout(SKYRL_STEP, toks, bounds, dp, cap if token_based else 0, micro)
+        batching = {"strategy": "prompt_unit", "prompts_per_mini_batch": pmini,
+                    "pad_mode": "copy"}
+        if token_based:
+            batching.update(inner="balanced_first_fit", max_tokens_per_microbatch=cap)
+        plan = P.plan_step(batching, {"micro_batch_size": micro},
+                           {"tokens": toks, "prompt_id": np.array([int(u[1:]) for u in uids])},
+                           dp)
+        assert _lrd_layout(plan, dp) == want, (case, dp, pmini, cap, token_based, micro, bounds,
+                                               toks.tolist())
 
 
 @pytest.mark.skipif(NEMO is None, reason="nemo_rl not importable and LRDOCTOR_PEER_NEMO_RL (a "

@@ -52,6 +52,21 @@ def _bins_to_views(rows: np.ndarray, bins: list[list[int]]) -> list[np.ndarray]:
     return out
 
 
+def pack_chunk(tokens: np.ndarray, rows: np.ndarray, cap: int, pad_lens=()) -> list[np.ndarray]:
+    """One rank's chunk packed as SkyRL's ``TokenBasedBatchIterator`` packs it.
+
+    ``pad_lens``: token counts of the dispatch's padding copies at the chunk's tail
+    (``stage_chunks`` pads a mini-batch to a multiple of dp). They are packed with
+    the real rows, so they shape the bins (a copy can need a micro-batch of its
+    own), then dropped from them: they are not samples and carry no loss.
+    """
+    lens = tokens[rows].tolist()
+    bins = balanced_first_fit(lens + list(pad_lens), cap)
+    if len(pad_lens):
+        bins = [[i for i in b if i < len(lens)] for b in bins]
+    return _bins_to_views(rows, bins)
+
+
 def _stage_chunks(n: int, dp: int, mini_batch_size: int | None, notes: dict):
     """SkyRL since PR 1376 (``MeshDispatch.stage_chunks``, skyrl 0.2.0): slice the step
     into mini-batches of ``mini_batch_size`` rows (the whole step when unset), pad each
@@ -106,11 +121,7 @@ def plan_balanced_first_fit(
         for m in staged:
             lst = []
             for rows, pad, first in m:
-                lens = tokens[rows].tolist()
-                bins = balanced_first_fit(lens + [int(tokens[first])] * pad, cap)
-                if pad:  # the copies shaped the bins but are not samples: drop them, keep bins
-                    bins = [[i for i in b if i < len(lens)] for b in bins]
-                lst.append(_bins_to_views(rows, bins))
+                lst.append(pack_chunk(tokens, rows, cap, [int(tokens[first])] * pad))
             per_rank_minis.append(lst)
     else:
         mini_per_rank = _mini_per_rank({"mini_batch_size": mini_batch_size}, dp, notes)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from lrdoctor.errors import UnusableInput
-from lrdoctor.replay.packing.balanced_first_fit import _bins_to_views, balanced_first_fit
+from lrdoctor.replay.packing.balanced_first_fit import pack_chunk
 from lrdoctor.replay.packing.common import MicroBatch, StepPlan, _mb_from_rank_lists
 
 
@@ -106,16 +106,19 @@ def plan_prompt_unit(
                 if pad_mode == "slice":
                     short.append(rec)
         total = mb_size + got
-        # Padding rows are loss-masked copies; they take rank slots but are not samples.
+        # Padding rows are loss-masked copies (of the first row; 'slice': of the first
+        # `got` rows): they take rank slots but are not samples.
         padded_rows = np.concatenate((rows, np.full(got, -1, dtype=np.int64)))
+        copy_of = a + (np.arange(got) if pad_mode == "slice" else np.zeros(got, np.int64))
         chunk = math.ceil(total / dp)
         per_rank = []
         for k in range(dp):
             rk = padded_rows[k * chunk : (k + 1) * chunk]
+            pads = copy_of[max(0, k * chunk - mb_size) : max(0, (k + 1) * chunk - mb_size)]
             rk = rk[rk >= 0]
             if inner == "balanced_first_fit" and max_tokens:
-                bins = balanced_first_fit(tokens[rk].tolist(), int(max_tokens))
-                per_rank.append(_bins_to_views(rk, bins))
+                # The copies are packed too, as SkyRL's iterator packs its whole chunk.
+                per_rank.append(pack_chunk(tokens, rk, int(max_tokens), tokens[pads].tolist()))
             else:
                 per_rank.append([rk[i : i + m] for i in range(0, len(rk), m)])
         part = _mb_from_rank_lists(per_rank, tokens, round_to)
