@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from lrdoctor.replay import packing
+from lrdoctor.replay.packing import kk_lockstep
 from lrdoctor.replay.packing.karmarkar_karp import _kk_sets, plan_karmarkar_karp
 from lrdoctor.replay.packing.kk_lockstep import kk_parts
 from lrdoctor.replay.packing.kk_plan import plan_karmarkar_karp_steps
@@ -38,7 +39,8 @@ def _scalar_positions(vals, k, eq):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_lockstep_partitions_equal_the_scalar_procedure(seed):
+def test_lockstep_partitions_equal_the_scalar_procedure(seed, monkeypatch):
+    monkeypatch.setattr(kk_lockstep, "_MIN_LOCKSTEP", 1)  # every group in lockstep
     rng = np.random.default_rng(seed)
     for _ in range(60):
         vals, starts, ks, eqs = [], [0], [], []
@@ -55,6 +57,21 @@ def test_lockstep_partitions_equal_the_scalar_procedure(seed):
             a, b = starts[i], starts[i + 1]
             assert got[a:b].tolist() == _scalar_positions(vals[a:b], k, eq).tolist(), \
                 (vals[a:b], k, eq)
+
+
+@pytest.mark.parametrize("n,k,eq", [(12, 4, False), (12, 3, True), (9, 2, False), (30, 5, False),
+                                    (16, 16, False), (8, 1, False)])
+def test_lockstep_large_groups_equal_the_scalar_procedure(n, k, eq):
+    """Many instances of one shape: the lockstep path as the replay uses it."""
+    rng = np.random.default_rng(n * 100 + k)
+    count = 300
+    vals = np.concatenate([_values(rng, n) for _ in range(count)])
+    starts = np.arange(0, n * count + 1, n)
+    got = kk_parts(vals, starts, np.full(count, k), np.full(count, eq))
+    vl = vals.tolist()
+    for i in range(count):
+        a, b = i * n, (i + 1) * n
+        assert got[a:b].tolist() == _scalar_positions(vl[a:b], k, eq).tolist(), (vl[a:b], k, eq)
 
 
 def test_lockstep_leaves_keys_too_wide_for_int64_to_the_scalar_code():

@@ -56,18 +56,24 @@ def kk_parts(vals: np.ndarray, starts: np.ndarray, ks: np.ndarray,
     if (ks < 1).any() or (ks > ns).any() or (eqs & (ns % np.maximum(ks, 1) != 0)).any():
         raise ValueError("every instance needs 1 <= k <= n, and n % k == 0 when equal-size")
     states = np.where(eqs, ns // ks, ns - ks + 1)
-    # One lockstep group per (k, equal-size, states rounded up to a power of two):
-    # a group runs as many merges as its largest instance needs.
-    bucket = np.ceil(np.log2(np.maximum(states, 1))).astype(np.int64)
-    key = (ks * 2 + eqs) * 64 + bucket
+    # One lockstep group per (k, equal-size, state count): every instance of a group
+    # takes the same merges, so live states stay packed in the first rows.
+    key = (ks * 2 + eqs) * (int(states.max()) + 1) + states
     order = np.argsort(key, kind="stable")
     cuts = np.flatnonzero(np.diff(key[order])) + 1
     for grp in np.split(order, cuts):
         k = int(ks[grp[0]])
         if k == 1:
             continue  # every item in set 0
-        _solve_group(vals, starts, grp, k, bool(eqs[grp[0]]), out)
+        if len(grp) < _MIN_LOCKSTEP:
+            _scalar_group(vals, starts, grp, k, bool(eqs[grp[0]]), out)
+        else:
+            _solve_group(vals, starts, grp, k, bool(eqs[grp[0]]), out)
     return out
+
+
+# Below this many instances, per-merge numpy calls cost more than the scalar code.
+_MIN_LOCKSTEP = 16
 
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -82,24 +88,25 @@ def _solve_group(vals, starts, grp, k, eq, out):
     n_inst = len(grp)
     s_b = n_b // k if eq else n_b - k + 1
     n_states = int(s_b.max())
-    # One int64 per set, most significant first: sum | count | first + 1 | set id.
-    # Sorting these sorts sets as the scalar does (sum, count, first; the id only
-    # orders empty sets, which the scalar holds equal), and an empty set is < CNT1.
+    # One int64 per set, most significant first: sum | count | first item + 1. Sorting
+    # these sorts sets as the scalar does (sum, count, first; empty sets, all 0, are
+    # equal there too). The first item also names the set: every set starts as one
+    # item, and a merge keeps the first set's first item (the other's if it is empty).
     fb = int(n_b.max() + 1).bit_length()
-    ib = int(n_states * k).bit_length()
-    sh_f, sh_c = ib, ib + fb
-    sh_s = sh_c + fb
+    sh_c, sh_s = fb, 2 * fb
     cnt1 = 1 << sh_c
-    idmask = (1 << ib) - 1
-    high = ~(cnt1 - 1)  # sum and count fields
+    fmask = cnt1 - 1
+    high = ~fmask  # sum and count fields
     flat = _ranges(starts[grp], n_b)
     inst = np.repeat(np.arange(n_inst, dtype=np.int64), n_b)
     v = vals[flat]
     totals = np.bincount(inst, weights=v.astype(np.float64), minlength=n_inst)
-    if float(totals.max()) * float(1 << sh_s) >= _KEY_LIMIT:
+    sb_bits = int(n_states).bit_length()
+    if float(totals.max()) * float(1 << (sh_s + sb_bits)) >= _KEY_LIMIT:
         _scalar_group(vals, starts, grp, k, eq, out)
         return
-    local = np.arange(len(flat), dtype=np.int64) - np.repeat(np.cumsum(n_b) - n_b, n_b)
+    inst_off = np.cumsum(n_b) - n_b
+    local = np.arange(len(flat), dtype=np.int64) - np.repeat(inst_off, n_b)
     # Ascending by (value, index) within each instance: the scalar's sorted(zip(vals, range)).
     # One int64 key (instance | value | index) sorts far faster than a three-key lexsort.
     vb = int(v.max()).bit_length() if len(v) else 0
@@ -117,70 +124,61 @@ def _solve_group(vals, starts, grp, k, eq, out):
         top = pos >= n_s - k
         s_idx = np.where(top, 0, pos + 1)
         j_idx = np.where(top, n_s - 1 - pos, 0)
-    item_sid = s_idx * k + j_idx
-    width = n_states * k
     # State-major rows (state * n_inst + instance): a reduction over the states of
     # every instance is then a few passes over contiguous rows, not a per-row loop.
-    comp = np.empty((n_states, n_inst, k), dtype=np.int64)
-    comp[:] = np.arange(width, dtype=np.int64).reshape(n_states, 1, k)  # empty: id only
+    comp = np.zeros((n_states * n_inst, k), dtype=np.int64)
     comp.reshape(-1)[(s_idx * n_inst + inst_s) * k + j_idx] = (
-        (v_s << sh_s) | cnt1 | ((local_s + 1) << sh_f) | item_sid)
-    cf = comp.reshape(-1, k)  # each state's sets, heaviest first
-    cfv = cf.view(np.dtype((np.void, 8 * k))).reshape(-1)  # one element per state
-    links: list[tuple[np.ndarray, np.ndarray]] = []  # per merge: absorbed ids, survivors
-    # Selection key of a state: its largest set's (sum, count, first), then the state
-    # index in the low bits, so the maximum also names its state (keys are unique).
-    sb_bits = int(n_states).bit_length()
+        (v_s << sh_s) | cnt1 | (local_s + 1))
+    cfv = comp.view(np.dtype((np.void, 8 * k))).reshape(-1)  # one element per state
+    # Selection key of a state: its largest set's key, then the state index in the
+    # low bits, so the maximum also names its state (keys are unique).
     smask = (1 << sb_bits) - 1
     st_idx = np.repeat(np.arange(n_states, dtype=np.int64), n_inst)
-    spf = (cf[:, 0] >> sh_s) - (cf[:, k - 1] >> sh_s)
-    tkf = ((cf[:, 0] >> ib) << sb_bits) | st_idx
-    dead = (st_idx.reshape(n_states, n_inst) >= s_b[None, :]).reshape(-1)
-    spf[dead] = -1
-    tkf[dead] = -1
+    spf = (comp[:, 0] >> sh_s) - (comp[:, k - 1] >> sh_s)
+    tkf = (comp[:, 0] << sb_bits) | st_idx
     spread = spf.reshape(n_states, n_inst)
     topk = tkf.reshape(n_states, n_inst)
     cols = np.arange(n_inst, dtype=np.int64)
-    for _ in range(n_states - 1):
-        m = spread.max(axis=0)
-        a = (topk * (spread == m)).max(axis=0) & smask
+    base = inst_off - 1
+    links: list[tuple[np.ndarray, np.ndarray]] = []  # per merge: absorbed sets, survivors
+    void = np.dtype((np.void, 8 * k))
+    for live in range(n_states, 1, -1):
+        # Live states are rows [0, live): the absorbed state's row takes the last one's.
+        sp, tk = spread[:live], topk[:live]
+        m = sp.max(axis=0)
+        a = (tk * (sp == m)).max(axis=0) & smask
         la = a * n_inst + cols
         spf[la] = -2
-        m2 = spread.max(axis=0)
-        b = (topk * (spread == m2)).max(axis=0) & smask
+        m2 = sp.max(axis=0)
+        b = (tk * (sp == m2)).max(axis=0) & smask
         lb = b * n_inst + cols
-        live = m2 >= 0
-        ci, ai = cols, a
-        if not live.all():
-            spf[la[~live]] = m[~live]  # finished instances keep their state
-            la, lb, ci, ai = la[live], lb[live], cols[live], a[live]
-            if not len(la):
-                break
-        sa = np.take(cf, la, axis=0)
-        sb = np.take(cf, lb, axis=0)[:, ::-1]
+        sa = np.take(comp, la, axis=0)
+        sb = np.take(comp, lb, axis=0)[:, ::-1]
         ne_a = sa >= cnt1
         both = ne_a & (sb >= cnt1)
-        if both.any():
-            rr = np.broadcast_to((ci * width)[:, None], both.shape)[both]
-            links.append((rr + (sb[both] & idmask), rr + (sa[both] & idmask)))
+        r_i, c_i = np.nonzero(both)
+        if len(r_i):
+            bi = base[r_i]
+            links.append((bi + (sb[r_i, c_i] & fmask), bi + (sa[r_i, c_i] & fmask)))
         new = np.where(ne_a, sa + (sb & high), sb)
         new.sort(axis=1)
         new = np.ascontiguousarray(new[:, ::-1])
-        cfv[la] = new.view(np.dtype((np.void, 8 * k))).reshape(-1)
+        cfv[la] = new.view(void).reshape(-1)
         spf[la] = (new[:, 0] >> sh_s) - (new[:, k - 1] >> sh_s)
-        tkf[la] = ((new[:, 0] >> ib) << sb_bits) | ai
-        spf[lb] = -1
-        tkf[lb] = -1
-    final = spread.argmax(axis=0) * n_inst + cols  # the one live state (spread >= 0)
-    fsid = np.take(cf, final, axis=0) & idmask  # (n_inst, k): set ids in the final order
-    # Absorbed set -> surviving set links, resolved newest first: a survivor's own
-    # parent is final by the time the sets it absorbed earlier look it up.
-    parf = np.arange(n_inst * width, dtype=np.int64)
+        tkf[la] = (new[:, 0] << sb_bits) | a
+        src = (live - 1) * n_inst + cols
+        cfv[lb] = cfv[src]
+        spf[lb] = spf[src]
+        tkf[lb] = (tkf[src] & ~smask) | b
+    ffirst = (comp[:n_inst] & fmask) - 1  # row 0 is the last state: each set's name
+    # Absorbed set -> surviving set, resolved newest first: a survivor's own entry is
+    # final by the time the sets it absorbed earlier look it up.
+    parf = np.arange(len(flat), dtype=np.int64)
     for child, par in reversed(links):
         parf[child] = parf[par]
-    posmap = np.zeros(n_inst * width, dtype=np.int64)
-    posmap[(cols * width)[:, None] + fsid] = np.arange(k, dtype=np.int64)[None, :]
-    out[flat[srt]] = posmap[parf[inst_s * width + item_sid]]
+    posmap = np.empty(len(flat), dtype=np.int64)
+    posmap[inst_off[:, None] + ffirst] = np.arange(k, dtype=np.int64)[None, :]
+    out[flat] = posmap[parf]
 
 
 def _scalar_group(vals, starts, grp, k, eq, out):

@@ -294,16 +294,24 @@ def _verl_positions(part, inst_start, i_len, k_inst, val_o, local_o):
     minloc = np.full(n_inst * kmax, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(minloc, key, local_o)
     valid = minloc < np.iinfo(np.int64).max
-    set_inst = np.repeat(np.arange(n_inst), kmax)
-    # Descending (sum, min index) within each instance.
-    o = np.lexsort((-minloc, -wsum, set_inst))
-    o = o[valid[o]]
-    q = _cumcount(set_inst[o])
-    kk = k_inst[set_inst[o]]
+    # Place of each set in its instance, by descending (sum, min index): one int64 key
+    # per set sorted along each instance's row (an instance holds at most kmax sets).
+    isum = wsum.astype(np.int64)
+    lb = int(max(int(local_o.max()) + 1, 1)).bit_length() if len(local_o) else 1
+    if isum.max(initial=0) < (1 << (62 - lb)):
+        skey = np.where(valid, (isum << lb) | np.where(valid, minloc, 0), -1)
+        srt = np.argsort(-skey.reshape(n_inst, kmax), axis=1, kind="stable")
+        q = np.empty((n_inst, kmax), dtype=np.int64)
+        np.put_along_axis(q, srt, np.arange(kmax, dtype=np.int64)[None, :], axis=1)
+        q = q.reshape(-1)
+    else:
+        set_inst = np.repeat(np.arange(n_inst), kmax)
+        o = np.lexsort((-minloc, -wsum, set_inst))
+        q = np.empty(n_inst * kmax, dtype=np.int64)
+        q[o] = _cumcount(set_inst[o])
+    kk = np.repeat(k_inst, kmax)
     half = (kk + 1) // 2
-    newpos = np.where(q % 2 == 0, half - 1 - q // 2, half + q // 2)
-    remap = np.zeros(n_inst * kmax, dtype=np.int64)
-    remap[o] = newpos
+    remap = np.where(q % 2 == 0, half - 1 - q // 2, half + q // 2)
     return remap[key]
 
 
@@ -351,10 +359,12 @@ def _verl_fit_all(c_all, mb_id, i_len, inst_start, tok_o, val_o, local_o, equal_
             {"mini_batches": 0, "note": "verl raises ValueError: the cap cannot be met with "
              "one sequence or more per micro-batch"})
         rec["mini_batches"] += 1
-    steps_raised = m_step[raised > 0]
-    for s in np.unique(steps_raised).tolist():
-        sel = (m_step == s) & (raised > 0)
-        notes[s]["partitions_raised"] = {
-            "mini_batches": int(sel.sum()), "added": int(raised[sel].sum()),
-            "note": "verl >= 0.9.1 adds micro-batches until every one fits the cap"}
+    up = raised > 0
+    if up.any():
+        n_up = np.bincount(m_step[up])
+        added = np.bincount(m_step[up], weights=raised[up].astype(np.float64))
+        for s in np.flatnonzero(n_up).tolist():
+            notes[s]["partitions_raised"] = {
+                "mini_batches": int(n_up[s]), "added": int(added[s]),
+                "note": "verl >= 0.9.1 adds micro-batches until every one fits the cap"}
     return k_inst
