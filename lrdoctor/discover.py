@@ -689,6 +689,18 @@ def survey(path: str | Path, max_files: int = MAX_FILES) -> Survey:
                   cut=w.cut, seen=seen)
 
 
+def nothing_found(message: str, path: str | Path) -> UnusableInput:
+    """The error for a path under which no checkpoint (of the kind looked for) was found:
+    ``message``, then what was scanned (:meth:`Survey.line`), with the survey as its
+    structured record. Every reader's "none here" goes through this, so that none is silent."""
+    try:
+        seen = survey(path)
+    except UnusableInput:  # gone, or refused by a bound: the message alone
+        return UnusableInput(message, str(path))
+    return UnusableInput(f"{message}: {seen.line()}", str(path),
+                         detail={"scanned": seen.to_dict()})
+
+
 def what_is(f: Path) -> str:
     """What one file was found to be, in a few words: a file skipped by its kind, or
     what reading it metadata-only and classifying its objects found."""

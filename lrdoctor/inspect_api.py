@@ -101,7 +101,9 @@ def _checkpoints(path: str | Path, format: str | None) -> tuple[ModuleType, list
     mod = formats.detect(path, format)
     ckpts = mod.find_checkpoints(path)
     if not ckpts:
-        raise UnusableInput(f"no {mod.NAME} checkpoint found", str(path))
+        from lrdoctor.discover import nothing_found
+
+        raise nothing_found(f"no {mod.NAME} checkpoint found", path)
     return mod, ckpts
 
 

@@ -103,14 +103,11 @@ def detect(path: Path, forced: str | None = None) -> ModuleType:
         if mod.detect(path):
             return mod
     # Never silent: say what was scanned and what the telling files were found to be.
-    from lrdoctor.discover import survey
+    from lrdoctor.discover import nothing_found
 
-    seen = survey(path)
-    raise UnusableInput(
-        f"not a checkpoint lrdoctor recognises: {seen.line()} "
-        f"(use --format to force one of: {forceable()})",
-        str(path), detail={"scanned": seen.to_dict()},
-    )
+    exc = nothing_found("not a checkpoint lrdoctor recognises", path)
+    raise UnusableInput(f"{str(exc).split(': ', 1)[1]} (use --format to force one of: "
+                        f"{forceable()})", str(path), detail=exc.detail)
 
 
 # Framework modules that refine what content-first discovery found (lrdoctor.discover):

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from lrdoctor import discover
 from lrdoctor.errors import UnusableInput
 
 CHECKPOINT_N = re.compile(r"^checkpoint-(\d+)$")
@@ -330,6 +331,6 @@ class StepFolders:
             return [path]
         found = self.dirs(path)
         if not found:
-            raise UnusableInput(self.missing, str(path))
+            raise discover.nothing_found(self.missing, path)
         return found
 

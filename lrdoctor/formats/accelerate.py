@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from lrdoctor import discover
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
 from lrdoctor.formats._torchstate import (
@@ -104,8 +105,8 @@ def find_checkpoints(path: Path) -> list[Path]:
         return [path if path.is_dir() else path.parent]
     found = _candidates(path)
     if not found:
-        raise UnusableInput("no accelerate save_state folders (scheduler.bin/optimizer.bin) here",
-                            str(path))
+        raise discover.nothing_found(
+            "no accelerate save_state folders (scheduler.bin/optimizer.bin) here", path)
     return found
 
 

@@ -456,8 +456,10 @@ def find_checkpoints(path: Path) -> list[Path]:
         return [path]
     found = _dcp_children(path)
     if not found:
-        raise UnusableInput("no torch.distributed.checkpoint folders (.metadata + *.distcp) here",
-                            str(path))
+        from lrdoctor import discover
+
+        raise discover.nothing_found(
+            "no torch.distributed.checkpoint folders (.metadata + *.distcp) here", path)
     return found
 
 

@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lrdoctor import safetext
+from lrdoctor import discover, safetext
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
 from lrdoctor.formats._torchstate import add_optimizer, optimizer_info, torch_scheduler
@@ -116,8 +116,8 @@ def find_checkpoints(path: Path) -> list[Path]:
         return [path]
     tags = _tags(path)
     if not tags:
-        raise UnusableInput("no DeepSpeed checkpoints (<tag>/mp_rank_00_model_states.pt) here",
-                            str(path))
+        raise discover.nothing_found(
+            "no DeepSpeed checkpoints (<tag>/mp_rank_00_model_states.pt) here", path)
     return tags
 
 

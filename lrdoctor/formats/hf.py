@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from lrdoctor import discover
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common
 from lrdoctor.formats._torchstate import read_optimizer_file
@@ -63,7 +64,7 @@ def find_checkpoints(path: Path) -> list[Path]:
         return ckpts
     if (path / TRAINER_STATE).is_file():
         return [path]
-    raise UnusableInput("no checkpoint-N/trainer_state.json here", str(path))
+    raise discover.nothing_found("no checkpoint-N/trainer_state.json here", path)
 
 
 def scheduler_file(ckpt: Path) -> Path:

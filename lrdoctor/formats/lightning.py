@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor import discover
 from lrdoctor.formats import _common
 from lrdoctor.formats._torchstate import add_optimizer, optimizer_info, torch_scheduler
 from lrdoctor.model import Counter, RunState, Unit
@@ -71,7 +71,7 @@ def find_checkpoints(path: Path) -> list[Path]:
         return [path]
     files = [f for d in _search_dirs(path) for f in _ckpt_files(d)]
     if not files:
-        raise UnusableInput("no Lightning *.ckpt files here", str(path))
+        raise discover.nothing_found("no Lightning *.ckpt files here", path)
 
     by_step = all(STEP_IN_NAME.search(f.name) for f in files)
 

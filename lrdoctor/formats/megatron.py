@@ -30,6 +30,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from lrdoctor import discover
 from lrdoctor.errors import UnusableInput
 from lrdoctor.formats import _common, dcp
 from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
@@ -126,7 +127,8 @@ def find_checkpoints(path: Path) -> list[Path]:
         return [path]
     ckpts = [d for d in _iter_dirs(path) if _is_iter_dir(d)]
     if not ckpts:
-        raise UnusableInput("no iter_*/mp_rank_*/model_optim_rng.pt checkpoints here", str(path))
+        raise discover.nothing_found("no iter_*/mp_rank_*/model_optim_rng.pt checkpoints here",
+                                     path)
     return ckpts
 
 

@@ -120,7 +120,9 @@ def find_checkpoints(path: Path) -> list[Path]:
             return workers[name]
     if workers:
         return next(iter(workers.values()))
-    raise UnusableInput("no <worker>/checkpoint-N/scheduler.pt checkpoints here", str(path))
+    from lrdoctor import discover
+
+    raise discover.nothing_found("no <worker>/checkpoint-N/scheduler.pt checkpoints here", path)
 
 
 def _checkpoint_n_dir(sched_file: Path) -> Path | None:

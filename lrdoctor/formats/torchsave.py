@@ -83,7 +83,7 @@ def find_checkpoints(path: Path) -> list[discover.Checkpoint]:
     ckpts = [c for c in discover.run_checkpoints(path)
              if any(_is_pickle(f, c) for f in c.files)]
     if not ckpts:
-        raise UnusableInput("no checkpoint files (torch.save / pickle) here", str(path))
+        raise discover.nothing_found("no checkpoint files (torch.save / pickle) here", path)
     return ckpts
 
 
