@@ -147,3 +147,23 @@ def test_format_names_have_one_home():
     from lrdoctor.commands._common import _format_help
 
     assert formats.forceable() in _format_help()
+
+
+@pytest.mark.parametrize("forced, none_here", [
+    ("hf", "no checkpoint-N/trainer_state.json here"),
+    ("lightning", "no Lightning *.ckpt files here"),
+    ("torchtitan", "no torchtitan step-N checkpoint folders here"),
+])
+def test_forced_format_that_finds_nothing_says_what_is_there(tmp_path, forced, none_here):
+    """--format FMT on another layout: the reader's 'none here' names what the files are,
+    so the user sees the state is there, in another layout."""
+    import torch
+
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
+    sched = torch.optim.lr_scheduler.LinearLR(opt, total_iters=10)
+    torch.save(sched.state_dict(), tmp_path / "sched.pt")
+    with pytest.raises(UnusableInput) as exc:
+        inspect_path(tmp_path, format=forced)
+    assert str(exc.value) == (f"{tmp_path}: {none_here}: scanned 1 file in 1 folder: sched.pt: "
+                              "a torch pickle holding torch scheduler state at top level")
+    assert exc.value.detail["scanned"]["seen"][0]["file"] == "sched.pt"
