@@ -269,6 +269,16 @@ class RemotePath:
         return RemotePath._child(self.protocol, head) if head else self
 
     @property
+    def parents(self) -> tuple[RemotePath, ...]:
+        """The ancestors, nearest first, as ``Path.parents`` (discovery asks whether a
+        folder lies under the run it walks)."""
+        out, p = [], self
+        while p.parent != p:
+            p = p.parent
+            out.append(p)
+        return tuple(out)
+
+    @property
     def parts(self) -> tuple[str, ...]:
         return (f"{self.protocol}://", *[p for p in self._key.split("/") if p])
 

@@ -293,3 +293,31 @@ def test_sarif_names_a_url_as_the_url():
 
     assert _artifact("s3://b/run/iter_0000020") == {"uri": "s3://b/run/iter_0000020"}
     assert _relative("gs://b/run/step-3") == "gs://b/run/step-3"
+
+
+def test_not_recognised_url_says_what_was_scanned(s3, tmp_path):
+    """Never silent at a URL too: the one line counts what the listing held and says what
+    each file is; a torch file in a plain sub-folder is read (RemotePath.parents)."""
+    import torch
+
+    d = tmp_path / "e"
+    (d / "sub").mkdir(parents=True)
+    (d / "notes.txt").write_text("hi\n")
+    (d / "sub" / "x.json").write_text('{"a": 1}')
+    url = upload(d, "unrecognised")
+    res = runner.invoke(app, ["inspect", url])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.stderr.strip().splitlines() == [
+        f"lrdoctor: error: {url}: not a checkpoint lrdoctor recognises: scanned 2 files in 2 "
+        "folders: sub/x.json: JSON with keys [a], no scheduler/optimizer/trainer state; "
+        "notes.txt: not checkpoint state (.txt) (use --format to force one of: megatron, roll, "
+        "deepspeed, nemo_rl, torchtitan, hf, lightning, accelerate, torchsave, dcp)"]
+    torch.save({"w": torch.zeros(2)}, d / "sub" / "model.pt")
+    url = upload(d, "weights-in-sub")
+    code, out = inspect_json(url)
+    assert code == 0, out
+    (f,) = [x for x in json.loads(out)["findings"] if x["code"] == "LRD111"]
+    assert f["evidence"]["contents"] == {
+        f"{url}/sub/model.pt": "weights only: a torch pickle holding 1 tensor, "
+                               "no scheduler/optimizer/trainer state",
+        f"{url}/sub/x.json": "JSON with keys [a], no scheduler/optimizer/trainer state"}
