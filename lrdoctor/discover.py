@@ -635,8 +635,14 @@ class Survey:
             return f"looked at 1 file: {self.seen[0][1]}" if self.seen else "nothing read"
         head = (f"scanned {_n(self.files, 'file')} in {_n(self.folders, 'folder')}"
                 if self.files else f"scanned {_n(self.folders, 'folder')}: no files")
-        parts = [f"{_cap(name, 60)}: {what}" for name, what in self.seen[:SURVEY_NAMED]]
-        more = self.files - min(len(self.seen), SURVEY_NAMED)
+        # Files found to be the same thing (a model's weight shards) share one entry.
+        groups: dict[str, list[str]] = {}
+        for name, what in self.seen:
+            groups.setdefault(what, []).append(name)
+        shown = list(groups.items())[:SURVEY_NAMED]
+        parts = [f"{_cap(names[0], 60)}" + (f" (+{len(names) - 1} alike)" if len(names) > 1
+                                            else "") + f": {what}" for what, names in shown]
+        more = self.files - sum(len(names) for _, names in shown)
         if parts and more > 0:
             parts.append(f"+{more} more")
         if self.hidden:
@@ -711,7 +717,7 @@ def what_is(f: Path) -> str:
         if suffix == ".distcp":
             return "DCP tensor data (a DCP checkpoint needs its .metadata beside it)"
         if f.name in SKIP_NAMES or suffix == ".model":
-            return "a tokenizer or index file, not checkpoint state"
+            return "a tokenizer, index or model-config file, not checkpoint state"
         if suffix in DATA_SUFFIXES:
             return f"data ({suffix}), not checkpoint state"
         if suffix in SKIP_SUFFIXES:

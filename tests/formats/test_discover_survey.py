@@ -107,14 +107,25 @@ def test_torch_file_holding_an_unrelated_dict(tmp_path):
                                 "no scheduler/optimizer/trainer state")]
 
 
-def test_names_are_capped_and_counted(tmp_path):
+def test_names_are_capped_grouped_and_counted(tmp_path):
+    """A model folder: its weight shards are one entry, the rest counted, not listed."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    for i in range(1, 5):
+        save_file({"w": np.zeros(2, dtype=np.float32)},
+                  str(tmp_path / f"model-0000{i}-of-00004.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     for i in range(12):
         (tmp_path / f"n{i:02d}.log").write_text("x")
-    line = discover.survey(tmp_path).line()
-    assert line.startswith("scanned 12 files in 1 folder: n00.log: not checkpoint state (.log)")
-    assert line.count("not checkpoint state") == discover.SURVEY_NAMED
-    assert line.endswith(f"+{12 - discover.SURVEY_NAMED} more")
-    assert len(discover.survey(tmp_path).seen) == discover.SURVEY_READ
+    sv = discover.survey(tmp_path)
+    assert len(sv.seen) == discover.SURVEY_READ
+    assert sv.line() == (
+        "scanned 17 files in 1 folder: model-00001-of-00004.safetensors (+3 alike): weights "
+        "only (safetensors), no scheduler/optimizer/trainer state; config.json: JSON with keys "
+        "[model_type], no scheduler/optimizer/trainer state; n00.log (+2 alike): not "
+        "checkpoint state (.log); +9 more")
+    assert sv.to_dict()["not_described"] == 17 - discover.SURVEY_READ
 
 
 def test_scan_cut_by_a_bound_is_said(tmp_path):
