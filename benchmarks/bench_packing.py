@@ -97,19 +97,24 @@ def main() -> None:
                     count += sum(packing.count_micro_batches(
                         fr, a.dp, 8192, flavor="verl_ceildiv",
                         mini_per_rank=a.per_step // a.dp))
-            else:  # what replay calls: the whole run (Karmarkar-Karp in lockstep)
+            elif hasattr(packing, "plan_many"):  # what replay calls: the whole run at once
                 plans = packing.plan_many(batching, train, frames, [a.dp] * len(frames))
                 count = sum(len(p.micro_batches) for p in plans)
                 del plans
+            else:  # a --baseline tree from before plan_many: step by step, as replay was
+                plans = [packing.plan_step(batching, train, fr, a.dp) for fr in frames]
+                count = sum(len(p.micro_batches) for p in plans)
+                del plans  # kept, then freed, as in a replay
         mine[name] = t.cpu
         print(
             f"  {name:<28} cpu {t.cpu:6.2f} s  wall {t.wall:6.2f} s  ({count:,} micro-steps)"
         )
-        if strat == "karmarkar_karp" and flavor != "counts" and a.per_step_reference:
-            ref = 0
+        if (strat == "karmarkar_karp" and flavor != "counts" and a.per_step_reference
+                and hasattr(packing, "paused_gc")):
             with _Clock() as t2, packing.paused_gc():
-                for _, fr in steps:
-                    ref += len(packing.plan_step(batching, train, fr, a.dp).micro_batches)
+                plans = [packing.plan_step(batching, train, fr, a.dp) for fr in frames]
+                ref = sum(len(p.micro_batches) for p in plans)
+                del plans
             label = f"  {'  per step (reference)':<28}"
             print(f"{label} cpu {t2.cpu:6.2f} s  wall {t2.wall:6.2f} s  ({ref:,} micro-steps)"
                   f"  x{t2.cpu / max(t.cpu, 1e-9):.1f} the whole-run time")

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import importlib
 import math
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -189,10 +191,69 @@ def replay_torch(cfg, infos: list[StepInfo], device: str = "auto",
         # The probe is tiny: intra-op threads only contend (measured 13x slower with 2).
         torch.set_num_threads(1)
     try:
-        return _run(cfg, infos, dev, model_factory, optimizer, progress, notes, start or {},
-                    framework_scheduler)
+        with _eager_without_dynamo(torch):
+            return _run(cfg, infos, dev, model_factory, optimizer, progress, notes,
+                        start or {}, framework_scheduler)
     finally:
         torch.set_num_threads(threads)
+
+
+def _eager_step(cls):
+    """``cls`` with its own ``step`` code run under ``no_grad``, without the
+    ``_use_grad_for_differentiable`` wrapper that imports ``torch._dynamo`` on every
+    call for two ``graph_break()`` calls (no-ops outside torch.compile). The update
+    is the class's own code; ``no_grad`` is what the wrapper sets for a
+    non-differentiable optimizer (the only kind the replay builds). Where torch's
+    ``step`` has no such wrapper, ``cls`` itself is used."""
+    import torch
+
+    inner = getattr(cls.step, "__wrapped__", None)
+    if inner is None or getattr(getattr(cls.step, "__code__", None), "co_name", "") != "_use_grad":
+        return cls
+
+    def step(self, closure=None):
+        with torch.no_grad():
+            return inner(self, closure)
+
+    # The same name: reports and notes name the optimizer the user knows.
+    return type(cls.__name__, (cls,), {"step": step, "__doc__": cls.__doc__})
+
+
+@contextmanager
+def _eager_without_dynamo(torch) -> Iterator[None]:
+    """Run torch's optimizers and schedulers without importing the compiler.
+
+    ``torch.optim`` marks methods with ``torch._compile._disable_dynamo``, which
+    imports ``torch._dynamo`` (about 1.5-2 s, most of a default replay) on the
+    first call only to wrap the method so that torch.compile will not trace it.
+    The replay never compiles, so for its duration each such method's cached
+    wrapper is set to the method itself: the same eager code runs, minus the
+    import. The cache entries are removed afterwards, so a later torch.compile
+    in the same process gets dynamo's wrapper as usual. Nothing is changed when
+    dynamo is already imported, or where torch's layout differs.
+    """
+    if "torch._dynamo" in sys.modules:
+        yield
+        return
+    marked = []
+    try:
+        code = torch._compile._disable_dynamo(lambda: None).__code__
+        classes = [torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]
+        for cls in classes:
+            classes.extend(c for c in cls.__subclasses__() if c not in classes)
+            for attr in vars(cls).values():
+                fn = getattr(attr, "__wrapped__", None)
+                if (getattr(attr, "__code__", None) is code and fn is not None
+                        and "__dynamo_disable" not in vars(fn)):
+                    fn.__dynamo_disable = fn
+                    marked.append(fn)
+    except AttributeError:  # another torch layout: leave it to torch
+        pass
+    try:
+        yield
+    finally:
+        for fn in marked:
+            vars(fn).pop("__dynamo_disable", None)
 
 
 def _run(cfg, infos, dev, model_factory, optimizer, progress, notes, start,
@@ -209,9 +270,9 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes, start,
     weight = torch.zeros((), device=dev, dtype=torch.float64, requires_grad=True)
     params = [*model.parameters(), count, weight]
     if optimizer == "sgd":
-        opt = torch.optim.SGD(params, lr=spec.max_lr)
+        opt = _eager_step(torch.optim.SGD)(params, lr=spec.max_lr)
     elif optimizer == "adamw":
-        opt = torch.optim.AdamW(params, lr=spec.max_lr)
+        opt = _eager_step(torch.optim.AdamW)(params, lr=spec.max_lr)
     else:
         raise UnusableInput(f"--optimizer {optimizer!r}: allowed: sgd, adamw")
     sched = _Scheduler(opt, spec, framework_scheduler)

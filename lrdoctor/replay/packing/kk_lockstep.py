@@ -84,52 +84,39 @@ def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
 
 
 def _solve_group(vals, starts, grp, k, eq, out):
-    n_b = starts[grp + 1] - starts[grp]
+    """One lockstep group: instances of one size ``n`` (one state count, one k)."""
     n_inst = len(grp)
-    s_b = n_b // k if eq else n_b - k + 1
-    n_states = int(s_b.max())
+    n = int(starts[grp[0] + 1] - starts[grp[0]])
+    n_states = n // k if eq else n - k + 1
     # One int64 per set, most significant first: sum | count | first item + 1. Sorting
     # these sorts sets as the scalar does (sum, count, first; empty sets, all 0, are
     # equal there too). The first item also names the set: every set starts as one
     # item, and a merge keeps the first set's first item (the other's if it is empty).
-    fb = int(n_b.max() + 1).bit_length()
+    fb = (n + 1).bit_length()
     sh_c, sh_s = fb, 2 * fb
     cnt1 = 1 << sh_c
     fmask = cnt1 - 1
     high = ~fmask  # sum and count fields
-    flat = _ranges(starts[grp], n_b)
-    inst = np.repeat(np.arange(n_inst, dtype=np.int64), n_b)
-    v = vals[flat]
-    totals = np.bincount(inst, weights=v.astype(np.float64), minlength=n_inst)
     sb_bits = int(n_states).bit_length()
-    if float(totals.max()) * float(1 << (sh_s + sb_bits)) >= _KEY_LIMIT:
+    flat = (starts[grp][:, None] + np.arange(n, dtype=np.int64)[None, :]).reshape(-1)
+    v = vals[flat].reshape(n_inst, n)
+    if float(v.sum(axis=1).max()) * float(1 << (sh_s + sb_bits)) >= _KEY_LIMIT:
         _scalar_group(vals, starts, grp, k, eq, out)
         return
-    inst_off = np.cumsum(n_b) - n_b
-    local = np.arange(len(flat), dtype=np.int64) - np.repeat(inst_off, n_b)
-    # Ascending by (value, index) within each instance: the scalar's sorted(zip(vals, range)).
-    # One int64 key (instance | value | index) sorts far faster than a three-key lexsort.
-    vb = int(v.max()).bit_length() if len(v) else 0
-    if n_inst.bit_length() + vb + fb < 63:
-        srt = np.argsort((inst << (vb + fb)) | (v << fb) | local, kind="stable")
-    else:
-        srt = np.lexsort((local, v, inst))
-    inst_s, local_s, v_s = inst[srt], local[srt], v[srt]
-    pos = local  # sorting keeps instances in place: sorted position q is local[q]
-    n_s = n_b[inst_s]
-    if eq:
-        s_idx = pos // k
-        j_idx = k - 1 - pos % k
-    else:
-        top = pos >= n_s - k
-        s_idx = np.where(top, 0, pos + 1)
-        j_idx = np.where(top, n_s - 1 - pos, 0)
+    # A one-item set's key, sorted along each instance: ascending (value, index), the
+    # scalar's sorted(zip(vals, range)).
+    keys = np.sort((v << sh_s) | (cnt1 + 1 + np.arange(n, dtype=np.int64))[None, :], axis=1)
     # State-major rows (state * n_inst + instance): a reduction over the states of
     # every instance is then a few passes over contiguous rows, not a per-row loop.
-    comp = np.zeros((n_states * n_inst, k), dtype=np.int64)
-    comp.reshape(-1)[(s_idx * n_inst + inst_s) * k + j_idx] = (
-        (v_s << sh_s) | cnt1 | (local_s + 1))
+    comp = np.zeros((n_states, n_inst, k), dtype=np.int64)
+    if eq:  # state s: the k items from sorted place s*k, heaviest first
+        comp[:] = keys.reshape(n_inst, n_states, k)[:, :, ::-1].transpose(1, 0, 2)
+    else:  # the opening: the k heaviest as one state; then one state per other item
+        comp[0] = keys[:, ::-1][:, :k]
+        comp[1:, :, 0] = keys[:, : n - k].T
+    comp = comp.reshape(n_states * n_inst, k)
     cfv = comp.view(np.dtype((np.void, 8 * k))).reshape(-1)  # one element per state
+    inst_off = np.arange(n_inst, dtype=np.int64) * n
     # Selection key of a state: its largest set's key, then the state index in the
     # low bits, so the maximum also names its state (keys are unique).
     smask = (1 << sb_bits) - 1
@@ -173,10 +160,10 @@ def _solve_group(vals, starts, grp, k, eq, out):
     ffirst = (comp[:n_inst] & fmask) - 1  # row 0 is the last state: each set's name
     # Absorbed set -> surviving set, resolved newest first: a survivor's own entry is
     # final by the time the sets it absorbed earlier look it up.
-    parf = np.arange(len(flat), dtype=np.int64)
+    parf = np.arange(n_inst * n, dtype=np.int64)
     for child, par in reversed(links):
         parf[child] = parf[par]
-    posmap = np.empty(len(flat), dtype=np.int64)
+    posmap = np.empty(n_inst * n, dtype=np.int64)
     posmap[inst_off[:, None] + ffirst] = np.arange(k, dtype=np.int64)[None, :]
     out[flat] = posmap[parf]
 

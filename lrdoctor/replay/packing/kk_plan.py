@@ -214,7 +214,9 @@ def _plan_arrays(frames, dps, max_tokens, *, mini_per_rank, num_micro_batches, e
     item_inst = np.repeat(np.arange(n_inst), i_len)
     seg = seg_base[mb_id][item_inst] + part * dp_m[mb_id][item_inst] + i_rank[item_inst]
     total_segs = int((mb_count * dp_m).sum())
-    so = np.lexsort((local_o, seg))
+    # Items are in (instance, local) order, so a stable sort on the segment alone
+    # leaves each segment's rows by local index, as the per-step planner lists them.
+    so = np.argsort(seg, kind="stable")
     rows_flat = row_o[so]
     seg_sorted = seg[so]
     sizes = np.bincount(seg_sorted, minlength=total_segs)
@@ -245,6 +247,10 @@ def _plan_arrays(frames, dps, max_tokens, *, mini_per_rank, num_micro_batches, e
     np.maximum.at(worst_step, mb_step, worst_mb)
     over_step = np.bincount(mb_step[worst_mb > cap], minlength=n_steps) if cap else None
     asserts = ASSERTS_ON_LONG_SEQUENCE.get(flavor)
+    longest = np.zeros(n_steps, dtype=np.int64)
+    np.maximum.at(longest, step, tokens)
+    if not cap:
+        longest[:] = 0  # no cap: nothing to note
     for s, a, b in zip(steps_with.tolist(), first_mb.tolist(), last_mb.tolist(), strict=True):
         nt = notes[s]
         mbs: list[MicroBatch] = []
@@ -261,7 +267,8 @@ def _plan_arrays(frames, dps, max_tokens, *, mini_per_rank, num_micro_batches, e
         if cap and worst > cap:
             nt["token_cap_exceeded"] = {"max_tokens": worst, "cap": cap,
                                         "micro_batches_over": int(over_step[s])}
-        _note_over_cap(nt, frames[s]["tokens"], cap, asserts=asserts)
+        if longest[s] > cap:
+            _note_over_cap(nt, frames[s]["tokens"], cap, asserts=asserts)
         plans[s] = StepPlan(mbs, bounds if mpr_s[s] else None, None, nt)
     return plans  # type: ignore[return-value]
 
@@ -286,6 +293,14 @@ def _verl_positions(part, inst_start, i_len, k_inst, val_o, local_o):
     """verl's micro-batch order of one rank's partitions: sorted by (workload sum,
     smallest index) descending, then the even places reversed and the odd ones
     after them (the heaviest micro-batch in the middle)."""
+    multi = k_inst > 1
+    if not multi.all():  # one micro-batch: nothing to order
+        out = np.zeros_like(part)
+        if multi.any():
+            items = _ranges(inst_start[multi], i_len[multi])
+            out[items] = _verl_positions(part[items], _seg_starts(i_len[multi]), i_len[multi],
+                                         k_inst[multi], val_o[items], local_o[items])
+        return out
     n_inst = len(inst_start)
     kmax = int(k_inst.max())
     item_inst = np.repeat(np.arange(n_inst), i_len)
