@@ -91,7 +91,8 @@ def bench_examples() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    for cfg in sorted((root / "examples").glob("*.yaml")):
+    shipped = [*(root / "examples").glob("*.yaml"), *(root / "examples").glob("*.sh")]
+    for cfg in sorted(shipped):
         extra = (["--batch-log", str(root / "examples/batchlogs/roll-sokoban.csv")]
                  if cfg.stem == "roll-sokoban-dynamic" else [])
         row = [f"  {cfg.stem:<22}"]
@@ -113,7 +114,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--per-step", type=int, default=100)
-    ap.add_argument("--strategies", default="static,token_budget")
+    ap.add_argument("--strategies", default="static,token_budget,karmarkar_karp")
     ap.add_argument("--no-examples", action="store_true")
     args = ap.parse_args()
     for strategy in args.strategies.split(","):

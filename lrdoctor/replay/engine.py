@@ -161,13 +161,19 @@ def plan_steps(cfg: RunConfig, samples: pd.DataFrame, planner: Planner | None = 
                 if progress is not None:
                     progress(frame.step)
         else:
-            for a in range(0, len(todo), _PLAN_CHUNK):
-                chunk = todo[a:a + _PLAN_CHUNK]
+            a = 0
+            while a < len(todo):
+                b, rows = a, 0
+                while b < len(todo) and (b == a or rows + len(todo[b][0]) <= _PLAN_CHUNK_ROWS):
+                    rows += len(todo[b][0])
+                    b += 1
+                chunk = todo[a:b]
                 plans.extend(packing.plan_many(cfg.batching, cfg.train,
                                                [f.columns for f, _ in chunk],
                                                [d for _, d in chunk]))
                 if progress is not None:
                     progress(chunk[-1][0].step)
+                a = b
         infos = [_step_info(frame, dp, plan) for (frame, dp), plan in zip(todo, plans,
                                                                         strict=True)]
     if progress is not None and steps:
@@ -177,9 +183,10 @@ def plan_steps(cfg: RunConfig, samples: pd.DataFrame, planner: Planner | None = 
             for step, dp, i in steps]
 
 
-# Steps planned per ``plan_many`` call: large enough that per-call costs vanish,
-# small enough that the progress bar moves and the lockstep arrays stay small.
-_PLAN_CHUNK = 2048
+# Samples planned per ``plan_many`` call (whole steps): large enough that per-call
+# costs vanish (Karmarkar-Karp's lockstep groups fill up), small enough that the
+# progress bar moves about once a second and the lockstep arrays stay bounded.
+_PLAN_CHUNK_ROWS = 1_000_000
 
 
 def _step_info(frame: StepFrame, dp: int, plan: Any) -> StepInfo:

@@ -108,27 +108,28 @@ def _solve_group(vals, starts, grp, k, eq, out):
     keys = np.sort((v << sh_s) | (cnt1 + 1 + np.arange(n, dtype=np.int64))[None, :], axis=1)
     # State-major rows (state * n_inst + instance): a reduction over the states of
     # every instance is then a few passes over contiguous rows, not a per-row loop.
+    # Each state's sets lightest first (so a sorted merge needs no reversal).
     comp = np.zeros((n_states, n_inst, k), dtype=np.int64)
-    if eq:  # state s: the k items from sorted place s*k, heaviest first
-        comp[:] = keys.reshape(n_inst, n_states, k)[:, :, ::-1].transpose(1, 0, 2)
+    if eq:  # state s: the k items from sorted place s*k
+        comp[:] = keys.reshape(n_inst, n_states, k).transpose(1, 0, 2)
     else:  # the opening: the k heaviest as one state; then one state per other item
-        comp[0] = keys[:, ::-1][:, :k]
-        comp[1:, :, 0] = keys[:, : n - k].T
+        comp[0] = keys[:, n - k:]
+        comp[1:, :, k - 1] = keys[:, : n - k].T
     comp = comp.reshape(n_states * n_inst, k)
-    cfv = comp.view(np.dtype((np.void, 8 * k))).reshape(-1)  # one element per state
+    void = np.dtype((np.void, 8 * k))
+    cfv = comp.view(void).reshape(-1)  # one element per state
     inst_off = np.arange(n_inst, dtype=np.int64) * n
     # Selection key of a state: its largest set's key, then the state index in the
     # low bits, so the maximum also names its state (keys are unique).
     smask = (1 << sb_bits) - 1
     st_idx = np.repeat(np.arange(n_states, dtype=np.int64), n_inst)
-    spf = (comp[:, 0] >> sh_s) - (comp[:, k - 1] >> sh_s)
-    tkf = (comp[:, 0] << sb_bits) | st_idx
+    spf = (comp[:, k - 1] >> sh_s) - (comp[:, 0] >> sh_s)
+    tkf = (comp[:, k - 1] << sb_bits) | st_idx
     spread = spf.reshape(n_states, n_inst)
     topk = tkf.reshape(n_states, n_inst)
     cols = np.arange(n_inst, dtype=np.int64)
     base = inst_off - 1
     links: list[tuple[np.ndarray, np.ndarray]] = []  # per merge: absorbed sets, survivors
-    void = np.dtype((np.void, 8 * k))
     for live in range(n_states, 1, -1):
         # Live states are rows [0, live): the absorbed state's row takes the last one's.
         sp, tk = spread[:live], topk[:live]
@@ -140,19 +141,17 @@ def _solve_group(vals, starts, grp, k, eq, out):
         b = (tk * (sp == m2)).max(axis=0) & smask
         lb = b * n_inst + cols
         sa = np.take(comp, la, axis=0)
-        sb = np.take(comp, lb, axis=0)[:, ::-1]
+        sb = np.take(comp, lb, axis=0)[:, ::-1]  # a's heaviest set meets b's lightest
         ne_a = sa >= cnt1
-        both = ne_a & (sb >= cnt1)
-        r_i, c_i = np.nonzero(both)
+        r_i, c_i = np.nonzero(ne_a & (sb >= cnt1))
         if len(r_i):
             bi = base[r_i]
             links.append((bi + (sb[r_i, c_i] & fmask), bi + (sa[r_i, c_i] & fmask)))
         new = np.where(ne_a, sa + (sb & high), sb)
         new.sort(axis=1)
-        new = np.ascontiguousarray(new[:, ::-1])
         cfv[la] = new.view(void).reshape(-1)
-        spf[la] = (new[:, 0] >> sh_s) - (new[:, k - 1] >> sh_s)
-        tkf[la] = (new[:, 0] << sb_bits) | a
+        spf[la] = (new[:, k - 1] >> sh_s) - (new[:, 0] >> sh_s)
+        tkf[la] = (new[:, k - 1] << sb_bits) | a
         src = (live - 1) * n_inst + cols
         cfv[lb] = cfv[src]
         spf[lb] = spf[src]
@@ -164,7 +163,7 @@ def _solve_group(vals, starts, grp, k, eq, out):
     for child, par in reversed(links):
         parf[child] = parf[par]
     posmap = np.empty(n_inst * n, dtype=np.int64)
-    posmap[inst_off[:, None] + ffirst] = np.arange(k, dtype=np.int64)[None, :]
+    posmap[inst_off[:, None] + ffirst] = np.arange(k - 1, -1, -1, dtype=np.int64)[None, :]
     out[flat] = posmap[parf]
 
 

@@ -43,6 +43,20 @@ def _cumcount(keys_sorted: np.ndarray) -> np.ndarray:
     return np.arange(n, dtype=np.int64) - np.repeat(starts, np.diff(np.append(starts, n)))
 
 
+def _order(*keys: np.ndarray) -> np.ndarray:
+    """Stable order by several non-negative int64 keys (most significant first): one
+    argsort of a packed key when they fit in 63 bits (several times faster than
+    ``np.lexsort``), else ``np.lexsort``."""
+    widths = [int(k.max()).bit_length() if len(k) else 0 for k in keys]
+    if sum(widths) > 62:
+        return np.lexsort(keys[::-1])
+    packed = np.zeros(len(keys[0]), dtype=np.int64)
+    for k, w in zip(keys, widths, strict=True):
+        packed <<= w
+        packed |= k
+    return np.argsort(packed, kind="stable")
+
+
 def _group_ids(keys_sorted: np.ndarray) -> np.ndarray:
     """0, 1, 2, ... numbering of the runs of equal (sorted) keys."""
     if not len(keys_sorted):
@@ -137,13 +151,13 @@ def _plan_arrays(frames, dps, max_tokens, *, mini_per_rank, num_micro_batches, e
         idx = np.flatnonzero(m_col)
         rank[idx] = np.concatenate(rk_all)
         # The log's rank column: each rank's rows in log order.
-        o = np.lexsort((row[idx], rank[idx], step[idx]))
+        o = _order(step[idx], rank[idx], row[idx])
         pos[idx[o]] = _cumcount(step[idx][o] * (int(dp_s.max()) + 1) + rank[idx][o])
     if balanced.any():
         idx = np.flatnonzero(balanced[step])
         rank[idx] = _balance_ranks(idx, step, row, work, dp_s, mpr_s, keep_minibatch)
         # verl orders each rank's rows by (workload, row), light and heavy interleaved.
-        o = np.lexsort((row[idx], work[idx], rank[idx], step[idx]))
+        o = _order(step[idx], rank[idx], work[idx], row[idx])
         gk = step[idx][o] * (int(dp_s.max()) + 1) + rank[idx][o]
         q = _cumcount(gk)
         gid = _group_ids(gk)
@@ -154,17 +168,10 @@ def _plan_arrays(frames, dps, max_tokens, *, mini_per_rank, num_micro_batches, e
     mpr_r = mpr_s[step]
     mini = np.where(mpr_r > 0, pos // np.maximum(mpr_r, 1), 0)
     local = pos - mini * mpr_r
-    max_local = int(local.max()) + 1
     max_mini = int(mini.max()) + 1
     dpmax = int(dp_s.max())
-    span = n_steps * max_mini * dpmax * max_local
-    if span < (1 << 62):
-        ikey = ((step * max_mini + mini) * dpmax + rank) * max_local + local
-        order = np.argsort(ikey, kind="stable")
-        ikey_o = ikey[order] // max_local  # (step, mini, rank)
-    else:
-        order = np.lexsort((local, rank, mini, step))
-        ikey_o = (step[order] * max_mini + mini[order]) * dpmax + rank[order]
+    order = _order(step, mini, rank, local)
+    ikey_o = (step[order] * max_mini + mini[order]) * dpmax + rank[order]  # (step, mini, rank)
     inst = _group_ids(ikey_o)
     n_inst = int(inst[-1]) + 1
     inst_start = np.flatnonzero(np.concatenate(([True], ikey_o[1:] != ikey_o[:-1])))
