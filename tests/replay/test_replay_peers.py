@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from lrdoctor.replay import packing as P
+from lrdoctor.replay.packing import kk_lockstep
 from tests.helpers import peers
 
 pytestmark = pytest.mark.peers
@@ -44,6 +45,7 @@ def _lengths(rng, n, hi):
 @need_verl
 def test_karmarkar_karp_matches_verl_partitions():
     rng = np.random.default_rng(101)
+    cases = []
     for case in range(N_CASES):
         n = int(rng.integers(1, 200))
         k = int(rng.integers(1, min(n, 16) + 1))
@@ -51,6 +53,28 @@ def test_karmarkar_karp_matches_verl_partitions():
         vals = _lengths(rng, n, 5000).tolist()
         want = VERL.get_seqlen_balanced_partitions(vals, k, equal_size=equal)
         assert P.karmarkar_karp(vals, k, equal_size=equal) == want, (case, n, k, equal)
+        cases.append((vals, k, equal, want))
+    _assert_lockstep_matches(cases)
+
+
+def _assert_lockstep_matches(cases):
+    """All cases in one lockstep call (every group in lockstep, however small): each
+    item's set position equals the peer's partition order."""
+    vals = [v for c in cases for v in c[0]]
+    starts = np.cumsum([0] + [len(c[0]) for c in cases])
+    saved = kk_lockstep._MIN_LOCKSTEP
+    kk_lockstep._MIN_LOCKSTEP = 1
+    try:
+        got = kk_lockstep.kk_parts(np.array(vals), starts, np.array([c[1] for c in cases]),
+                                   np.array([c[2] for c in cases]))
+    finally:
+        kk_lockstep._MIN_LOCKSTEP = saved
+    for (v, _k, _eq, want), a in zip(cases, starts[:-1].tolist(), strict=True):
+        pos = [0] * len(v)
+        for j, part in enumerate(want):
+            for i in part:
+                pos[i] = j
+        assert got[a:a + len(v)].tolist() == pos, (v, _k, _eq)
 
 
 @need_verl
@@ -59,6 +83,7 @@ def test_karmarkar_karp_few_items_per_partition_match_verl_and_openrlhf():
     """Micro-batch sized calls (a dozen rows, k close to n, many ties): the shapes the
     replay's fast paths take (one-item merges, the forced opening, n == k)."""
     rng = np.random.default_rng(303)
+    cases = []
     for case in range(N_CASES):
         n = int(rng.integers(1, 25))
         k = int(rng.integers(max(1, n // 4), n + 1))
@@ -66,8 +91,8 @@ def test_karmarkar_karp_few_items_per_partition_match_verl_and_openrlhf():
         vals = _lengths(rng, n, 5000).tolist()
         want = VERL.get_seqlen_balanced_partitions(vals, k, equal_size=equal)
         assert P.karmarkar_karp(vals, k, equal_size=equal) == want, (case, n, k, equal)
-        want = ORL.get_seqlen_balanced_partitions(vals, k, equal_size=equal)
-        assert P.karmarkar_karp(vals, k, equal_size=equal) == want, (case, n, k, equal)
+        cases.append((vals, k, equal, want))
+    _assert_lockstep_matches(cases)
 
 
 @need_orl
@@ -127,9 +152,22 @@ def _verl_plan(mod, toks, rank, dp, mini_per_rank, cap):
 
 
 def _lrd_plan(toks, rank, dp, mini_per_rank, cap, flavor):
-    plan = P.plan_step({"strategy": "karmarkar_karp", "max_tokens_per_microbatch": cap,
-                        "flavor": flavor},
-                       {"mini_batch_size": mini_per_rank * dp}, {"tokens": toks, "rank": rank}, dp)
+    """lrdoctor's per-step plan, checked equal to the whole-run planner replay uses
+    (``plan_many``: lockstep Karmarkar-Karp), so both are compared with the peer."""
+    batching = {"strategy": "karmarkar_karp", "max_tokens_per_microbatch": cap,
+                "flavor": flavor}
+    train = {"mini_batch_size": mini_per_rank * dp}
+    frame = {"tokens": toks, "rank": rank}
+    plan = P.plan_step(batching, train, frame, dp)
+    saved = kk_lockstep._MIN_LOCKSTEP
+    kk_lockstep._MIN_LOCKSTEP = 1  # one step's partitions too, in lockstep
+    try:
+        (whole,) = P.plan_many(batching, train, [frame], [dp])
+    finally:
+        kk_lockstep._MIN_LOCKSTEP = saved
+    assert [[r.tolist() for r in mb.ranks] for mb in whole.micro_batches] == \
+        [[r.tolist() for r in mb.ranks] for mb in plan.micro_batches]
+    assert whole.boundaries == plan.boundaries
     out = []
     start = 0
     for b in plan.boundaries:
