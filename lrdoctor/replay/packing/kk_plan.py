@@ -258,17 +258,21 @@ def _plan_arrays(frames, dps, max_tokens, *, mini_per_rank, num_micro_batches, e
     np.maximum.at(longest, step, tokens)
     if not cap:
         longest[:] = 0  # no cap: nothing to note
-    for s, a, b in zip(steps_with.tolist(), first_mb.tolist(), last_mb.tolist(), strict=True):
+    # Every micro-batch of the run in one pass (its first segment, its dp), then each
+    # step takes its slice; a mini-batch closes at its last micro-batch.
+    n_all = int(mb_count.sum())
+    mb_first = _seg_starts(mb_count)
+    mb_dp = np.repeat(dp_m, mb_count)
+    mb_lo = np.repeat(seg_base, mb_count) + (np.arange(n_all) - np.repeat(mb_first, mb_count)) * mb_dp
+    all_mbs = [MicroBatch(views[lo:lo + d], tmax_l[lo:lo + d], tsum_l[lo:lo + d])
+               for lo, d in zip(mb_lo.tolist(), mb_dp.tolist(), strict=True)]
+    step_first = mb_first[first_mb]  # each step's first micro-batch, run-wide
+    close = (mb_first + mb_count - 1 - step_first.repeat(last_mb - first_mb)).tolist()
+    mb_a = step_first.tolist()
+    mb_b = np.append(mb_first, n_all)[last_mb].tolist()
+    for s, a, b, ma, mb_end in zip(steps_with.tolist(), first_mb.tolist(), last_mb.tolist(),
+                                    mb_a, mb_b, strict=True):
         nt = notes[s]
-        mbs: list[MicroBatch] = []
-        bounds: list[int] = []
-        dp = int(dp_s[s])
-        for j in range(a, b):
-            g0 = int(seg_base[j])
-            for mi in range(int(mb_count[j])):
-                lo = g0 + mi * dp
-                mbs.append(MicroBatch(views[lo:lo + dp], tmax_l[lo:lo + dp], tsum_l[lo:lo + dp]))
-            bounds.append(len(mbs) - 1)
         worst = int(worst_step[s])
         nt["max_micro_batch_tokens"] = worst
         if cap and worst > cap:
@@ -276,7 +280,7 @@ def _plan_arrays(frames, dps, max_tokens, *, mini_per_rank, num_micro_batches, e
                                         "micro_batches_over": int(over_step[s])}
         if longest[s] > cap:
             _note_over_cap(nt, frames[s]["tokens"], cap, asserts=asserts)
-        plans[s] = StepPlan(mbs, bounds if mpr_s[s] else None, None, nt)
+        plans[s] = StepPlan(all_mbs[ma:mb_end], close[a:b] if mpr_s[s] else None, None, nt)
     return plans  # type: ignore[return-value]
 
 
