@@ -193,9 +193,7 @@ def _plan_arrays(frames, dps, max_tokens, *, mini_per_rank, num_micro_batches, e
     if num_micro_batches:
         c = np.full(n_inst, int(num_micro_batches), dtype=np.int64)
     elif flavor == "openrlhf":
-        c = np.array([first_fit_count(tok_o[a:a + ln].tolist(), cap)
-                      for a, ln in zip(inst_start.tolist(), i_len.tolist(), strict=True)],
-                     dtype=np.int64)
+        c = _first_fit_counts(tok_o, inst_start, i_len, cap)
     else:
         c = -(-i_sum // cap)
     c = np.maximum(np.minimum(c, i_len), 1)
@@ -282,6 +280,35 @@ def _plan_arrays(frames, dps, max_tokens, *, mini_per_rank, num_micro_batches, e
             _note_over_cap(nt, frames[s]["tokens"], cap, asserts=asserts)
         plans[s] = StepPlan(all_mbs[ma:mb_end], close[a:b] if mpr_s[s] else None, None, nt)
     return plans  # type: ignore[return-value]
+
+
+def _first_fit_counts(tok_o, inst_start, i_len, cap) -> np.ndarray:
+    """OpenRLHF's first-fit bin count (:func:`first_fit_count`) of every instance at
+    once: item p of every instance is placed in the same pass, into its first open
+    bin with room, else a new one. Long instances (over 64 rows) use the scalar."""
+    n_inst = len(inst_start)
+    out = np.zeros(n_inst, dtype=np.int64)
+    long = i_len > 64
+    for i in np.flatnonzero(long).tolist():
+        a = int(inst_start[i])
+        out[i] = first_fit_count(tok_o[a:a + int(i_len[i])].tolist(), cap)
+    short = np.flatnonzero(~long)
+    if not len(short):
+        return out
+    width = int(i_len[short].max())
+    loads = np.zeros((len(short), width), dtype=np.int64)
+    count = np.zeros(len(short), dtype=np.int64)
+    opened = np.arange(width)[None, :]
+    rows = np.arange(len(short))
+    for p in range(width):
+        act = i_len[short] > p
+        x = np.where(act, tok_o[np.minimum(inst_start[short] + p, len(tok_o) - 1)], 0)
+        fits = (loads + x[:, None] <= cap) & (opened < count[:, None])
+        j = np.where(fits.any(axis=1), fits.argmax(axis=1), count)
+        loads[rows[act], j[act]] += x[act]
+        count += act & (j == count)
+    out[short] = count
+    return out
 
 
 def _balance_ranks(idx, step, row, work, dp_s, mpr_s, keep_minibatch) -> np.ndarray:
