@@ -301,25 +301,29 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
         self.append(frozenset(items))
     dispatch[pickle.FROZENSET[0]] = load_frozenset
 
-    def load_append(self) -> None:
-        value = self.stack.pop()
+    def _list_target(self, what: str) -> Any:
+        """The object APPEND(S) extends: a real list here (a subclass may also take records)."""
         target = self.stack[-1]
         if type(target) is not list:
-            raise pickle.UnpicklingError(f"APPEND to a {type(target).__name__}")
+            raise pickle.UnpicklingError(f"{what} to a {type(target).__name__}")
+        return target
+
+    def load_append(self) -> None:
+        value = self.stack.pop()
+        target = self._list_target("APPEND")
         self.charge(1)
         target.append(value)
     dispatch[pickle.APPEND[0]] = load_append
 
     def load_appends(self) -> None:
         items = self.pop_mark()
-        target = self.stack[-1]
-        if type(target) is not list:
-            raise pickle.UnpicklingError(f"APPENDS to a {type(target).__name__}")
+        target = self._list_target("APPENDS")
         self.charge(len(items))
         target.extend(items)
     dispatch[pickle.APPENDS[0]] = load_appends
 
-    def _dict_target(self) -> dict:
+    def _dict_target(self) -> Any:
+        """The object SETITEM(S) fills: a real dict here (a subclass may also take records)."""
         target = self.stack[-1]
         if not isinstance(target, dict):
             raise pickle.UnpicklingError(f"SETITEM on a {type(target).__name__}")
@@ -419,13 +423,19 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
         self.append(self.call(cls, tuple(args)))
     dispatch[pickle.OBJ[0]] = load_obj
 
+    def new_instance(self, cls: Any, args: tuple, kwargs: dict) -> Any:
+        """``cls.__new__(cls, *args, **kwargs)`` for an allow-listed class (checked, charged)."""
+        if not isinstance(cls, type):
+            raise pickle.UnpicklingError("malformed NEWOBJ")
+        return self.call(cls.__new__, (cls, *args), kwargs or None, checked=True)
+
     def load_newobj(self) -> None:
         args = self.stack.pop()
         cls = self.stack.pop()
         self._callable(cls, "NEWOBJ")
-        if not isinstance(cls, type) or not isinstance(args, tuple):
+        if not isinstance(args, tuple):
             raise pickle.UnpicklingError("malformed NEWOBJ")
-        self.append(self.call(cls.__new__, (cls, *args), checked=True))
+        self.append(self.new_instance(cls, args, {}))
     dispatch[pickle.NEWOBJ[0]] = load_newobj
 
     def load_newobj_ex(self) -> None:
@@ -433,11 +443,11 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
         args = self.stack.pop()
         cls = self.stack.pop()
         self._callable(cls, "NEWOBJ_EX")
-        if not isinstance(cls, type) or not isinstance(args, tuple) \
+        if not isinstance(args, tuple) \
                 or not isinstance(kwargs, dict) or not all(type(k) is str for k in kwargs):
             raise pickle.UnpicklingError("malformed NEWOBJ_EX")
         self.charge(len(kwargs))
-        self.append(self.call(cls.__new__, (cls, *args), kwargs, checked=True))
+        self.append(self.new_instance(cls, args, kwargs))
     dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
 
     def load_build(self) -> None:
@@ -449,6 +459,11 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
                                          "made in this file may take state")
         if isinstance(state, (dict, list, tuple)):
             self.charge(len(state))
+        self.set_state(inst, state)
+    dispatch[pickle.BUILD[0]] = load_build
+
+    def set_state(self, inst: Any, state: Any) -> None:
+        """BUILD's effect on ``inst``, a record of this load whose class is ``buildable``."""
         if isinstance(inst, (OrderedDict, Counter)):
             # OrderedDict carries attributes (a torch state_dict's _metadata).
             if isinstance(state, tuple) and len(state) == 2:
@@ -459,4 +474,3 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
                 inst.__dict__.update(state)
             return
         inst.__setstate__(state)
-    dispatch[pickle.BUILD[0]] = load_build

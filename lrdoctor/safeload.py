@@ -665,30 +665,69 @@ def _load_zip(path: str, unknown_as_opaque: bool, source: Any = None) -> Any:
     """``source``: a file object holding the archive (a DCP bytes item), else ``path`` is read."""
     _zip_members_check(source if source is not None else path, path)
     with zipfile.ZipFile(source if source is not None else path) as zf:
-        prefix = _zip_layout(zf, path)
+        prefix, data = _zip_pickle(zf, path)
         members = {i.filename: i for i in zf.infolist()}
+    return _unpickle_zip(data, prefix, members, path, unknown_as_opaque)
 
-        def storage_ref(pid: Any) -> TensorRef:
-            if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
-                raise _Bad(f"unknown persistent id {str(pid)[:60]}")
-            _, stype, key, _location, numel = pid
-            dtype = _storage_dtype(stype)
-            if not isinstance(key, str) or type(numel) is not int or numel < 0:
-                raise _Bad("malformed storage record")
-            info = members.get(f"{prefix}/data/{key}")
-            if info is None:
-                raise _Bad(f"storage data/{key} is missing")
-            need = numel * _DTYPES.get(dtype, (1, None))[0]
-            if info.file_size != need:
-                raise _Bad(f"storage data/{key} holds {info.file_size} bytes, expected {need}")
-            return TensorRef(dtype, (numel,), path, key, 0, (1,))
 
-        info = zf.getinfo(f"{prefix}/data.pkl")
-        # the declared size bounds a deflate bomb: zipfile stops at it
-        limits.check_size("pickle_bytes", info.file_size, path, "data.pkl")
-        data = zf.read(info)
+def _zip_pickle(zf: zipfile.ZipFile, path: str) -> tuple[str, bytes]:
+    """The archive's top folder and its data.pkl bytes, the declared size checked first."""
+    prefix = _zip_layout(zf, path)
+    info = zf.getinfo(f"{prefix}/data.pkl")
+    # the declared size bounds a deflate bomb: zipfile stops at it
+    limits.check_size("pickle_bytes", info.file_size, path, "data.pkl")
+    return prefix, zf.read(info)
+
+
+def _unpickle_zip(data: bytes, prefix: str, members: dict[str, zipfile.ZipInfo], path: str,
+                  unknown_as_opaque: bool) -> Any:
+    """data.pkl's object graph, each storage checked against its member's size."""
+    def storage_ref(pid: Any) -> TensorRef:
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise _Bad(f"unknown persistent id {str(pid)[:60]}")
+        _, stype, key, _location, numel = pid
+        dtype = _storage_dtype(stype)
+        if not isinstance(key, str) or type(numel) is not int or numel < 0:
+            raise _Bad("malformed storage record")
+        info = members.get(f"{prefix}/data/{key}")
+        if info is None:
+            raise _Bad(f"storage data/{key} is missing")
+        need = numel * _DTYPES.get(dtype, (1, None))[0]
+        if info.file_size != need:
+            raise _Bad(f"storage data/{key} holds {info.file_size} bytes, expected {need}")
+        return TensorRef(dtype, (numel,), path, key, 0, (1,))
+
     return _checked(_Unpickler(io.BytesIO(data), path, storage_ref, unknown_as_opaque).load(),
                     path)
+
+
+@dataclass
+class ZipRead:
+    """A torch zip read once from an open file: what the safe reader accepted, and the
+    exact data.pkl bytes it accepted (so a second reader reads those, not the file again)."""
+
+    zf: zipfile.ZipFile  # open on the caller's file; the caller closes it
+    prefix: str  # the archive's top folder, without the slash
+    data: bytes  # data.pkl as read and accepted
+    obj: Any
+
+
+def read_torch_zip(f: BinaryIO, path: str) -> ZipRead:
+    """Safe-read the torch zip in the open file ``f`` (allow-list, every limit), keeping the
+    bytes: ``fix``'s faithful re-reader (:mod:`lrdoctor.repair.torchzip`) then parses exactly
+    what was checked here, so the file changing between the two reads cannot matter."""
+    def run() -> ZipRead:
+        _zip_members_check(_rewound(f), path)
+        zf = zipfile.ZipFile(f)
+        try:
+            prefix, data = _zip_pickle(zf, path)
+            members = {i.filename: i for i in zf.infolist()}
+            return ZipRead(zf, prefix, data,
+                           _unpickle_zip(data, prefix, members, path, False))
+        except BaseException:
+            zf.close()
+            raise
+    return _guard(path, run)
 
 
 # --------------------------------------------------------------------------- legacy format

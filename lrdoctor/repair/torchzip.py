@@ -9,8 +9,12 @@ this module re-pickles data.pkl faithfully and copies every other record
 byte-for-byte: no tensor is ever materialised and torch is never imported.
 
 Faithful means inert: after the safe reader (:mod:`lrdoctor.safeload`, the
-allow-list and limits ``inspect`` uses) has accepted the file, data.pkl is read
-again by :class:`_Reader`, which calls nothing from the file. Every global
+allow-list and limits ``inspect`` uses) has accepted the file, the same data.pkl
+bytes (read once, from one open file: the file changing on disk cannot slip
+other bytes past the check) are parsed again by :class:`_Reader`, which calls
+nothing from the file and runs on the same limited machine
+(:mod:`lrdoctor.limited_pickle`), so it is bounded by the same limits on its
+own, not only because the safe reader accepted the bytes. Every global
 becomes a :class:`GlobalRef` (its name), every call a :class:`Reduced` (name,
 arguments, state) that pickles back as the same opcodes; only plain containers
 (``collections.OrderedDict``, ``argparse.Namespace``) and the stand-ins of
@@ -18,13 +22,16 @@ arguments, state) that pickles back as the same opcodes; only plain containers
 floats and lists in dicts, lists and Namespaces as with torch. A 0-d tensor
 (an optimizer ``step``) reads as its value; changing it writes a new storage.
 Records are 64-byte aligned with torch's own ``FB`` zip extra-field padding,
-so ``torch.load(mmap=True)`` maps the copied storages.
+so ``torch.load(mmap=True)`` maps the copied storages. The other records are
+copied from the same open file; if the input is replaced or changed on disk
+before the copy is finished, the rewrite is refused and its output removed.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import io
 import os
 import pickle
@@ -34,7 +41,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from lrdoctor import limits
 from lrdoctor.errors import UnusableInput
+from lrdoctor.limited_pickle import LimitedUnpickler
+from lrdoctor.repair.standins import EnumStandIn, PlainStandIn
 
 _ALIGN = 64  # torch's kFieldAlignment: storage data starts on a 64-byte boundary
 _CHUNK = 8 << 20
@@ -175,33 +185,64 @@ class TensorLeaf(Reduced):
 
 
 class _Archive:
-    """The input zip, opened for reading the small storages a value needs."""
+    """The input zip, open once: data.pkl's bytes as the safe reader accepted them, and the
+    file the other records are copied from (checked unchanged when the copy is done)."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.zf = zipfile.ZipFile(path)
-        names = self.zf.namelist()
-        pkl = [n for n in names if n.endswith("data.pkl") and n.count("/") == 1]
-        if not pkl:
-            raise UnusableInput("not a torch zip checkpoint (no <archive>/data.pkl)", str(path))
-        self.prefix = pkl[0][: -len("data.pkl")]
-        self.names = names
+    def __init__(self, path: Path, f: Any, zf: zipfile.ZipFile, prefix: str, data_pkl: bytes):
+        self.path, self.f, self.zf = path, f, zf
+        self.prefix = prefix  # "<archive>/"
+        self.data_pkl = data_pkl
+        self.digest = hashlib.sha256(data_pkl).digest()
+        self.stat = _identity(os.fstat(f.fileno()))
+        self.names = zf.namelist()
+        self.storage_keys: set[str] = set()  # what the input's data.pkl references
         order = f"{self.prefix}byteorder"
-        if order in names and self.zf.read(order).strip() not in (b"little", b""):
+        if order in self.names and self.zf.read(order).strip() not in (b"little", b""):
             raise UnusableInput("a big-endian torch file can only be rewritten with torch: "
                                 "pip install 'lrdoctor[torch]'", str(path))
 
     def read(self, key: str) -> bytes:
         return self.zf.read(f"{self.prefix}data/{key}")
 
+    def close(self) -> None:
+        self.zf.close()
+        self.f.close()
 
-class _Reader(pickle._Unpickler):  # type: ignore[name-defined]
-    """The pure-Python unpickler with every global a name and every call a record."""
+    def check_unchanged(self) -> None:
+        """Refuse if the input changed on disk since it was opened (replaced, rewritten in
+        place): the copy would mix what was checked with what was not."""
+        try:
+            same = (_identity(os.fstat(self.f.fileno())) == self.stat
+                    and _identity(os.stat(self.path)) == self.stat)
+            if same:
+                with zipfile.ZipFile(self.path) as zf:
+                    info = zf.getinfo(f"{self.prefix}data.pkl")
+                    same = info.file_size == len(self.data_pkl) and \
+                        hashlib.sha256(zf.read(info)).digest() == self.digest
+        except (OSError, KeyError, zipfile.BadZipFile):
+            same = False
+        if not same:
+            raise UnusableInput("the file changed on disk while lrdoctor was rewriting it; "
+                                "nothing was written (run fix again)", str(self.path))
 
-    dispatch = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
 
-    def __init__(self, file: Any, archive: _Archive):
-        super().__init__(file)
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class _Reader(LimitedUnpickler):
+    """The limited unpickler with every global a name and every call a record.
+
+    Bounded by :mod:`lrdoctor.limits` through :class:`LimitedUnpickler` (opcodes, memo,
+    items, depth, integer sizes, key hashing); only what a faithful re-read needs differs:
+    globals resolve to :class:`GlobalRef` (never imported), a call of one (REDUCE, NEWOBJ)
+    is a :class:`Reduced` record, which may take APPENDs, SETITEMs and BUILD state.
+    """
+
+    buildable = (Reduced, argparse.Namespace, OrderedDict, PlainStandIn)
+
+    def __init__(self, file: Any, archive: _Archive, size: int):
+        super().__init__(file, str(archive.path), encoding="ASCII", size=size)
         self.archive = archive
         self.refs: dict[tuple[str, str], GlobalRef] = {}
         self.storages: dict[str, StorageRef] = {}
@@ -228,25 +269,76 @@ class _Reader(pickle._Unpickler):  # type: ignore[name-defined]
             st = self.storages[key] = StorageRef(stype, key, location, numel, self.archive)
         return st
 
-    def _newobj(self, args: tuple) -> None:
-        cls = self.stack.pop()
-        if isinstance(cls, GlobalRef):
-            self.append(Reduced(cls, tuple(args), newobj=True))
-        else:  # Namespace, OrderedDict, a stand-in
-            self.append(cls.__new__(cls, *args))
+    def check_key(self, key: Any) -> None:
+        if isinstance(key, EnumStandIn):  # hashes as (name, value): as cheap as its value
+            key = key.value
+        super().check_key(key)
 
-    def load_newobj(self) -> None:
-        self._newobj(self.stack.pop())
-
-    def load_newobj_ex(self) -> None:
-        kwargs = self.stack.pop()
-        args = self.stack.pop()
+    def new_instance(self, cls: Any, args: tuple, kwargs: dict) -> Any:
+        if not isinstance(cls, GlobalRef):  # Namespace, OrderedDict, a stand-in
+            return super().new_instance(cls, args, kwargs)
         if kwargs:
             raise UnusableInput("NEWOBJ_EX with keyword arguments", str(self.archive.path))
-        self._newobj(args)
+        self.charge(len(args))
+        return Reduced(cls, args, newobj=True)
 
-    dispatch[pickle.NEWOBJ[0]] = load_newobj
-    dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
+    def _list_target(self, what: str) -> Any:
+        if type(self.stack[-1]) is Reduced:
+            return self.stack[-1]
+        return super()._list_target(what)
+
+    def _dict_target(self) -> Any:
+        if type(self.stack[-1]) is Reduced:
+            return self.stack[-1]
+        return super()._dict_target()
+
+    def set_state(self, inst: Any, state: Any) -> None:
+        if isinstance(inst, (Reduced, OrderedDict)):
+            super().set_state(inst, state)
+            return
+        # Namespace, a plain stand-in: the stdlib's __dict__ (and slot-state) update,
+        # string keys only, so the record writes back as it was read.
+        parts = state if isinstance(state, tuple) and len(state) == 2 else (state, None)
+        for part in parts:
+            if part is None:
+                continue
+            if not isinstance(part, dict) or not all(type(k) is str for k in part):
+                raise pickle.UnpicklingError(f"malformed {type(inst).__name__} state")
+            inst.__dict__.update(part)
+
+
+def _children(obj: Any) -> Any:
+    """What :func:`lrdoctor.limits.check_tree` walks in the re-read graph."""
+    if isinstance(obj, dict):
+        return [*obj.keys(), *obj.values(), *getattr(obj, "__dict__", {}).values()]
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return obj
+    if isinstance(obj, Reduced):
+        return [*obj.args, obj.state, *(v for item in obj.items for v in item[1:])]
+    if isinstance(obj, (argparse.Namespace, PlainStandIn)):
+        return list(vars(obj).values())
+    return None
+
+
+def read_pickle(data: bytes, archive: _Archive) -> tuple[Any, dict[str, StorageRef]]:
+    """data.pkl's editable object graph and the storages it references, within the limits.
+
+    Checks what the safe reader checks, by itself: the size (``pickle_bytes``), the limited
+    machine while it runs, then depth and repeated references of the result (``nodes``).
+    """
+    path = str(archive.path)
+    limits.check_size("pickle_bytes", len(data), path, "data.pkl")
+    reader = _Reader(io.BytesIO(data), archive, len(data))
+    try:
+        obj = reader.load()
+        limits.check_tree(obj, path, what="data.pkl", children=_children)
+    except UnusableInput:
+        raise
+    except RecursionError:
+        raise UnusableInput("cannot load for rewriting: nested too deeply", path) from None
+    except Exception as exc:  # noqa: BLE001 - one line for the user
+        raise UnusableInput(f"cannot load for rewriting: {exc}"[:240], path) from None
+    return obj, reader.storages
 
 
 def is_torch_zip(path: Path) -> bool:
@@ -260,25 +352,30 @@ def is_torch_zip(path: Path) -> bool:
 def load(path: Path) -> Any:
     """The object graph of ``path``'s data.pkl, editable and writable by :func:`write`.
 
-    The safe reader checks the file first (allow-list, limits), exactly as for ``inspect``.
+    The safe reader checks the file first (allow-list, limits), exactly as for ``inspect``;
+    the file is opened once and both readers parse the same data.pkl bytes.
     """
+    from lrdoctor import safeload
     from lrdoctor.formats import _common
 
     path = Path(path)
-    _common.load(path)
     if not is_torch_zip(path):
+        _common.load(path)  # refuses what inspect refuses (a missing file too)
         from lrdoctor.extras import MissingExtra
 
         raise MissingExtra("torch", f"rewriting {path.name} (a legacy, non-zip torch file)")
-    archive = _Archive(path)
     try:
-        raw = archive.zf.read(f"{archive.prefix}data.pkl")
-        reader = _Reader(io.BytesIO(raw), archive)
-        obj = reader.load()
-    except UnusableInput:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise UnusableInput(f"cannot read: {exc.strerror}", str(path)) from None
+    try:
+        read = safeload.read_torch_zip(f, str(path))
+        archive = _Archive(path, f, read.zf, read.prefix + "/", read.data)
+        obj, storages = read_pickle(archive.data_pkl, archive)
+        archive.storage_keys = set(storages)
+    except BaseException:
+        f.close()
         raise
-    except Exception as exc:  # noqa: BLE001 - one line for the user
-        raise UnusableInput(f"cannot load for rewriting: {exc}"[:240], str(path)) from None
     return _Loaded(obj, archive)
 
 
@@ -408,7 +505,7 @@ def write(loaded: _Loaded, dst: Path) -> None:
         w = _Writer(buf)
         w.dump(loaded.root)
     data_pkl = buf.getvalue()
-    old_refs = _ref_keys(arch)
+    old_refs = arch.storage_keys
     dropped = {f"{arch.prefix}data/{k}" for k in old_refs - keys}  # storages no longer used
     dst.parent.mkdir(parents=True, exist_ok=True)
     data_members = [n for n in arch.names if n.startswith(f"{arch.prefix}data/")]
@@ -426,13 +523,11 @@ def write(loaded: _Loaded, dst: Path) -> None:
         zf.close()
         fo.flush()
         os.fsync(fo.fileno())
-
-
-def _ref_keys(arch: _Archive) -> set[str]:
-    """The storage keys the input's data.pkl references."""
-    r = _Reader(io.BytesIO(arch.zf.read(f"{arch.prefix}data.pkl")), arch)
-    r.load()
-    return set(r.storages)
+    try:
+        arch.check_unchanged()
+    except UnusableInput:
+        dst.unlink(missing_ok=True)
+        raise
 
 
 def rewrite(src: Path, dst: Path, changes: list) -> None:
@@ -444,4 +539,4 @@ def rewrite(src: Path, dst: Path, changes: list) -> None:
         apply_changes(loaded.root, tensor_changes(loaded.root, changes), src)
         write(loaded, dst)
     finally:
-        loaded.archive.zf.close()
+        loaded.archive.close()
