@@ -74,6 +74,24 @@ def test_lockstep_large_groups_equal_the_scalar_procedure(n, k, eq):
         assert got[a:b].tolist() == _scalar_positions(vl[a:b], k, eq).tolist(), (vl[a:b], k, eq)
 
 
+def test_lockstep_runs_a_large_group_in_bounded_slices(monkeypatch):
+    """A group whose state array would pass the bound runs in slices (and the slices
+    too small for lockstep run in the scalar code): the same partitions."""
+    rng = np.random.default_rng(5)
+    n, k, count = 20, 4, 100
+    vals = np.concatenate([_values(rng, n) for _ in range(count)])
+    starts = np.arange(0, n * count + 1, n)
+    whole = kk_parts(vals, starts, np.full(count, k), np.zeros(count, dtype=bool))
+    monkeypatch.setattr(kk_lockstep, "_MAX_GROUP_BYTES", (n - k + 1) * k * 8 * 30)
+    calls = []
+    real = kk_lockstep._solve_group
+    monkeypatch.setattr(kk_lockstep, "_solve_group",
+                        lambda v, s, g, *a: (calls.append(len(g)), real(v, s, g, *a)))
+    sliced = kk_parts(vals, starts, np.full(count, k), np.zeros(count, dtype=bool))
+    assert calls == [30, 30, 30]  # and the last 10 in the scalar code
+    assert sliced.tolist() == whole.tolist()
+
+
 def test_lockstep_leaves_keys_too_wide_for_int64_to_the_scalar_code():
     rng = np.random.default_rng(9)
     vals = (rng.integers(1, 1000, 300) * (1 << 40)).tolist()  # sums far past 2**62 / keys

@@ -65,15 +65,24 @@ def kk_parts(vals: np.ndarray, starts: np.ndarray, ks: np.ndarray,
         k = int(ks[grp[0]])
         if k == 1:
             continue  # every item in set 0
-        if len(grp) < _MIN_LOCKSTEP:
-            _scalar_group(vals, starts, grp, k, bool(eqs[grp[0]]), out)
-        else:
-            _solve_group(vals, starts, grp, k, bool(eqs[grp[0]]), out)
+        eq = bool(eqs[grp[0]])
+        # The group's state array holds states x instances x k int64: bounded by
+        # running a large group in slices.
+        per_inst = int(states[grp[0]]) * k * 8
+        step = max(1, _MAX_GROUP_BYTES // per_inst)
+        for a in range(0, len(grp), step):
+            part = grp[a:a + step]
+            if len(part) < _MIN_LOCKSTEP:
+                _scalar_group(vals, starts, part, k, eq, out)
+            else:
+                _solve_group(vals, starts, part, k, eq, out)
     return out
 
 
 # Below this many instances, per-merge numpy calls cost more than the scalar code.
 _MIN_LOCKSTEP = 16
+# The most one lockstep group's state array may take (the rest runs in later slices).
+_MAX_GROUP_BYTES = 128 * 2**20
 
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:

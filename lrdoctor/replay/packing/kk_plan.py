@@ -340,30 +340,22 @@ def _verl_positions(part, inst_start, i_len, k_inst, val_o, local_o):
                                          k_inst[multi], val_o[items], local_o[items])
         return out
     n_inst = len(inst_start)
-    kmax = int(k_inst.max())
+    # Sets numbered run-wide (instance i's sets from set_off[i]): no padding to the
+    # largest k, whose micro-batch count one long rank could make large.
+    set_off = _seg_starts(k_inst)
     item_inst = np.repeat(np.arange(n_inst), i_len)
-    key = item_inst * kmax + part
-    wsum = np.bincount(key, weights=val_o.astype(np.float64), minlength=n_inst * kmax)
-    minloc = np.full(n_inst * kmax, np.iinfo(np.int64).max, dtype=np.int64)
+    key = set_off[item_inst] + part
+    n_sets = int(k_inst.sum())
+    wsum = np.bincount(key, weights=val_o.astype(np.float64), minlength=n_sets)
+    minloc = np.full(n_sets, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(minloc, key, local_o)
-    valid = minloc < np.iinfo(np.int64).max
-    # Place of each set in its instance, by descending (sum, min index): one int64 key
-    # per set sorted along each instance's row (an instance holds at most kmax sets).
+    # Place of each set in its instance, by descending (sum, smallest index).
     isum = wsum.astype(np.int64)
-    lb = int(max(int(local_o.max()) + 1, 1)).bit_length() if len(local_o) else 1
-    if isum.max(initial=0) < (1 << (62 - lb)):
-        skey = np.where(valid, (isum << lb) | np.where(valid, minloc, 0), -1)
-        srt = np.argsort(-skey.reshape(n_inst, kmax), axis=1, kind="stable")
-        q = np.empty((n_inst, kmax), dtype=np.int64)
-        np.put_along_axis(q, srt, np.arange(kmax, dtype=np.int64)[None, :], axis=1)
-        q = q.reshape(-1)
-    else:
-        set_inst = np.repeat(np.arange(n_inst), kmax)
-        o = np.lexsort((-minloc, -wsum, set_inst))
-        q = np.empty(n_inst * kmax, dtype=np.int64)
-        q[o] = _cumcount(set_inst[o])
-    kk = np.repeat(k_inst, kmax)
-    half = (kk + 1) // 2
+    set_inst = np.repeat(np.arange(n_inst), k_inst)
+    o = _order(set_inst, isum.max(initial=0) - isum, minloc.max(initial=0) - minloc)
+    q = np.empty(n_sets, dtype=np.int64)
+    q[o] = _cumcount(set_inst[o])
+    half = (k_inst[set_inst] + 1) // 2
     remap = np.where(q % 2 == 0, half - 1 - q // 2, half + q // 2)
     return remap[key]
 
@@ -393,11 +385,11 @@ def _verl_fit_all(c_all, mb_id, i_len, inst_start, tok_o, val_o, local_o, equal_
         p = _verl_positions(p, starts[:-1], lens, k_try, val_o[items], local_o[items])
         part[items] = p
         k_inst[insts] = k_try
-        kmax = int(k_try.max())
+        set_off = _seg_starts(k_try)
         sub_inst = np.repeat(np.arange(len(insts)), lens)
-        psum = np.bincount(sub_inst * kmax + p, weights=tok_o[items].astype(np.float64),
-                           minlength=len(insts) * kmax).reshape(len(insts), kmax)
-        over_inst = (psum > cap).any(axis=1)
+        psum = np.bincount(set_off[sub_inst] + p, weights=tok_o[items].astype(np.float64),
+                           minlength=int(k_try.sum()))
+        over_inst = np.maximum.reduceat(psum, set_off) > cap
         over_mb = np.zeros(n_mb, dtype=bool)
         over_mb[mb_id[insts[over_inst]]] = True
         f = (count[active] <= min_rows[active]) & ~over_mb[active]
