@@ -160,7 +160,7 @@ def horizon_is_budget(spec) -> bool:
 
 def _not_judged(state: RunState, found: list[Finding]) -> list[Finding]:
     """Never silent: say what was scanned when there was nothing to judge progress by."""
-    if any(f.severity >= Severity.WARNING for f in found):
+    if any(f.severity >= Severity.WARNING and f.code != "LRD111" for f in found):
         return []
     prog, spec = state.scheduler_progress, state.schedule
     scanned = ", ".join(state.files[:8]) + (" ..." if len(state.files) > 8 else "") \
@@ -431,6 +431,19 @@ def _horizon(state: RunState) -> list[Finding]:
 
 def _optimizer_lr(state: RunState) -> list[Finding]:
     spec, prog = state.schedule, state.scheduler_progress
+    unread = (state.extras or {}).get("optimizer_lrs_unread")
+    if not state.optimizer_lrs and isinstance(unread, dict) and prog is not None:
+        # Never silent: the reader saw that LRs were saved but could not read them.
+        return [finding(
+            "LRD111",
+            f"The optimizer's param-group LRs should be in this checkpoint but could not be "
+            f"read ({unread.get('reason')}), so they were not compared with the schedule "
+            f"(LRD105); scanned: {', '.join(state.files[:8]) or state.path}.",
+            {"optimizer_lrs_unread": unread, "scanned": state.files or [state.path]},
+            fix="Read the named item with the framework's own loader to check its param-group "
+                "`lr` against the schedule (lrdoctor unpickles only allow-listed classes and "
+                "bounded item sizes), or save the optimizer state in a form lrdoctor reads.",
+            location=state.path)]
     if spec is None or prog is None or not state.optimizer_lrs:
         return []
     expected = lr_or_none(spec, prog.value)

@@ -175,10 +175,13 @@ _RULES = [
          "Healthy run that finished its schedule.",
          "Nothing to do."),
     Rule("LRD111", "not-judged", _W,
-         "Scheduler progress could not be judged",
+         "Scheduler progress or the optimizer's LR could not be judged",
          "lrdoctor found no LR scheduler state in the files it scanned, or found one with "
-         "nothing to compare it with (no optimizer step, loop counter or budget). Rather than "
-         "stay silent it names what it scanned, at a severity a CI gate sees.",
+         "nothing to compare it with (no optimizer step, loop counter or budget), or the "
+         "checkpoint shows that the optimizer's param-group LRs were saved (Megatron's "
+         "distributed optimizer) but they could not be read, so the LR check (LRD105) was "
+         "not done. Rather than stay silent it names what it scanned, at a severity a CI "
+         "gate sees.",
          "`model.pt` and `optimizer.pt` only: no scheduler state among 2 files.",
          "Save the scheduler's `state_dict()` (and the optimizer's) in the checkpoint, or "
          "point lrdoctor at the file or folder that holds it."),

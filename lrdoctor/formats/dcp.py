@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,7 +158,8 @@ def read_metadata(folder: Path) -> dict:
 
 # ---------------------------------------------------------------- read
 
-def _wanted(fqn: str, prefixes: tuple[str, ...] | None) -> bool:
+def wanted(fqn: str, prefixes: tuple[str, ...] | None) -> bool:
+    """Whether ``fqn`` is one of ``prefixes`` or lies under one (None: every item)."""
     return prefixes is None or any(fqn == p or fqn.startswith(p if p.endswith(("/", "."))
                                                               else p + ".") or
                                    fqn.startswith(p + "/") for p in prefixes)
@@ -258,11 +259,14 @@ def _numel(size: tuple) -> int:
 
 
 def load(folder: Path, *, prefixes: Iterable[str] | None = None,
+         select: Callable[[str], bool] | None = None,
          unknown_as_opaque: bool = False) -> DcpState:
     """Read one DCP folder metadata-only (see the module docstring).
 
     ``prefixes``: only items whose fqn is one of them or lies under one
     (``"lr_scheduler"``, ``"common_state/"``) are read; None reads every bytes item.
+    ``select``: instead of ``prefixes``, a predicate on the fqn (a format that knows
+    item names by pattern, e.g. Megatron's ``chained_<i>.optimizer.distributed...``).
     Bytes items over :data:`MAX_ITEM_BYTES`, or past :data:`MAX_TOTAL_BYTES` in all,
     are left out and named in ``skipped``. Raises UnusableInput / UnsafePickle with
     one line naming the file and key.
@@ -282,7 +286,7 @@ def load(folder: Path, *, prefixes: Iterable[str] | None = None,
             st.tensors += 1
         elif cls == _BYTES:
             st.bytes_items += 1
-        if not _wanted(fqn, want):
+        if not (select(fqn) if select is not None else wanted(fqn, want)):
             continue
         todo.append((fqn, cls, meta))
     # Read in file order, so a cold cache sees forward reads.

@@ -15,6 +15,22 @@ ShardedObject ``common_state`` (DCP bytes item ``common_state/shard_0_1``,
 back to. ``torch_dcp`` / ``fsdp_dtensor`` flatten those leaves into DCP items
 (``opt_param_scheduler.num_steps``); both are read through :mod:`.dcp`.
 
+With ``--use-distributed-optimizer`` the param groups (the LRs) are where
+megatron-core's ``DistributedOptimizer`` put them. ``torch``: its
+``state_dict()`` in ``model_optim_rng.pt`` (``optimizer.optimizer.param_groups``,
+no ``params``, a ``step`` per group); ``distrib_optim.pt`` beside it holds only
+parameter state. ``torch_dist`` with ``fully_reshardable`` (or
+``fully_sharded_model_space``): the same dict in the common state. ``torch_dist``
+with ``dp_reshardable`` (Megatron-LM's default) or ``dp_zero_gather_scatter``:
+each key of ``state_dict()`` is a ShardedObject
+``optimizer.distributed.dp_group_idx_<g>.<key>``, prefixed ``chained_<i>.`` when a
+ChainedOptimizer holds several (dense + expert), so the param groups are the DCP
+bytes item ``[chained_<i>.]optimizer.distributed.dp_group_idx_<g>.optimizer/shard_0_1``
+(``[{"param_groups": [...]}]``) and the common state keeps only
+``optimizer.param_state_sharding_type``. Those items are found by key pattern in
+``.metadata``; when a checkpoint shows a distributed optimizer but its param groups
+cannot be read, ``extras["optimizer_lrs_unread"]`` says why (diagnose: LRD111).
+
 ``model_optim_rng.pt`` holds ``args`` (argparse.Namespace), ``iteration``,
 ``opt_param_scheduler`` (``lr_scheduler`` in old checkpoints), ``optimizer``,
 ``model``, ``rng_state``, ``checkpoint_version``. The scheduler counts
@@ -45,6 +61,12 @@ COMMON_STATE = "common_state/shard_0_1"  # torch_dist (>= 0.19): the same, as a 
 # The DCP items a torch_dist / torch_dcp / fsdp_dtensor read needs (not rng_state & co.).
 DCP_KEYS = (COMMON_STATE, "args", "iteration", "checkpoint_version", "opt_param_scheduler",
             "lr_scheduler", "optimizer")
+# DistributedOptimizer.sharded_state_dict's param-group ShardedObject (module docstring):
+# groups (chained index, data-parallel group index).
+DIST_OPT_GROUPS = re.compile(r"^(?:chained_(\d+)\.)?optimizer\.distributed\.dp_group_idx_(\d+)"
+                             r"\.optimizer/shard_[0-9._]+$")
+# Every item of a DistributedOptimizer's sharded state (param state: large, not read).
+DIST_OPT_ANY = re.compile(r"^(?:chained_\d+\.)?optimizer\.distributed\.")
 ITER_DIR = re.compile(r"^(iter_(\d{7,})|release)$")
 RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?$")
 # Files that make a Megatron-looking directory a ROLL (mcore_adapter) checkpoint instead.
@@ -187,28 +209,38 @@ def scheduler_field(sched: dict, name: str) -> Any:
 
 # ---------------------------------------------------------------- read
 
-def load_state(main: Path) -> tuple[dict, list[str], str]:
-    """(state dict, files read, where in them) of a rank file, ``common.pt`` or a DCP folder."""
+def _dcp_wanted(fqn: str) -> bool:
+    """The DCP items a Megatron read needs: :data:`DCP_KEYS`, and of a distributed
+    optimizer's sharded state only its param-group objects."""
+    if DIST_OPT_ANY.match(fqn):
+        return bool(DIST_OPT_GROUPS.match(fqn))
+    return dcp.wanted(fqn, DCP_KEYS)
+
+
+def load_state(main: Path) -> tuple[dict, list[str], str, dcp.DcpState | None]:
+    """(state dict, files read, where in them, the DCP state if a DCP folder was read) of a
+    rank file, ``common.pt`` or a DCP folder."""
     if not main.is_dir():
-        return _common.load_dict(main, "a Megatron checkpoint dict"), [str(main)], str(main)
-    st = dcp.load(main, prefixes=DCP_KEYS)
+        return (_common.load_dict(main, "a Megatron checkpoint dict"), [str(main)], str(main),
+                None)
+    st = dcp.load(main, select=_dcp_wanted)
     common = st.flat.get(COMMON_STATE)
     if common is not None:
         if not (isinstance(common, list) and common and isinstance(common[0], dict)):
             raise UnusableInput(f"{COMMON_STATE} is not the [state dict] megatron-core saves",
                                 str(main))
-        return common[0], st.files, f"{main}:{COMMON_STATE}"
+        return common[0], st.files, f"{main}:{COMMON_STATE}", st
     if scheduler_state(st.tree) is None:
         raise UnusableInput(f"a DCP checkpoint with neither {COMMON_FILE} nor {COMMON_STATE} "
                             "nor opt_param_scheduler items (not written by Megatron?)", str(main))
-    return st.tree, st.files, str(main)  # torch_dcp / fsdp_dtensor: flattened leaves
+    return st.tree, st.files, str(main), st  # torch_dcp / fsdp_dtensor: flattened leaves
 
 
 def read(path: Path) -> RunState:
     path = as_path(path)
     ckpt, files = resolve(path)
     main = files[0]
-    sd, read_files, where = load_state(main)
+    sd, read_files, where, dcp_state = load_state(main)
     sched = scheduler_state(sd)
     if sched is None:
         raise UnusableInput("no 'opt_param_scheduler' (or 'lr_scheduler') in the checkpoint; "
@@ -281,15 +313,20 @@ def read(path: Path) -> RunState:
         if v is not None:
             st.counters.append(Counter(k, v, Unit.SAMPLES, f"{src}:args.{k}"))
     opt = _common.optimizer_summary(sd.get("optimizer"))
+    opt_src = f"{src}:optimizer"
+    if not opt["lrs"] and ckpt is not None:
+        dist_opt = _distributed_param_groups(st, ckpt, main, dcp_state)
+        if dist_opt is not None:
+            opt, opt_src = dist_opt
     if opt["step"] is None:
         opt["step"] = _common_step(sd.get("optimizer"))
     if opt["step"] is not None:
-        st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, f"{src}:optimizer"))
+        st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, opt_src))
     elif opt["unreadable_steps"]:
         st.notes.append("optimizer step tensors could not be read")
     st.optimizer_lrs = opt["lrs"]
-    if not opt["found"]:
-        st.notes.append("no optimizer state in this file (distributed optimizer or --no-save-optim)")
+    if not st.optimizer_lrs:
+        _lrs_expected(st, sd, args, opt)
 
     if gbs:
         st.samples_per_update = gbs
@@ -331,7 +368,7 @@ def read(path: Path) -> RunState:
                                       "iteration (iteration-era scheduler)" if iteration_era
                                       else "iteration (one scheduler step per update)")
 
-    st.extras = {k: args[k] for k in ARGS_KEPT if k in args}
+    st.extras.update({k: args[k] for k in ARGS_KEPT if k in args})
     st.extras["checkpoint_version"] = sd.get("checkpoint_version")
     expected = _expected_from_args(args)
     if expected:
@@ -347,6 +384,68 @@ def read(path: Path) -> RunState:
         st.extras["storage"] = "dcp"
     _check_ranks(st, sd, sched, files)
     return st
+
+
+def _distributed_param_groups(st: RunState, ckpt: Path, main: Path,
+                              dcp_state: dcp.DcpState | None) -> tuple[dict, str] | None:
+    """(optimizer summary, source) of a torch_dist DistributedOptimizer's param-group
+    objects (:data:`DIST_OPT_GROUPS`), or None when the checkpoint has none readable.
+
+    The lowest ``dp_group_idx`` of each chained optimizer is taken (the model-parallel
+    rank 0, as a ``torch``-format read takes ``mp_rank_00``). Items that are there but
+    could not be read go to ``st.extras["optimizer_lrs_unread"]``."""
+    if dcp_state is None:  # common.pt (megatron-core < 0.19): the objects are in the DCP files
+        if not dcp.is_dcp(ckpt):
+            return None
+        dcp_state = dcp.load(ckpt, select=lambda fqn: bool(DIST_OPT_GROUPS.match(fqn)))
+        st.files += [f for f in dcp_state.files if f not in st.files]
+    items: dict[int, tuple[int, str, Any]] = {}
+    unread: dict[str, str] = {}
+    for fqn, value in dcp_state.flat.items():
+        m = DIST_OPT_GROUPS.match(fqn)
+        if not m:
+            continue
+        chained, group = int(m.group(1) or 0), int(m.group(2))
+        if not _common.torch_optimizer_dicts(value):
+            unread[fqn] = "holds no param_groups"
+        elif chained not in items or group < items[chained][0]:
+            items[chained] = (group, fqn, value)
+    unread.update({k: why for k, why in dcp_state.skipped.items() if DIST_OPT_GROUPS.match(k)})
+    if unread:
+        st.extras["optimizer_lrs_unread"] = {
+            "reason": "; ".join(f"{k}: {why}" for k, why in sorted(unread.items())),
+            "items": sorted(unread)}
+    if not items:
+        return None
+    keys = [items[c][1] for c in sorted(items)]
+    opt = _common.optimizer_summary([items[c][2] for c in sorted(items)])
+    if not opt["lrs"]:
+        return None
+    st.extras["distributed_optimizer_items"] = keys
+    return opt, f"{dcp_state.path}:{keys[0]}" + (f" (+{len(keys) - 1})" if len(keys) > 1 else "")
+
+
+def _lrs_expected(st: RunState, sd: dict, args: dict, opt: dict) -> None:
+    """No param-group LR was read: say so, and when the checkpoint shows a distributed
+    optimizer that saved them (never silent), record why in ``optimizer_lrs_unread``."""
+    if args.get("no_save_optim"):
+        st.notes.append("saved with --no-save-optim: no optimizer state, no param-group LRs")
+        return
+    o = sd.get("optimizer")
+    sharding = o.get("param_state_sharding_type") if isinstance(o, dict) else None
+    unread = st.extras.get("optimizer_lrs_unread")
+    if unread is None and (sharding is not None or args.get("use_distributed_optimizer")):
+        why = (f"the distributed optimizer's state is here (param_state_sharding_type "
+               f"{_common.plain(sharding)!r}) but no param-group item "
+               "([chained_<i>.]optimizer.distributed.dp_group_idx_<g>.optimizer) was found"
+               if sharding is not None else
+               "args.use_distributed_optimizer is set and --no-save-optim is not, but no "
+               "optimizer param groups were found")
+        unread = st.extras["optimizer_lrs_unread"] = {"reason": why, "items": []}
+    if unread is not None:
+        st.notes.append(f"optimizer param-group LRs not read: {unread['reason']}")
+    elif not opt["found"]:
+        st.notes.append("no optimizer state in this file (--no-save-optim?)")
 
 
 def _common_step(opt_sd: Any) -> float | None:
