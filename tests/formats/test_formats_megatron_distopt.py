@@ -1,0 +1,209 @@
+"""Megatron's DISTRIBUTED optimizer: its param-group LRs, wherever megatron-core put them.
+
+Fixtures: tests/data/megatron_core_0_19/distopt_*, written with megatron-core 0.19.2's own
+DistributedDataParallel, get_megatron_optimizer (ChainedOptimizer of DistributedOptimizers),
+OptimizerParamScheduler, sharded_state_dict and dist_checkpointing.save
+(make_distopt_fixtures.py says what is real and what is a CPU shim). Each holds the live
+param-group LRs at save in truth.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from lrdoctor.diagnose import diagnose
+from lrdoctor.findings import Severity
+from lrdoctor.formats import megatron
+from tests.helpers.factories import megatron_run
+from tests.helpers.paths import TESTS
+
+MCORE_019 = TESTS / "data" / "megatron_core_0_19"
+ITEM = "optimizer.distributed.dp_group_idx_0.optimizer/shard_0_1"
+
+
+def truth(name: str) -> dict:
+    return json.loads((MCORE_019 / name / "truth.json").read_text())
+
+
+def warnings_of(st) -> list:
+    return [f for f in diagnose(st) if f.severity >= Severity.WARNING]
+
+
+def test_dp_reshardable_param_groups_are_read():
+    """Megatron-LM's default (dp_reshardable): the param groups are the ShardedObject
+    optimizer.distributed.dp_group_idx_0.optimizer, not in common_state."""
+    t = truth("distopt_dp_reshardable")
+    st = megatron.read(MCORE_019 / "distopt_dp_reshardable")
+    assert len(t["lrs"]) == 2  # Megatron's wd and no-wd groups
+    assert st.optimizer_lrs == t["lrs"]
+    assert st.extras["distributed_optimizer_items"] == [ITEM]
+    assert st.counter("optimizer.step").value == t["step"][0] == 5
+    assert st.counter("optimizer.step").source.endswith("iter_0000005:" + ITEM)
+    assert st.extras["use_distributed_optimizer"] is True
+    assert "optimizer_lrs_unread" not in st.extras
+    assert math.isclose(st.schedule.lr_at(st.scheduler_progress.value), st.optimizer_lrs[0],
+                        rel_tol=1e-12)
+    assert not warnings_of(st)
+
+
+def test_param_group_item_matches_megatrons_own_load():
+    """What lrdoctor reads is what torch's DCP loader gives megatron-core for that item."""
+    import io
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as tdcp
+
+    from lrdoctor.formats import dcp
+
+    ckpt = MCORE_019 / "distopt_dp_reshardable" / "iter_0000005"
+    buf = {ITEM: io.BytesIO()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tdcp.load(buf, checkpoint_id=str(ckpt), no_dist=True)
+    loaded = buf[ITEM]
+    if isinstance(loaded, io.BytesIO):
+        loaded.seek(0)
+        loaded = torch.load(loaded, weights_only=False)
+    ours = dcp.load(ckpt, prefixes=[ITEM]).flat[ITEM]
+    assert ours == loaded
+    assert [g["lr"] for g in loaded[0]["param_groups"]] == truth("distopt_dp_reshardable")["lrs"]
+
+
+def test_chained_optimizers_dense_and_expert():
+    """Dense + expert parameters: a ChainedOptimizer of two DistributedOptimizers, whose
+    objects megatron-core prefixes chained_0. / chained_1.; groups in chained order."""
+    t = truth("distopt_chained")
+    st = megatron.read(MCORE_019 / "distopt_chained")
+    assert t["chained"] == 2 and len(t["lrs"]) == 3
+    assert st.optimizer_lrs == t["lrs"]
+    assert st.extras["distributed_optimizer_items"] == ["chained_0." + ITEM, "chained_1." + ITEM]
+    assert st.counter("optimizer.step").value == 5
+    assert not warnings_of(st)
+
+
+def test_fully_reshardable_groups_in_common_state():
+    t = truth("distopt_fully_reshardable")
+    st = megatron.read(MCORE_019 / "distopt_fully_reshardable")
+    assert st.optimizer_lrs == t["lrs"]
+    assert st.counter("optimizer.step").source.endswith("common_state/shard_0_1:optimizer")
+    assert "distributed_optimizer_items" not in st.extras
+    assert not warnings_of(st)
+
+
+def test_legacy_torch_format_with_distrib_optim_pt():
+    """--ckpt-format torch: DistributedOptimizer.state_dict() in model_optim_rng.pt; the
+    parameter state in distrib_optim.pt beside it (no LRs there, so it is not read)."""
+    t = truth("distopt_legacy")
+    rank = MCORE_019 / "distopt_legacy" / "iter_0000005" / "mp_rank_00"
+    assert (rank / "distrib_optim.pt").is_file()
+    st = megatron.read(MCORE_019 / "distopt_legacy")
+    assert st.optimizer_lrs == t["lrs"]
+    assert st.counter("optimizer.step").value == 5
+    assert st.files[0] == str(rank / "model_optim_rng.pt")
+    assert not warnings_of(st)
+
+
+def test_lr_set_by_hand_is_lrd105():
+    """The distributed optimizer's LRs reach the LR-vs-schedule check."""
+    t = truth("distopt_lr_by_hand")
+    st = megatron.read(MCORE_019 / "distopt_lr_by_hand")
+    assert st.optimizer_lrs == t["lrs"] == [1e-3, 1e-3, 1e-3]
+    (f,) = [f for f in diagnose(st) if f.code == "LRD105"]
+    assert f.evidence["optimizer_lrs"] == [1e-3, 1e-3, 1e-3]
+    assert math.isclose(f.evidence["schedule_lr"], truth("distopt_chained")["lrs"][0],
+                        rel_tol=1e-12)
+
+
+def test_unreadable_param_groups_are_never_silent():
+    """The param-group item holds a class outside the allow-list: LRD111, naming it."""
+    st = megatron.read(MCORE_019 / "distopt_unreadable")
+    assert st.optimizer_lrs == []
+    assert st.extras["optimizer_lrs_unread"]["items"] == [ITEM]
+    (f,) = [f for f in diagnose(st) if f.code == "LRD111"]
+    assert f.severity is Severity.WARNING
+    assert ITEM in f.message and "fractions.Fraction" in f.message and "LRD105" in f.message
+    assert f.evidence["scanned"][0].endswith(".metadata")
+    # Everything else still read: the scheduler is healthy.
+    assert st.scheduler_progress.value == 80 == st.nominal_progress.value
+
+
+def _inspect(path, *extra) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lrdoctor", "inspect", str(path), "--json",
+                           *extra], capture_output=True, text=True, timeout=120)
+
+
+def test_inspect_json_shows_distributed_lrs_and_unread():
+    p = _inspect(MCORE_019 / "distopt_chained")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["state"]["optimizer_lrs"] == truth("distopt_chained")["lrs"]
+    assert doc["state"]["extras"]["distributed_optimizer_items"][1] == "chained_1." + ITEM
+    p = _inspect(MCORE_019 / "distopt_unreadable", "--fail-on", "warning")
+    assert p.returncode == 1, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["state"]["optimizer_lrs"] == []
+    (f,) = [f for f in doc["findings"] if f["code"] == "LRD111"]
+    assert f["evidence"]["optimizer_lrs_unread"]["items"] == [ITEM]
+
+
+def test_torch_dist_common_pt_reads_groups_from_dcp(tmp_path):
+    """megatron-core < 0.19 wrote the common state to common.pt (its own
+    TorchCommonSaveStrategy here); the param-group objects stay in the DCP files."""
+    import shutil
+
+    import torch.distributed as dist
+
+    from lrdoctor.formats import dcp
+    from tests.helpers.factories import _quiet_megatron, free_port
+
+    _quiet_megatron()
+    from megatron.core.dist_checkpointing.strategies.common import TorchCommonSaveStrategy
+
+    src = MCORE_019 / "distopt_dp_reshardable"
+    shutil.copytree(src, tmp_path / "run")
+    ckpt = tmp_path / "run" / "iter_0000005"
+    common = dcp.load(ckpt, prefixes=["common_state/"]).flat["common_state/shard_0_1"][0]
+    assert "param_groups" not in str(common["optimizer"])  # only the sharding type
+    args = common["args"].state  # the safe loader's record of the Namespace
+    import argparse
+
+    common = {**common, "args": argparse.Namespace(**args)}
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                            world_size=1)
+    try:
+        TorchCommonSaveStrategy("torch", 1).save_common(common, ckpt)
+    finally:
+        dist.destroy_process_group()
+    st = megatron.read(tmp_path / "run")
+    assert st.files[0].endswith("common.pt") and str(ckpt / ".metadata") in st.files
+    assert st.optimizer_lrs == truth("distopt_dp_reshardable")["lrs"]
+    assert st.counter("optimizer.step").value == 5
+    assert not warnings_of(st)
+
+
+@pytest.mark.parametrize("no_save_optim", [False, True])
+def test_args_say_distributed_optimizer_but_no_groups(tmp_path, no_save_optim):
+    """torch format, --use-distributed-optimizer, and no optimizer in model_optim_rng.pt:
+    LRD111 unless the run said --no-save-optim (then a note: nothing was saved)."""
+    import torch
+
+    truth_run = megatron_run(tmp_path / "ck", save_at=(5,), train_iters=10,
+                             use_distributed_optimizer=True)
+    f = truth_run.last.path / "mp_rank_00" / "model_optim_rng.pt"
+    sd = torch.load(f, weights_only=False)
+    del sd["optimizer"]
+    sd["args"].no_save_optim = no_save_optim
+    torch.save(sd, f)
+    st = megatron.read(truth_run.last.path)
+    lrd111 = [x for x in diagnose(st) if x.code == "LRD111"]
+    if no_save_optim:
+        assert not lrd111 and any("--no-save-optim" in n for n in st.notes)
+    else:
+        (x,) = lrd111
+        assert "use_distributed_optimizer" in x.message and x.severity is Severity.WARNING
