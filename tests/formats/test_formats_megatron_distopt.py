@@ -207,3 +207,13 @@ def test_args_say_distributed_optimizer_but_no_groups(tmp_path, no_save_optim):
     else:
         (x,) = lrd111
         assert "use_distributed_optimizer" in x.message and x.severity is Severity.WARNING
+
+
+def test_torch_dcp_chained_state_dict_flattened():
+    """--ckpt-format torch_dcp: optimizer.state_dict() of a ChainedOptimizer of two
+    DistributedOptimizers is a list, flattened by DCP (optimizer.0.optimizer.param_groups.0.lr)."""
+    t = truth("distopt_torch_dcp")
+    st = megatron.read(MCORE_019 / "distopt_torch_dcp")
+    assert t["chained"] == 2 and st.optimizer_lrs == t["lrs"]
+    assert st.counter("optimizer.step").value == 5
+    assert st.extras["storage"] == "dcp" and not warnings_of(st)

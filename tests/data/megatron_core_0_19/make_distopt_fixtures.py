@@ -40,6 +40,8 @@ Fixtures (``truth.json`` in each: the live param-group LRs and counters at save)
   1e-3 by hand after the scheduler's last step (LRD105 must see it).
 - ``distopt_legacy/``: ``--ckpt-format torch``: ``mp_rank_00/model_optim_rng.pt`` +
   ``mp_rank_00/distrib_optim.pt``.
+- ``distopt_torch_dcp/``: ``--ckpt-format torch_dcp`` with dense + expert parameters:
+  ``optimizer.state_dict()`` (a list of two) flattened into DCP items.
 - ``distopt_unreadable/``: as dp_reshardable, but one param group also holds a
   ``fractions.Fraction`` (a class lrdoctor's unpickler does not allow), so the
   param-group item cannot be read: the never-silent case.
@@ -198,6 +200,28 @@ def save_dist(name: str, sharding: str, expert: bool, poison: bool = False,
     print(out, sorted(p.name for p in (out / ckpt.name).iterdir()), t)
 
 
+def save_torch_dcp(name: str) -> None:
+    """--ckpt-format torch_dcp: Megatron-LM's save_checkpoint hands generate_state_dict's
+    dict (optimizer.state_dict(): a list for a ChainedOptimizer of two) to
+    torch.distributed.checkpoint.save with a FileSystemWriter."""
+    import torch.distributed.checkpoint as tdcp
+
+    ddp, opt = build(expert=True)
+    args, sched = train(ddp, opt)
+    args.ckpt_format = "torch_dcp"
+    out = HERE / name
+    if out.exists():
+        shutil.rmtree(out)
+    ckpt = out / f"iter_{ITERS:07d}"
+    model_sd = {k: v.detach().clone() for k, v in ddp.module.state_dict().items()}
+    tdcp.save(state_dict(model_sd, args, sched, opt.state_dict()),
+              storage_writer=tdcp.FileSystemWriter(str(ckpt)))
+    (out / "latest_checkpointed_iteration.txt").write_text(str(ITERS))
+    t = truth(opt, sched, args, chained=len(opt.chained_optimizers))
+    (out / "truth.json").write_text(json.dumps(t, indent=1) + "\n")
+    print(out, t)
+
+
 def save_legacy(name: str) -> None:
     ddp, opt = build(expert=False)
     args, sched = train(ddp, opt)
@@ -234,6 +258,7 @@ def main() -> None:
         save_dist("distopt_unreadable", "dp_reshardable", expert=False, poison=True)
         save_dist("distopt_lr_by_hand", "dp_reshardable", expert=True, lr_by_hand=1e-3)
         save_legacy("distopt_legacy")
+        save_torch_dcp("distopt_torch_dcp")
     finally:
         ps.destroy_model_parallel()
         dist.destroy_process_group()
