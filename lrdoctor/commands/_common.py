@@ -12,6 +12,7 @@ from typing import Annotated, TypeVar
 
 import typer
 
+from lrdoctor import render
 from lrdoctor.errors import UnusableInput
 
 
@@ -22,12 +23,18 @@ class FailOn(str, Enum):
     never = "never"
 
 
-class OutputFormat(str, Enum):
-    text = "text"
-    json = "json"
-    sarif = "sarif"
-    junit = "junit"
-    github = "github"
+#: ``--output-format``'s choices: ``text`` (each command's terminal view, ``render.TEXT``)
+#: and every machine format the renderers have. ``render.FORMATS`` is the one list, so a
+#: new renderer is a new choice with no second edit (importing ``render`` is light).
+OutputFormat = Enum(  # type: ignore[misc]
+    "OutputFormat", [(name, name) for name in ("text", *render.FORMATS)],
+    type=str, module=__name__)
+
+
+def output_format_help(default: str = "text; github when GITHUB_ACTIONS=true") -> str:
+    """--output-format's help: every choice (from :data:`OutputFormat`), then the default."""
+    names = [m.value for m in OutputFormat]
+    return f"{', '.join(names[:-1])} or {names[-1]} (default: {default})."
 
 
 FailOnOpt = Annotated[FailOn, typer.Option(
@@ -51,7 +58,7 @@ def _format_help() -> str:
 
 FormatOpt = Annotated[str | None, typer.Option("--format", help=_format_help())]
 OutputFormatOpt = Annotated[OutputFormat | None, typer.Option(
-    "--output-format", help="text, json, sarif, junit or github (default: text; github when GITHUB_ACTIONS=true).")]
+    "--output-format", help=output_format_help())]
 
 
 def resolve_format(json_flag: bool, output_format: OutputFormat | None) -> OutputFormat:

@@ -20,6 +20,7 @@ from lrdoctor.commands._common import (
     OutputFormat,
     die,
     guarded,
+    output_format_help,
     resolve_format,
 )
 
@@ -77,8 +78,7 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = None,
         json_out: JsonOpt = False,
         output_format: Annotated[OutputFormat | None, typer.Option(
-            "--output-format", help="text, json, sarif, junit or github (default: text, "
-            "also on GitHub Actions).")] = None,
+            "--output-format", help=output_format_help("text, also on GitHub Actions"))] = None,
         fail_on: Annotated[FailOn, typer.Option(
             "--fail-on", help="Lowest severity still found after the fix (with --dry-run: "
             "found now) that makes the exit code 1.")] = FailOn.never,

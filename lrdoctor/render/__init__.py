@@ -53,7 +53,8 @@ def _github(reports: Sequence[Report], fail_on: str) -> str:
 
 
 #: Machine formats: name -> ``fn(reports, fail_on) -> document``. A new format is one
-#: function here (and its name in ``commands._common.OutputFormat``).
+#: function here: ``--output-format``'s choices (``commands._common.OutputFormat``) and
+#: its help are made from this dict.
 FORMATS: dict[str, Callable[[Sequence[Report], str], str]] = {
     "json": _json,
     "sarif": _sarif,

@@ -244,3 +244,47 @@ def test_cli_github_chosen_on_actions(bad_project, monkeypatch):
     # --json still wins over the environment.
     res = runner.invoke(app, ["inspect", CKPT, "--json"])
     assert json.loads(res.stdout)["command"] == "inspect"
+
+
+def test_output_format_choices_are_the_renderers():
+    """One list: --output-format's choices and help are render.FORMATS (plus text)."""
+    from lrdoctor import render
+    from lrdoctor.commands._common import OutputFormat
+
+    assert [m.value for m in OutputFormat] == ["text", *render.FORMATS]
+    names = ["text", *render.FORMATS]
+    for command in ("inspect", "check", "replay", "fix"):
+        res = runner.invoke(app, [command, "--help"])
+        assert res.exit_code == 0
+        text = " ".join(res.stdout.split())  # the help as wrapped, joined
+        assert f"--output-format <{'|'.join(names)}>" in text, command
+        assert f"{', '.join(names[:-1])} or {names[-1]} (default: text" in text, command
+
+
+_NEW_FORMAT = """
+import sys
+from lrdoctor import render
+render.FORMATS["tsv"] = lambda reports, fail_on: "tsv:" + ",".join(r.command for r in reports)
+from typer.testing import CliRunner
+from lrdoctor.cli import app
+runner = CliRunner()
+r = runner.invoke(app, ["inspect", sys.argv[1], "--output-format", "tsv"])
+h = runner.invoke(app, ["inspect", "--help"])
+print(r.exit_code, r.stdout.strip())
+print(" ".join(h.stdout.split()))
+"""
+
+
+def test_a_format_registered_in_render_is_a_cli_choice_with_no_other_edit():
+    import subprocess
+    import sys
+
+    from tests.helpers.paths import REPO
+
+    sample = REPO / "sample_checkpoints" / "torch-microstep"
+    p = subprocess.run([sys.executable, "-c", _NEW_FORMAT, str(sample)], capture_output=True,
+                       text=True, timeout=120, cwd=REPO, check=True)
+    ran, helpline = p.stdout.strip().splitlines()[-2:]
+    assert ran.split(" ", 1)[1] == "tsv:inspect" and ran.split()[0] in ("0", "1"), ran
+    assert "--output-format <text|json|sarif|junit|github|tsv>" in helpline
+    assert "text, json, sarif, junit, github or tsv (default" in helpline
