@@ -429,31 +429,42 @@ def _horizon(state: RunState) -> list[Finding]:
         f"{_fmt(horizon)} {unit}{where}: {tail}.", ev)]
 
 
+def _lrs_unread(state: RunState) -> list[Finding]:
+    """Never silent: the reader saw that param-group LRs were saved (Megatron's distributed
+    optimizer) but could not read them all (``extras["optimizer_lrs_unread"]``)."""
+    unread = (state.extras or {}).get("optimizer_lrs_unread")
+    if not isinstance(unread, dict) or state.scheduler_progress is None:
+        return []
+    what = ("Some of the optimizer's param-group LRs are in this checkpoint but could not be "
+            "read" if state.optimizer_lrs else
+            "The optimizer's param-group LRs should be in this checkpoint but could not be read")
+    checked = (f"; those read ({len(state.optimizer_lrs)}) were" if state.optimizer_lrs
+               else ", so they were not")
+    return [finding(
+        "LRD111",
+        f"{what} ({unread.get('reason')}){checked} compared with the schedule (LRD105); "
+        f"scanned: {', '.join(state.files[:8]) or state.path}.",
+        {"optimizer_lrs_unread": unread, "optimizer_lrs_read": list(state.optimizer_lrs),
+         "scanned": state.files or [state.path]},
+        fix="Read the named item with the framework's own loader to check its param-group "
+            "`lr` against the schedule (lrdoctor unpickles only allow-listed classes and "
+            "bounded item sizes), or save the optimizer state in a form lrdoctor reads.",
+        location=state.path)]
+
+
 def _optimizer_lr(state: RunState) -> list[Finding]:
     spec, prog = state.schedule, state.scheduler_progress
-    unread = (state.extras or {}).get("optimizer_lrs_unread")
-    if not state.optimizer_lrs and isinstance(unread, dict) and prog is not None:
-        # Never silent: the reader saw that LRs were saved but could not read them.
-        return [finding(
-            "LRD111",
-            f"The optimizer's param-group LRs should be in this checkpoint but could not be "
-            f"read ({unread.get('reason')}), so they were not compared with the schedule "
-            f"(LRD105); scanned: {', '.join(state.files[:8]) or state.path}.",
-            {"optimizer_lrs_unread": unread, "scanned": state.files or [state.path]},
-            fix="Read the named item with the framework's own loader to check its param-group "
-                "`lr` against the schedule (lrdoctor unpickles only allow-listed classes and "
-                "bounded item sizes), or save the optimizer state in a form lrdoctor reads.",
-            location=state.path)]
+    out = _lrs_unread(state)
     if spec is None or prog is None or not state.optimizer_lrs:
-        return []
+        return out
     expected = lr_or_none(spec, prog.value)
     if expected is None:
         return []
     close = [math.isclose(lr, expected, rel_tol=LR_RTOL, abs_tol=1e-15)
              for lr in state.optimizer_lrs]
     if any(close):
-        return []
-    return [finding(
+        return out
+    return out + [finding(
         "LRD105",
         f"The optimizer's param-group lr is {', '.join(f'{x:.6g}' for x in state.optimizer_lrs)} "
         f"but the {spec.kind} schedule gives {expected:.6g} at {prog.name} = {_fmt(prog.value)}.",

@@ -315,7 +315,7 @@ def read(path: Path) -> RunState:
     opt = _common.optimizer_summary(sd.get("optimizer"))
     opt_src = f"{src}:optimizer"
     if not opt["lrs"] and ckpt is not None:
-        dist_opt = _distributed_param_groups(st, ckpt, main, dcp_state)
+        dist_opt = _distributed_param_groups(st, ckpt, dcp_state)
         if dist_opt is not None:
             opt, opt_src = dist_opt
     if opt["step"] is None:
@@ -386,7 +386,7 @@ def read(path: Path) -> RunState:
     return st
 
 
-def _distributed_param_groups(st: RunState, ckpt: Path, main: Path,
+def _distributed_param_groups(st: RunState, ckpt: Path,
                               dcp_state: dcp.DcpState | None) -> tuple[dict, str] | None:
     """(optimizer summary, source) of a torch_dist DistributedOptimizer's param-group
     objects (:data:`DIST_OPT_GROUPS`), or None when the checkpoint has none readable.
@@ -421,6 +421,9 @@ def _distributed_param_groups(st: RunState, ckpt: Path, main: Path,
     opt = _common.optimizer_summary([items[c][2] for c in sorted(items)])
     if not opt["lrs"]:
         return None
+    if unread:
+        st.notes.append(f"optimizer param-group LRs read from {', '.join(keys)} only; not "
+                        f"read: {st.extras['optimizer_lrs_unread']['reason']}")
     st.extras["distributed_optimizer_items"] = keys
     return opt, f"{dcp_state.path}:{keys[0]}" + (f" (+{len(keys) - 1})" if len(keys) > 1 else "")
 

@@ -217,3 +217,19 @@ def test_torch_dcp_chained_state_dict_flattened():
     assert t["chained"] == 2 and st.optimizer_lrs == t["lrs"]
     assert st.counter("optimizer.step").value == 5
     assert st.extras["storage"] == "dcp" and not warnings_of(st)
+
+
+def test_partly_unreadable_param_groups_are_never_silent():
+    """Dense + expert optimizers, the expert one's param-group item unreadable: the dense
+    LRs are read and checked, and LRD111 names the item that was not."""
+    t = truth("distopt_partly_unreadable")
+    st = megatron.read(MCORE_019 / "distopt_partly_unreadable")
+    assert st.optimizer_lrs == t["lrs"][:2]  # chained_0's two groups
+    assert st.extras["distributed_optimizer_items"] == ["chained_0." + ITEM]
+    assert st.extras["optimizer_lrs_unread"]["items"] == ["chained_1." + ITEM]
+    assert any("chained_1." + ITEM in n for n in st.notes)
+    findings = diagnose(st)
+    (f,) = [f for f in findings if f.code == "LRD111"]
+    assert f.severity is Severity.WARNING and f.message.startswith("Some of")
+    assert f.evidence["optimizer_lrs_read"] == t["lrs"][:2]
+    assert not [f for f in findings if f.code == "LRD105"]  # those read match the schedule

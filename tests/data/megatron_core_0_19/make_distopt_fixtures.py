@@ -3,7 +3,7 @@
 Same setup as make_fixtures.py (the cp312 wheel unpacked and put first on the
 path of the py3.11 test venv)::
 
-    PYTHONPATH=/tmp/mc019/pkg:. .venv/bin/python tests/data/megatron_core_0_19/make_distopt_fixtures.py
+    PYTHONPATH=/tmp/mc019/pkg:. .venv/bin/python tests/data/megatron_core_0_19/make_distopt_fixtures.py [NAME...]
 
 What is real: megatron-core 0.19.2's own ``DistributedDataParallel`` (param and
 grad buffers), ``get_megatron_optimizer`` (which builds a ``ChainedOptimizer``
@@ -36,6 +36,8 @@ Fixtures (``truth.json`` in each: the live param-group LRs and counters at save)
   DistributedOptimizers, keys prefixed ``chained_0.`` / ``chained_1.``.
 - ``distopt_fully_reshardable/``: ``--dist-ckpt-optim-fully-reshardable``: param groups
   stay in ``common_state`` (``optimizer.optimizer.param_groups``).
+- ``distopt_partly_unreadable/``: as distopt_chained, the expert optimizer's
+  (``chained_1.``) param-group item poisoned the same way.
 - ``distopt_lr_by_hand/``: as distopt_chained, but every param group's ``lr`` set to
   1e-3 by hand after the scheduler's last step (LRD105 must see it).
 - ``distopt_legacy/``: ``--ckpt-format torch``: ``mp_rank_00/model_optim_rng.pt`` +
@@ -183,7 +185,9 @@ def save_dist(name: str, sharding: str, expert: bool, poison: bool = False,
     model_sd = ddp.sharded_state_dict()
     osd = opt.sharded_state_dict(model_sd, metadata=metadata(sharding))
     if poison:  # a param-group value lrdoctor's unpickler refuses (see the docstring)
-        osd["optimizer"].data["param_groups"][0]["lr_note"] = fractions.Fraction(1, 3)
+        # the last chained optimizer's param-group object (the only one without chaining)
+        target = osd[max(osd)] if expert else osd
+        target["optimizer"].data["param_groups"][0]["lr_note"] = fractions.Fraction(1, 3)
     sd = state_dict(model_sd, args, sched, osd)
     out = HERE / name
     with tempfile.TemporaryDirectory() as tmp:
@@ -251,14 +255,22 @@ def main() -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
                             world_size=1)
     ps.initialize_model_parallel()
+    fixtures = {
+        "distopt_dp_reshardable": lambda n: save_dist(n, "dp_reshardable", expert=False),
+        "distopt_chained": lambda n: save_dist(n, "dp_reshardable", expert=True),
+        "distopt_fully_reshardable": lambda n: save_dist(n, "fully_reshardable", expert=False),
+        "distopt_unreadable": lambda n: save_dist(n, "dp_reshardable", expert=False,
+                                                  poison=True),
+        "distopt_partly_unreadable": lambda n: save_dist(n, "dp_reshardable", expert=True,
+                                                         poison=True),
+        "distopt_lr_by_hand": lambda n: save_dist(n, "dp_reshardable", expert=True,
+                                                  lr_by_hand=1e-3),
+        "distopt_legacy": save_legacy,
+        "distopt_torch_dcp": save_torch_dcp,
+    }
     try:
-        save_dist("distopt_dp_reshardable", "dp_reshardable", expert=False)
-        save_dist("distopt_chained", "dp_reshardable", expert=True)
-        save_dist("distopt_fully_reshardable", "fully_reshardable", expert=False)
-        save_dist("distopt_unreadable", "dp_reshardable", expert=False, poison=True)
-        save_dist("distopt_lr_by_hand", "dp_reshardable", expert=True, lr_by_hand=1e-3)
-        save_legacy("distopt_legacy")
-        save_torch_dcp("distopt_torch_dcp")
+        for name in sys.argv[1:] or fixtures:  # names given: only those
+            fixtures[name](name)
     finally:
         ps.destroy_model_parallel()
         dist.destroy_process_group()
