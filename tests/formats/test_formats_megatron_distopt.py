@@ -233,3 +233,28 @@ def test_partly_unreadable_param_groups_are_never_silent():
     assert f.severity is Severity.WARNING and f.message.startswith("Some of")
     assert f.evidence["optimizer_lrs_read"] == t["lrs"][:2]
     assert not [f for f in findings if f.code == "LRD105"]  # those read match the schedule
+
+
+def test_installed_megatron_core_writes_what_is_read(tmp_path):
+    """The fixture generator run with the megatron-core the test extra installs (0.16 here:
+    torch_dist with common.pt, the param-group objects in the .distcp files), in a
+    subprocess because its CPU shims patch torch process-wide."""
+    import os
+
+    from tests.helpers.paths import REPO
+
+    script = MCORE_019 / "make_distopt_fixtures.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run([sys.executable, str(script), "--out", str(tmp_path),
+                        "distopt_chained"], capture_output=True, text=True, timeout=300,
+                       cwd=REPO, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    run = tmp_path / "distopt_chained"
+    t = json.loads((run / "truth.json").read_text())
+    st = megatron.read(run)
+    assert st.optimizer_lrs == t["lrs"] and len(t["lrs"]) == 3
+    assert st.extras["distributed_optimizer_items"] == ["chained_0." + ITEM, "chained_1." + ITEM]
+    assert st.counter("optimizer.step").value == t["step"][0] == 5
+    assert st.scheduler_progress.value == t["num_steps"] == 80
+    assert not warnings_of(st)

@@ -5,6 +5,10 @@ path of the py3.11 test venv)::
 
     PYTHONPATH=/tmp/mc019/pkg:. .venv/bin/python tests/data/megatron_core_0_19/make_distopt_fixtures.py [NAME...]
 
+``--out DIR`` writes elsewhere with whatever megatron-core is installed (the test
+extra's; tests/formats/test_formats_megatron_distopt.py runs it so, in a subprocess,
+as the shims below patch torch process-wide); without it the version must be 0.19.2.
+
 What is real: megatron-core 0.19.2's own ``DistributedDataParallel`` (param and
 grad buffers), ``get_megatron_optimizer`` (which builds a ``ChainedOptimizer``
 of ``DistributedOptimizer``s, one for dense and one for expert parameters, with
@@ -88,7 +92,7 @@ _real_type = torch.Tensor.type
 torch.Tensor.type = lambda self, *a, **k: (_real_type(self, *a, **k) if a or k else
                                            _real_type(self).replace("torch.", "torch.cuda.", 1))
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent  # the output folder (--out DIR changes it)
 ITERS, GBS, MBS, DP = 5, 16, 2, 2
 
 
@@ -251,7 +255,12 @@ def main() -> None:
 
     from tests.helpers.factories import free_port
 
-    assert megatron.core.__version__ == "0.19.2", megatron.core.__version__
+    global HERE
+    names = sys.argv[1:]
+    if names[:1] == ["--out"]:
+        HERE, names = Path(names[1]), names[2:]
+    else:
+        assert megatron.core.__version__ == "0.19.2", megatron.core.__version__
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
                             world_size=1)
     ps.initialize_model_parallel()
@@ -269,7 +278,7 @@ def main() -> None:
         "distopt_torch_dcp": save_torch_dcp,
     }
     try:
-        for name in sys.argv[1:] or fixtures:  # names given: only those
+        for name in names or fixtures:  # names given: only those
             fixtures[name](name)
     finally:
         ps.destroy_model_parallel()
