@@ -397,7 +397,11 @@ def _distributed_param_groups(st: RunState, ckpt: Path,
     if dcp_state is None:  # common.pt (megatron-core < 0.19): the objects are in the DCP files
         if not dcp.is_dcp(ckpt):
             return None
-        dcp_state = dcp.load(ckpt, select=lambda fqn: bool(DIST_OPT_GROUPS.match(fqn)))
+        try:
+            dcp_state = dcp.load(ckpt, select=lambda fqn: bool(DIST_OPT_GROUPS.match(fqn)))
+        except UnusableInput as exc:  # common.pt was read: judge it, say what was not
+            st.extras["optimizer_lrs_unread"] = {"reason": str(exc), "items": []}
+            return None
         st.files += [f for f in dcp_state.files if f not in st.files]
     items: dict[int, tuple[int, str, Any]] = {}
     unread: dict[str, str] = {}

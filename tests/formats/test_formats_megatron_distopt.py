@@ -258,3 +258,28 @@ def test_installed_megatron_core_writes_what_is_read(tmp_path):
     assert st.counter("optimizer.step").value == t["step"][0] == 5
     assert st.scheduler_progress.value == t["num_steps"] == 80
     assert not warnings_of(st)
+
+
+def test_common_pt_with_broken_dcp_metadata_still_reads_and_says_so(tmp_path):
+    """common.pt is read; the param groups' .metadata beside it is not a DCP pickle: the
+    scheduler is still judged, and LRD111 says the LRs were not read (not exit 2)."""
+    import shutil
+
+    import torch
+
+    src = MCORE_019 / "distopt_dp_reshardable"
+    shutil.copytree(src, tmp_path / "run")
+    ckpt = tmp_path / "run" / "iter_0000005"
+    from lrdoctor.formats import dcp
+
+    common = dcp.load(ckpt, prefixes=["common_state/"]).flat["common_state/shard_0_1"][0]
+    import argparse
+
+    common = {**common, "args": argparse.Namespace(**common["args"].state)}
+    torch.save(common, ckpt / "common.pt")  # what TorchCommonSaveStrategy writes
+    (ckpt / ".metadata").write_bytes(b"\x80\x04K\x01.")  # a pickle of the int 1
+    st = megatron.read(tmp_path / "run")
+    assert st.scheduler_progress.value == 80 and st.optimizer_lrs == []
+    assert ".metadata" in st.extras["optimizer_lrs_unread"]["reason"]
+    (f,) = [f for f in diagnose(st) if f.code == "LRD111"]
+    assert "could not be read" in f.message
