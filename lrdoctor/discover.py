@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lrdoctor.errors import UnsafePickle, UnusableInput
 from lrdoctor.storage import as_path
@@ -354,6 +354,9 @@ class Scan:
     files_read: list[str] = field(default_factory=list)
     objects: dict[str, Any] = field(default_factory=dict)  # file -> top-level object
     notes: list[str] = field(default_factory=list)
+    # Parts of files left unread ("file:key" -> why): DCP items too large for what their
+    # key says they hold, or past a bound. Never silent: the report carries it.
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def of(self, kind: str) -> list[Found]:
         return [f for f in self.found if f.kind == kind]
@@ -539,8 +542,16 @@ def _sidecar(f: Path) -> tuple[Any, str | None]:
         return None, str(exc).split(": ", 1)[-1]
 
 
-def load_file(f: Path) -> tuple[Any, list[str]]:
-    """One file metadata-only, unknown inert classes kept opaque; (object, notes).
+class Loaded(NamedTuple):
+    """One file as :func:`load_file` read it."""
+
+    obj: Any               # the object (None: not read; ``notes`` says why)
+    notes: list[str]
+    skipped: dict[str, str]  # "file:key" -> why a part of it was left unread (DCP items)
+
+
+def load_file(f: Path) -> Loaded:
+    """One file metadata-only, unknown inert classes kept opaque; (object, notes, skipped).
 
     A code-execution primitive anywhere refuses the whole input (UnsafePickle);
     an unreadable file is a note, not a failure: discovery reads what it can.
@@ -548,7 +559,7 @@ def load_file(f: Path) -> tuple[Any, list[str]]:
     from lrdoctor import safeload
 
     if f.suffix.lower() in SIDECAR_SUFFIXES:
-        return _read_sidecar(f), []
+        return Loaded(_read_sidecar(f), [], {})
     if f.name == ".metadata":
         return _load_dcp(f)
     try:
@@ -556,31 +567,75 @@ def load_file(f: Path) -> tuple[Any, list[str]]:
     except UnsafePickle:
         raise
     except UnusableInput as exc:
-        return None, [f"{f}: not read ({str(exc).split(': ', 1)[-1]})"]
+        return Loaded(None, [f"{f}: not read ({str(exc).split(': ', 1)[-1]})"], {})
     unknown = sorted(safeload.opaque_classes(obj))
     notes = []
     if unknown:
         notes.append(f"{f}: kept as opaque values (classes lrdoctor does not know, not run): "
                      + ", ".join(unknown[:6]) + (" ..." if len(unknown) > 6 else ""))
-    return obj, notes
+    return Loaded(obj, notes, {})
 
 
-def _load_dcp(f: Path) -> tuple[Any, list[str]]:
+# Which DCP bytes items discovery reads. Every one up to DCP_SMALL_ITEM bytes as stored
+# (a scheduler, param-group, counter or args item is a leaf of a few KiB), and a larger
+# one only when its key names state lrdoctor judges: megatron-core's distributed
+# optimizer ``param_state`` or a dataloader's state can be tens of MiB per item and
+# holds nothing a schedule check uses. Decided from ``.metadata`` (key and length), so a
+# skipped item's bytes are never touched; every one skipped is named (``Scan.skipped``).
+DCP_SMALL_ITEM = 1 << 20
+_DCP_STATE_PARTS = re.compile(
+    r"sched|^param_groups$|^common|^(train|trainer|training|loop|recipe)_?state$|^args$|"
+    r"^(config|cfg|hparams|hyper_parameters|training_args|job_config|trainer_config)$",
+    re.IGNORECASE)
+
+
+def dcp_item_matters(fqn: str) -> bool:
+    """Whether a DCP item's key marks it as scheduler, optimizer param-group, trainer,
+    config or common state (whatever its size)."""
+    from lrdoctor.formats.megatron import DIST_OPT_GROUPS
+
+    if DIST_OPT_GROUPS.match(fqn):  # the distributed optimizer's param-group object
+        return True
+    return any(_DCP_STATE_PARTS.search(part) for part in re.split(r"[./]", fqn))
+
+
+def _dcp_leave(fqn: str, length: int) -> str | None:
+    if length <= DCP_SMALL_ITEM or dcp_item_matters(fqn):
+        return None
+    return (f"{length:,} bytes, over the {DCP_SMALL_ITEM >> 10} KiB read for an item whose "
+            "key names no scheduler, param-group, trainer, config or common state")
+
+
+def _load_dcp(f: Path) -> Loaded:
     """A torch.distributed.checkpoint folder's items, re-nested (``formats.dcp``), so that
-    its scheduler, optimizer and counters are classified like a torch.save dict's."""
+    its scheduler, optimizer and counters are classified like a torch.save dict's.
+
+    Large items whose key says they cannot matter are left unread (:func:`_dcp_leave`).
+    If the items read hold no scheduler state, the large ones are read after all: the
+    verdict (or the "no scheduler" finding) is then the one a full read gives."""
     from lrdoctor.formats import dcp
 
     if not dcp.is_dcp(f.parent):
-        return None, [f"{f}: not read (a .metadata without *.distcp beside it)"]
+        return Loaded(None, [f"{f}: not read (a .metadata without *.distcp beside it)"], {})
     try:
-        ds = dcp.load(f.parent, unknown_as_opaque=True)
+        ds = dcp.load(f.parent, leave=_dcp_leave, unknown_as_opaque=True)
+        if ds.left and not any(h.kind in SCHEDULER_KINDS for h in classify(ds.tree, str(f))):
+            ds = dcp.load(f.parent, unknown_as_opaque=True)
     except UnsafePickle:
         raise
     except UnusableInput as exc:
-        return None, [f"{f}: not read ({str(exc).split(': ', 1)[-1]})"]
-    notes = [f"{f.parent}: DCP item {k} not read ({why})" for k, why in
-             list(ds.skipped.items())[:6]]
-    return ds.tree, notes
+        return Loaded(None, [f"{f}: not read ({str(exc).split(': ', 1)[-1]})"], {})
+    notes = []
+    if ds.left:
+        names = [f"{k} ({n:,} bytes)" for k, n in list(ds.left.items())[:4]]
+        more = len(ds.left) - len(names)
+        notes.append(f"{f.parent}: {_n(len(ds.left), 'large DCP item')} not read "
+                     f"({sum(ds.left.values()):,} bytes; over {DCP_SMALL_ITEM >> 10} KiB, "
+                     "keys naming no scheduler, param-group, trainer, config or common "
+                     "state): " + ", ".join(names) + (f", +{more} more" if more else ""))
+    notes += [f"{f.parent}: DCP item {k} not read ({why})" for k, why in
+              list(ds.skipped.items()) if k not in ds.left][:6]
+    return Loaded(ds.tree, notes, {f"{f}:{k}": why for k, why in ds.skipped.items()})
 
 
 def scan(ckpt: Checkpoint) -> Scan:
@@ -595,8 +650,9 @@ def scan(ckpt: Checkpoint) -> Scan:
     # Rank files are independent reads (remote ones wait on the network): read side by
     # side on a bounded thread pool, classified in file order.
     loaded = threads(load_file, files)
-    for f, (obj, notes) in zip(files, loaded, strict=True):
+    for f, (obj, notes, skipped) in zip(files, loaded, strict=True):
         sc.notes.extend(notes)
+        sc.skipped.update(skipped)
         if obj is None:
             continue
         sc.files_read.append(str(f))
@@ -730,7 +786,7 @@ def what_is(f: Path) -> str:
             return f"unreadable {kind}: {why}"
         return _describe(obj, classify(obj, str(f), config=kind == "YAML"), kind)
     try:
-        obj, notes = load_file(f)
+        obj, notes, _ = load_file(f)
     except UnsafePickle as exc:
         return f"refused: asks for {exc.global_name!r} (not on the allow-list; nothing run)"
     except UnusableInput as exc:

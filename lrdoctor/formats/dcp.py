@@ -68,6 +68,9 @@ class DcpState:
     tree: dict[str, Any]  # ``flat`` re-nested along the planner's paths (or the dots)
     files: list[str] = field(default_factory=list)  # .metadata, then every .distcp read
     skipped: dict[str, str] = field(default_factory=dict)  # fqn -> why it was not read
+    # Bytes items the caller's ``leave`` chose not to read: fqn -> stored length (also
+    # named in ``skipped``), so the caller can read them after all if it must.
+    left: dict[str, int] = field(default_factory=dict)
     tensors: int = 0
     bytes_items: int = 0
     bytes_read: int = 0  # bytes of the bytes items read (bounded by MAX_TOTAL_BYTES)
@@ -260,6 +263,7 @@ def _numel(size: tuple) -> int:
 
 def load(folder: Path, *, prefixes: Iterable[str] | None = None,
          select: Callable[[str], bool] | None = None,
+         leave: Callable[[str, int], str | None] | None = None,
          unknown_as_opaque: bool = False) -> DcpState:
     """Read one DCP folder metadata-only (see the module docstring).
 
@@ -267,7 +271,9 @@ def load(folder: Path, *, prefixes: Iterable[str] | None = None,
     (``"lr_scheduler"``, ``"common_state/"``) are read; None reads every bytes item.
     ``select``: instead of ``prefixes``, a predicate on the fqn (a format that knows
     item names by pattern, e.g. Megatron's ``chained_<i>.optimizer.distributed...``).
-    Bytes items over :data:`MAX_ITEM_BYTES`, or past :data:`MAX_TOTAL_BYTES` in all,
+    ``leave``: of the bytes items selected, called with the fqn and the item's stored
+    length (from ``.metadata``, before any data file is opened); a reason leaves the item
+    unread (``skipped`` says why, ``left`` its length), None reads it. Bytes items over :data:`MAX_ITEM_BYTES`, or past :data:`MAX_TOTAL_BYTES` in all,
     are left out and named in ``skipped``. Raises UnusableInput / UnsafePickle with
     one line naming the file and key.
     """
@@ -288,6 +294,13 @@ def load(folder: Path, *, prefixes: Iterable[str] | None = None,
             st.bytes_items += 1
         if not (select(fqn) if select is not None else wanted(fqn, want)):
             continue
+        if leave is not None and cls == _BYTES:
+            length = _length(index.get(fqn))
+            why = leave(fqn, length) if length is not None else None
+            if why:
+                st.skipped[fqn] = why
+                st.left[fqn] = length
+                continue
         todo.append((fqn, cls, meta))
     # Read in file order, so a cold cache sees forward reads.
     todo.sort(key=lambda t: _where(index.get(t[0])))
@@ -300,6 +313,12 @@ def load(folder: Path, *, prefixes: Iterable[str] | None = None,
     st.files += sorted(str(folder / rel) for rel in files.sizes)
     st.tree = _nest(st.flat, md.get("planner_data"), st.skipped)
     return st
+
+
+def _length(chunks: list | None) -> int | None:
+    """A bytes item's stored length as ``.metadata`` records it (None if malformed)."""
+    length = chunks[0][1].get("length") if chunks else None
+    return length if type(length) is int and length >= 0 else None
 
 
 def _where(chunks: list | None) -> tuple:

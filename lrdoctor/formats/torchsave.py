@@ -206,6 +206,8 @@ def build(sc: discover.Scan, fmt: str = NAME) -> RunState:
     ck = sc.checkpoint
     st = RunState(format=fmt, path=str(ck.path))
     st.notes.extend(sc.notes)
+    if sc.skipped:  # DCP items left unread ("file:key" -> why): in --json beside the notes
+        st.extras["dcp_skipped"] = dict(sc.skipped)
     sched = _pick_scheduler(sc, st)
     opt_found = _pick_optimizer(sc, sched)
     opt = optimizer_info(opt_found.value) if opt_found else None
