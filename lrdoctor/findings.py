@@ -392,7 +392,9 @@ _RULES = [
          "Fix the step accounting, or raise the tolerance with a reason."),
     Rule("LRD303", "check-input-unusable", _E,
          "A checked input could not be used",
-         "A checkpoint or config named in the check configuration could not be read.",
+         "A checkpoint or config named in the check configuration (or given to `inspect` "
+         "with a machine output format) could not be read; the message is the one line "
+         "printed on stderr, the evidence says what was scanned.",
          "ckpt/missing: no such file.",
          "Correct the path."),
 ]

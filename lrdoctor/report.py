@@ -47,3 +47,18 @@ class Report:
 
     def exit_code(self, fail_on: str) -> int:
         return exit_code(self.findings, fail_on)
+
+
+def unusable_report(command: str, target: str, message: str, detail: dict | None = None, *,
+                    format: str | None = None, location: str | None = None,
+                    **evidence: Any) -> Report:
+    """The report of an input that could not be used: one LRD303 finding whose message is
+    the one line printed on stderr, with evidence ``{"target", **evidence, **detail}``
+    (``detail``: :class:`~lrdoctor.errors.UnusableInput`'s structured record, e.g. what was
+    scanned). ``check`` (a target of its config) and ``inspect`` (a refused PATH, in a
+    machine format) both print it, so that a refusal is never an empty stdout."""
+    from lrdoctor.findings import finding
+
+    f = finding("LRD303", message, {"target": target, **evidence, **(detail or {})},
+                location=location)
+    return Report(command=command, target=target, format=format, findings=[f])

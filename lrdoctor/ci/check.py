@@ -90,10 +90,11 @@ def _unusable(cfg: CheckConfig, target: Target, message: str, label: str,
               detail: dict | None = None) -> Report:
     """An LRD303 report; ``detail`` (what was scanned, :class:`UnusableInput`'s record)
     joins the evidence so that --json carries it structured, not only in the line."""
+    from lrdoctor.report import unusable_report
+
     loc = f"{cfg.source}:{target.line}" if cfg.source else None
-    evidence = {"target": label, "config_key": target.key, **(detail or {})}
-    f = finding("LRD303", message, evidence, location=loc)
-    return Report(command=target.kind, target=label, format=target.format, findings=[f])
+    return unusable_report(target.kind, label, message, detail, format=target.format,
+                           location=loc, config_key=target.key)
 
 
 def _expand(cfg: CheckConfig, pattern: str) -> list[str]:

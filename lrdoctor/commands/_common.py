@@ -86,6 +86,19 @@ def warn_unusable(reports) -> bool:
     return bool(lines)
 
 
+def print_unusable(command: str, target: str, exc: UnusableInput, fmt: OutputFormat,
+                   format: str | None = None) -> None:
+    """In a machine format, a refused input's report (one LRD303 finding: the stderr line,
+    and what was scanned) on stdout, so that a CI job reading stdout is never handed an
+    empty document; text output is the stderr line alone."""
+    if fmt is OutputFormat.text:
+        return
+    from lrdoctor.report import unusable_report
+
+    rep = unusable_report(command, target, str(exc), exc.detail, format=format)
+    render.emit([rep], fmt, "error", command=command)
+
+
 def png_path(path):
     """--plot writes PNG bytes: refuse a name that says otherwise before any work is done."""
     if path is not None and path.suffix.lower() != ".png":
@@ -96,11 +109,14 @@ def png_path(path):
 T = TypeVar("T")
 
 
-def guarded(fn: Callable[[], T]) -> T:
-    """Run ``fn``; unusable input becomes one line and exit code 2."""
+def guarded(fn: Callable[[], T], record: Callable[[UnusableInput], None] | None = None) -> T:
+    """Run ``fn``; unusable input becomes one line and exit code 2 (``record``, if given,
+    prints the refusal's structured record on stdout first)."""
     try:
         return fn()
     except UnusableInput as exc:
+        if record is not None:
+            record(exc)
         die(str(exc))
     except KeyboardInterrupt:
         die("interrupted", 130)

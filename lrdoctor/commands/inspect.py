@@ -18,6 +18,7 @@ from lrdoctor.commands._common import (
     VerboseOpt,
     guarded,
     png_path,
+    print_unusable,
     resolve_format,
 )
 
@@ -59,7 +60,8 @@ def inspect_cmd(
 
     fmt = resolve_format(json_, output_format)
     png_path(plot)
-    reports = guarded(lambda: inspect_path(path, format=format, all=all))
+    reports = guarded(lambda: inspect_path(path, format=format, all=all),
+                      lambda exc: print_unusable("inspect", path, exc, fmt, format))
     if plot is not None:
         from lrdoctor.render.plots import plot_inspect
 

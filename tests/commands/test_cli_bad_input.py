@@ -62,6 +62,50 @@ def test_not_a_checkpoint_and_empty_dir(tmp_path):
     assert_unusable(lrdoctor("inspect", "missing", cwd=tmp_path), "missing")
 
 
+def _refused_json(tmp_path: Path, name: str, *opts: str) -> tuple[dict, str]:
+    """``inspect NAME --json``-like run that is refused: (stdout document, stderr line)."""
+    p = lrdoctor("inspect", name, *opts, cwd=tmp_path)
+    line = assert_unusable(p, name)
+    return json.loads(p.stdout), line
+
+
+def test_refused_inspect_json_is_a_structured_record_on_stdout(tmp_path):
+    """Never silent in machine output: exit 2 and the one stderr line, and on stdout the
+    report shape --json always has, with one LRD303 finding: the same line and what was
+    scanned (the record check's LRD303 carries)."""
+    (tmp_path / "empty").mkdir()
+    doc, line = _refused_json(tmp_path, "empty", "--json")
+    assert {k: doc[k] for k in ("command", "target", "format", "state")} == {
+        "command": "inspect", "target": "empty", "format": None, "state": {}}
+    (f,) = doc["findings"]
+    assert (f["code"], f["severity"]) == ("LRD303", "error")
+    assert line == "lrdoctor: error: " + f["message"]
+    assert f["evidence"] == {"target": "empty", "scanned": {
+        "path": "empty", "files": 0, "folders": 1, "hidden": 0, "cut_by_bound": None,
+        "seen": [], "not_described": 0}}
+
+    d = tmp_path / "misc"
+    d.mkdir()
+    (d / "README.md").write_text("# a model\n")
+    (d / "train.csv").write_text("a,b\n1,2\n")
+    (d / "model.safetensors").write_bytes(b"\x08" + b"\x00" * 7 + b"{}")
+    doc, line = _refused_json(tmp_path, "misc", "--output-format", "json", "--format", "torch")
+    (f,) = doc["findings"]
+    assert doc["format"] == "torch" and line == "lrdoctor: error: " + f["message"]
+    assert f["evidence"]["scanned"]["files"] == 3
+    assert f["evidence"]["scanned"]["seen"] == [
+        {"file": "model.safetensors",
+         "found": "weights only (safetensors), no scheduler/optimizer/trainer state"},
+        {"file": "README.md", "found": "not checkpoint state (.md)"},
+        {"file": "train.csv", "found": "data (.csv), not checkpoint state"}]
+    # SARIF: the same finding as a result; text: the stderr line alone.
+    sarif, _ = _refused_json(tmp_path, "misc", "--output-format", "sarif")
+    (res,) = sarif["runs"][0]["results"]
+    assert res["ruleId"] == "LRD303" and "scanned 3 files in 1 folder" in res["message"]["text"]
+    text = lrdoctor("inspect", "misc", cwd=tmp_path)
+    assert_unusable(text, "misc") and text.stdout == ""
+
+
 def test_not_recognised_says_what_was_scanned_for_every_command(tmp_path):
     """Never silent: inspect, fix and report refuse a folder of unrelated files with one
     line that counts what was scanned and says what the telling files are."""
