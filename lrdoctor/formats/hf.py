@@ -25,7 +25,8 @@ from typing import Any
 
 from lrdoctor import discover
 from lrdoctor.errors import UnusableInput
-from lrdoctor.formats import _common
+from lrdoctor.formats import _common, _logfit
+from lrdoctor.formats._logfit import FIT_KINDS, FIT_TOLERANCE, fit_schedule  # noqa: F401
 from lrdoctor.formats._torchstate import read_optimizer_file
 from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.storage import as_path
@@ -37,9 +38,6 @@ SCHEDULER_FILE = "scheduler.pt"
 OPTIMIZER_FILES = ("optimizer.pt", "optimizer.bin")
 FSDP_OPTIMIZER_DIR = "optimizer_0"  # accelerate's save_fsdp_optimizer (SHARDED_STATE_DICT): DCP
 TRAINING_ARGS = "training_args.bin"
-# Kinds tried when fitting log_history (the ones whose lambdas need no extra kwargs).
-FIT_KINDS = ("linear", "cosine", "constant_with_warmup", "constant")
-FIT_TOLERANCE = 1e-6  # relative; logged LRs are floats rounded by JSON, so near-exact
 
 
 # ---------------------------------------------------------------- layout
@@ -183,17 +181,11 @@ def read(path: Path) -> RunState:
             base_lr = max(lr for _, lr in history)
             st.notes.append("initial LR unknown; the fit takes the largest logged LR")
         if base_lr is not None and isinstance(max_steps, int):
-            anchor = _current_lr(st, sched)
-            st.schedule = fit_schedule(history, base_lr, max_steps, anchor=anchor)
-            scale = _calls_per_step(st)
-            if st.schedule is None and scale != 1:
-                # Stepped k times per update: the schedule is a function of the scheduler's
-                # counter, k x the logged step (issue 9: fitted even for a k x bug).
-                st.schedule = fit_schedule(history, base_lr, max_steps, anchor=anchor,
-                                           scale=scale)
-            if st.schedule is None and anchor is not None:
-                # No schedule explains both: fit the log alone and let diagnose compare.
-                st.schedule = fit_schedule(history, base_lr, max_steps)
+            st.schedule = _logfit.fit(
+                history, base_lr, max_steps, label="log_history",
+                anchor=_logfit.current_lr(st.scheduler_progress, sched, st.optimizer_lrs),
+                scale=_logfit.calls_per_step(st.scheduler_progress,
+                                             st.counter("trainer.global_step")))
             if st.schedule is None:
                 st.notes.append("no schedule type fits log_history; schedule unknown")
     if base_lr is not None:
@@ -204,15 +196,6 @@ def read(path: Path) -> RunState:
         if k in ts:
             st.extras[k] = ts[k]
     return st
-
-
-def _calls_per_step(st: RunState) -> float:
-    """Scheduler calls per trainer step: last_epoch / global_step (a whole k when near one)."""
-    sp, gs = st.scheduler_progress, st.counter("trainer.global_step")
-    if sp is None or gs is None or gs.value <= 0 or sp.value <= 0:
-        return 1.0
-    ratio = sp.value / gs.value
-    return float(round(ratio)) if abs(ratio - round(ratio)) < 1e-9 else ratio
 
 
 def _overflowed_steps(st: RunState, args: dict | None) -> None:
@@ -261,21 +244,6 @@ def _schedule_from_args(args: dict, max_steps: Any, base_lr: float | None) -> Sc
     )
 
 
-def _current_lr(st: RunState, sched: dict | None) -> tuple[float, float] | None:
-    """(scheduler progress, the LR the scheduler computed there): one more point for the fit.
-
-    The scheduler's own ``_last_lr`` is preferred to the optimizer's, which a user may
-    have set by hand (that is LRD105's business, not the fit's).
-    """
-    if st.scheduler_progress is None:
-        return None
-    last = (sched or {}).get("_last_lr")
-    lrs = [v for x in last if (v := _common._side(x)) is not None] \
-        if isinstance(last, (list, tuple)) and last else []
-    lrs = lrs or [x for x in st.optimizer_lrs if _common._side(x) is not None]
-    return (st.scheduler_progress.value, float(lrs[0])) if lrs else None
-
-
 def _lr_history(ts: dict) -> list[tuple[int, float]]:
     out = []
     for entry in ts.get("log_history") or []:
@@ -284,56 +252,3 @@ def _lr_history(ts: dict) -> list[tuple[int, float]]:
                 and _common._side(entry.get("learning_rate")) is not None:
             out.append((entry["step"], float(entry["learning_rate"])))
     return out
-
-
-def fit_schedule(history: list[tuple[int, float]], max_lr: float,
-                 max_steps: int, anchor: tuple[float, float] | None = None,
-                 scale: float = 1.0) -> ScheduleSpec | None:
-    """The HF schedule (kind, warmup) that reproduces the logged LRs, or None.
-
-    transformers 5 logs at step s the LR that update s used, ``max_lr *
-    lambda(s - 1)``; older versions logged after the scheduler stepped,
-    ``lambda(s)``. Both offsets are tried. Warmup is searched only around the
-    logged peak, where it must lie; ties go to the first kind in FIT_KINDS.
-    ``anchor`` = (last_epoch, LR there), ``lambda(last_epoch)`` exactly: it tells
-    kinds apart that a short log (still in warmup) cannot.
-
-    ``scale``: scheduler calls per logged step. The schedule is a function of the
-    *scheduler's* counter, so a run that stepped it k times per update (accelerate's
-    ``AcceleratedScheduler``, a per-micro-batch step) is fitted at ``k x step``.
-    """
-    from lrdoctor.schedules import hf as hf_sched
-
-    if not history or max_lr <= 0:
-        return None
-    steps = [s for s, _ in history]
-    peak_i = max(range(len(history)), key=lambda i: history[i][1])
-    lo = steps[peak_i - 1] if peak_i > 0 else 0
-    hi = steps[peak_i + 1] + 1 if peak_i + 1 < len(steps) else steps[peak_i] + 1
-    if scale != 1:  # in the scheduler's counter, for either logging offset
-        lo, hi = int(max(0, lo - 1) * scale), int(math.ceil(hi * scale))
-    candidates = sorted({0, *range(max(0, lo - 1), hi + 1)})
-    best: tuple[float, str, int, int] | None = None
-    for offset in (1, 0):
-        for kind in FIT_KINDS:
-            for w in candidates:
-                spec = ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
-                                    warmup=float(w), horizon=float(max_steps))
-                err = max(abs(max_lr * hf_sched.factor(spec, (s - offset) * scale) - lr)
-                          for s, lr in history) / max_lr
-                if anchor is not None:
-                    err = max(err, abs(max_lr * hf_sched.factor(spec, anchor[0])
-                                       - anchor[1]) / max_lr)
-                if best is None or err < best[0] - 1e-15:
-                    best = (err, kind, w, offset)
-    assert best is not None
-    err, kind, w, offset = best
-    if err > FIT_TOLERANCE:
-        return None
-    k = f"{scale:g} x " if scale != 1 else ""
-    when = f"lambda({k}(step - 1))" if offset else f"lambda({k}step)"
-    return ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
-                        warmup=float(w), horizon=float(max_steps),
-                        source=f"fitted from log_history ({len(history)} points logged as "
-                               f"{when}" + (" + the scheduler's current LR" if anchor else "")
-                               + f", max rel. error {err:.1e})")

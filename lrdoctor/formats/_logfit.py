@@ -1,0 +1,112 @@
+"""A schedule fitted to logged (step, LR) points: the one home for every reader that has them.
+
+A torch ``LambdaLR`` saves no lambda, so its schedule cannot be rebuilt from the
+checkpoint. When the run logged its LR (Hugging Face ``trainer_state.json``
+``log_history``, Lightning's ``LearningRateMonitor`` in a ``CSVLogger``
+``metrics.csv``), the schedule is fitted to those points here, the same way for
+every source: the transformers ``get_scheduler`` kinds that need no extra kwargs,
+the warmup searched around the logged peak, each logged LR reproduced to 1e-6
+relative. ``label`` names the source in the spec's ``source`` and in the notes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from lrdoctor.formats import _common
+from lrdoctor.model import Counter, ScheduleSpec, Unit
+
+# Kinds tried when fitting a log (the ones whose lambdas need no extra kwargs).
+FIT_KINDS = ("linear", "cosine", "constant_with_warmup", "constant")
+FIT_TOLERANCE = 1e-6  # relative; logged LRs are floats rounded by JSON/CSV, so near-exact
+
+
+def fit_schedule(history: list[tuple[int, float]], max_lr: float,
+                 max_steps: int, anchor: tuple[float, float] | None = None,
+                 scale: float = 1.0, label: str = "log_history") -> ScheduleSpec | None:
+    """The HF schedule (kind, warmup) that reproduces the logged LRs, or None.
+
+    transformers 5 logs at step s the LR that update s used, ``max_lr *
+    lambda(s - 1)``; older versions logged after the scheduler stepped,
+    ``lambda(s)`` (Lightning's LearningRateMonitor too: it logs before the batch,
+    at ``step`` = the updates done so far). Both offsets are tried. Warmup is
+    searched only around the logged peak, where it must lie; ties go to the first
+    kind in FIT_KINDS. ``anchor`` = (last_epoch, LR there), ``lambda(last_epoch)``
+    exactly: it tells kinds apart that a short log (still in warmup) cannot.
+
+    ``scale``: scheduler calls per logged step. The schedule is a function of the
+    *scheduler's* counter, so a run that stepped it k times per update (accelerate's
+    ``AcceleratedScheduler``, a per-micro-batch step) is fitted at ``k x step``.
+    """
+    from lrdoctor.schedules import hf as hf_sched
+
+    if not history or max_lr <= 0:
+        return None
+    steps = [s for s, _ in history]
+    peak_i = max(range(len(history)), key=lambda i: history[i][1])
+    lo = steps[peak_i - 1] if peak_i > 0 else 0
+    hi = steps[peak_i + 1] + 1 if peak_i + 1 < len(steps) else steps[peak_i] + 1
+    if scale != 1:  # in the scheduler's counter, for either logging offset
+        lo, hi = int(max(0, lo - 1) * scale), int(math.ceil(hi * scale))
+    candidates = sorted({0, *range(max(0, lo - 1), hi + 1)})
+    best: tuple[float, str, int, int] | None = None
+    for offset in (1, 0):
+        for kind in FIT_KINDS:
+            for w in candidates:
+                spec = ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
+                                    warmup=float(w), horizon=float(max_steps))
+                err = max(abs(max_lr * hf_sched.factor(spec, (s - offset) * scale) - lr)
+                          for s, lr in history) / max_lr
+                if anchor is not None:
+                    err = max(err, abs(max_lr * hf_sched.factor(spec, anchor[0])
+                                       - anchor[1]) / max_lr)
+                if best is None or err < best[0] - 1e-15:
+                    best = (err, kind, w, offset)
+    assert best is not None
+    err, kind, w, offset = best
+    if err > FIT_TOLERANCE:
+        return None
+    k = f"{scale:g} x " if scale != 1 else ""
+    when = f"lambda({k}(step - 1))" if offset else f"lambda({k}step)"
+    return ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
+                        warmup=float(w), horizon=float(max_steps),
+                        source=f"fitted from {label} ({len(history)} points logged as "
+                               f"{when}" + (" + the scheduler's current LR" if anchor else "")
+                               + f", max rel. error {err:.1e})")
+
+
+def calls_per_step(progress: Counter | None, steps: Counter | None) -> float:
+    """Scheduler calls per logged step: progress / steps (a whole k when near one)."""
+    if progress is None or steps is None or steps.value <= 0 or progress.value <= 0:
+        return 1.0
+    ratio = progress.value / steps.value
+    return float(round(ratio)) if abs(ratio - round(ratio)) < 1e-9 else ratio
+
+
+def current_lr(progress: Counter | None, sched: dict | None,
+               optimizer_lrs: list[float]) -> tuple[float, float] | None:
+    """(scheduler progress, the LR the scheduler computed there): one more point for the fit.
+
+    The scheduler's own ``_last_lr`` is preferred to the optimizer's, which a user may
+    have set by hand (that is LRD105's business, not the fit's).
+    """
+    if progress is None:
+        return None
+    last = (sched or {}).get("_last_lr")
+    lrs = [v for x in last if (v := _common._side(x)) is not None] \
+        if isinstance(last, (list, tuple)) and last else []
+    lrs = lrs or [x for x in optimizer_lrs if _common._side(x) is not None]
+    return (progress.value, float(lrs[0])) if lrs else None
+
+
+def fit(history: list[tuple[int, float]], max_lr: float, max_steps: int, *,
+        anchor: tuple[float, float] | None, scale: float, label: str) -> ScheduleSpec | None:
+    """The fit every reader runs: with the scheduler's current LR, then at ``scale`` scheduler
+    calls per step (issue 9: a k x stepped LambdaLR is fitted too), then the log alone (no
+    schedule explains both: diagnose compares the scheduler's LR with the fitted one)."""
+    spec = fit_schedule(history, max_lr, max_steps, anchor=anchor, label=label)
+    if spec is None and scale != 1:
+        spec = fit_schedule(history, max_lr, max_steps, anchor=anchor, scale=scale, label=label)
+    if spec is None and anchor is not None:
+        spec = fit_schedule(history, max_lr, max_steps, label=label)
+    return spec
