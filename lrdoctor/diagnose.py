@@ -27,7 +27,7 @@ def diagnose(state: RunState) -> list[Finding]:
     from lrdoctor.epochs import findings as epoch_end
 
     for rule in (_config, _progress_ratio, _horizon, _decay_unfinished, _optimizer_lr,
-                 epoch_end):
+                 _lr_log_unused, epoch_end):
         out.extend(rule(state))
     out.extend(_not_judged(state, out))
     _agree(out, dcp=(state.extras or {}).get("storage") == "dcp")
@@ -449,6 +449,25 @@ def _lrs_unread(state: RunState) -> list[Finding]:
         fix="Read the named item with the framework's own loader to check its param-group "
             "`lr` against the schedule (lrdoctor unpickles only allow-listed classes and "
             "bounded item sizes), or save the optimizer state in a form lrdoctor reads.",
+        location=state.path)]
+
+
+def _lr_log_unused(state: RunState) -> list[Finding]:
+    """Never silent: a logged-LR file beside the checkpoint (Lightning's metrics.csv) that
+    the reader could not use to fit the schedule (``extras["lr_log_unused"]``)."""
+    unused = (state.extras or {}).get("lr_log_unused")
+    if not isinstance(unused, list) or not unused:
+        return []
+    what = "; ".join(f"{u.get('file')}: {u.get('reason')}" for u in unused[:4])
+    used = (state.extras or {}).get("lr_log")
+    then = (f"{used['file']} was used instead" if isinstance(used, dict)
+            else "so the LambdaLR's schedule was not fitted from it and the scheduler's LR "
+                 "could not be judged")
+    return [finding(
+        "LRD111", f"A metrics log beside the checkpoint could not be used ({what}); {then}.",
+        {"lr_log_unused": unused, "scanned": state.files or [state.path]},
+        fix="Log the LR with Lightning's LearningRateMonitor to a CSVLogger (a 'step' and an "
+            "'lr-<Optimizer>' column), or give the schedule in a run config.",
         location=state.path)]
 
 

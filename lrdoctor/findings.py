@@ -180,7 +180,9 @@ _RULES = [
          "nothing to compare it with (no optimizer step, loop counter or budget), or the "
          "checkpoint shows that the optimizer's param-group LRs were saved (Megatron's "
          "distributed optimizer) but they could not be read, so the LR check (LRD105) was "
-         "not done. Rather than stay silent it names what it scanned, at a severity a CI "
+         "not done, or a metrics log beside a LambdaLR checkpoint (Lightning's "
+         "`metrics.csv`) was unreadable or held no logged LR, so the schedule was not "
+         "fitted from it. Rather than stay silent it names what it scanned, at a severity a CI "
          "gate sees.",
          "`model.pt` and `optimizer.pt` only: no scheduler state among 2 files.",
          "Save the scheduler's `state_dict()` (and the optimizer's) in the checkpoint, or "

@@ -1,12 +1,12 @@
-"""JSON, YAML and TOML from untrusted files, within :mod:`lrdoctor.limits`.
+"""JSON, YAML, TOML and CSV from untrusted files, within :mod:`lrdoctor.limits`.
 
 Sidecars (``trainer_state.json``, ``ds_config.json``), replay configs and CI
 configs are read here and nowhere else, so each gets the same guarantees:
 a size cap before the text is read, a nesting cap while it is parsed (the
 stdlib JSON and TOML parsers and PyYAML recurse), no more containers than the
 ``items`` limit, no YAML alias or merge-key expansion beyond the ``nodes``
-limit, no YAML mapping key that can flood a dict (huge integers), and every
-failure is one line naming the file.
+limit, no YAML mapping key that can flood a dict (huge integers), no more CSV
+cells than the ``items`` limit, and every failure is one line naming the file.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 from lrdoctor import limits
 from lrdoctor.errors import UnusableInput
 
-__all__ = ["read_text", "json_loads", "read_json", "yaml_loads", "read_yaml", "toml_loads"]
+__all__ = ["read_text", "json_loads", "read_json", "yaml_loads", "read_yaml", "toml_loads",
+           "csv_loads", "read_csv"]
 
 
 def read_text(path: str | os.PathLike, limit: str, what: str) -> str:
@@ -179,3 +180,32 @@ def toml_loads(text: str, path: str | None) -> dict:
     limits.check_tree(data, path, what="the TOML")
     return data
 
+
+
+def csv_loads(text: str, path: str | None, what: str = "CSV") -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of a CSV text: strict quoting, cells counted against ``items``.
+
+    The stdlib reader keeps its per-field cap (131,072 characters); a row may be
+    shorter or longer than the header (the caller pairs cells with names)."""
+    import csv
+    import io
+
+    budget = limits.get("items")
+    rows: list[list[str]] = []
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    try:
+        for row in reader:
+            budget -= len(row) + 1
+            if budget < 0:
+                raise limits.over("items", path, f"the {what} holds too many cells")
+            rows.append(row)
+    except csv.Error as exc:
+        raise UnusableInput(f"not valid CSV: line {reader.line_num}: {exc}", path) from None
+    if not rows or not any(rows[0]):
+        raise UnusableInput(f"no header row: expected {what}", path)
+    return rows[0], rows[1:]
+
+
+def read_csv(path: str | os.PathLike, what: str = "CSV") -> tuple[list[str], list[list[str]]]:
+    p = str(path)
+    return csv_loads(read_text(p, "csv_bytes", what), p, what)

@@ -19,17 +19,32 @@ Counting conventions (pytorch_lightning 2.x, checked against its loops):
 - an ``interval="epoch"`` scheduler is stepped only when an epoch ran all its
   batches (a run stopped by ``max_steps`` mid-epoch does not step it, although
   that epoch is counted as completed).
+
+A ``LambdaLR`` saves no lambda. When the run logged its LR with Lightning's
+``LearningRateMonitor`` to a ``CSVLogger`` (``<save_dir>/<name>/version_N/
+metrics.csv``, next to the default ``checkpoints/`` folder), the schedule is
+fitted to the logged points by :mod:`lrdoctor.formats._logfit`, as for HF's
+``log_history``. The CSV is found by its content (a ``step`` column and an
+``lr-<Optimizer>`` column) in the checkpoint's folder and up to
+``LR_LOG_LEVELS`` folders above it, never above the path given.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 from lrdoctor import discover
-from lrdoctor.formats import _common
-from lrdoctor.formats._torchstate import add_optimizer, optimizer_info, torch_scheduler
+from lrdoctor.errors import UnusableInput
+from lrdoctor.formats import _common, _logfit
+from lrdoctor.formats._torchstate import (
+    add_optimizer,
+    optimizer_info,
+    torch_scheduler,
+    torch_scheduler_kind,
+)
 from lrdoctor.model import Counter, RunState, Unit
 from lrdoctor.storage import as_path
 
@@ -38,6 +53,8 @@ NAME = "lightning"
 SUFFIX = ".ckpt"
 STEP_IN_NAME = re.compile(r"step=(\d+)")
 FIT = "loops.fit_loop"
+LR_LOG_LEVELS = 2  # checkpoints/ -> version_N/ (where CSVLogger writes metrics.csv)
+METRICS_CSV = "metrics.csv"  # CSVLogger's name; other *.csv files are recognised by content
 
 
 # ---------------------------------------------------------------- layout
@@ -160,7 +177,127 @@ def read(path: Path) -> RunState:
         st.notes.append(f"{len(scheds)} schedulers: the first one is used")
     _scheduler(st, scheds, info, src, steps, epochs_done)
     _planned_end(st, sd, src, steps)
+    if st.schedule is None and isinstance(scheds[0], dict) \
+            and torch_scheduler_kind(scheds[0]) == "LambdaLR":
+        _fit_logged_lr(st, path, ckpt, scheds[0], steps)
     return st
+
+
+# ---------------------------------------------------------------- logged LR (LambdaLR)
+
+def lr_log_files(ckpt: Path, root: Path) -> list[Path]:
+    """``*.csv`` files in the checkpoint's folder and up to LR_LOG_LEVELS above, nearest
+    first; never above ``root`` (the path the user gave) when it is a folder holding it."""
+    out: list[Path] = []
+    d = ckpt.parent
+    for _ in range(LR_LOG_LEVELS + 1):
+        try:
+            out += sorted((f for f in d.iterdir() if f.suffix == ".csv" and f.is_file()),
+                          key=lambda f: (f.name != METRICS_CSV, f.name))
+        except OSError:
+            pass
+        if d == root or d.parent == d:
+            break
+        d = d.parent
+    return out
+
+
+def _lr_column(header: list[str]) -> tuple[str | None, list[str]]:
+    """(the column of the first optimizer's first param group, all LR columns).
+
+    LearningRateMonitor names a column ``lr-<OptimizerClass>`` (``-1``, ``-2`` for
+    more optimizers of the class), ``/pg1``... or ``/<group name>`` for several param
+    groups, and adds ``-momentum`` / ``-weight_decay`` columns; CSVLogger sorts the
+    header, so the configuration order is lost: the first name sorted is taken."""
+    cols = [c for c in header if c.startswith("lr-")
+            and not c.endswith(("-momentum", "-weight_decay"))]
+    if not cols:
+        return None, []
+    bases = sorted({c.split("/", 1)[0] for c in cols})
+    mine = [c for c in cols if c.split("/", 1)[0] == bases[0]]
+    pick = next((c for c in (bases[0], f"{bases[0]}/pg1") if c in mine), sorted(mine)[0])
+    return pick, cols
+
+
+def read_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
+    """(the first logged LR per step, column, '') or (None, '', why it is not an LR log).
+
+    Lightning logs the LR at every batch that may log, so inside an accumulation
+    window several rows share a step: the first is the LR the update started with."""
+    from lrdoctor import safetext
+
+    header, rows = safetext.read_csv(f, "a CSVLogger metrics.csv")
+    if "step" not in header:
+        return None, "", "no 'step' column"
+    col, cols = _lr_column(header)
+    if col is None:
+        return None, "", ("no LearningRateMonitor 'lr-<Optimizer>' column (columns: "
+                          f"{', '.join(header[:8])}{' ...' if len(header) > 8 else ''})")
+    si, li = header.index("step"), header.index(col)
+    seen: dict[int, float] = {}
+    for row in rows:
+        if len(row) <= max(si, li) or not row[li].strip():
+            continue
+        try:
+            step, lr = int(float(row[si])), float(row[li])
+        except ValueError:
+            continue
+        if step >= 0 and math.isfinite(lr) and lr >= 0 and float(row[si]).is_integer():
+            seen.setdefault(step, lr)
+    if not seen:
+        return None, col, f"column {col!r} holds no logged LR values"
+    return sorted(seen.items()), col, ""
+
+
+def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
+                   steps: Counter | None) -> None:
+    """Fit the LambdaLR's schedule to a LearningRateMonitor log near the checkpoint.
+
+    Never silent: a metrics file that could not be used is put in
+    ``extras["lr_log_unused"]`` (diagnose reports it as LRD111)."""
+    unused: list[dict] = []
+    found = None
+    for f in lr_log_files(ckpt, path):
+        try:
+            history, col, why = read_lr_log(f)
+        except UnusableInput as exc:
+            history, col, why = None, "", str(exc.args[0]) if exc.args else "unreadable"
+        if history is not None:
+            found = (f, col, history)
+            break
+        if f.name == METRICS_CSV or why != "no 'step' column":
+            unused.append({"file": str(f), "reason": why})
+    if unused:
+        st.extras["lr_log_unused"] = unused
+    if found is None:
+        if not unused:
+            st.notes.append(f"no LearningRateMonitor metrics.csv within {LR_LOG_LEVELS} folders "
+                            f"above {ckpt.name}: the LambdaLR's schedule cannot be fitted")
+        return
+    f, col, history = found
+    st.files.append(str(f))
+    st.extras["lr_log"] = {"file": str(f), "column": col, "points": len(history)}
+    st.extras["logged_lr_points"] = len(history)
+    if st.extras.get("lightning.interval") != "step":
+        st.notes.append(f"{f}: LRs logged per step, but the scheduler steps per epoch: "
+                        "not fitted")
+        return
+    base = sched.get("base_lrs")
+    base_lr = _common._side(base[0]) if isinstance(base, (list, tuple)) and base else None
+    if base_lr is None:
+        base_lr = max(lr for _, lr in history)
+        st.notes.append("initial LR unknown; the fit takes the largest logged LR")
+    end = st.planned_end
+    if end is None or end.unit != Unit.UPDATES:
+        st.notes.append(f"{f} column {col!r}: {len(history)} logged LRs, but the fit needs the "
+                        "step budget (save it with save_hyperparameters(max_steps=...))")
+        return
+    st.schedule = _logfit.fit(
+        history, float(base_lr), int(end.value), label=f"{f} column {col!r}",
+        anchor=_logfit.current_lr(st.scheduler_progress, sched, st.optimizer_lrs),
+        scale=_logfit.calls_per_step(st.scheduler_progress, steps))
+    if st.schedule is None:
+        st.notes.append(f"no schedule type fits {f} column {col!r}; schedule unknown")
 
 
 BUDGET_HPARAMS = ("max_steps", "total_steps", "num_training_steps", "training_steps",
