@@ -261,7 +261,11 @@ def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
         try:
             history, col, why = read_lr_log(f)
         except UnusableInput as exc:
-            history, col, why = None, "", str(exc.args[0]) if exc.args else "unreadable"
+            # Unreadable: a metrics log only by its name; another CSV is only noted.
+            history, col, why = None, "", str(exc).removeprefix(f"{f}: ")
+            if f.name != METRICS_CSV:
+                st.notes.append(f"{f}: not read ({why})")
+                continue
         if history is not None:
             found = (f, col, history)
             break

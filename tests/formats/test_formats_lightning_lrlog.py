@@ -1,0 +1,261 @@
+"""A Lightning LambdaLR's schedule fitted to LearningRateMonitor's CSVLogger metrics.csv.
+
+The runs are real: a LightningModule trained a few steps on the CPU with
+LearningRateMonitor + CSVLogger + ModelCheckpoint and a transformers-style
+linear-warmup LambdaLR, so the file layout (``lightning_logs/version_0/
+checkpoints/*.ckpt`` beside ``metrics.csv``) and the column names are Lightning's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lrdoctor import safetext
+from lrdoctor.errors import LimitExceeded, UnusableInput
+from lrdoctor.formats import lightning as pl_fmt
+from lrdoctor.inspect_api import inspect_path
+
+pytestmark = pytest.mark.frameworks
+
+GEN = textwrap.dedent('''
+import json, sys, warnings, torch, pytorch_lightning as pl
+from pathlib import Path
+from torch.utils.data import DataLoader, TensorDataset
+from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger
+warnings.filterwarnings("ignore")
+out = Path(sys.argv[1])
+torch.manual_seed(0)
+
+def linear(warmup, total):  # transformers' get_linear_schedule_with_warmup lambda
+    def f(n):
+        if n < warmup:
+            return n / max(1, warmup)
+        return max(0.0, (total - n) / max(1, total - warmup))
+    return f
+
+class M(pl.LightningModule):
+    def __init__(self, max_steps=12, warmup=3, step_every_batch=False):
+        super().__init__()
+        self.save_hyperparameters()
+        self.l = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, i):
+        if self.hparams.step_every_batch:  # the bug: a per-batch step under accumulation
+            self.lr_schedulers().step()
+        loss = self.l(batch[0]).pow(2).mean()
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        o = torch.optim.AdamW(self.parameters(), lr=1e-3)
+        s = torch.optim.lr_scheduler.LambdaLR(o, linear(self.hparams.warmup,
+                                                         self.hparams.max_steps))
+        return {"optimizer": o, "lr_scheduler": {"scheduler": s, "interval": "step"}}
+
+def run(name, steps, accum=1, **kw):
+    dl = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=2)  # 8 batches/epoch
+    t = pl.Trainer(default_root_dir=out / name, logger=CSVLogger(out / name),
+                   callbacks=[LearningRateMonitor(logging_interval="step"),
+                              ModelCheckpoint(save_top_k=-1, every_n_train_steps=steps)],
+                   log_every_n_steps=1, enable_progress_bar=False,
+                   enable_model_summary=False, accelerator="cpu", max_steps=steps,
+                   accumulate_grad_batches=accum)
+    t.fit(M(**kw), dl)
+    s = t.lr_scheduler_configs[0].scheduler
+    (out / f"{name}.json").write_text(json.dumps({
+        "last_epoch": s.last_epoch, "global_step": t.global_step,
+        "lr": [g["lr"] for g in t.optimizers[0].param_groups], "log_dir": t.log_dir}))
+
+run("healthy", 8)
+run("per_batch", 6, accum=2, step_every_batch=True)
+''')
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("lightning_lrlog")
+    (out / "gen.py").write_text(GEN)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PL_DISABLE_FORK="1")
+    r = subprocess.run([sys.executable, str(out / "gen.py"), str(out)], env=env,
+                       capture_output=True, text=True, timeout=600, cwd=out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+def truth(runs: Path, name: str) -> dict:
+    return json.loads((runs / f"{name}.json").read_text())
+
+
+def version_dir(runs: Path, name: str) -> Path:
+    return runs / name / "lightning_logs" / "version_0"
+
+
+def the_ckpt(runs: Path, name: str) -> Path:
+    (f,) = (version_dir(runs, name) / "checkpoints").glob("*.ckpt")
+    return f
+
+
+def codes(report) -> list[str]:
+    return [f.code for f in report.findings]
+
+
+def test_the_fixture_is_lightnings_own_layout(runs):
+    """What the test rests on: Lightning wrote metrics.csv beside checkpoints/, with a
+    'step' and an 'lr-AdamW' column, and logged each step's LR (healthy: once per step)."""
+    csv = version_dir(runs, "healthy") / "metrics.csv"
+    header, rows = safetext.read_csv(csv)
+    assert {"step", "lr-AdamW", "epoch", "train_loss"} <= set(header)
+    history, col, why = pl_fmt.read_lr_log(csv)
+    assert (col, why) == ("lr-AdamW", "")
+    lam = [n / 3 if n < 3 else (12 - n) / 9 for n in range(8)]
+    assert history == pytest.approx([(s, 1e-3 * lam[s]) for s in range(8)], rel=1e-12)
+
+
+def test_healthy_lambda_is_fitted_from_metrics_csv(runs):
+    t = truth(runs, "healthy")
+    st = pl_fmt.read(runs / "healthy")  # the run dir, as a user would give it
+    csv = str(version_dir(runs, "healthy") / "metrics.csv")
+    s = st.schedule
+    assert (s.family, s.kind, s.max_lr, s.warmup, s.horizon) == ("hf", "linear", 1e-3, 3, 12)
+    assert csv in s.source and "column 'lr-AdamW'" in s.source
+    assert "8 points logged as lambda(step)" in s.source
+    assert st.extras["lr_log"] == {"file": csv, "column": "lr-AdamW", "points": 8}
+    assert csv in st.files
+    assert st.scheduler_progress.value == t["last_epoch"] == 8
+    assert s.lr_at(st.scheduler_progress.value) == pytest.approx(t["lr"][0], rel=1e-12)
+    (r,) = inspect_path(runs / "healthy")
+    assert codes(r) == ["LRD107"] and r.exit_code("warning") == 0
+    assert csv in r.findings[0].message  # never silent: which file the fit came from
+
+
+def test_per_batch_step_under_accumulation(runs):
+    """accumulate_grad_batches=2 and a scheduler.step() in training_step on top of
+    Lightning's: 3 calls per update. The log is fitted at 3 x step, so the schedule is
+    known and lrdoctor can say the LR hit its floor a third of the way in (LRD101)."""
+    t = truth(runs, "per_batch")
+    assert (t["last_epoch"], t["global_step"]) == (18, 6)
+    ckpt = the_ckpt(runs, "per_batch")
+    st = pl_fmt.read(ckpt)
+    s = st.schedule
+    assert (s.kind, s.warmup, s.horizon) == ("linear", 3, 12)
+    assert "lambda(3 x step)" in s.source and "metrics.csv" in s.source
+    (r,) = inspect_path(ckpt)
+    assert codes(r) == ["LRD107", "LRD103", "LRD101"]
+    k3, past = r.findings[1], r.findings[2]
+    assert (k3.evidence["scheduler_progress"], k3.evidence["nominal_progress"],
+            k3.evidence["k"]) == (18, 6, 3)
+    assert past.evidence["training_fraction_done"] == 0.5
+    assert past.evidence["floor_reached_at_training_fraction"] == pytest.approx(1 / 3, abs=1e-6)
+    assert r.exit_code("error") == 1
+
+
+def test_without_the_log_the_lambda_stays_unknown(runs, tmp_path):
+    """The same checkpoint away from its metrics.csv: progress only (what the log adds
+    above is the schedule, and with it LRD101)."""
+    f = tmp_path / "a" / "b" / "c" / "x.ckpt"
+    f.parent.mkdir(parents=True)
+    shutil.copy(the_ckpt(runs, "per_batch"), f)
+    st = pl_fmt.read(f)
+    assert st.schedule is None and "lr_log" not in st.extras
+    assert any("no LearningRateMonitor metrics.csv" in n for n in st.notes)
+    (r,) = inspect_path(f)
+    assert codes(r) == ["LRD107", "LRD103"]
+
+
+def test_a_log_above_the_search_bound_is_not_used(runs, tmp_path):
+    """Found only in the checkpoint's folder and two above it, never above the path given."""
+    vd = tmp_path / "v"
+    (vd / "deeper" / "checkpoints").mkdir(parents=True)
+    shutil.copy(the_ckpt(runs, "healthy"), vd / "deeper" / "checkpoints" / "x.ckpt")
+    shutil.copy(version_dir(runs, "healthy") / "metrics.csv", tmp_path / "metrics.csv")
+    assert pl_fmt.read(vd / "deeper" / "checkpoints" / "x.ckpt").schedule is None  # 3 up
+    # ... and a folder given as the run root bounds the search from above too.
+    shutil.copy(version_dir(runs, "healthy") / "metrics.csv", vd / "metrics.csv")
+    assert pl_fmt.read(vd / "deeper" / "checkpoints" / "x.ckpt").schedule is not None
+    assert pl_fmt.read(vd / "deeper").schedule is None
+
+
+def test_found_by_content_not_by_name(runs, tmp_path):
+    vd = tmp_path / "v"
+    (vd / "checkpoints").mkdir(parents=True)
+    shutil.copy(the_ckpt(runs, "healthy"), vd / "checkpoints" / "x.ckpt")
+    (vd / "data.csv").write_text("a,b\n1,2\n")  # not a metrics log: ignored
+    (vd / "blob.csv").write_bytes(b"\x80\x81")  # unreadable, and not by its name a log: a note
+    shutil.copy(version_dir(runs, "healthy") / "metrics.csv", vd / "lr_log.csv")
+    st = pl_fmt.read(vd / "checkpoints" / "x.ckpt")
+    assert st.schedule.kind == "linear" and st.extras["lr_log"]["file"] == str(vd / "lr_log.csv")
+    assert "lr_log_unused" not in st.extras
+    assert any(n.startswith(f"{vd / 'blob.csv'}: not read (not a UTF-8") for n in st.notes)
+    (r,) = inspect_path(vd / "checkpoints" / "x.ckpt")
+    assert codes(r) == ["LRD107"]
+
+
+BAD = {
+    "no_lr_column": ("epoch,step,train_loss\n0,0,0.5\n0,1,0.4\n",
+                     "no LearningRateMonitor 'lr-<Optimizer>' column"),
+    "bad_quoting": ('step,lr-AdamW\n0,"0.001\n', "not valid CSV"),
+    "binary": (b"\x80\x81\x00step,lr-AdamW\n", "not a UTF-8 text file"),
+    "no_values": ("epoch,lr-AdamW,step\n0,,0\n0,,1\n", "holds no logged LR values"),
+    "no_step": ("epoch,lr-AdamW\n0,0.001\n", "no 'step' column"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_malformed_metrics_csv_is_reported_not_skipped(runs, tmp_path, case):
+    content, why = BAD[case]
+    vd = tmp_path / "version_0"
+    (vd / "checkpoints").mkdir(parents=True)
+    ckpt = vd / "checkpoints" / "x.ckpt"
+    shutil.copy(the_ckpt(runs, "healthy"), ckpt)
+    csv = vd / "metrics.csv"
+    csv.write_bytes(content if isinstance(content, bytes) else content.encode())
+    st = pl_fmt.read(ckpt)  # never an error: the checkpoint itself is fine
+    assert st.schedule is None
+    (unused,) = st.extras["lr_log_unused"]
+    assert unused["file"] == str(csv) and why in unused["reason"]
+    assert str(csv) not in unused["reason"]  # the file is named once, in the finding
+    (r,) = inspect_path(ckpt)
+    assert codes(r) == ["LRD107", "LRD111"]
+    f = r.findings[1]
+    assert str(csv) in f.message and why in f.message and str(f.severity) == "warning"
+    assert r.exit_code("warning") == 1  # a CI gate at warning sees it
+
+
+def test_a_good_log_nearer_wins_over_a_bad_one_and_the_bad_one_is_still_said(runs, tmp_path):
+    vd = tmp_path / "version_0"
+    (vd / "checkpoints").mkdir(parents=True)
+    ckpt = vd / "checkpoints" / "x.ckpt"
+    shutil.copy(the_ckpt(runs, "healthy"), ckpt)
+    (vd / "checkpoints" / "metrics.csv").write_text("epoch,step\n0,0\n")
+    shutil.copy(version_dir(runs, "healthy") / "metrics.csv", vd / "metrics.csv")
+    st = pl_fmt.read(ckpt)
+    assert st.schedule.kind == "linear" and st.extras["lr_log"]["file"] == str(vd / "metrics.csv")
+    (r,) = inspect_path(ckpt)
+    assert codes(r) == ["LRD107", "LRD111"]
+    assert "was used instead" in r.findings[1].message
+
+
+def test_csv_reader_limits(tmp_path, monkeypatch):
+    f = tmp_path / "m.csv"
+    f.write_text("step,lr-AdamW\n" + "".join(f"{i},0.001\n" for i in range(100)))
+    assert len(safetext.read_csv(f)[1]) == 100
+    monkeypatch.setenv("LRDOCTOR_MAX_ITEMS", "50")
+    with pytest.raises(LimitExceeded, match="LRDOCTOR_MAX_ITEMS"):
+        safetext.read_csv(f)
+    monkeypatch.delenv("LRDOCTOR_MAX_ITEMS")
+    monkeypatch.setenv("LRDOCTOR_MAX_CSV_BYTES", "100")
+    with pytest.raises(LimitExceeded, match="LRDOCTOR_MAX_CSV_BYTES"):
+        safetext.read_csv(f)
+    monkeypatch.delenv("LRDOCTOR_MAX_CSV_BYTES")
+    (tmp_path / "e.csv").write_text("")
+    with pytest.raises(UnusableInput, match="no header row"):
+        safetext.read_csv(tmp_path / "e.csv")
