@@ -21,8 +21,30 @@ FIT_KINDS = ("linear", "cosine", "constant_with_warmup", "constant")
 FIT_TOLERANCE = 1e-6  # relative; logged LRs are floats rounded by JSON/CSV, so near-exact
 
 
+def _horizons(kind: str, w: int, points: list[tuple[float, float]]) -> list[int | None]:
+    """The horizons ``kind`` with warmup ``w`` could have, solved from the last point in
+    its decay (0 < factor < 1, past the warmup): linear ``f = (T - n) / (T - w)``, cosine
+    ``f = (1 + cos(pi (n - w) / (T - w))) / 2``; the integer either side of the solution.
+    [None] for the kinds that need no horizon, [] when no point lies in the decay."""
+    from lrdoctor.schedules import hf as hf_sched
+
+    if kind not in hf_sched.NEEDS_HORIZON:
+        return [None]
+    decay = [(n, f) for n, f in points if n > w and 1e-9 < f < 1 - 1e-9]
+    if not decay:
+        return []
+    n, f = decay[-1]
+    if kind == "linear":
+        t = (n - f * w) / (1 - f)
+    else:  # cosine, num_cycles 0.5
+        t = w + (n - w) / (math.acos(2 * f - 1) / math.pi)
+    if not math.isfinite(t) or t > _common.MAX_MAGNITUDE:
+        return []
+    return sorted({max(w + 1, math.floor(t)), max(w + 1, math.ceil(t))})
+
+
 def fit_schedule(history: list[tuple[int, float]], max_lr: float,
-                 max_steps: int, anchor: tuple[float, float] | None = None,
+                 max_steps: int | None, anchor: tuple[float, float] | None = None,
                  scale: float = 1.0, label: str = "log_history") -> ScheduleSpec | None:
     """The HF schedule (kind, warmup) that reproduces the logged LRs, or None.
 
@@ -37,6 +59,9 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
     ``scale``: scheduler calls per logged step. The schedule is a function of the
     *scheduler's* counter, so a run that stepped it k times per update (accelerate's
     ``AcceleratedScheduler``, a per-micro-batch step) is fitted at ``k x step``.
+
+    ``max_steps`` None (Lightning saves no budget): the horizon is fitted too, solved
+    from a logged point in the decay and checked against all the others like the rest.
     """
     from lrdoctor.schedules import hf as hf_sched
 
@@ -49,30 +74,37 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
     if scale != 1:  # in the scheduler's counter, for either logging offset
         lo, hi = int(max(0, lo - 1) * scale), int(math.ceil(hi * scale))
     candidates = sorted({0, *range(max(0, lo - 1), hi + 1)})
-    best: tuple[float, str, int, int] | None = None
+    best: tuple[float, str, int, int, int | None] | None = None
     for offset in (1, 0):
+        points = [((s - offset) * scale, lr / max_lr) for s, lr in history]
+        if anchor is not None:
+            points.append((anchor[0], anchor[1] / max_lr))
         for kind in FIT_KINDS:
             for w in candidates:
-                spec = ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
-                                    warmup=float(w), horizon=float(max_steps))
-                err = max(abs(max_lr * hf_sched.factor(spec, (s - offset) * scale) - lr)
-                          for s, lr in history) / max_lr
-                if anchor is not None:
-                    err = max(err, abs(max_lr * hf_sched.factor(spec, anchor[0])
-                                       - anchor[1]) / max_lr)
-                if best is None or err < best[0] - 1e-15:
-                    best = (err, kind, w, offset)
-    assert best is not None
-    err, kind, w, offset = best
+                horizons = [max_steps] if max_steps is not None else _horizons(kind, w, points)
+                for t in horizons:
+                    spec = ScheduleSpec(family="hf", kind=kind, max_lr=max_lr,
+                                        unit=Unit.UPDATES, warmup=float(w),
+                                        horizon=float(t) if t is not None else None)
+                    err = max(abs(hf_sched.factor(spec, n) - f) for n, f in points)
+                    if best is None or err < best[0] - 1e-15:
+                        best = (err, kind, w, offset, t)
+    if best is None:
+        return None
+    err, kind, w, offset, t = best
     if err > FIT_TOLERANCE:
         return None
     k = f"{scale:g} x " if scale != 1 else ""
     when = f"lambda({k}(step - 1))" if offset else f"lambda({k}step)"
+    fitted_t = "" if max_steps is not None else (
+        "; no step budget saved, so the horizon is fitted too" if t is not None else
+        "; no step budget saved and the log shows no decay: a decay that starts later "
+        "would look the same")
     return ScheduleSpec(family="hf", kind=kind, max_lr=max_lr, unit=Unit.UPDATES,
-                        warmup=float(w), horizon=float(max_steps),
+                        warmup=float(w), horizon=float(t) if t is not None else None,
                         source=f"fitted from {label} ({len(history)} points logged as "
                                f"{when}" + (" + the scheduler's current LR" if anchor else "")
-                               + f", max rel. error {err:.1e})")
+                               + f", max rel. error {err:.1e}{fitted_t})")
 
 
 def calls_per_step(progress: Counter | None, steps: Counter | None) -> float:
@@ -99,7 +131,7 @@ def current_lr(progress: Counter | None, sched: dict | None,
     return (progress.value, float(lrs[0])) if lrs else None
 
 
-def fit(history: list[tuple[int, float]], max_lr: float, max_steps: int, *,
+def fit(history: list[tuple[int, float]], max_lr: float, max_steps: int | None, *,
         anchor: tuple[float, float] | None, scale: float, label: str) -> ScheduleSpec | None:
     """The fit every reader runs: with the scheduler's current LR, then at ``scale`` scheduler
     calls per step (issue 9: a k x stepped LambdaLR is fitted too), then the log alone (no

@@ -292,12 +292,9 @@ def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
         base_lr = max(lr for _, lr in history)
         st.notes.append("initial LR unknown; the fit takes the largest logged LR")
     end = st.planned_end
-    if end is None or end.unit != Unit.UPDATES:
-        st.notes.append(f"{f} column {col!r}: {len(history)} logged LRs, but the fit needs the "
-                        "step budget (save it with save_hyperparameters(max_steps=...))")
-        return
+    budget = int(end.value) if end is not None and end.unit == Unit.UPDATES else None
     st.schedule = _logfit.fit(
-        history, float(base_lr), int(end.value), label=f"{f} column {col!r}",
+        history, float(base_lr), budget, label=f"{f} column {col!r}",
         anchor=_logfit.current_lr(st.scheduler_progress, sched, st.optimizer_lrs),
         scale=_logfit.calls_per_step(st.scheduler_progress, steps))
     if st.schedule is None:

@@ -26,7 +26,7 @@ from lrdoctor.inspect_api import inspect_path
 pytestmark = pytest.mark.frameworks
 
 GEN = textwrap.dedent('''
-import json, sys, warnings, torch, pytorch_lightning as pl
+import json, math, sys, warnings, torch, pytorch_lightning as pl
 from pathlib import Path
 from torch.utils.data import DataLoader, TensorDataset
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
@@ -35,21 +35,27 @@ warnings.filterwarnings("ignore")
 out = Path(sys.argv[1])
 torch.manual_seed(0)
 
-def linear(warmup, total):  # transformers' get_linear_schedule_with_warmup lambda
+def lam(kind, warmup, total):  # transformers' linear / cosine lambdas, written by hand
     def f(n):
         if n < warmup:
             return n / max(1, warmup)
+        if kind == "cosine":
+            return max(0.0, 0.5 * (1 + math.cos(math.pi * (n - warmup) / max(1, total - warmup))))
         return max(0.0, (total - n) / max(1, total - warmup))
     return f
 
 class M(pl.LightningModule):
-    def __init__(self, max_steps=12, warmup=3, step_every_batch=False):
+    def __init__(self, max_steps=12, warmup=3, step_every_batch=False, kind="linear",
+                 save=True):
         super().__init__()
-        self.save_hyperparameters()
+        self.cfg = dict(max_steps=max_steps, warmup=warmup, kind=kind,
+                        step_every_batch=step_every_batch)
+        if save:  # the only way a budget reaches a .ckpt
+            self.save_hyperparameters()
         self.l = torch.nn.Linear(4, 1)
 
     def training_step(self, batch, i):
-        if self.hparams.step_every_batch:  # the bug: a per-batch step under accumulation
+        if self.cfg["step_every_batch"]:  # the bug: a per-batch step under accumulation
             self.lr_schedulers().step()
         loss = self.l(batch[0]).pow(2).mean()
         self.log("train_loss", loss)
@@ -57,8 +63,8 @@ class M(pl.LightningModule):
 
     def configure_optimizers(self):
         o = torch.optim.AdamW(self.parameters(), lr=1e-3)
-        s = torch.optim.lr_scheduler.LambdaLR(o, linear(self.hparams.warmup,
-                                                         self.hparams.max_steps))
+        c = self.cfg
+        s = torch.optim.lr_scheduler.LambdaLR(o, lam(c["kind"], c["warmup"], c["max_steps"]))
         return {"optimizer": o, "lr_scheduler": {"scheduler": s, "interval": "step"}}
 
 def run(name, steps, accum=1, **kw):
@@ -77,6 +83,7 @@ def run(name, steps, accum=1, **kw):
 
 run("healthy", 8)
 run("per_batch", 6, accum=2, step_every_batch=True)
+run("cosine_nobudget", 8, kind="cosine", max_steps=10, warmup=2, save=False)
 ''')
 
 
@@ -156,6 +163,20 @@ def test_per_batch_step_under_accumulation(runs):
     assert past.evidence["training_fraction_done"] == 0.5
     assert past.evidence["floor_reached_at_training_fraction"] == pytest.approx(1 / 3, abs=1e-6)
     assert r.exit_code("error") == 1
+
+
+def test_no_budget_saved_the_horizon_is_fitted_too(runs):
+    """Lightning saves no max_steps: a module without save_hyperparameters() has no
+    budget, so the fit solves the horizon from a logged point in the decay as well."""
+    t = truth(runs, "cosine_nobudget")
+    st = pl_fmt.read(runs / "cosine_nobudget")
+    s = st.schedule
+    assert st.planned_end is None
+    assert (s.kind, s.warmup, s.horizon) == ("cosine", 2, 10)
+    assert "the horizon is fitted too" in s.source
+    assert s.lr_at(t["last_epoch"]) == pytest.approx(t["lr"][0], rel=1e-12)
+    (r,) = inspect_path(runs / "cosine_nobudget")
+    assert codes(r) == ["LRD107"] and "horizon is fitted too" in r.findings[0].message
 
 
 def test_without_the_log_the_lambda_stays_unknown(runs, tmp_path):
@@ -259,3 +280,28 @@ def test_csv_reader_limits(tmp_path, monkeypatch):
     (tmp_path / "e.csv").write_text("")
     with pytest.raises(UnusableInput, match="no header row"):
         safetext.read_csv(tmp_path / "e.csv")
+
+
+def test_the_shared_fit_solves_a_horizon_it_was_not_given():
+    """formats._logfit without a budget: linear and cosine horizons solved from the log
+    (HF's max_steps path is unchanged: the same points with the budget give the same spec)."""
+    from lrdoctor.formats import _logfit
+    from lrdoctor.model import ScheduleSpec, Unit
+    from lrdoctor.schedules import hf as hf_sched
+
+    for kind, w, t in (("linear", 5, 100), ("cosine", 7, 333)):
+        truth = ScheduleSpec(family="hf", kind=kind, max_lr=3e-4, unit=Unit.UPDATES,
+                             warmup=w, horizon=t)
+        log = [(s, 3e-4 * hf_sched.factor(truth, s)) for s in range(0, 200, 10)]
+        spec = _logfit.fit_schedule(log, 3e-4, None)
+        assert (spec.kind, spec.warmup, spec.horizon) == (kind, w, t), kind
+        same = _logfit.fit_schedule(log, 3e-4, t)
+        assert (same.kind, same.warmup, same.horizon) == (kind, w, t)
+        assert "horizon is fitted too" in spec.source and "fitted too" not in same.source
+    # Still in warmup: nothing to solve a horizon from, and the source says so.
+    ramp = [(s, 1e-3 * min(1.0, s / 25)) for s in range(0, 30, 5)]
+    spec = _logfit.fit_schedule(ramp, 1e-3, None)
+    assert (spec.kind, spec.horizon) == ("constant_with_warmup", None)
+    assert "a decay that starts later would look the same" in spec.source
+    # A log no schedule explains is not fitted.
+    assert _logfit.fit_schedule([(0, 1e-3), (1, 5e-4), (2, 1e-3)], 1e-3, None) is None
