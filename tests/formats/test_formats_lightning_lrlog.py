@@ -305,3 +305,25 @@ def test_the_shared_fit_solves_a_horizon_it_was_not_given():
     assert "a decay that starts later would look the same" in spec.source
     # A log no schedule explains is not fitted.
     assert _logfit.fit_schedule([(0, 1e-3), (1, 5e-4), (2, 1e-3)], 1e-3, None) is None
+
+
+def test_fix_uses_the_fitted_schedule(runs, tmp_path):
+    """The per-batch run repaired: the scheduler counter divided by 3 and the LR set from
+    the schedule fitted to metrics.csv, what the lambda gives at 6 updates (read back
+    with torch.load, the way Lightning's own loader reads a .ckpt)."""
+    import math
+
+    import torch
+
+    from lrdoctor.repair import plan_fix, write_fix
+
+    plan = plan_fix(the_ckpt(runs, "per_batch"))
+    assert plan.target.policy == "rescale" and plan.target.progress == 6
+    want = 1e-3 * (12 - 6) / 9
+    assert math.isclose(plan.target.lr, want, rel_tol=1e-12)
+    f = tmp_path / "fixed.ckpt"  # a file given: a file written
+    write_fix(plan, f)
+    sd = torch.load(f, weights_only=False, map_location="cpu")  # lrdoctor's own output
+    assert sd["lr_schedulers"][0]["last_epoch"] == 6
+    assert math.isclose(sd["optimizer_states"][0]["param_groups"][0]["lr"], want, rel_tol=1e-12)
+    assert sd["global_step"] == 6
