@@ -21,6 +21,7 @@ from lrdoctor.commands._common import (
     die,
     guarded,
     output_format_help,
+    print_unusable,
     resolve_format,
 )
 
@@ -94,7 +95,8 @@ def register(app: typer.Typer) -> None:
                            force=force, format=format, output_format=fmt.value,
                            fail_on=fail_on.value)
 
-        raise typer.Exit(guarded(run))
+        raise typer.Exit(guarded(run, lambda exc: print_unusable("fix", str(path), exc, fmt,
+                                                               format)))
 
 
 def run_fix(path: Path | str, *, out: Path | str | None, policy: str | None, k: float | None,
@@ -114,7 +116,7 @@ def run_fix(path: Path | str, *, out: Path | str | None, policy: str | None, k: 
                             dry_run=dry_run, force=force, format=format,
                             output_format=output_format, fail_on=fail_on)
         except UnusableInput as exc:  # named as the user named it, not the staging folder
-            raise UnusableInput(stage.rename(str(exc))) from None
+            raise UnusableInput(stage.rename(str(exc)), detail=exc.detail) from None
 
 
 def _run_fix(stage, *, policy, k, progress, replay, dry_run, force, format, output_format,

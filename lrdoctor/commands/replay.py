@@ -17,6 +17,7 @@ from lrdoctor.commands._common import (
     QuietOpt,
     guarded,
     png_path,
+    print_unusable,
     resolve_format,
 )
 
@@ -126,7 +127,7 @@ def replay_cmd(
         with stage_bar() as progress:
             return replay_full(str(config), batch_log, synthetic, progress=progress, **kwargs)
 
-    result = guarded(go)
+    result = guarded(go, lambda exc: print_unusable("replay", str(config), exc, fmt))
     if trace is not None:
         guarded(lambda: _write_trace(result.replay, trace))
     if plot is not None:

@@ -300,3 +300,31 @@ def test_replay_json_and_batch_log_kinds(tmp_path):
     line = assert_unusable(lrdoctor("replay", "--config", EXAMPLE, "--batch-log", "logs",
                                     cwd=tmp_path), "logs")
     assert "is a directory" in line
+
+
+def test_refused_fix_and_replay_json_are_structured_records_on_stdout(tmp_path):
+    """fix and replay refuse like inspect: exit 2, the one stderr line, and with --json
+    the report shape on stdout with one LRD303 finding carrying that line (fix: and what
+    was scanned, as the scan found it, not the staging copy)."""
+    d = tmp_path / "e"
+    d.mkdir()
+    (d / "notes.txt").write_text("hi\n")
+    p = lrdoctor("fix", "e", "--out", "fx", "--json", cwd=tmp_path)
+    line = assert_unusable(p, "e")
+    doc = json.loads(p.stdout)
+    (f,) = doc["findings"]
+    assert (doc["command"], doc["target"], f["code"]) == ("fix", "e", "LRD303")
+    assert line == "lrdoctor: error: " + f["message"]
+    assert f["evidence"]["scanned"]["seen"] == [
+        {"file": "notes.txt", "found": "not checkpoint state (.txt)"}]
+    assert not (tmp_path / "fx").exists()
+
+    (tmp_path / "bad.yaml").write_text("train: {steps: -1}\n")
+    p = lrdoctor("replay", "-c", "bad.yaml", "--json", cwd=tmp_path)
+    line = assert_unusable(p, "bad.yaml")
+    doc = json.loads(p.stdout)
+    (f,) = doc["findings"]
+    assert (doc["command"], doc["target"], f["code"]) == ("replay", "bad.yaml", "LRD303")
+    assert line == "lrdoctor: error: " + f["message"] and "train.steps" in line
+    text = lrdoctor("replay", "-c", "bad.yaml", cwd=tmp_path)
+    assert_unusable(text, "bad.yaml") and text.stdout == ""
