@@ -453,8 +453,9 @@ def _lrs_unread(state: RunState) -> list[Finding]:
 
 
 def _lr_log_unused(state: RunState) -> list[Finding]:
-    """Never silent: a logged-LR file beside the checkpoint (Lightning's metrics.csv) that
-    the reader could not use to fit the schedule (``extras["lr_log_unused"]``)."""
+    """Never silent: a logged-LR file beside the checkpoint (Lightning's metrics.csv or a
+    TensorBoard event file) that the reader could not use to fit the schedule
+    (``extras["lr_log_unused"]``)."""
     unused = (state.extras or {}).get("lr_log_unused")
     if not isinstance(unused, list) or not unused:
         return []
@@ -467,7 +468,8 @@ def _lr_log_unused(state: RunState) -> list[Finding]:
         "LRD111", f"A metrics log beside the checkpoint could not be used ({what}); {then}.",
         {"lr_log_unused": unused, "scanned": state.files or [state.path]},
         fix="Log the LR with Lightning's LearningRateMonitor to a CSVLogger (a 'step' and an "
-            "'lr-<Optimizer>' column), or give the schedule in a run config.",
+            "'lr-<Optimizer>' column) or a TensorBoardLogger (an 'lr-<Optimizer>' scalar), "
+            "or give the schedule in a run config.",
         location=state.path)]
 
 

@@ -57,6 +57,8 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in [
     Limit("json_bytes", 64 * _MiB, "bytes of one JSON sidecar (trainer_state.json, ...)"),
     Limit("csv_bytes", 64 * _MiB, "bytes of one CSV metrics log (Lightning CSVLogger's "
                                   "metrics.csv)"),
+    Limit("tfevents_bytes", 64 * _MiB, "bytes of one TensorBoard event file "
+                                       "(events.out.tfevents.*, TensorBoardLogger's log)"),
     Limit("jsonl_line_bytes", 16 * _MiB, "bytes of one line of a JSONL batch log"),
     Limit("config_bytes", 1 * _MiB, "bytes of one YAML or TOML config"),
     Limit("replay_steps", 10_000_000, "optimizer steps one replay simulates (train.steps, "

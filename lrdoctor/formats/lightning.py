@@ -26,7 +26,11 @@ metrics.csv``, next to the default ``checkpoints/`` folder), the schedule is
 fitted to the logged points by :mod:`lrdoctor.formats._logfit`, as for HF's
 ``log_history``. The CSV is found by its content (a ``step`` column and an
 ``lr-<Optimizer>`` column) in the checkpoint's folder and up to
-``LR_LOG_LEVELS`` folders above it, never above the path given.
+``LR_LOG_LEVELS`` folders above it, never above the path given. Lightning's
+*default* logger, ``TensorBoardLogger``, writes the same points as scalars
+tagged ``lr-<Optimizer>`` to ``version_N/events.out.tfevents.*``: those files
+are searched the same way (after the CSVs of each folder) and read by
+:mod:`lrdoctor.tfevents`, with the same tag rule and first-point-per-step rule.
 """
 
 from __future__ import annotations
@@ -185,15 +189,22 @@ def read(path: Path) -> RunState:
 
 # ---------------------------------------------------------------- logged LR (LambdaLR)
 
+def _is_tfevents(f: Path) -> bool:
+    from lrdoctor.tfevents import PREFIX
+
+    return f.name.startswith(PREFIX)
+
+
 def lr_log_files(ckpt: Path, root: Path) -> list[Path]:
-    """``*.csv`` files in the checkpoint's folder and up to LR_LOG_LEVELS above, nearest
+    """``*.csv`` and TensorBoard ``events.out.tfevents.*`` files in the checkpoint's folder and up to LR_LOG_LEVELS above, nearest
     first; never above ``root`` (the path the user gave) when it is a folder holding it."""
     out: list[Path] = []
     d = ckpt.parent
     for _ in range(LR_LOG_LEVELS + 1):
         try:
-            out += sorted((f for f in d.iterdir() if f.suffix == ".csv" and f.is_file()),
-                          key=lambda f: (f.name != METRICS_CSV, f.name))
+            out += sorted((f for f in d.iterdir()
+                           if (f.suffix == ".csv" or _is_tfevents(f)) and f.is_file()),
+                          key=lambda f: (f.name != METRICS_CSV, _is_tfevents(f), f.name))
         except OSError:
             pass
         if d == root or d.parent == d:
@@ -223,9 +234,12 @@ def read_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
     """(the first logged LR per step, column, '') or (None, '', why it is not an LR log).
 
     Lightning logs the LR at every batch that may log, so inside an accumulation
-    window several rows share a step: the first is the LR the update started with."""
+    window several rows share a step: the first is the LR the update started with.
+    A TensorBoard event file is read by :func:`read_tb_lr_log`, by the same rules."""
     from lrdoctor import safetext
 
+    if _is_tfevents(f):
+        return read_tb_lr_log(f)
     header, rows = safetext.read_csv(f, "a CSVLogger metrics.csv")
     if "step" not in header:
         return None, "", "no 'step' column"
@@ -249,6 +263,26 @@ def read_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
     return sorted(seen.items()), col, ""
 
 
+def read_tb_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
+    """:func:`read_lr_log` of a TensorBoardLogger event file: the tags are the column
+    names (the same ``lr-<Optimizer>`` rule), each scalar a (step, LR) row."""
+    from lrdoctor import tfevents
+
+    scalars = tfevents.read(f)
+    tags = sorted(scalars.values)
+    col, _ = _lr_column(tags)
+    if col is None:
+        return None, "", ("no LearningRateMonitor 'lr-<Optimizer>' scalar (tags: "
+                          f"{', '.join(tags[:8]) or 'none'}{' ...' if len(tags) > 8 else ''})")
+    seen: dict[int, float] = {}
+    for step, lr in scalars.values[col]:
+        if step >= 0 and math.isfinite(lr) and lr >= 0:
+            seen.setdefault(step, lr)
+    if not seen:
+        return None, col, f"scalar {col!r} holds no logged LR values"
+    return sorted(seen.items()), col, ""
+
+
 def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
                    steps: Counter | None) -> None:
     """Fit the LambdaLR's schedule to a LearningRateMonitor log near the checkpoint.
@@ -263,20 +297,21 @@ def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
         except UnusableInput as exc:
             # Unreadable: a metrics log only by its name; another CSV is only noted.
             history, col, why = None, "", str(exc).removeprefix(f"{f}: ")
-            if f.name != METRICS_CSV:
+            if f.name != METRICS_CSV and not _is_tfevents(f):
                 st.notes.append(f"{f}: not read ({why})")
                 continue
         if history is not None:
             found = (f, col, history)
             break
-        if f.name == METRICS_CSV or why != "no 'step' column":
+        if f.name == METRICS_CSV or _is_tfevents(f) or why != "no 'step' column":
             unused.append({"file": str(f), "reason": why})
     if unused:
         st.extras["lr_log_unused"] = unused
     if found is None:
         if not unused:
-            st.notes.append(f"no LearningRateMonitor metrics.csv within {LR_LOG_LEVELS} folders "
-                            f"above {ckpt.name}: the LambdaLR's schedule cannot be fitted")
+            st.notes.append(f"no LearningRateMonitor metrics.csv or TensorBoard events.out."
+                            f"tfevents.* within {LR_LOG_LEVELS} folders above {ckpt.name}: "
+                            "the LambdaLR's schedule cannot be fitted")
         return
     f, col, history = found
     st.files.append(str(f))

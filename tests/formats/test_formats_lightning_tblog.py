@@ -1,0 +1,287 @@
+"""A Lightning LambdaLR's schedule fitted to LearningRateMonitor's TensorBoardLogger log.
+
+TensorBoardLogger is Lightning's default logger: the LR is then only in
+``version_N/events.out.tfevents.*``. The runs are the CSV tests' runs
+(tests/formats/test_formats_lightning_lrlog.py) with Lightning's own
+TensorBoardLogger in place of the CSVLogger, so the findings must be the same;
+lrdoctor's reader (lrdoctor/tfevents.py) is checked against tensorboard's own
+EventAccumulator on the same files, and against hostile bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lrdoctor import tfevents
+from lrdoctor.errors import LimitExceeded, UnusableInput
+from lrdoctor.formats import lightning as pl_fmt
+from lrdoctor.inspect_api import inspect_path
+from tests.formats.test_formats_lightning_lrlog import GEN as CSV_GEN
+
+pytestmark = pytest.mark.frameworks
+
+GEN = (CSV_GEN.replace("from pytorch_lightning.loggers import CSVLogger",
+                       "from pytorch_lightning.loggers import TensorBoardLogger")
+       .replace("logger=CSVLogger(out / name)", "logger=TensorBoardLogger(out / name)"))
+assert GEN.count("TensorBoardLogger") == 2 and "CSVLogger" not in GEN
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("lightning_tblog")
+    (out / "gen.py").write_text(GEN)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PL_DISABLE_FORK="1")
+    r = subprocess.run([sys.executable, str(out / "gen.py"), str(out)], env=env,
+                       capture_output=True, text=True, timeout=600, cwd=out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+def truth(runs: Path, name: str) -> dict:
+    return json.loads((runs / f"{name}.json").read_text())
+
+
+def version_dir(runs: Path, name: str) -> Path:
+    return runs / name / "lightning_logs" / "version_0"
+
+
+def the_ckpt(runs: Path, name: str) -> Path:
+    (f,) = (version_dir(runs, name) / "checkpoints").glob("*.ckpt")
+    return f
+
+
+def events_file(runs: Path, name: str) -> Path:
+    (f,) = version_dir(runs, name).glob("events.out.tfevents.*")
+    return f
+
+
+def codes(report) -> list[str]:
+    return [f.code for f in report.findings]
+
+
+def accumulated(f: Path) -> dict[str, list[tuple[int, float]]]:
+    """tensorboard's own reading of every scalar of ``f``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
+
+
+def test_the_fixture_is_lightnings_own_tensorboard_layout(runs):
+    """Only an event file beside checkpoints/ (no metrics.csv); lrdoctor's decoder reads
+    every scalar exactly as tensorboard's EventAccumulator does."""
+    vd = version_dir(runs, "healthy")
+    assert not list(vd.glob("*.csv"))
+    for name in ("healthy", "per_batch"):
+        f = events_file(runs, name)
+        mine = tfevents.read(f)
+        theirs = accumulated(f)
+        assert "lr-AdamW" in theirs and "train_loss" in theirs
+        assert mine.values == theirs and not mine.truncated
+    history, col, why = pl_fmt.read_lr_log(events_file(runs, "healthy"))
+    assert (col, why) == ("lr-AdamW", "")
+    lam = [n / 3 if n < 3 else (12 - n) / 9 for n in range(8)]
+    # simple_value is a float32
+    assert [s for s, _ in history] == list(range(8))
+    assert [v for _, v in history] == pytest.approx([1e-3 * x for x in lam], rel=1e-7)
+
+
+def test_healthy_lambda_is_fitted_from_the_event_file(runs):
+    t = truth(runs, "healthy")
+    st_ = pl_fmt.read(runs / "healthy")
+    ev = str(events_file(runs, "healthy"))
+    s = st_.schedule
+    assert (s.family, s.kind, s.max_lr, s.warmup, s.horizon) == ("hf", "linear", 1e-3, 3, 12)
+    assert ev in s.source and "column 'lr-AdamW'" in s.source
+    assert "8 points logged as lambda(step)" in s.source
+    assert st_.extras["lr_log"] == {"file": ev, "column": "lr-AdamW", "points": 8}
+    assert ev in st_.files and "lr_log_unused" not in st_.extras
+    assert st_.scheduler_progress.value == t["last_epoch"] == 8
+    assert s.lr_at(st_.scheduler_progress.value) == pytest.approx(t["lr"][0], rel=1e-12)
+    (r,) = inspect_path(runs / "healthy")
+    assert codes(r) == ["LRD107"] and r.exit_code("warning") == 0
+    assert ev in r.findings[0].message
+
+
+def test_per_batch_step_under_accumulation(runs):
+    """The CSV test's 3-calls-per-update run: the same findings from the event file."""
+    t = truth(runs, "per_batch")
+    assert (t["last_epoch"], t["global_step"]) == (18, 6)
+    ckpt = the_ckpt(runs, "per_batch")
+    s = pl_fmt.read(ckpt).schedule
+    assert (s.kind, s.warmup, s.horizon) == ("linear", 3, 12)
+    assert "lambda(3 x step)" in s.source and "events.out.tfevents." in s.source
+    (r,) = inspect_path(ckpt)
+    assert codes(r) == ["LRD107", "LRD103", "LRD101"]
+    k3, past = r.findings[1], r.findings[2]
+    assert (k3.evidence["scheduler_progress"], k3.evidence["nominal_progress"],
+            k3.evidence["k"]) == (18, 6, 3)
+    assert past.evidence["training_fraction_done"] == 0.5
+    assert past.evidence["floor_reached_at_training_fraction"] == pytest.approx(1 / 3, abs=1e-6)
+    assert r.exit_code("error") == 1
+
+
+def test_no_budget_saved_the_horizon_is_fitted_too(runs):
+    s = pl_fmt.read(runs / "cosine_nobudget").schedule
+    assert (s.kind, s.warmup, s.horizon) == ("cosine", 2, 10)
+
+
+def test_a_metrics_csv_beside_it_is_preferred(runs, tmp_path):
+    """In one folder metrics.csv is read first; the event file is the fallback."""
+    vd = tmp_path / "version_0"
+    shutil.copytree(version_dir(runs, "healthy"), vd)
+    (vd / "metrics.csv").write_text("step,lr-AdamW\n" + "".join(
+        f"{n},{1e-3 * (n / 3 if n < 3 else (12 - n) / 9)!r}\n" for n in range(8)))
+    st_ = pl_fmt.read(vd)
+    assert st_.extras["lr_log"]["file"] == str(vd / "metrics.csv")
+
+
+# ---------------------------------------------------------------- the decoder itself
+
+def record(data: bytes) -> bytes:
+    head = struct.pack("<Q", len(data))
+    return (head + struct.pack("<I", tfevents._masked(head)) + data
+            + struct.pack("<I", tfevents._masked(data)))
+
+
+def ld(field: int, body: bytes) -> bytes:
+    """A length-delimited protobuf field (lengths < 128 here: one-byte varints)."""
+    assert len(body) < 128
+    return bytes([field << 3 | 2, len(body)]) + body
+
+
+def event(step: int, tag: bytes, value: bytes) -> bytes:
+    """An Event with one Summary.Value: ``value`` is its value field(s), encoded."""
+    return (b"\x09" + struct.pack("<d", 1.5) + b"\x10" + bytes([step])
+            + ld(5, ld(1, ld(1, tag) + value)))
+
+
+def f32(x: float) -> bytes:
+    return b"\x15" + struct.pack("<f", x)  # simple_value
+
+
+def test_new_style_tensor_scalars_match_tensorboard(tmp_path):
+    """SummaryWriter.add_scalar(new_style=True) writes a TensorProto (float_val, or
+    double_val with double_precision): read as the same (step, value) pairs."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(tmp_path))
+    for s in range(5):
+        w.add_scalar("lr-SGD", 0.1 * (5 - s) / 5, s, new_style=True)
+        w.add_scalar("lr-SGD-double", 0.1 * (5 - s) / 5, s, new_style=True, double_precision=True)
+        w.add_scalar("old", float(s), s)
+    w.close()
+    (f,) = tmp_path.glob("events.out.tfevents.*")
+    mine = tfevents.read(f).values
+    acc = EventAccumulator(str(f), size_guidance={"tensors": 0, "scalars": 0})
+    acc.Reload()
+    for tag in ("lr-SGD", "lr-SGD-double"):
+        theirs = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)))
+                  for e in acc.Tensors(tag)]
+        assert mine[tag] == theirs and len(theirs) == 5
+    assert mine["lr-SGD-double"][1][1] == 0.08  # a double stays a double
+    assert mine["old"] == [(e.step, e.value) for e in acc.Scalars("old")]
+
+
+def test_crc32c_is_castagnoli():
+    assert tfevents.crc32c(b"123456789") == 0xE3069283
+    assert tfevents.crc32c(b"") == 0
+
+
+HOSTILE = {
+    "empty": (b"", "no complete record"),
+    "text": (b"step,lr-AdamW\n0,0.001\n", "bad length checksum"),
+    "bad_data_crc": (record(b"\x08\x01")[:-1] + b"\x00", "bad data checksum"),
+    "bad_proto": (record(b"\x2a\x05\x0a\xff\xff\xff\xff"), "not a valid TensorBoard Event"),
+    "wire_type_7": (record(b"\x0f"), "wire type 7"),
+    "endless_varint": (record(b"\x10" + b"\xff" * 12), "varint"),
+    "no_lr_tag": (record(event(3, b"loss", f32(1.0))),
+                  "no LearningRateMonitor 'lr-<Optimizer>' scalar (tags: loss)"),
+    "negative_lr": (record(event(3, b"lr-AdamW", f32(-1.0))), "holds no logged LR values"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_malformed_event_file_is_reported_not_skipped(runs, tmp_path, case):
+    content, why = HOSTILE[case]
+    vd = tmp_path / "version_0"
+    (vd / "checkpoints").mkdir(parents=True)
+    ckpt = vd / "checkpoints" / "x.ckpt"
+    shutil.copy(the_ckpt(runs, "healthy"), ckpt)
+    ev = vd / "events.out.tfevents.1.host.1.0"
+    ev.write_bytes(content)
+    st_ = pl_fmt.read(ckpt)
+    assert st_.schedule is None
+    (unused,) = st_.extras["lr_log_unused"]
+    assert unused["file"] == str(ev) and why in unused["reason"]
+    assert "\n" not in unused["reason"] and str(ev) not in unused["reason"]
+    (r,) = inspect_path(ckpt)
+    assert codes(r) == ["LRD107", "LRD111"]
+    f = r.findings[1]
+    assert str(ev) in f.message and why in f.message and str(f.severity) == "warning"
+    assert r.exit_code("warning") == 1
+
+
+def test_a_truncated_tail_is_tolerated_and_said(runs, tmp_path):
+    data = events_file(runs, "healthy").read_bytes()
+    sc = tfevents.parse(data[:-3], "x")
+    full = tfevents.parse(data, "x")
+    assert sc.truncated and sc.records == full.records - 1
+
+
+def test_event_file_limits(runs, tmp_path, monkeypatch):
+    f = events_file(runs, "healthy")
+    assert tfevents.read(f).records > 8
+    monkeypatch.setenv("LRDOCTOR_MAX_TFEVENTS_BYTES", "100")
+    with pytest.raises(LimitExceeded, match="LRDOCTOR_MAX_TFEVENTS_BYTES"):
+        tfevents.read(f)
+    monkeypatch.delenv("LRDOCTOR_MAX_TFEVENTS_BYTES")
+    monkeypatch.setenv("LRDOCTOR_MAX_ITEMS", "5")
+    with pytest.raises(LimitExceeded, match="LRDOCTOR_MAX_ITEMS"):
+        tfevents.read(f)
+
+
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# simple_value, then a TensorProto {dtype: DT_FLOAT, tensor_content: 1.0f}
+SEED = (record(event(3, b"lr-AdamW", f32(1e-3)))
+        + record(event(4, b"lr-", ld(8, b"\x08\x01" + ld(4, struct.pack("<f", 1.0))))))
+
+
+@FUZZ
+@given(payload=st.binary(max_size=64), cut=st.integers(0, 200), framed=st.booleans())
+def test_fuzzed_event_bytes_parse_or_refuse_in_one_line(payload, cut, framed):
+    """Raw bytes (checksums fail early) and framed ones (checksums pass, so the protobuf
+    decoder itself sees the noise): a result, or one line naming the file."""
+    if framed:  # a cut event's bytes + noise, correctly framed
+        (n,) = struct.unpack_from("<Q", SEED)
+        data = record(SEED[12:12 + cut % (n + 1)] + payload)
+    else:  # noise inserted anywhere in the file
+        base = SEED[:cut % (len(SEED) + 1)]
+        data = base + payload + SEED[len(base):]
+    try:
+        out = tfevents.parse(data, "ev")
+    except UnusableInput as exc:
+        assert str(exc).startswith("ev: ") and "\n" not in str(exc)
+    else:
+        assert all(isinstance(s, int) and isinstance(v, float)
+                   for vals in out.values.values() for s, v in vals)
+
+
+def test_the_seed_decodes():
+    out = tfevents.parse(SEED, "ev")
+    assert out.values["lr-AdamW"] == [(3, pytest.approx(1e-3, rel=1e-7))]
+    assert out.values["lr-"] == [(4, 1.0)]
