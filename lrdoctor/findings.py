@@ -181,7 +181,7 @@ _RULES = [
          "checkpoint shows that the optimizer's param-group LRs were saved (Megatron's "
          "distributed optimizer) but they could not be read, so the LR check (LRD105) was "
          "not done, or a metrics log beside a LambdaLR checkpoint (Lightning's "
-         "`metrics.csv`) was unreadable or held no logged LR, so the schedule was not "
+         "`metrics.csv` or a TensorBoard event file) was unreadable or held no logged LR, so the schedule was not "
          "fitted from it. Rather than stay silent it names what it scanned, at a severity a CI "
          "gate sees.",
          "`model.pt` and `optimizer.pt` only: no scheduler state among 2 files.",
