@@ -231,7 +231,8 @@ def _lr_column(header: list[str]) -> tuple[str | None, list[str]]:
 
 
 def read_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
-    """(the first logged LR per step, column, '') or (None, '', why it is not an LR log).
+    """(the first logged LR per step, column, '' or a caveat) or (None, '', why it is not
+    an LR log).
 
     Lightning logs the LR at every batch that may log, so inside an accumulation
     window several rows share a step: the first is the LR the update started with.
@@ -280,7 +281,9 @@ def read_tb_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
             seen.setdefault(step, lr)
     if not seen:
         return None, col, f"scalar {col!r} holds no logged LR values"
-    return sorted(seen.items()), col, ""
+    cut = ("its last record is cut short (a writer mid-flush?): read up to it"
+           if scalars.truncated else "")
+    return sorted(seen.items()), col, cut
 
 
 def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
@@ -301,6 +304,8 @@ def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
                 st.notes.append(f"{f}: not read ({why})")
                 continue
         if history is not None:
+            if why:  # usable, with a caveat (an event file's cut-short last record)
+                st.notes.append(f"{f}: {why}")
             found = (f, col, history)
             break
         if f.name == METRICS_CSV or _is_tfevents(f) or why != "no 'step' column":

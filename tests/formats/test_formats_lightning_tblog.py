@@ -236,10 +236,21 @@ def test_a_malformed_event_file_is_reported_not_skipped(runs, tmp_path, case):
 
 
 def test_a_truncated_tail_is_tolerated_and_said(runs, tmp_path):
+    """A writer mid-flush leaves a cut-short last record: the records before it are used
+    (as tensorboard does), and a note says so."""
     data = events_file(runs, "healthy").read_bytes()
     sc = tfevents.parse(data[:-3], "x")
     full = tfevents.parse(data, "x")
-    assert sc.truncated and sc.records == full.records - 1
+    assert sc.truncated and sc.records == full.records - 1 and not full.truncated
+    vd = tmp_path / "version_0"
+    (vd / "checkpoints").mkdir(parents=True)
+    shutil.copy(the_ckpt(runs, "healthy"), vd / "checkpoints" / "x.ckpt")
+    ev = vd / events_file(runs, "healthy").name
+    ev.write_bytes(data + data[:20])  # a record's header and a few bytes of its data
+    st_ = pl_fmt.read(vd / "checkpoints" / "x.ckpt")
+    assert st_.schedule.kind == "linear" and st_.extras["lr_log"]["file"] == str(ev)
+    assert f"{ev}: its last record is cut short (a writer mid-flush?): read up to it" \
+        in st_.notes
 
 
 def test_event_file_limits(runs, tmp_path, monkeypatch):
