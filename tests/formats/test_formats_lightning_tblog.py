@@ -13,20 +13,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from lrdoctor import tfevents
-from lrdoctor.errors import LimitExceeded, UnusableInput
+from lrdoctor.errors import LimitExceeded
 from lrdoctor.formats import lightning as pl_fmt
 from lrdoctor.inspect_api import inspect_path
 from tests.formats.test_formats_lightning_lrlog import GEN as CSV_GEN
+from tests.formats.test_tfevents import event, f32, record
 
 pytestmark = pytest.mark.frameworks
 
@@ -149,28 +147,6 @@ def test_a_metrics_csv_beside_it_is_preferred(runs, tmp_path):
 
 # ---------------------------------------------------------------- the decoder itself
 
-def record(data: bytes) -> bytes:
-    head = struct.pack("<Q", len(data))
-    return (head + struct.pack("<I", tfevents._masked(head)) + data
-            + struct.pack("<I", tfevents._masked(data)))
-
-
-def ld(field: int, body: bytes) -> bytes:
-    """A length-delimited protobuf field (lengths < 128 here: one-byte varints)."""
-    assert len(body) < 128
-    return bytes([field << 3 | 2, len(body)]) + body
-
-
-def event(step: int, tag: bytes, value: bytes) -> bytes:
-    """An Event with one Summary.Value: ``value`` is its value field(s), encoded."""
-    return (b"\x09" + struct.pack("<d", 1.5) + b"\x10" + bytes([step])
-            + ld(5, ld(1, ld(1, tag) + value)))
-
-
-def f32(x: float) -> bytes:
-    return b"\x15" + struct.pack("<f", x)  # simple_value
-
-
 def test_new_style_tensor_scalars_match_tensorboard(tmp_path):
     """SummaryWriter.add_scalar(new_style=True) writes a TensorProto (float_val, or
     double_val with double_precision): read as the same (step, value) pairs."""
@@ -194,11 +170,6 @@ def test_new_style_tensor_scalars_match_tensorboard(tmp_path):
         assert mine[tag] == theirs and len(theirs) == 5
     assert mine["lr-SGD-double"][1][1] == 0.08  # a double stays a double
     assert mine["old"] == [(e.step, e.value) for e in acc.Scalars("old")]
-
-
-def test_crc32c_is_castagnoli():
-    assert tfevents.crc32c(b"123456789") == 0xE3069283
-    assert tfevents.crc32c(b"") == 0
 
 
 HOSTILE = {
@@ -263,36 +234,3 @@ def test_event_file_limits(runs, tmp_path, monkeypatch):
     monkeypatch.setenv("LRDOCTOR_MAX_ITEMS", "5")
     with pytest.raises(LimitExceeded, match="LRDOCTOR_MAX_ITEMS"):
         tfevents.read(f)
-
-
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-# simple_value, then a TensorProto {dtype: DT_FLOAT, tensor_content: 1.0f}
-SEED = (record(event(3, b"lr-AdamW", f32(1e-3)))
-        + record(event(4, b"lr-", ld(8, b"\x08\x01" + ld(4, struct.pack("<f", 1.0))))))
-
-
-@FUZZ
-@given(payload=st.binary(max_size=64), cut=st.integers(0, 200), framed=st.booleans())
-def test_fuzzed_event_bytes_parse_or_refuse_in_one_line(payload, cut, framed):
-    """Raw bytes (checksums fail early) and framed ones (checksums pass, so the protobuf
-    decoder itself sees the noise): a result, or one line naming the file."""
-    if framed:  # a cut event's bytes + noise, correctly framed
-        (n,) = struct.unpack_from("<Q", SEED)
-        data = record(SEED[12:12 + cut % (n + 1)] + payload)
-    else:  # noise inserted anywhere in the file
-        base = SEED[:cut % (len(SEED) + 1)]
-        data = base + payload + SEED[len(base):]
-    try:
-        out = tfevents.parse(data, "ev")
-    except UnusableInput as exc:
-        assert str(exc).startswith("ev: ") and "\n" not in str(exc)
-    else:
-        assert all(isinstance(s, int) and isinstance(v, float)
-                   for vals in out.values.values() for s, v in vals)
-
-
-def test_the_seed_decodes():
-    out = tfevents.parse(SEED, "ev")
-    assert out.values["lr-AdamW"] == [(3, pytest.approx(1e-3, rel=1e-7))]
-    assert out.values["lr-"] == [(4, 1.0)]
