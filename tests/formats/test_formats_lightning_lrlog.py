@@ -87,15 +87,21 @@ run("cosine_nobudget", 8, kind="cosine", max_steps=10, warmup=2, save=False)
 ''')
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("lightning_lrlog")
-    (out / "gen.py").write_text(GEN)
+def generate(tmp_path_factory, name: str, gen: str) -> Path:
+    """Run a fixture script (Lightning's own trainer on CPU) in a fresh folder; the
+    TensorBoard tests run this script with their logger swapped in."""
+    out = tmp_path_factory.mktemp(name)
+    (out / "gen.py").write_text(gen)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PL_DISABLE_FORK="1")
     r = subprocess.run([sys.executable, str(out / "gen.py"), str(out)], env=env,
                        capture_output=True, text=True, timeout=600, cwd=out)
     assert r.returncode == 0, r.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    return generate(tmp_path_factory, "lightning_lrlog", GEN)
 
 
 def truth(runs: Path, name: str) -> dict:

@@ -10,11 +10,7 @@ EventAccumulator on the same files, and against hostile bytes.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +20,13 @@ from lrdoctor.errors import LimitExceeded
 from lrdoctor.formats import lightning as pl_fmt
 from lrdoctor.inspect_api import inspect_path
 from tests.formats.test_formats_lightning_lrlog import GEN as CSV_GEN
+from tests.formats.test_formats_lightning_lrlog import (
+    codes,
+    generate,
+    the_ckpt,
+    truth,
+    version_dir,
+)
 from tests.formats.test_tfevents import event, f32, record
 
 pytestmark = pytest.mark.frameworks
@@ -36,35 +39,12 @@ assert GEN.count("TensorBoardLogger") == 2 and "CSVLogger" not in GEN
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("lightning_tblog")
-    (out / "gen.py").write_text(GEN)
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PL_DISABLE_FORK="1")
-    r = subprocess.run([sys.executable, str(out / "gen.py"), str(out)], env=env,
-                       capture_output=True, text=True, timeout=600, cwd=out)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return out
-
-
-def truth(runs: Path, name: str) -> dict:
-    return json.loads((runs / f"{name}.json").read_text())
-
-
-def version_dir(runs: Path, name: str) -> Path:
-    return runs / name / "lightning_logs" / "version_0"
-
-
-def the_ckpt(runs: Path, name: str) -> Path:
-    (f,) = (version_dir(runs, name) / "checkpoints").glob("*.ckpt")
-    return f
+    return generate(tmp_path_factory, "lightning_tblog", GEN)
 
 
 def events_file(runs: Path, name: str) -> Path:
     (f,) = version_dir(runs, name).glob("events.out.tfevents.*")
     return f
-
-
-def codes(report) -> list[str]:
-    return [f.code for f in report.findings]
 
 
 def accumulated(f: Path) -> dict[str, list[tuple[int, float]]]:
