@@ -154,13 +154,17 @@ def test_per_batch_step_under_accumulation(runs):
     """accumulate_grad_batches=2 and a scheduler.step() in training_step on top of
     Lightning's: 3 calls per update. The log is fitted at 3 x step, so the schedule is
     known and lrdoctor can say the LR hit its floor a third of the way in (LRD101)."""
+    assert_per_batch_findings(runs, "metrics.csv")
+
+
+def assert_per_batch_findings(runs: Path, log_name: str) -> None:
+    """The per-batch run's fitted schedule (named after ``log_name``) and findings."""
     t = truth(runs, "per_batch")
     assert (t["last_epoch"], t["global_step"]) == (18, 6)
     ckpt = the_ckpt(runs, "per_batch")
-    st = pl_fmt.read(ckpt)
-    s = st.schedule
+    s = pl_fmt.read(ckpt).schedule
     assert (s.kind, s.warmup, s.horizon) == ("linear", 3, 12)
-    assert "lambda(3 x step)" in s.source and "metrics.csv" in s.source
+    assert "lambda(3 x step)" in s.source and log_name in s.source
     (r,) = inspect_path(ckpt)
     assert codes(r) == ["LRD107", "LRD103", "LRD101"]
     k3, past = r.findings[1], r.findings[2]

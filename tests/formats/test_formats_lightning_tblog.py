@@ -21,6 +21,7 @@ from lrdoctor.formats import lightning as pl_fmt
 from lrdoctor.inspect_api import inspect_path
 from tests.formats.test_formats_lightning_lrlog import GEN as CSV_GEN
 from tests.formats.test_formats_lightning_lrlog import (
+    assert_per_batch_findings,
     codes,
     generate,
     the_ckpt,
@@ -94,20 +95,7 @@ def test_healthy_lambda_is_fitted_from_the_event_file(runs):
 
 def test_per_batch_step_under_accumulation(runs):
     """The CSV test's 3-calls-per-update run: the same findings from the event file."""
-    t = truth(runs, "per_batch")
-    assert (t["last_epoch"], t["global_step"]) == (18, 6)
-    ckpt = the_ckpt(runs, "per_batch")
-    s = pl_fmt.read(ckpt).schedule
-    assert (s.kind, s.warmup, s.horizon) == ("linear", 3, 12)
-    assert "lambda(3 x step)" in s.source and "events.out.tfevents." in s.source
-    (r,) = inspect_path(ckpt)
-    assert codes(r) == ["LRD107", "LRD103", "LRD101"]
-    k3, past = r.findings[1], r.findings[2]
-    assert (k3.evidence["scheduler_progress"], k3.evidence["nominal_progress"],
-            k3.evidence["k"]) == (18, 6, 3)
-    assert past.evidence["training_fraction_done"] == 0.5
-    assert past.evidence["floor_reached_at_training_fraction"] == pytest.approx(1 / 3, abs=1e-6)
-    assert r.exit_code("error") == 1
+    assert_per_batch_findings(runs, "events.out.tfevents.")
 
 
 def test_no_budget_saved_the_horizon_is_fitted_too(runs):
