@@ -282,11 +282,7 @@ def plan_karmarkar_karp(
         mbs.extend(part)
         bounds.append(len(mbs) - 1)
     if raised:
-        notes["partitions_raised"] = {
-            "mini_batches": len(raised),
-            "added": sum(raised),
-            "note": "verl >= 0.9.1 adds micro-batches until every one fits the cap",
-        }
+        note_partitions_raised(notes, len(raised), sum(raised))
     notes["max_micro_batch_tokens"] = worst
     if cap and worst > cap:
         notes["token_cap_exceeded"] = {
@@ -354,18 +350,32 @@ def _verl_fit(rows_j, lens, count, cap, equal_size, notes, raised):
         count += 1
     per_rank = _gather(rows_j, parts_all)
     if not fits:
-        rec = notes.setdefault(
-            "verl_cannot_fit",
-            {
-                "mini_batches": 0,
-                "note": "verl raises ValueError: the cap cannot be met with one sequence "
-                "or more per micro-batch",
-            },
-        )
-        rec["mini_batches"] += 1
+        note_cannot_fit(notes)
     if count > start:
         raised.append(count - start)
     return per_rank
+
+
+def note_partitions_raised(notes: dict, mini_batches: int, added: int) -> None:
+    """The step's note on verl >= 0.9.1 raising the count (one wording for both planners)."""
+    notes["partitions_raised"] = {
+        "mini_batches": mini_batches,
+        "added": added,
+        "note": "verl >= 0.9.1 adds micro-batches until every one fits the cap",
+    }
+
+
+def note_cannot_fit(notes: dict) -> None:
+    """Count one mini-batch whose cap verl cannot meet (it raises ValueError)."""
+    rec = notes.setdefault(
+        "verl_cannot_fit",
+        {
+            "mini_batches": 0,
+            "note": "verl raises ValueError: the cap cannot be met with one sequence "
+            "or more per micro-batch",
+        },
+    )
+    rec["mini_batches"] += 1
 
 
 def count_micro_batches(

@@ -85,13 +85,6 @@ _MIN_LOCKSTEP = 16
 _MAX_GROUP_BYTES = 128 * 2**20
 
 
-def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Concatenated ``arange(s, s + l)`` for each (s, l), without a Python loop."""
-    total = int(lens.sum())
-    offs = np.cumsum(lens) - lens
-    return np.arange(total, dtype=np.int64) + np.repeat(starts - offs, lens)
-
-
 def _solve_group(vals, starts, grp, k, eq, out):
     """One lockstep group: instances of one size ``n`` (one state count, one k)."""
     n_inst = len(grp)

@@ -17,14 +17,30 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lrdoctor.replay.packing.common import _EMPTY, MicroBatch, StepPlan, _note_over_cap
+from lrdoctor.replay.packing.common import (
+    _EMPTY,
+    MicroBatch,
+    StepPlan,
+    _note_over_cap,
+    _round_up,
+)
 from lrdoctor.replay.packing.karmarkar_karp import (
     ASSERTS_ON_LONG_SEQUENCE,
     VERL_FLAVORS,
     first_fit_count,
+    note_cannot_fit,
+    note_partitions_raised,
     plan_karmarkar_karp,
+    verl_workload,
 )
-from lrdoctor.replay.packing.kk_lockstep import _ranges, kk_parts
+from lrdoctor.replay.packing.kk_lockstep import kk_parts
+
+
+def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + l)`` for each (s, l), without a Python loop."""
+    total = int(lens.sum())
+    offs = np.cumsum(lens) - lens
+    return np.arange(total, dtype=np.int64) + np.repeat(starts - offs, lens)
 
 
 def _seg_starts(lens: np.ndarray) -> np.ndarray:
@@ -126,7 +142,7 @@ def _plan_arrays(frames, dps, max_tokens, *, mini_per_rank, num_micro_batches, e
     tokens = np.concatenate([f["tokens"] for f in frames]).astype(np.int64, copy=False)
     step = np.repeat(np.arange(n_steps, dtype=np.int64), ns)
     row = np.arange(len(tokens), dtype=np.int64) - np.repeat(_seg_starts(ns), ns)
-    work = 24576 * tokens + tokens * tokens if verl else tokens
+    work = verl_workload(tokens) if verl else tokens
 
     # ---- rank of every row and its position in the rank's list
     has_rank = np.array(["rank" in f for f in frames], dtype=bool)
@@ -233,8 +249,7 @@ def _plan_arrays(frames, dps, max_tokens, *, mini_per_rank, num_micro_batches, e
         tf = tok_o[so]
         tsum[ne] = np.add.reduceat(tf, offs[ne])
         tmax[ne] = np.maximum.reduceat(tf, offs[ne])
-    if round_to > 1:
-        tmax = ((tmax + round_to - 1) // round_to) * round_to
+    tmax = _round_up(tmax, round_to)
     ol, sl = offs.tolist(), sizes.tolist()
     views = [rows_flat[a:a + b] if b else _EMPTY for a, b in zip(ol, sl, strict=True)]
     tsum_l, tmax_l = tsum.tolist(), tmax.tolist()
@@ -399,17 +414,11 @@ def _verl_fit_all(c_all, mb_id, i_len, inst_start, tok_o, val_o, local_o, equal_
         active = active[~done]
     raised = count - c_all
     for j in np.flatnonzero(~fits).tolist():
-        rec = notes[int(m_step[j])].setdefault(
-            "verl_cannot_fit",
-            {"mini_batches": 0, "note": "verl raises ValueError: the cap cannot be met with "
-             "one sequence or more per micro-batch"})
-        rec["mini_batches"] += 1
+        note_cannot_fit(notes[int(m_step[j])])
     up = raised > 0
     if up.any():
         n_up = np.bincount(m_step[up])
         added = np.bincount(m_step[up], weights=raised[up].astype(np.float64))
         for s in np.flatnonzero(n_up).tolist():
-            notes[s]["partitions_raised"] = {
-                "mini_batches": int(n_up[s]), "added": int(added[s]),
-                "note": "verl >= 0.9.1 adds micro-batches until every one fits the cap"}
+            note_partitions_raised(notes[s], int(n_up[s]), int(added[s]))
     return k_inst
