@@ -244,24 +244,41 @@ def read_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
     header, rows = safetext.read_csv(f, "a CSVLogger metrics.csv")
     if "step" not in header:
         return None, "", "no 'step' column"
-    col, cols = _lr_column(header)
+    col, _ = _lr_column(header)
     if col is None:
-        return None, "", ("no LearningRateMonitor 'lr-<Optimizer>' column (columns: "
-                          f"{', '.join(header[:8])}{' ...' if len(header) > 8 else ''})")
+        return None, "", _no_lr_column("column", "columns", header)
     si, li = header.index("step"), header.index(col)
-    seen: dict[int, float] = {}
-    for row in rows:
-        if len(row) <= max(si, li) or not row[li].strip():
-            continue
-        try:
-            step, lr = int(float(row[si])), float(row[li])
-        except ValueError:
-            continue
-        if step >= 0 and math.isfinite(lr) and lr >= 0 and float(row[si]).is_integer():
-            seen.setdefault(step, lr)
-    if not seen:
+
+    def points():
+        for row in rows:
+            if len(row) <= max(si, li) or not row[li].strip():
+                continue
+            try:
+                step = float(row[si])
+                yield int(step) if step.is_integer() else -1, float(row[li])
+            except ValueError:
+                continue
+
+    history = _first_per_step(points())
+    if history is None:
         return None, col, f"column {col!r} holds no logged LR values"
-    return sorted(seen.items()), col, ""
+    return history, col, ""
+
+
+def _no_lr_column(what: str, whats: str, names: list[str]) -> str:
+    return (f"no LearningRateMonitor 'lr-<Optimizer>' {what} ({whats}: "
+            f"{', '.join(names[:8]) or 'none'}{' ...' if len(names) > 8 else ''})")
+
+
+def _first_per_step(points) -> list[tuple[int, float]] | None:
+    """The first usable (step, LR) of each step, by step; None when there is none.
+    Lightning logs at every batch that may log, so inside an accumulation window
+    several points share a step: the first is the LR the update started with."""
+    seen: dict[int, float] = {}
+    for step, lr in points:
+        if step >= 0 and math.isfinite(lr) and lr >= 0:
+            seen.setdefault(step, lr)
+    return sorted(seen.items()) or None
 
 
 def read_tb_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
@@ -273,17 +290,13 @@ def read_tb_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
     tags = sorted(scalars.values)
     col, _ = _lr_column(tags)
     if col is None:
-        return None, "", ("no LearningRateMonitor 'lr-<Optimizer>' scalar (tags: "
-                          f"{', '.join(tags[:8]) or 'none'}{' ...' if len(tags) > 8 else ''})")
-    seen: dict[int, float] = {}
-    for step, lr in scalars.values[col]:
-        if step >= 0 and math.isfinite(lr) and lr >= 0:
-            seen.setdefault(step, lr)
-    if not seen:
+        return None, "", _no_lr_column("scalar", "tags", tags)
+    history = _first_per_step(scalars.values[col])
+    if history is None:
         return None, col, f"scalar {col!r} holds no logged LR values"
     cut = ("its last record is cut short (a writer mid-flush?): read up to it"
            if scalars.truncated else "")
-    return sorted(seen.items()), col, cut
+    return history, col, cut
 
 
 def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
