@@ -72,6 +72,13 @@ def flat_optimizer(opt: Any) -> dict[str, Any]:
 def read(path: Path) -> RunState:
     ckpt = find_checkpoints(as_path(path))[-1]
     ds = dcp.load(ckpt, prefixes=KEYS)
+    if not any(k in ds.tree for k in ("lr_scheduler", "train_state")):
+        # A step-N DCP folder is only a hint: without torchtitan's own items, what the
+        # folder holds decides (a scheduler saved under another key is found by shape).
+        st = dcp.read(ckpt)
+        st.notes.append(f"{ckpt.name}: a step folder without torchtitan's lr_scheduler / "
+                        "train_state items: read by content")
+        return st
     src = str(ckpt)
     st = RunState(format=NAME, path=src, files=list(ds.files))
     st.extras["storage"] = "dcp"

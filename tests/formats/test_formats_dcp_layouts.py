@@ -276,6 +276,24 @@ def test_generic_dcp_loop_checkpoint(tmp_path, per_update):
     ck = tmp_path / "ckpts" / "step_8"
     _save({"model": model.state_dict(), "optimizer": opt.state_dict(),
            "scheduler": sched.state_dict(), "step": 8}, ck)
+    _check_generic_loop(tmp_path, per_update)
+
+
+@pytest.mark.parametrize("per_update", [1, 4])
+def test_generic_dcp_loop_in_a_torchtitan_named_folder(tmp_path, per_update):
+    """The same loop state in ckpts/step-8/ (torchtitan's folder name, not its items):
+    the name is a hint, the content decides: found by shape, with a note saying so."""
+    import torch
+
+    model, opt, sched = _train(8, per_update, lambda o: torch.optim.lr_scheduler.LinearLR(
+        o, start_factor=0.1, total_iters=100))
+    _save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+           "scheduler": sched.state_dict(), "step": 8}, tmp_path / "ckpts" / "step-8")
+    st = _check_generic_loop(tmp_path, per_update)
+    assert any("without torchtitan's lr_scheduler" in n for n in st.notes)
+
+
+def _check_generic_loop(tmp_path, per_update):
     (rep,) = inspect_path(tmp_path / "ckpts")
     st = read_state(tmp_path / "ckpts")
     assert rep.format == "dcp" and st.extras["storage"] == "dcp"
@@ -288,6 +306,7 @@ def test_generic_dcp_loop_checkpoint(tmp_path, per_update):
         f = _one(rep, "LRD103")
         assert (f.evidence["scheduler_progress"], f.evidence["nominal_progress"],
                 f.evidence["k"]) == (32, 8, 4)
+    return st
 
 
 # ---------------------------------------------------------------- accelerate, FSDP sharded
