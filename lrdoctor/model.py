@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.errors import UnusableInput
 
 # No step, sample count, horizon or learning rate of a real run comes near this.
@@ -48,6 +49,8 @@ class ScheduleSpec:
     horizon: float | None = None
     params: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    # The fields the schedule was built from, by parameter name ("horizon", "warmup"...).
+    refs: dict[str, FieldRef] = field(default_factory=dict)
 
     def lr_at(self, progress: float) -> float:
         from lrdoctor.schedules import lr_at
@@ -63,6 +66,8 @@ class Counter:
     value: float
     unit: Unit
     source: str = ""
+    # Where the value lives (file and key path), so a repair can write it back.
+    ref: FieldRef | None = None
 
 
 @dataclass
