@@ -239,10 +239,8 @@ def _section(i: int, rep: Report, figs: list[tuple[str, Path]], note: str | None
         for f in sorted(rep.findings, key=lambda f: -f.severity):
             ev = ""
             if f.evidence:
-                from lrdoctor.model import _jsonable
-
                 ev = ("<details><summary>evidence</summary><pre>"
-                      + _esc(json.dumps(_jsonable(f.evidence), indent=2)) + "</pre></details>")
+                      + _esc(json.dumps(f.evidence.to_dict(), indent=2)) + "</pre></details>")
             out.append(
                 f"<tr><td><code>{_esc(f.code)}</code></td>"
                 f'<td class="{f.severity}">{f.severity}</td>'

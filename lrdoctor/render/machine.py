@@ -211,9 +211,7 @@ def sarif(reports: list[Report]) -> dict:
                 "partialFingerprints": {"lrdoctorTarget/v1": f"{f.code}:{rep.command}:{loc.path}"},
             }
             if f.evidence:
-                from lrdoctor.model import _jsonable
-
-                result["properties"] = {"evidence": _jsonable(f.evidence), "command": rep.command,
+                result["properties"] = {"evidence": f.evidence.to_dict(), "command": rep.command,
                                         "target": rep.target}
             results.append(result)
     run: dict = {

@@ -121,7 +121,8 @@ class _Reporter:
 
         text = f"lrdoctor {code}: {message}"
         if code in self._found:
-            self._found[code].evidence["occurrences"] += 1
+            f = self._found[code]
+            f.evidence = f.evidence.replaced(occurrences=f.evidence["occurrences"] + 1)
         else:
             self._found[code] = finding(code, message, {**evidence, "occurrences": 1})
         if self.strict:
@@ -512,4 +513,5 @@ class LoopWatch(_Reporter):
                  "max_advance": d})
             found = self._found.get("LRD103")
             if found is not None:
-                found.evidence["max_advance"] = max(found.evidence["max_advance"], d)
+                found.evidence = found.evidence.replaced(
+                    max_advance=max(found.evidence["max_advance"], d))

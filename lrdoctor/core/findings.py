@@ -1,0 +1,196 @@
+"""What a rule is and what it reports: :class:`Rule`, :class:`Finding`, :class:`Evidence`.
+
+The rules themselves live one per file in :mod:`lrdoctor.rules` (code, title,
+explanation, example, fix, the check and the evidence type together); this module
+is the vocabulary they share with everything that shows or acts on findings.
+
+Why typed evidence: a finding's numbers are read back by the verdict line, the repair
+and the JSON contract. A frozen dataclass per rule says which numbers a finding
+carries, and mypy checks every reader; :meth:`Evidence.to_dict` is the JSON
+(``evidence`` keys stay what they were when they were dicts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+from typing import Any
+
+
+class Severity(IntEnum):
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+#: ``dataclasses.field`` metadata: leave the key out of the JSON when the value is None
+#: (evidence a finding only sometimes has, e.g. ``k`` when the ratio is a whole number).
+OMIT_NONE: Mapping[str, bool] = {"omit_none": True}
+
+
+def optional() -> Any:
+    """A field that defaults to None and is left out of :meth:`Evidence.to_dict` then."""
+    return dataclasses.field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class Evidence(Mapping[str, Any]):
+    """The numbers that prove a finding; subclasses are frozen dataclasses.
+
+    It is also a read-only mapping of its JSON form (``ev["k"]``), the way the
+    report's readers (and the JSON contract) name the same numbers.
+    """
+
+    def raw(self) -> dict[str, Any]:
+        """The evidence by its JSON keys, values as they are (tuples, int keys)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is None and f.metadata.get("omit_none"):
+                continue
+            out[f.metadata.get("key", f.name)] = v
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: :meth:`raw` through :func:`jsonable`."""
+        return {k: jsonable(v) for k, v in self.raw().items()}
+
+    def replaced(self, **changes: Any) -> Evidence:
+        """A copy with ``changes`` (the live guard counts occurrences this way)."""
+        return dataclasses.replace(self, **changes)
+
+    def headline(self) -> str | None:
+        """The finding's one number in words, for the verdict line; None: use the title."""
+        return None
+
+    # -- read-only mapping over the JSON form
+    def __getitem__(self, key: str) -> Any:
+        return self.raw()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.raw())
+
+    def __len__(self) -> int:
+        return len(self.raw())
+
+
+@dataclass(frozen=True)
+class FreeEvidence(Evidence):
+    """Evidence whose keys are open by nature: a refusal's record of what was scanned
+    (LRD303 carries :class:`~lrdoctor.errors.UnusableInput`'s ``detail`` verbatim)."""
+
+    items: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def raw(self) -> dict[str, Any]:
+        return {str(k): v for k, v in self.items.items()}
+
+    def replaced(self, **changes: Any) -> Evidence:
+        return FreeEvidence({**self.items, **changes})
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One finding code: what it means (the catalog page) and how it is checked.
+
+    ``evidence``: the evidence types a finding of this code carries. A rule with a
+    check of its own names it in its file; rules raised by the live guard or by
+    ``check`` are built where that happens (with :meth:`finding`)."""
+
+    code: str
+    name: str
+    severity: Severity
+    title: str
+    explanation: str
+    example: str
+    fix: str
+    evidence: tuple[type[Evidence], ...] = ()
+
+    def finding(self, message: str, evidence: Evidence, *, fix: str | None = None,
+                severity: Severity | None = None, location: str | None = None) -> Finding:
+        """A finding of this rule; ``fix``/``severity`` override the rule's defaults."""
+        return Finding(code=self.code,
+                       severity=severity if severity is not None else self.severity,
+                       title=self.title, message=message, evidence=evidence,
+                       fix=fix if fix is not None else self.fix, location=location)
+
+
+@dataclass
+class Finding:
+    code: str
+    severity: Severity
+    title: str
+    message: str
+    evidence: Evidence = dataclasses.field(default_factory=FreeEvidence)
+    fix: str = ""
+    # The file (or config key) the finding is about, for SARIF/GitHub output.
+    location: str | None = None
+
+    @property
+    def rule(self) -> Rule:
+        from lrdoctor.rules import BY_CODE
+
+        return BY_CODE[self.code]
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "code": self.code,
+            "severity": str(self.severity),
+            "title": self.title,
+            "message": self.message,
+            "evidence": self.evidence.to_dict(),
+            "fix": self.fix,
+        }
+        if self.location:
+            d["location"] = self.location
+        return d
+
+
+def finding(code: str, message: str, evidence: Evidence | Mapping[str, Any] | None = None, *,
+            fix: str | None = None, severity: Severity | None = None,
+            location: str | None = None) -> Finding:
+    """A finding by its code (the rule's own :meth:`Rule.finding` is the typed way)."""
+    from lrdoctor.rules import BY_CODE
+
+    ev = evidence if isinstance(evidence, Evidence) else FreeEvidence(dict(evidence or {}))
+    return BY_CODE[code].finding(message, ev, fix=fix, severity=severity, location=location)
+
+
+FAIL_ON: dict[str, Severity | None] = {"info": Severity.INFO, "warning": Severity.WARNING,
+                                       "error": Severity.ERROR, "never": None}
+
+
+def exit_code(findings: list[Finding], fail_on: str) -> int:
+    """0 when nothing reaches the threshold, 1 otherwise (2 is for unusable input)."""
+    threshold = FAIL_ON[fail_on]
+    if threshold is None:
+        return 0
+    return 1 if any(f.severity >= threshold for f in findings) else 0
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` as JSON values: enums by value, tuples as lists, NaN/inf as null, nested
+    evidence as its dict, anything else by ``repr``."""
+    if isinstance(obj, Evidence):
+        return obj.to_dict()
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):  # NaN and ±inf are not JSON
+        return None
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return repr(obj)
+
+
+
+__all__ = ["OMIT_NONE", "FAIL_ON", "Evidence", "Finding", "FreeEvidence", "Rule", "Severity",
+           "exit_code", "finding", "jsonable", "optional"]

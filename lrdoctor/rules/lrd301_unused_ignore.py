@@ -1,0 +1,18 @@
+"""LRD301 `unused-ignore`: an ignore in the lrdoctor configuration matched nothing.
+
+The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+"""
+
+from __future__ import annotations
+
+from lrdoctor.core.findings import Rule, Severity
+
+RULE = Rule(
+    code="LRD301",
+    name="unused-ignore",
+    severity=Severity.WARNING,
+    title="An ignore in the lrdoctor configuration matched nothing",
+    explanation="An ignored code produced no finding: the ignore is stale.",
+    example="ignore LRD103 for ckpt/ but no LRD103 found there.",
+    fix="Remove the ignore.",
+)

@@ -1,0 +1,18 @@
+"""LRD302 `progress-ratio-exceeded`: scheduler progress ratio exceeds the tolerated maximum.
+
+The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+"""
+
+from __future__ import annotations
+
+from lrdoctor.core.findings import Rule, Severity
+
+RULE = Rule(
+    code="LRD302",
+    name="progress-ratio-exceeded",
+    severity=Severity.ERROR,
+    title="Scheduler progress ratio exceeds the tolerated maximum",
+    explanation="actual/nominal scheduler progress is above `max-progress-ratio`.",
+    example="ratio 3.51 > 1.05.",
+    fix="Fix the step accounting, or raise the tolerance with a reason.",
+)
