@@ -39,18 +39,10 @@ def _default_inspect(path: str, format: str | None = None, all: bool = False) ->
 
 def _default_replay(config: str, batch_log: str | None = None, synthetic: str | None = None,
                     **options: Any) -> Any:
-    import inspect
-
     from lrdoctor import replay
 
-    params = inspect.signature(replay.replay_full).parameters
-    allowed = [n for n, p in params.items()
-               if p.kind is p.KEYWORD_ONLY and n not in ("progress", "planner")]
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise UnusableInput(f"replay options: unknown {', '.join(unknown)} (allowed: "
-                            f"{', '.join(allowed)})", config)
-    return replay.replay_full(config, batch_log, synthetic, **options)
+    opts = replay.ReplayOptions.from_mapping(options, config)
+    return replay.replay_full(config, batch_log, synthetic, opts)
 
 
 def _finite(x: Any) -> float | None:

@@ -97,6 +97,9 @@ def replay_cmd(
     executor: Annotated[str, typer.Option(
         "--executor", help="Where --sweep values run: process (a local process pool, "
         "default) or ray (pip install 'lrdoctor[ray]').")] = "process",
+    sets: Annotated[list[str] | None, typer.Option(
+        "--set", help="KEY=VALUE for what a launch script leaves unresolved (a variable set "
+        "outside it, a $(...)); repeatable.")] = None,
     knob_check: Annotated[bool, typer.Option(
         "--knob-check/--no-knob-check", help="Also replay with 2x max_tokens_per_microbatch "
         "to test whether progress depends on it (LRD203).")] = True,
@@ -108,7 +111,7 @@ def replay_cmd(
     import sys
 
     from lrdoctor.parallel import check_executor
-    from lrdoctor.replay import replay_full
+    from lrdoctor.replay import ReplayOptions, replay_full
 
     fmt = resolve_format(json_, output_format)
     guarded(lambda: check_executor(executor))
@@ -117,15 +120,15 @@ def replay_cmd(
     show_bar = fmt is OutputFormat.text and sys.stderr.isatty()
 
     def go():
-        kwargs = dict(engine=engine, device=device.value, model=model,
-                      optimizer=optimizer.value, sweep=sweep, knob_check=knob_check, seed=seed,
-                      jobs=jobs, executor=executor)
+        opts = ReplayOptions(engine=engine, device=device.value, model=model,
+                             optimizer=optimizer.value, sweep=sweep, knob_check=knob_check,
+                             seed=seed, jobs=jobs, executor=executor, sets=tuple(sets or ()))
         if not show_bar:
-            return replay_full(str(config), batch_log, synthetic, **kwargs)
+            return replay_full(str(config), batch_log, synthetic, opts)
         from lrdoctor.render.progress import stage_bar
 
         with stage_bar() as progress:
-            return replay_full(str(config), batch_log, synthetic, progress=progress, **kwargs)
+            return replay_full(str(config), batch_log, synthetic, opts, progress=progress)
 
     result = guarded(go, lambda exc: print_unusable("replay", str(config), exc, fmt))
     if trace is not None:

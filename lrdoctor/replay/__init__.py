@@ -2,7 +2,7 @@
 
 Modules: :mod:`.config` (the run config), :mod:`.batchlog` (batch logs and
 synthetic lengths), :mod:`.packing` (the frameworks' micro-batching),
-:mod:`.roll_yaml` (ROLL's own YAML), :mod:`.engine` (fast numpy path),
+:mod:`.translate` (the frameworks' own configs), :mod:`.engine` (fast numpy path),
 :mod:`.torch_exec` (real optimizer/scheduler path), :mod:`.analysis`
 (summary, findings, sweeps) and :mod:`.plots`.
 
@@ -27,6 +27,57 @@ if TYPE_CHECKING:
 TORCH_EXTRA = "pip install 'lrdoctor[torch]'"  # lrdoctor.extras.install_hint("torch")
 
 
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How to replay, besides the config and the sample lengths: the CLI's flags, a CI
+    target's ``options`` (:meth:`from_mapping`), the API's keyword.
+
+    ``engine``: ``auto`` (fast path, cross-checked by torch on a sample; the whole run
+    in torch on CUDA), ``fast`` or ``torch``. ``sweep``: ``KEY=v1,v2``. ``knob_check``:
+    also replay with 2x the memory knob (LRD203). ``jobs``/``executor``: where the
+    sweep values run (the results do not depend on it). ``sets``: ``key=value``
+    settings for what a launch script leaves unresolved (``--set``).
+    """
+
+    engine: str = "auto"
+    device: str = "auto"
+    model: str | None = None
+    optimizer: str = "sgd"
+    sweep: str | None = None
+    knob_check: bool = True
+    seed: int | None = None
+    jobs: int = 1
+    executor: str = "process"
+    sets: tuple[str, ...] = ()
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], source: str | None = None) -> ReplayOptions:
+        """Options from a mapping (a CI config); an unknown name or a wrong type is one line."""
+        from dataclasses import fields
+
+        from lrdoctor.errors import UnusableInput
+
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise UnusableInput(f"replay options: unknown {', '.join(unknown)} (allowed: "
+                                f"{', '.join(known)})", source)
+        out: dict[str, Any] = {}
+        for key, val in data.items():
+            default = known[key].default
+            if key == "sets":
+                val = tuple(str(v) for v in (val if isinstance(val, (list, tuple)) else [val]))
+            elif isinstance(default, bool) and not isinstance(val, bool):
+                raise UnusableInput(f"replay options: {key} is {val!r}; expected true or false",
+                                    source)
+            elif isinstance(default, int) and not isinstance(default, bool) and (
+                    isinstance(val, bool) or not isinstance(val, int)):
+                raise UnusableInput(f"replay options: {key} is {val!r}; expected an integer",
+                                    source)
+            out[key] = val
+        return cls(**out)
+
+
 @dataclass
 class ReplayResult:
     report: Report
@@ -48,16 +99,19 @@ def parse_sweep(text: str) -> tuple[str, list[Any]]:
     return key.strip(), values
 
 
-def replay_full(config: str, batch_log: str | None = None, synthetic: str | None = None, *,
-                engine: str = "auto", device: str = "auto", model: str | None = None,
-                optimizer: str = "sgd", sweep: str | None = None, knob_check: bool = True,
-                seed: int | None = None, progress: Callable[[str, int, int], None] | None = None,
-                planner: Any = None, jobs: int = 1, executor: str = "process") -> ReplayResult:
+def replay_full(config: str, batch_log: str | None = None, synthetic: str | None = None,
+                options: ReplayOptions | None = None, *,
+                progress: Callable[[str, int, int], None] | None = None,
+                planner: Any = None) -> ReplayResult:
     """Load, plan, replay (fast or torch), analyse; everything the CLI shows.
 
-    ``jobs``/``executor``: where the ``sweep`` values run (a local process pool, or
-    Ray); the results do not depend on it.
+    ``planner``: a replacement for the packer registry's planning (tests compare a
+    framework's own function this way).
     """
+    opts = options or ReplayOptions()
+    engine, device, model, optimizer = opts.engine, opts.device, opts.model, opts.optimizer
+    sweep, knob_check, seed = opts.sweep, opts.knob_check, opts.seed
+    jobs, executor = opts.jobs, opts.executor
     from lrdoctor.errors import UnusableInput
     from lrdoctor.replay import analysis
     from lrdoctor.replay import engine as eng
@@ -176,6 +230,6 @@ def _pick_engine(engine: str, model: str | None, device: str) -> tuple[bool, str
 
 
 def run(config: str, batch_log: str | None = None, synthetic: str | None = None,
-        **options: Any) -> Report:
-    """The replay as a :class:`~lrdoctor.report.Report` (what ``lrdoctor check`` calls)."""
-    return replay_full(config, batch_log, synthetic, **options).report
+        options: ReplayOptions | None = None) -> Report:
+    """The replay as a :class:`~lrdoctor.report.Report`."""
+    return replay_full(config, batch_log, synthetic, options).report

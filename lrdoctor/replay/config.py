@@ -14,16 +14,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from lrdoctor.errors import UnusableInput
+from lrdoctor.replay.packing.registry import PACKERS
 
-STRATEGIES = ("static", "token_budget", "karmarkar_karp", "balanced_first_fit",
-              "prompt_unit", "doc_target", "sequence_packing")
+# The batching.strategy choices: the packer registry (lrdoctor.replay.packing.registry).
+STRATEGIES = tuple(PACKERS)
 FLAVORS = ("verl", "verl_ceildiv", "openrlhf", "roll", "nemo_rl", "skyrl", "skyrl_rank_first")
-TOKEN_STRATEGIES = ("token_budget", "karmarkar_karp", "balanced_first_fit", "sequence_packing")
+# Strategies whose memory knob is max_tokens_per_microbatch (the 2x knob check, LRD203).
+TOKEN_STRATEGIES = tuple(n for n, p in PACKERS.items() if p.token_knob)
 # Frameworks that pack a micro-batch's sequences end to end without padding (verl
 # use_remove_padding, OpenRLHF packing_samples, SkyRL, Fast-LLM): a micro-batch costs its
 # real tokens, not rows x padded length. ROLL / NeMo-RL token budgets and static batches pad.
-PACKED_STRATEGIES = ("karmarkar_karp", "balanced_first_fit", "prompt_unit", "doc_target",
-                     "sequence_packing")
+PACKED_STRATEGIES = tuple(n for n, p in PACKERS.items() if p.packed)
 # Keys whose change should only move memory use, never the schedule (LRD203 on --sweep).
 MEMORY_KNOBS = ("batching.max_tokens_per_microbatch", "batching.num_micro_batches",
                 "batching.round_to")
@@ -101,8 +102,7 @@ class DpCfg(_Section):
 
 
 class BatchingCfg(_Section):
-    strategy: Literal["static", "token_budget", "karmarkar_karp", "balanced_first_fit",
-                      "prompt_unit", "doc_target", "sequence_packing"] = "static"
+    strategy: Literal[STRATEGIES] = "static"  # type: ignore[valid-type]
     max_tokens_per_microbatch: int | None = Field(None, ge=1)
     round_to: int = Field(1, ge=1)
     num_micro_batches: int | None = Field(None, ge=1)
@@ -142,15 +142,11 @@ class BatchingCfg(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> BatchingCfg:
-        if self.strategy in ("token_budget", "balanced_first_fit", "sequence_packing") and \
-                self.max_tokens_per_microbatch is None:
-            raise ValueError(f"strategy {self.strategy} needs max_tokens_per_microbatch")
-        if self.strategy == "karmarkar_karp" and self.max_tokens_per_microbatch is None \
-                and self.num_micro_batches is None:
-            raise ValueError("strategy karmarkar_karp needs max_tokens_per_microbatch "
-                             "or num_micro_batches")
-        if self.strategy == "doc_target" and self.docs_per_step is None:
-            raise ValueError("strategy doc_target needs docs_per_step")
+        # The packer's own params model says what it needs (one home per packer).
+        try:
+            PACKERS[self.strategy].params_from(self)
+        except UnusableInput as exc:
+            raise ValueError(str(exc).replace("batching.", "")) from None
         return self
 
 
@@ -375,54 +371,41 @@ def load_config(path: str | Path) -> RunConfig:
     except UnusableInput as exc:
         tr = None
         if str(exc).startswith("not valid YAML"):  # an OpenRLHF launch script need not be YAML
-            tr = _in_file(path, lambda: translate.translate_text(text, path.resolve().parent))
+            tr = translate.detect(text, "args")
         if tr is None:
             raise
-        return _from_translation(tr, path)
+        return _translated(tr, text, path)
     if not isinstance(data, dict):
-        tr = _in_file(path, lambda: translate.translate_text(text, path.resolve().parent))
+        tr = translate.detect(text, "args")
         if tr is not None:
-            return _from_translation(tr, path)
+            return _translated(tr, text, path)
     # lrdoctor's own config always has ``train``; the frameworks' never do (verl's and
     # Fast-LLM's share other top-level names with it: data, schedule).
     if isinstance(data, dict) and "train" not in data:
-        name = translate.detect_yaml(data)
-        if name == "roll":
-            from lrdoctor.replay import roll_yaml
-
-            # to_config returns the lrdoctor config dict; validate it like any other.
-            cfg = config_from_dict(roll_yaml.to_config(data, str(path)), str(path))
-            cfg._format = "roll-yaml"
-            cfg._keys_used = roll_yaml.keys_used(data)
-            cfg._base_dir = path.resolve().parent
-            return cfg
-        if name is not None:
-            tr = _in_file(path, lambda: translate.translate_yaml(name, data))
-            return _from_translation(tr, path)
+        tr = translate.detect(data)
+        if tr is not None:
+            return _translated(tr, data, path)
     cfg = config_from_dict(data, str(path))
     cfg._base_dir = path.resolve().parent
     return cfg
 
 
-def _in_file(path: Path, fn):
-    """Run a translator; its one-line errors name the config file."""
+def _translated(tr: Any, data: Any, path: Path) -> RunConfig:
+    """Run a translator (its one-line errors name the config file) and validate its config."""
     try:
-        return fn()
+        out = tr.translate(data, path.resolve().parent)
     except UnusableInput as exc:
         if exc.path is None:
             raise UnusableInput(str(exc), str(path)) from None
         raise
-
-
-def _from_translation(tr, path: Path) -> RunConfig:
-    data = tr.config
-    if isinstance(data.get("data"), dict) and not data["data"].get("synthetic"):
-        data["data"].pop("synthetic", None)
-    cfg = config_from_dict(data, str(path))
-    cfg._format = f"{tr.framework}-config"
+    conf = out.config
+    if isinstance(conf.get("data"), dict) and not conf["data"].get("synthetic"):
+        conf["data"].pop("synthetic", None)
+    cfg = config_from_dict(conf, str(path))
+    cfg._format = tr.format_name
     cfg._base_dir = path.resolve().parent
-    cfg._keys_used = tr.keys_used
-    cfg._unmodelled = tr.unmodelled
+    cfg._keys_used = out.keys_used
+    cfg._unmodelled = out.unmodelled
     return cfg
 
 

@@ -345,50 +345,29 @@ def schedule_spec(cfg: RunConfig, sps: float) -> ScheduleSpec:
 
 def check_spec(spec: ScheduleSpec) -> None:
     """A schedule the family cannot build is unusable input, not a traceback."""
-    import importlib
+    from lrdoctor import schedules
 
-    mod_name = {"torch": "torch_builtin"}.get(spec.family, spec.family)
-    try:
-        mod = importlib.import_module(f"lrdoctor.schedules.{mod_name}")
-    except ImportError:
-        return
-    probs = getattr(mod, "problems", lambda _s: [])(spec)
+    probs = schedules.problems(spec)
     if probs:
         raise UnusableInput(f"schedule: {probs[0]}")
     try:
-        from lrdoctor.schedules import lr_at
-
-        lr_at(spec, 0.0)
+        schedules.lr_at(spec, 0.0)
     except (ValueError, KeyError, TypeError) as exc:
         raise UnusableInput(f"schedule: {exc}") from None
 
 
 def schedule_fn(spec: ScheduleSpec) -> Callable[[ScheduleSpec, float], float]:
     """The family's ``lr_at`` resolved once (``schedules.lr_at`` dispatches per call)."""
-    import importlib
+    from lrdoctor import schedules
 
-    mod_name = {"torch": "torch_builtin"}.get(spec.family, spec.family)
-    try:
-        return importlib.import_module(f"lrdoctor.schedules.{mod_name}").lr_at
-    except (ImportError, AttributeError):
-        from lrdoctor.schedules import lr_at
-
-        return lr_at
+    return schedules.lr_function(spec)
 
 
 def floor_progress(spec: ScheduleSpec) -> float | None:
     """Scheduler progress from which the LR stays at its floor (None: never)."""
-    import importlib
+    from lrdoctor import schedules
 
-    mod_name = {"torch": "torch_builtin"}.get(spec.family, spec.family)
-    try:
-        mod = importlib.import_module(f"lrdoctor.schedules.{mod_name}")
-        fn = getattr(mod, "floor_progress", None)
-    except ImportError:
-        fn = None
-    if fn is not None:
-        return fn(spec)
-    return spec.horizon
+    return schedules.floor_progress(spec)
 
 
 # ---------------------------------------------------------------- the fast path

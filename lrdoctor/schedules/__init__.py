@@ -8,8 +8,8 @@ Every family module exposes ``lr_at(spec, progress)``, ``problems(spec)`` and
 
 from __future__ import annotations
 
-import importlib
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -21,11 +21,21 @@ FAMILIES = ("megatron", "hf", "torch", "deepspeed")
 
 
 def _family(spec: ScheduleSpec) -> ModuleType:
-    module = {"megatron": "megatron", "hf": "hf", "torch": "torch_builtin",
-              "deepspeed": "deepspeed"}.get(spec.family)
+    """The family module of ``spec``: the one lookup (the replay engine asks here too)."""
+    from lrdoctor.schedules import deepspeed, hf, megatron, torch_builtin
+
+    module = {"megatron": megatron, "hf": hf, "torch": torch_builtin,
+              "deepspeed": deepspeed}.get(spec.family)
     if module is None:
         raise ValueError(f"unknown schedule family {spec.family!r}")
-    return importlib.import_module(f"lrdoctor.schedules.{module}")
+    return module
+
+
+def lr_function(spec: ScheduleSpec) -> Callable[[ScheduleSpec, float], float]:
+    """The family's own ``lr_at``, resolved once (for a loop over many progress values;
+    :func:`lr_at` resolves per call and turns bad parameters into ValueError)."""
+    fn: Callable[[ScheduleSpec, float], float] = _family(spec).lr_at
+    return fn
 
 
 # What saved parameters of the wrong type or size raise inside a family's arithmetic.

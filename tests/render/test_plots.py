@@ -9,7 +9,7 @@ import pytest
 
 from lrdoctor.inspect_api import inspect_path
 from lrdoctor.render import plots
-from lrdoctor.replay import replay_full
+from lrdoctor.replay import ReplayOptions, replay_full
 from tests.helpers.paths import REPO
 
 ROOT = REPO
@@ -56,7 +56,7 @@ def test_healthy_markers_sit_off_the_x_axis_and_equal_lines_both_show(figs, tmp_
 @pytest.mark.parametrize("name, lo, hi", [("verl-dynamic-bsz", 3, 10),
                                           ("skyrl-stepwise", 3, 4)])
 def test_strategy_windows_get_a_static_reference_not_k_1(name, lo, hi):
-    rep = replay_full(str(EX / f"{name}.yaml"), engine="fast", knob_check=False).replay
+    rep = replay_full(str(EX / f"{name}.yaml"), options=ReplayOptions(engine="fast", knob_check=False)).replay
     ref, label = plots.nominal_windows(rep)
     assert "static equivalent" in label
     assert lo <= min(ref) and max(ref) <= hi and min(ref) > 1
@@ -67,8 +67,7 @@ def test_strategy_windows_get_a_static_reference_not_k_1(name, lo, hi):
 
 
 def test_equal_sweep_curves_stay_distinguishable(figs, tmp_path):
-    res = replay_full(str(EX / "rlinf-elastic.yaml"), engine="fast",
-                      sweep="batching.max_tokens_per_microbatch=4096,8192,16384")
+    res = replay_full(str(EX / "rlinf-elastic.yaml"), options=ReplayOptions(engine="fast", sweep="batching.max_tokens_per_microbatch=4096,8192,16384"))
     plots.plot_replay(res.sweep, tmp_path / "sweep.png", key=res.sweep_key)
     ax_lr = figs[0].axes[0]
     curves = [ln for ln in ax_lr.get_lines() if ln.get_label().startswith("max_tokens")]

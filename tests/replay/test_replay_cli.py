@@ -169,10 +169,9 @@ def test_sweep_compares_a_memory_knob(files, tmp_path):
 
 
 def test_replay_api_run_returns_the_report(files):
-    from lrdoctor.replay import run
+    from lrdoctor.replay import ReplayOptions, run
 
-    rep = run(str(files / "over.yaml"), batch_log=str(files / "log.csv"), engine="fast",
-              knob_check=False)
+    rep = run(str(files / "over.yaml"), batch_log=str(files / "log.csv"), options=ReplayOptions(engine="fast", knob_check=False))
     assert rep.command == "replay"
     assert [f.code for f in rep.findings] == ["LRD201"]
     assert rep.extra["summary"]["progress_ratio"] == 2.0

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lrdoctor.replay import crosscheck, engine, replay_full
+from lrdoctor.replay import ReplayOptions, crosscheck, engine, replay_full
 from lrdoctor.replay.config import config_from_dict
 
 
@@ -55,7 +55,7 @@ def test_disagreement_is_a_finding_ci_sees(tmp_path, monkeypatch):
     real = crosscheck._compare
     monkeypatch.setattr(crosscheck, "_compare",
                         lambda F, T, r0, n: real(F, T, r0, n) + ["lr at trace row 0: x"])
-    res = replay_full(str(cfg_path), device="cpu")
+    res = replay_full(str(cfg_path), options=ReplayOptions(device="cpu"))
     f = {x.code: x for x in res.report.findings}["LRD214"]
     assert str(f.severity) == "warning" and "lr at trace row 0" in f.message
 
@@ -66,7 +66,7 @@ def test_engine_choice(tmp_path, engine_opt, engine_name, cross):
     cfg_path = tmp_path / "run.yaml"
     cfg_path.write_text("train: {steps: 4, samples_per_step: 8, gradient_accumulation: 2}\n"
                         "data: {synthetic: 'fixed:64'}\n")
-    s = replay_full(str(cfg_path), engine=engine_opt, device="cpu").report.extra["summary"]
+    s = replay_full(str(cfg_path), options=ReplayOptions(engine=engine_opt, device="cpu")).report.extra["summary"]
     assert s["engine"] == engine_name
     assert ("cross_check" in s) == cross
 

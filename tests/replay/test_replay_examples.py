@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lrdoctor.replay import ReplayOptions, replay_full, run
 from lrdoctor.replay import engine as eng
-from lrdoctor.replay import replay_full, run
 from lrdoctor.replay.config import load_config, with_key
 from tests.helpers.paths import REPO
 
@@ -130,7 +130,7 @@ def test_example_reports_what_it_demonstrates(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # paths in the config are relative to the config file
     extra, codes, check, _ = CASES[name]
     # The default on a CPU: the fast path, backed by a real torch run of a sample.
-    rep = run(str(EX / f"{name}.yaml"), device="cpu", **extra)
+    rep = run(str(EX / f"{name}.yaml"), **extra, options=ReplayOptions(device="cpu"))
     assert _codes(rep) == codes, [f.message for f in rep.findings]
     check(rep, _summary(rep))
     s = _summary(rep)
@@ -144,7 +144,7 @@ def test_example_reports_what_it_demonstrates(name, tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c[3]))
 def test_example_same_verdict_on_torch_path(name):
     extra, codes, check, _ = CASES[name]
-    rep = run(str(EX / f"{name}.yaml"), engine="torch", device="cpu", **extra)
+    rep = run(str(EX / f"{name}.yaml"), **extra, options=ReplayOptions(engine="torch", device="cpu"))
     assert _summary(rep)["engine"] == "torch"
     assert _codes(rep) == codes, [f.message for f in rep.findings]
     check(rep, _summary(rep))
@@ -179,7 +179,7 @@ def test_verl_token_cap_is_checked_on_real_tokens():
     real = max(i.plan.notes["max_micro_batch_tokens"] for i in infos)
     padded = max(len(r) * p for i in infos for mb in i.plan.micro_batches
                  for r, p in zip(mb.ranks, mb.padded_len, strict=True))
-    rep = run(str(EX / "verl-dynamic-bsz.yaml"), engine="fast")
+    rep = run(str(EX / "verl-dynamic-bsz.yaml"), options=ReplayOptions(engine="fast"))
     assert _ev(rep, "LRD209")["max_tokens"] == real < padded
     # The same loop with padding (packed: false) is judged on rows x padded length.
     padded_cfg = with_key(cfg, "batching.packed", False)
@@ -188,8 +188,7 @@ def test_verl_token_cap_is_checked_on_real_tokens():
 
 
 def test_skyrl_prefix_sweep_shows_the_fixed_size_bug():
-    res = replay_full(str(EX / "skyrl-stepwise.yaml"), engine="fast",
-                      sweep="batching.strategy=prompt_unit,static")
+    res = replay_full(str(EX / "skyrl-stepwise.yaml"), options=ReplayOptions(engine="fast", sweep="batching.strategy=prompt_unit,static"))
     rows = {r["batching.strategy"]: r for r in res.report.extra["sweep"]["rows"]}
     assert rows["prompt_unit"]["findings"] == [] and rows["prompt_unit"]["actual_updates"] == 32
     assert set(rows["static"]["findings"]) == {"LRD201", "LRD206", "LRD212"}
@@ -199,8 +198,7 @@ def test_skyrl_prefix_sweep_shows_the_fixed_size_bug():
 
 
 def test_rlinf_sweep_contrasts_increments():
-    res = replay_full(str(EX / "rlinf-elastic.yaml"), engine="fast",
-                      sweep="scheduler.increment=micro_batches,samples")
+    res = replay_full(str(EX / "rlinf-elastic.yaml"), options=ReplayOptions(engine="fast", sweep="scheduler.increment=micro_batches,samples"))
     rows = {r["scheduler.increment"]: r for r in res.report.extra["sweep"]["rows"]}
     assert "LRD210" in rows["micro_batches"]["findings"]
     assert "LRD210" not in rows["samples"]["findings"]
@@ -216,13 +214,12 @@ def test_batch_log_in_config_is_relative_to_the_config(tmp_path, monkeypatch):
         "dp: {size: 2}\nbatching: {strategy: token_budget, max_tokens_per_microbatch: 512}\n"
         "data: {batch_log: logs/b.csv}\n")
     monkeypatch.chdir(tmp_path)  # not the config's directory
-    rep = run("cfg/run.yaml", engine="fast")
+    rep = run("cfg/run.yaml", options=ReplayOptions(engine="fast"))
     assert rep.state["samples"] == 16
 
 
 def test_fastllm_flush_sweep_shows_the_tail_windows():
-    res = replay_full(str(EX / "fastllm-docs.yaml"), engine="fast",
-                      sweep="accumulation.flush_at_step_end=false,true")
+    res = replay_full(str(EX / "fastllm-docs.yaml"), options=ReplayOptions(engine="fast", sweep="accumulation.flush_at_step_end=false,true"))
     rows = {r["accumulation.flush_at_step_end"]: r for r in res.report.extra["sweep"]["rows"]}
     assert rows[False]["actual_updates"] == 420 and rows[False]["findings"] == ["LRD201"]
     assert rows[True]["actual_updates"] == 448
@@ -236,5 +233,5 @@ def test_missing_config_batch_log_names_the_key(tmp_path):
         "train: {steps: 1}\nbatching: {strategy: token_budget, max_tokens_per_microbatch: 9}\n"
         "data: {batch_log: logs/none.csv}\n")
     with pytest.raises(UnusableInput, match=r"data.batch_log 'logs/none.csv': no such file") as e:
-        run(str(tmp_path / "run.yaml"), engine="fast")
+        run(str(tmp_path / "run.yaml"), options=ReplayOptions(engine="fast"))
     assert e.value.path == str(tmp_path / "logs" / "none.csv")

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from lrdoctor.errors import UnusableInput
-from lrdoctor.replay import roll_yaml
+from lrdoctor.replay.translate import roll as roll_yaml
 from tests.helpers.paths import REPO
 
 EXAMPLE = REPO / "examples" / "roll-sokoban-dynamic.yaml"

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from lrdoctor.cli import app
 from lrdoctor.errors import UnusableInput
-from lrdoctor.replay import replay_full
+from lrdoctor.replay import ReplayOptions, replay_full
 from lrdoctor.replay.config import load_config
 from tests.helpers.paths import REPO
 
@@ -72,7 +72,7 @@ def test_nemo_rl_config_with_sequence_packing():
     assert cfg.batching.max_tokens_per_microbatch == 4096 * 4
     assert (cfg.train.samples_per_step, cfg.train.mini_batch_size) == (512, 512)
     assert cfg.schedule.family == "torch" and cfg.schedule.kind == "SequentialLR"
-    rep = replay_full(str(EX / "nemo-rl-grpo-math.yaml"), engine="fast", knob_check=False)
+    rep = replay_full(str(EX / "nemo-rl-grpo-math.yaml"), options=ReplayOptions(engine="fast", knob_check=False))
     s = rep.report.extra["summary"]
     assert s["actual_updates"] == 200 and s["progress_ratio"] == 1.0
 
@@ -82,7 +82,7 @@ def test_fast_llm_docs_per_step():
     assert cfg._format == "fast-llm-config"
     assert cfg.batching.strategy == "doc_target" and cfg.batching.docs_per_step == 256
     assert cfg.accumulation.flush_at_step_end is False
-    rep = replay_full(str(EX / "fast-llm-trainer.yaml"), engine="fast", knob_check=False)
+    rep = replay_full(str(EX / "fast-llm-trainer.yaml"), options=ReplayOptions(engine="fast", knob_check=False))
     assert "LRD201" in {f.code for f in rep.report.findings}
 
 

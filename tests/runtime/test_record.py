@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lrdoctor.model import BATCH_LOG_COLUMNS, batch_log_format
-from lrdoctor.replay import batchlog
+from lrdoctor.replay import ReplayOptions, batchlog
 from lrdoctor.replay.batchlog import read_batch_log
 from lrdoctor.runtime.record import BatchLogRecorder, tokens_per_sample
 from tests.helpers.paths import REPO
@@ -159,7 +159,7 @@ def test_recorded_from_a_hand_written_loop_replays(tmp_path):
         batching: {strategy: static}
         scheduler: {step_on: update}
     """))
-    report = replay.run(str(cfg), batch_log=str(log), engine="fast")
+    report = replay.run(str(cfg), batch_log=str(log), options=ReplayOptions(engine="fast"))
     assert [f.code for f in report.findings if f.code in ("LRD201", "LRD202")] == []
     assert report.extra["summary"]["actual_updates"] == 12
     assert os.path.getsize(log) > 0

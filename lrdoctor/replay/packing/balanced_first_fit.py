@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import heapq
+from typing import TYPE_CHECKING
 
-import numpy as np
+from pydantic import Field
 
 from lrdoctor.replay.packing.common import (
+    Packer,
+    PackerParams,
     StepPlan,
     _assemble_minis,
+    _get,
     _mini_batches_per_rank,
     _mini_per_rank,
     _note_over_cap,
     _rank_shards,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def balanced_first_fit(lens, cap: int) -> list[list[int]]:
@@ -77,6 +84,7 @@ def _stage_chunks(n: int, dp: int, mini_batch_size: int | None, notes: dict):
     copies of the mini-batch's first row (``first``) follow them. The copies carry that row's
     tokens into the rank's packer (they can add a micro-batch) but no loss.
     """
+    import numpy as np
     size = int(mini_batch_size) if mini_batch_size else n
     out: list[list[tuple[np.ndarray, int, int]]] = [[] for _ in range(dp)]
     pad_rows = 0
@@ -136,3 +144,19 @@ def plan_balanced_first_fit(
         notes["padding_micro_batches"] = pads
     _note_over_cap(notes, tokens, cap)
     return StepPlan(mbs, bounds if mini_batch_size else None, None, notes)
+
+
+class BalancedFirstFitParams(PackerParams):
+    max_tokens_per_microbatch: int = Field(..., ge=1)
+    round_to: int = Field(1, ge=1)
+    flavor: str = "skyrl"
+
+
+def _plan(p: BalancedFirstFitParams, train, fr, dp) -> StepPlan:
+    return plan_balanced_first_fit(fr, dp, p.max_tokens_per_microbatch,
+                                   mini_batch_size=_get(train, "mini_batch_size"),
+                                   round_to=p.round_to, flavor=p.flavor)
+
+
+PACKER = Packer("balanced_first_fit", "SkyRL token-based micro-batches (balanced first-fit, "
+                "soft cap)", BalancedFirstFitParams, _plan, packed=True, token_knob=True)

@@ -10,24 +10,18 @@ and zipping per-rank micro-batch lists into synchronised micro-steps.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from lrdoctor.errors import UnusableInput
 
-STRATEGIES = (
-    "static",
-    "token_budget",
-    "karmarkar_karp",
-    "balanced_first_fit",
-    "prompt_unit",
-    "doc_target",
-    "sequence_packing",
-)
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @contextmanager
@@ -84,6 +78,7 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
 
 def as_frame(frame: Any) -> dict[str, np.ndarray]:
     """One step's samples as a dict of numpy arrays (accepts a DataFrame)."""
+    import numpy as np
     if isinstance(frame, dict):
         out = {k: np.asarray(v) for k, v in frame.items()}
     elif hasattr(frame, "columns"):
@@ -104,6 +99,7 @@ def split_steps(df: Any) -> list[tuple[int, dict[str, np.ndarray]]]:
     Vectorised: one stable argsort, then array slices; far cheaper than a
     DataFrame groupby when there are 10,000 steps.
     """
+    import numpy as np
     cols = as_frame(df)
     step = cols["step"].astype(np.int64, copy=False)
     order = np.argsort(step, kind="stable")
@@ -131,6 +127,7 @@ def _rank_layout(fr: dict[str, np.ndarray], dp: int, notes: dict) -> tuple[np.nd
     which is how ROLL's DataProto.chunk and SkyRL's dispatch hand a batch to dp
     ranks when nothing rebalances it.
     """
+    import numpy as np
     n = len(fr["tokens"])
     if "rank" in fr:
         rk = fr["rank"].astype(np.int64, copy=False)
@@ -165,7 +162,12 @@ def _note_over_cap(notes: dict, lens: np.ndarray, cap: int | None,
                 rec["asserts"] = asserts
 
 
-_EMPTY = np.zeros(0, dtype=np.int64)
+@cache
+def _empty() -> np.ndarray:
+    """A rank's empty row list in a micro-batch (one shared array; numpy only when planned)."""
+    import numpy as np
+
+    return np.zeros(0, dtype=np.int64)
 
 
 def _mb_from_rank_lists(
@@ -177,11 +179,12 @@ def _mb_from_rank_lists(
     to the max across dp so collectives line up). Token sums and max lengths
     come from one concatenation and two ``reduceat`` calls, not per-array numpy.
     """
+    import numpy as np
     count = max((len(x) for x in per_rank), default=0)
     if count == 0:
         return []
     dp = len(per_rank)
-    grid = [[lst[i] if i < len(lst) else _EMPTY for lst in per_rank] for i in range(count)]
+    grid = [[lst[i] if i < len(lst) else _empty() for lst in per_rank] for i in range(count)]
     flat = [a for row in grid for a in row]
     sizes = np.fromiter((len(a) for a in flat), dtype=np.int64, count=len(flat))
     sums = np.zeros(len(flat), dtype=np.int64)
@@ -231,3 +234,43 @@ def _assemble_minis(
             mbs.extend(part)
             bounds.append(len(mbs) - 1)
     return mbs, bounds
+
+
+class PackerParams(BaseModel):
+    """The ``batching`` keys one packer reads (others are ignored, not rejected: the
+    section is shared by all packers)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+@dataclass(frozen=True)
+class Packer:
+    name: str  # the batching.strategy value
+    summary: str  # one line for the docs: whose algorithm, what it does
+    params: type[PackerParams]
+    # plan(params, train_cfg, frame, dp) -> StepPlan (train_cfg: model, object or dict)
+    plan: Callable[[Any, Any, dict, int], Any]
+    packed: bool  # True: a micro-batch costs its real tokens (packed); False: rows x padded
+    token_knob: bool = False  # max_tokens_per_microbatch is its memory knob (LRD203 check)
+    # A whole-run planner, plan_steps(params, train_cfg, frames, dps) -> [StepPlan], equal
+    # to ``plan`` on each step but faster (None: ``plan`` step by step).
+    plan_steps: Callable[[Any, Any, list[dict], list[int]], list[Any]] | None = None
+
+    def params_from(self, batching: Any) -> Any:
+        """This packer's params from a ``batching`` section (model, object or dict)."""
+        data: dict[str, Any] = {}
+        for key in self.params.model_fields:
+            val = batching.get(key) if isinstance(batching, dict) else getattr(batching, key, None)
+            if val is not None:
+                data[key] = val
+        try:
+            return self.params.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err.get("loc", ()))
+            if err.get("type") == "missing":
+                raise UnusableInput(f"strategy {self.name} needs batching.{loc}") from None
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+            if not loc:
+                raise UnusableInput(f"strategy {self.name} {msg}") from None
+            raise UnusableInput(f"strategy {self.name}: batching.{loc}: {msg}") from None

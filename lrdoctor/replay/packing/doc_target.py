@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
 
 from lrdoctor.errors import UnusableInput
-from lrdoctor.replay.packing.common import StepPlan
+from lrdoctor.replay.packing.common import Packer, PackerParams, StepPlan, _get
 from lrdoctor.replay.packing.static import _static_core
+
+if TYPE_CHECKING:
+    pass
 
 
 def plan_doc_target(
@@ -22,6 +27,7 @@ def plan_doc_target(
     divides by its own micro-batch's documents instead). Micro-batches left at
     the end of the train step close a short window (reported in notes).
     """
+    import numpy as np
     notes: dict = {}
     tokens = fr["tokens"]
     docs = fr["docs"].astype(np.int64) if "docs" in fr else np.ones(len(tokens), np.int64)
@@ -59,3 +65,18 @@ def plan_doc_target(
     notes["docs_per_step"] = target
     notes["micro_batch_docs"] = mb_docs
     return StepPlan(mbs, bounds, divisors, notes)
+
+
+class DocTargetParams(PackerParams):
+    docs_per_step: int = Field(..., ge=1)
+    round_to: int = Field(1, ge=1)
+    loss_divisor: Literal["step_total", "micro_batch"] = "step_total"
+
+
+def _plan(p: DocTargetParams, train, fr, dp) -> StepPlan:
+    return plan_doc_target(fr, dp, int(_get(train, "micro_batch_size", 1)), p.docs_per_step,
+                           p.round_to, p.loss_divisor)
+
+
+PACKER = Packer("doc_target", "Fast-LLM `docs_per_step`: accumulate to a global document "
+                "target", DocTargetParams, _plan, packed=True)

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import heapq
+from typing import TYPE_CHECKING
 
-import numpy as np
+from pydantic import Field, model_validator
 
 from lrdoctor.replay.packing.common import (
     MicroBatch,
+    Packer,
+    PackerParams,
     StepPlan,
     _mb_from_rank_lists,
     _mini_batches_per_rank,
     _note_over_cap,
     _rank_shards,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Both stop the run on one sequence longer than the cap (read in their source, 2026-11):
 # verl's rearrange_micro_batches asserts max_token_len >= the batch's sequence length
@@ -138,6 +144,7 @@ def _kk_sets(vals: list[int], k: int, equal_size: bool) -> list[list]:
 
 def verl_workload(lens: np.ndarray) -> np.ndarray:
     """verl's attention-aware cost per sequence (7B calibration): 24576*s + s^2."""
+    import numpy as np
     lens = lens.astype(np.int64)
     return 24576 * lens + lens * lens
 
@@ -181,6 +188,7 @@ def _balance_dp(tokens, dp, mini_batch_size=None):
     across mini-batches again: the order decides which rows share a mini-batch,
     since ranks cut their rows into consecutive mini-batches).
     """
+    import numpy as np
     work = verl_workload(tokens).tolist()
     if mini_batch_size:
         lists: list[list[int]] = [[] for _ in range(dp)]
@@ -224,6 +232,7 @@ def plan_karmarkar_karp(
     balanced sums can exceed the cap: the largest micro-batch token sum is
     reported in notes.
     """
+    import numpy as np
     notes: dict = {}
     tokens = fr["tokens"]
     n = len(tokens)
@@ -297,6 +306,7 @@ def plan_karmarkar_karp(
 def _gather(rows_j: list[np.ndarray], parts_j: list[list[list[int]]]) -> list[list[np.ndarray]]:
     """Every rank's parts as views into one array built from one list (not one numpy
     call per part): ``parts_j[r]`` indexes into ``rows_j[r]``."""
+    import numpy as np
     flat: list[int] = []
     for rows, parts in zip(rows_j, parts_j, strict=True):
         if parts:
@@ -435,3 +445,53 @@ def count_micro_batches(
             best = max(best, min(c, len(lens)))
         out.append(best)
     return out
+
+
+class KarmarkarKarpParams(PackerParams):
+    max_tokens_per_microbatch: int | None = Field(None, ge=1)
+    num_micro_batches: int | None = Field(None, ge=1)
+    equal_size: bool = False
+    flavor: str = "verl"
+    balance_dp: bool = True
+    keep_minibatch: bool = False
+    round_to: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> KarmarkarKarpParams:
+        if self.max_tokens_per_microbatch is None and self.num_micro_batches is None:
+            raise ValueError("needs batching.max_tokens_per_microbatch or num_micro_batches")
+        return self
+
+    def options(self) -> dict:
+        return dict(num_micro_batches=self.num_micro_batches, equal_size=self.equal_size,
+                    flavor=self.flavor, balance_dp=self.balance_dp,
+                    keep_minibatch=self.keep_minibatch, round_to=self.round_to)
+
+
+def _plan(p: KarmarkarKarpParams, train, fr, dp) -> StepPlan:
+    from lrdoctor.replay.packing.common import _mini_per_rank
+
+    notes: dict = {}
+    plan = plan_karmarkar_karp(fr, dp, p.max_tokens_per_microbatch or 0,
+                               mini_per_rank=_mini_per_rank(train, dp, notes), **p.options())
+    plan.notes.update(notes)
+    return plan
+
+
+def _plan_steps(p: KarmarkarKarpParams, train, frames, dps) -> list[StepPlan]:
+    """All steps at once (``kk_plan``: lockstep partitions), equal to :func:`_plan` per step."""
+    from lrdoctor.replay.packing.common import _mini_per_rank
+    from lrdoctor.replay.packing.kk_plan import plan_karmarkar_karp_steps
+
+    step_notes: list[dict] = [{} for _ in frames]
+    mprs = [_mini_per_rank(train, d, n) for d, n in zip(dps, step_notes, strict=True)]
+    plans = plan_karmarkar_karp_steps(frames, dps, p.max_tokens_per_microbatch or 0,
+                                      mini_per_rank=mprs, **p.options())
+    for plan, n in zip(plans, step_notes, strict=True):
+        plan.notes.update(n)
+    return plans
+
+
+PACKER = Packer("karmarkar_karp", "verl / OpenRLHF dynamic batch size: Karmarkar-Karp "
+                "balanced partitions", KarmarkarKarpParams, _plan, packed=True, token_knob=True,
+                plan_steps=_plan_steps)

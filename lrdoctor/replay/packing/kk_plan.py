@@ -18,9 +18,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from lrdoctor.replay.packing.common import (
-    _EMPTY,
     MicroBatch,
     StepPlan,
+    _empty,
     _note_over_cap,
     _round_up,
 )
@@ -251,7 +251,7 @@ def _plan_arrays(frames, dps, max_tokens, *, mini_per_rank, num_micro_batches, e
         tmax[ne] = np.maximum.reduceat(tf, offs[ne])
     tmax = _round_up(tmax, round_to)
     ol, sl = offs.tolist(), sizes.tolist()
-    views = [rows_flat[a:a + b] if b else _EMPTY for a, b in zip(ol, sl, strict=True)]
+    views = [rows_flat[a:a + b] if b else _empty() for a, b in zip(ol, sl, strict=True)]
     tsum_l, tmax_l = tsum.tolist(), tmax.tolist()
 
     # A micro-batch's largest rank token sum, for the per-step notes.

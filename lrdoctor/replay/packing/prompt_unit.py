@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
+from pydantic import Field
 
 from lrdoctor.errors import UnusableInput
 from lrdoctor.replay.packing.balanced_first_fit import pack_chunk
-from lrdoctor.replay.packing.common import MicroBatch, StepPlan, _mb_from_rank_lists
+from lrdoctor.replay.packing.common import (
+    MicroBatch,
+    Packer,
+    PackerParams,
+    StepPlan,
+    _get,
+    _mb_from_rank_lists,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def prompt_runs(prompt_id: np.ndarray) -> tuple[np.ndarray, list]:
     """End offsets of consecutive equal prompt ids; non-contiguous repeats are an error."""
+    import numpy as np
     n = len(prompt_id)
     if n == 0:
         return np.zeros(0, np.int64), []
@@ -53,6 +65,7 @@ def plan_prompt_unit(
     reproduces padding by ``tensor[:pad_size]``, which yields only
     ``min(pad_size, mb_size)`` rows: short whenever ``pad_size > mb_size``.
     """
+    import numpy as np
     notes: dict = {}
     tokens = fr["tokens"]
     n = len(tokens)
@@ -131,3 +144,24 @@ def plan_prompt_unit(
         notes["short_padding"] = short
     notes["mini_batches"] = len(bounds)
     return StepPlan(mbs, bounds, None, notes)
+
+
+class PromptUnitParams(PackerParams):
+    prompts_per_mini_batch: int | None = Field(None, ge=1)
+    pad_mode: Literal["copy", "slice"] = "copy"
+    max_tokens_per_microbatch: int | None = Field(None, ge=1)
+    inner: Literal["static", "balanced_first_fit"] = "static"
+    round_to: int = Field(1, ge=1)
+
+
+def _plan(p: PromptUnitParams, train, fr, dp) -> StepPlan:
+    return plan_prompt_unit(
+        fr, dp, int(_get(train, "micro_batch_size", 1)),
+        prompts_per_mini_batch=p.prompts_per_mini_batch,
+        samples_per_step=_get(train, "samples_per_step"),
+        mini_batch_size=_get(train, "mini_batch_size"), pad_mode=p.pad_mode,
+        max_tokens=p.max_tokens_per_microbatch, inner=p.inner, round_to=p.round_to)
+
+
+PACKER = Packer("prompt_unit", "SkyRL step-wise training: mini-batches end on prompt "
+                "boundaries", PromptUnitParams, _plan, packed=True)

@@ -15,10 +15,14 @@ makes NeMo-RL raise; here it sits alone in a bin and the notes say so.
 from __future__ import annotations
 
 from bisect import bisect
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
+from pydantic import Field
 
-from lrdoctor.replay.packing.common import StepPlan, _mb_from_rank_lists
+from lrdoctor.replay.packing.common import Packer, PackerParams, StepPlan, _get, _mb_from_rank_lists
+
+if TYPE_CHECKING:
+    pass
 
 ALGORITHMS = ("modified_first_fit_decreasing", "first_fit_decreasing", "concatenative")
 
@@ -170,6 +174,7 @@ def pack(lens: list[int], cap: int, algorithm: str = "modified_first_fit_decreas
 def plan_sequence_packing(fr, dp, max_tokens, *, mini_batch_size=None, round_to=1,
                           algorithm="modified_first_fit_decreasing") -> StepPlan:
     """NeMo-RL ``policy.sequence_packing``: one update per global batch of packed bins."""
+    import numpy as np
     notes: dict = {}
     tokens = fr["tokens"]
     n = len(tokens)
@@ -191,3 +196,21 @@ def plan_sequence_packing(fr, dp, max_tokens, *, mini_batch_size=None, round_to=
             mbs.extend(part)
             bounds.append(len(mbs) - 1)
     return StepPlan(mbs, bounds, None, notes)
+
+
+class SequencePackingParams(PackerParams):
+    max_tokens_per_microbatch: int = Field(..., ge=1)
+    round_to: int = Field(1, ge=1)
+    algorithm: Literal["modified_first_fit_decreasing", "first_fit_decreasing",
+                       "concatenative"] = "modified_first_fit_decreasing"
+
+
+def _plan(p: SequencePackingParams, train, fr, dp) -> StepPlan:
+    return plan_sequence_packing(fr, dp, p.max_tokens_per_microbatch,
+                                 mini_batch_size=_get(train, "mini_batch_size"),
+                                 round_to=p.round_to, algorithm=p.algorithm)
+
+
+PACKER = Packer("sequence_packing", "NeMo-RL `policy.sequence_packing`: bins of the token "
+                "cap per global batch", SequencePackingParams, _plan, packed=True,
+                token_knob=True)

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
-from lrdoctor.replay.packing.common import _EMPTY, MicroBatch, StepPlan, _rank_layout, _round_up
+from pydantic import Field
+
+from lrdoctor.replay.packing.common import (
+    MicroBatch,
+    Packer,
+    PackerParams,
+    StepPlan,
+    _empty,
+    _get,
+    _rank_layout,
+    _round_up,
+)
+
+if TYPE_CHECKING:
+    pass
 
 
 def plan_static(fr, dp, micro_batch_size, round_to=1, drop_last=False) -> StepPlan:
@@ -21,6 +35,7 @@ def _static_core(fr, dp, micro_batch_size, round_to, notes, extra=None, drop_las
     Every micro-batch is a contiguous run of the rank-ordered rows, so sums and
     maxima come from ``reduceat`` calls over the whole step.
     """
+    import numpy as np
     tokens = fr["tokens"]
     perm, bounds = _rank_layout(fr, dp, notes)
     m = max(1, int(micro_batch_size))
@@ -58,8 +73,21 @@ def _static_core(fr, dp, micro_batch_size, round_to, notes, extra=None, drop_las
                 if ex is not None:
                     ex_step[i] += ex[off[k] + i]
             else:
-                ranks.append(_EMPTY)
+                ranks.append(_empty())
                 pl.append(0)
                 tk.append(0)
         mbs.append(MicroBatch(ranks, pl, tk))
     return mbs, ex_step
+
+
+class StaticParams(PackerParams):
+    round_to: int = Field(1, ge=1)
+
+
+def _plan(p: StaticParams, train, fr, dp) -> StepPlan:
+    return plan_static(fr, dp, int(_get(train, "micro_batch_size", 1)), p.round_to,
+                       drop_last=bool(_get(train, "drop_last", False)))
+
+
+PACKER = Packer("static", "every framework: `train.micro_batch_size` rows per rank",
+                StaticParams, _plan, packed=False)

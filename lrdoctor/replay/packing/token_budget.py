@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
-from lrdoctor.replay.packing.common import MicroBatch, StepPlan
+from pydantic import Field
+
+from lrdoctor.replay.packing.common import MicroBatch, Packer, PackerParams, StepPlan, _get
+
+if TYPE_CHECKING:
+    pass
 
 # Both assert on one (rounded) sequence longer than the cap (read in their source,
 # 2026-11): the real run stops there, so the replay's finding is an error.
@@ -32,6 +37,7 @@ def plan_token_budget(
     lengths clamped to the batch's padded width). Both assert when one rounded
     sequence is over the cap; here it sits alone in a micro-batch, reported in notes.
     """
+    import numpy as np
     notes: dict = {}
     tokens = fr["tokens"]
     n = len(tokens)
@@ -60,6 +66,7 @@ def plan_token_budget(
 
 def _token_budget_core(rows, all_tokens, dp, cap, r, floor, clamp, notes, flavor) -> list[MicroBatch]:
     """The sorted, dealt, greedy walk over ``rows`` (indices into the step frame)."""
+    import numpy as np
     tokens = all_tokens[rows]
     n = len(rows)
     local = np.argsort(tokens, kind="stable")
@@ -138,3 +145,19 @@ def _token_budget_core(rows, all_tokens, dp, cap, r, floor, clamp, notes, flavor
         mbs.append(MicroBatch(ranks, [ln] * dp, sums[i]))
     notes["max_padded_tokens"] = max(worst, notes.get("max_padded_tokens", 0))
     return mbs
+
+
+class TokenBudgetParams(PackerParams):
+    max_tokens_per_microbatch: int = Field(..., ge=1)
+    round_to: int = Field(1, ge=1)
+    flavor: str = "roll"
+
+
+def _plan(p: TokenBudgetParams, train, fr, dp) -> StepPlan:
+    return plan_token_budget(fr, dp, p.max_tokens_per_microbatch, p.round_to, flavor=p.flavor,
+                             mini_batch_size=_get(train, "mini_batch_size"))
+
+
+PACKER = Packer("token_budget", "ROLL / NeMo-RL dynamic batching: sorted, dealt over ranks, "
+                "one greedy token budget", TokenBudgetParams, _plan, packed=False,
+                token_knob=True)

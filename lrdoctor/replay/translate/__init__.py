@@ -1,48 +1,41 @@
 """The frameworks' own configs, translated into an lrdoctor run config.
 
-One module per framework (``verl``, ``skyrl``, ``openrlhf``, ``nemo_rl``,
-``fast_llm``; ROLL's is :mod:`lrdoctor.replay.roll_yaml`). :func:`detect`
-picks the translator from the file's shape; each returns a
-:class:`~lrdoctor.replay.translate.common.Translation` holding the config, the
-keys it read (``config_keys_used``) and the keys it saw but does not model
-(warning LRD213).
+One module per framework, each defining ``TRANSLATOR`` (a
+:class:`~lrdoctor.replay.translate.common.Translator`); :data:`TRANSLATORS` lists
+them, in the order their ``looks_like`` is asked (the more specific shapes first).
+Each returns a :class:`~lrdoctor.replay.translate.common.Translation` holding the
+config, the keys it read (``config_keys_used``) and the keys it saw but does not
+model (warning LRD213). Adding a framework is one new module plus one line here.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from lrdoctor.replay.translate.common import Translation
+from lrdoctor.replay.translate import fast_llm, nemo_rl, openrlhf, roll, skyrl, verl
+from lrdoctor.replay.translate.common import Translation, Translator
 
-__all__ = ["Translation", "detect_yaml", "translate_text", "translate_yaml"]
+TRANSLATORS: tuple[Translator, ...] = (
+    roll.TRANSLATOR,
+    verl.TRANSLATOR,
+    nemo_rl.TRANSLATOR,
+    skyrl.TRANSLATOR,
+    fast_llm.TRANSLATOR,
+    openrlhf.TRANSLATOR,
+)
+
+__all__ = ["TRANSLATORS", "Translation", "Translator", "detect", "known"]
 
 
-def detect_yaml(data: Any) -> str | None:
-    """The framework whose config ``data`` (a parsed YAML mapping) is, or None."""
-    from lrdoctor.replay import roll_yaml
-    from lrdoctor.replay.translate import fast_llm, nemo_rl, skyrl, verl
-
-    if roll_yaml.looks_like_roll(data):
-        return "roll"
-    for name, mod in (("verl", verl), ("nemo_rl", nemo_rl), ("skyrl", skyrl),
-                      ("fast-llm", fast_llm)):
-        if mod.looks_like(data):
-            return name
+def detect(data: Any, reads: str = "yaml") -> Translator | None:
+    """The translator whose framework ``data`` is (a parsed mapping for ``reads="yaml"``,
+    the text of an argument list for ``"args"``), or None."""
+    for tr in TRANSLATORS:
+        if tr.reads == reads and tr.looks_like(data):
+            return tr
     return None
 
 
-def translate_yaml(name: str, data: dict) -> Translation:
-    from lrdoctor.replay.translate import fast_llm, nemo_rl, skyrl, verl
-
-    mod = {"verl": verl, "nemo_rl": nemo_rl, "skyrl": skyrl, "fast-llm": fast_llm}[name]
-    return mod.translate(data)
-
-
-def translate_text(text: str, base: Path | None = None) -> Translation | None:
-    """A non-YAML config: OpenRLHF's argument list or launch script, else None."""
-    from lrdoctor.replay.translate import openrlhf
-
-    if openrlhf.looks_like(text):
-        return openrlhf.translate(text, base)
-    return None
+def known() -> str:
+    """The frameworks lrdoctor translates, for messages."""
+    return ", ".join(tr.title for tr in TRANSLATORS)

@@ -9,11 +9,38 @@ through :class:`Reader`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lrdoctor.errors import UnusableInput
-from lrdoctor.replay.roll_yaml import _MISSING, _lookup, _num, resolve
+from lrdoctor.replay.translate.interpolate import MISSING as _MISSING
+from lrdoctor.replay.translate.interpolate import lookup as _lookup
+from lrdoctor.replay.translate.interpolate import resolve
+
+
+@dataclass(frozen=True)
+class Translator:
+    """One framework's config translator: a module under ``replay/translate/`` defines
+    ``TRANSLATOR`` and :data:`lrdoctor.replay.translate.TRANSLATORS` lists it.
+
+    ``looks_like`` says from the parsed config (a mapping, or the text of an argument
+    list) whether it is this framework's; ``translate`` turns it into a
+    :class:`Translation`. ``reads`` is what the config is: ``"yaml"`` (a parsed
+    mapping) or ``"args"`` (the text of a command line or argument file).
+    """
+
+    name: str  # "verl", "skyrl", ... (also the report's "<name>-config" format)
+    title: str  # how the docs and messages name it
+    reads: str  # "yaml" | "args"
+    looks_like: Callable[[Any], bool]
+    translate: Callable[[Any, Path | None], Translation]
+    format: str | None = None  # the report's format name (default "<name>-config")
+
+    @property
+    def format_name(self) -> str:
+        return self.format or f"{self.name}-config"
 
 
 @dataclass
@@ -94,6 +121,25 @@ class Reader:
 
     def done(self, framework: str, config: dict) -> Translation:
         return Translation(framework, config, dict(sorted(self.used.items())), self.unmodelled)
+
+
+def _num(value: Any, key: str, kind: type = int) -> Any:
+    if isinstance(value, bool):
+        raise UnusableInput(f"{key} is {value!r}; expected a number")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise UnusableInput(f"{key} is {value!r}; expected a number") from None
+    if not isinstance(value, (int, float)):
+        raise UnusableInput(f"{key} is {value!r}; expected a number")
+    if isinstance(value, float) and value != value or abs(value) > 1e15:  # NaN, ±inf, 10**400
+        raise UnusableInput(f"{key} is {value!r}; expected a finite number below 1e15")
+    if kind is int:
+        if value != int(value):
+            raise UnusableInput(f"{key} is {value!r}; expected an integer")
+        return int(value)
+    return float(value)
 
 
 def _bool(val: Any, key: str) -> bool:

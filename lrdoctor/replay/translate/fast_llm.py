@@ -17,10 +17,11 @@ What Fast-LLM does with the keys (``engine/schedule/config.py``,
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from lrdoctor.errors import UnusableInput
-from lrdoctor.replay.translate.common import Reader, Translation
+from lrdoctor.replay.translate.common import Reader, Translation, Translator
 
 D = "model.distributed"
 
@@ -33,7 +34,7 @@ def looks_like(data: Any) -> bool:
                                  "docs_per_step")) or "training" in data
 
 
-def translate(data: dict) -> Translation:
+def translate(data: dict, base: Path | None = None) -> Translation:
     r = Reader(data)
     depth = r.count("schedule.depth_first_micro_batches", 1)
     breadth = r.count("schedule.breadth_first_micro_batches", 1)
@@ -85,3 +86,6 @@ def translate(data: dict) -> Translation:
         "data": {"synthetic": f"fixed:{length}" + (";docs:1:8" if docs > 0 else "")},
     }
     return r.done("fast-llm", cfg)
+
+
+TRANSLATOR = Translator("fast-llm", "Fast-LLM (trainer YAML)", "yaml", looks_like, translate)

@@ -18,10 +18,17 @@ What NeMo-RL does with the keys (``algorithms/grpo.py``,
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from lrdoctor.errors import UnusableInput
-from lrdoctor.replay.translate.common import Reader, Translation, synthetic_up_to, truthy
+from lrdoctor.replay.translate.common import (
+    Reader,
+    Translation,
+    Translator,
+    synthetic_up_to,
+    truthy,
+)
 
 P = "policy"
 MAX_REPLAY_STEPS = 2000
@@ -69,7 +76,7 @@ def _torch_schedule(r: Reader, lr: float) -> dict[str, Any]:
                        "_scheduler_kinds": kinds, "last_epoch": 0}}
 
 
-def translate(data: dict) -> Translation:
+def translate(data: dict, base: Path | None = None) -> Translation:
     r = Reader(data)
     prompts = r.need("grpo.num_prompts_per_step", "the replay needs the prompts per step")
     gens = r.count("grpo.num_generations_per_prompt", 1)
@@ -151,3 +158,6 @@ def translate(data: dict) -> Translation:
     if synth:
         cfg["data"] = {"synthetic": synth}
     return r.done("nemo_rl", cfg)
+
+
+TRANSLATOR = Translator("nemo_rl", "NeMo-RL (GRPO YAML)", "yaml", looks_like, translate)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.errors import UnusableInput
-from lrdoctor.replay.translate.common import Reader, Translation, synthetic_up_to
+from lrdoctor.replay.translate.common import Reader, Translation, Translator, synthetic_up_to
 
 MARKERS = ("--rollout.batch_size", "--train.batch_size", "--rollout.n_samples_per_prompt",
            "openrlhf.cli.train_ppo_ray")
@@ -155,3 +155,7 @@ def translate(text: str, base: Path | None = None) -> Translation:
         "data": {"synthetic": synthetic_up_to(max_len)},
     }
     return r.done("openrlhf", cfg)
+
+
+TRANSLATOR = Translator("openrlhf", "OpenRLHF (train_ppo_ray arguments)", "args", looks_like,
+                        translate)

@@ -22,10 +22,17 @@ What SkyRL does with the keys (read in SkyRL main, ``config.py``, ``trainer.py``
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from lrdoctor.errors import UnusableInput
-from lrdoctor.replay.translate.common import Reader, Translation, synthetic_up_to, truthy
+from lrdoctor.replay.translate.common import (
+    Reader,
+    Translation,
+    Translator,
+    synthetic_up_to,
+    truthy,
+)
 
 T = "trainer"
 
@@ -38,7 +45,7 @@ def looks_like(data: Any) -> bool:
         isinstance(data.get("generator"), dict) and "n_samples_per_prompt" in data["generator"])
 
 
-def translate(data: dict) -> Translation:
+def translate(data: dict, base: Path | None = None) -> Translation:
     r = Reader(data)
     n = r.count("generator.n_samples_per_prompt", 5)
     tbs = r.count(f"{T}.train_batch_size", 1024)
@@ -116,3 +123,6 @@ def translate(data: dict) -> Translation:
     if synth:
         cfg["data"] = {"synthetic": synth}
     return r.done("skyrl", cfg)
+
+
+TRANSLATOR = Translator("skyrl", "SkyRL (skyrl-train config)", "yaml", looks_like, translate)

@@ -19,10 +19,18 @@ What verl does with the keys (read in verl 0.9.1, ``ray_trainer.py``,
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from lrdoctor.errors import UnusableInput
-from lrdoctor.replay.translate.common import Reader, Translation, positive, synthetic_up_to, truthy
+from lrdoctor.replay.translate.common import (
+    Reader,
+    Translation,
+    Translator,
+    positive,
+    synthetic_up_to,
+    truthy,
+)
 
 A = "actor_rollout_ref.actor"
 
@@ -32,7 +40,7 @@ def looks_like(data: Any) -> bool:
         and isinstance(data.get("data"), dict)
 
 
-def translate(data: dict) -> Translation:
+def translate(data: dict, base: Path | None = None) -> Translation:
     r = Reader(data)
     n = r.count("actor_rollout_ref.rollout.n", 1)
     tbs = r.need("data.train_batch_size", "the replay needs the prompts per step")
@@ -130,3 +138,6 @@ def translate(data: dict) -> Translation:
     if synth:
         cfg["data"] = {"synthetic": synth}
     return r.done("verl", cfg)
+
+
+TRANSLATOR = Translator("verl", "verl (Hydra ppo_trainer.yaml)", "yaml", looks_like, translate)

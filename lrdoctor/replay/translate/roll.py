@@ -14,9 +14,8 @@ they launch with. The translation follows what ROLL does with them:
   ``warmup_steps`` or ``ceil(warmup_ratio * horizon)``;
 - agentic pipelines (env managers) force ``num_return_sequences`` to 1.
 
-Hydra ``${...}`` interpolations are resolved here for plain references
-(``${a.b}``, ``${x}`` inside strings, ``${oc.env:VAR,default}``) without
-omegaconf; ``device_mapping`` strings such as ``list(range(0,8))`` are read by
+Hydra ``${...}`` interpolations are resolved by :mod:`.interpolate`;
+``device_mapping`` strings such as ``list(range(0,8))`` are read by
 a tiny evaluator that only knows lists, ``range``, ``list`` and ``+`` (never
 ``eval``).
 """
@@ -25,15 +24,14 @@ from __future__ import annotations
 
 import ast
 import math
-import os
-import re
 from pathlib import Path
 from typing import Any
 
 from lrdoctor.errors import UnusableInput
-
-_REF = re.compile(r"\$\{([^${}]+)\}")
-_MISSING = object()
+from lrdoctor.replay.translate.common import Translation, Translator, _num
+from lrdoctor.replay.translate.interpolate import MISSING as _MISSING
+from lrdoctor.replay.translate.interpolate import lookup as _lookup
+from lrdoctor.replay.translate.interpolate import resolve
 
 # HF SchedulerType -> Megatron lr_decay_style, as ROLL's mcore adapter maps them.
 _HF_TO_MEGATRON = {
@@ -68,89 +66,6 @@ def looks_like_roll(data: Any) -> bool:
         or "rollout_batch_size" in data
         or "use_dynamic_batching_in_train" in actor
     )
-
-
-# --------------------------------------------------------------------------- interpolation
-
-
-def _lookup(root: dict, dotted: str) -> Any:
-    node: Any = root
-    for part in dotted.strip().split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return _MISSING
-    return node
-
-
-def _resolve_ref(root: dict, expr: str, stack: tuple[str, ...]) -> Any:
-    expr = expr.strip()
-    if expr.startswith("oc.env:"):
-        name, _, default = expr[len("oc.env:") :].partition(",")
-        val = os.environ.get(name.strip())
-        if val is not None:
-            return val
-        return default.strip().strip("'\"") if default else _MISSING
-    if expr.startswith("oc.select:"):  # Hydra's "key, else default" (verl's generated configs)
-        key, _, default = expr[len("oc.select:") :].partition(",")
-        got = _lookup(root, key.strip())
-        if got is not _MISSING and got is not None:
-            return _resolve(root, got, (*stack, expr))
-        default = default.strip()
-        if not default or default == "null":
-            return None
-        try:
-            return int(default)
-        except ValueError:
-            try:
-                return float(default)
-            except ValueError:
-                return default.strip("'\"")
-    if expr.startswith("mul:"):  # NeMo-RL's ${mul:a, b} (after the inner refs resolved)
-        try:
-            vals = [float(x) for x in expr[len("mul:") :].split(",")]
-        except ValueError:
-            return _MISSING
-        prod = math.prod(vals)
-        return int(prod) if prod == int(prod) else prod
-    if ":" in expr:  # another resolver: not ours to run
-        return _MISSING
-    if expr in stack:
-        raise UnusableInput(f"interpolation cycle: {' -> '.join((*stack, expr))}")
-    val = _lookup(root, expr)
-    if val is _MISSING:
-        return _MISSING
-    return _resolve(root, val, (*stack, expr))
-
-
-def _resolve(root: dict, value: Any, stack: tuple[str, ...] = ()) -> Any:
-    """Resolve ``${...}`` references in ``value``; unresolvable ones stay as text."""
-    if isinstance(value, dict):
-        return {k: _resolve(root, v, stack) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_resolve(root, v, stack) for v in value]
-    if not isinstance(value, str) or "${" not in value:
-        return value
-    whole = _REF.fullmatch(value.strip())
-    if whole:
-        got = _resolve_ref(root, whole.group(1), stack)
-        return value if got is _MISSING else got
-
-    def sub(m: re.Match) -> str:
-        got = _resolve_ref(root, m.group(1), stack)
-        return m.group(0) if got is _MISSING else str(got)
-
-    out = _REF.sub(sub, value)
-    if out != value and "${" in out:  # nested: ${mul:${a}, ${b}} resolves inside out
-        return _resolve(root, out, stack)
-    return out
-
-
-def resolve(data: dict) -> dict:
-    """The YAML mapping with every resolvable interpolation replaced."""
-    return _resolve(data, data)
 
 
 # --------------------------------------------------------------------------- device mapping
@@ -208,25 +123,6 @@ def parse_device_mapping(value: Any, key: str = "device_mapping") -> list[int]:
 
 
 # --------------------------------------------------------------------------- translation
-
-
-def _num(value: Any, key: str, kind: type = int) -> Any:
-    if isinstance(value, bool):
-        raise UnusableInput(f"{key} is {value!r}; expected a number")
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            raise UnusableInput(f"{key} is {value!r}; expected a number") from None
-    if not isinstance(value, (int, float)):
-        raise UnusableInput(f"{key} is {value!r}; expected a number")
-    if isinstance(value, float) and value != value or abs(value) > 1e15:  # NaN, ±inf, 10**400
-        raise UnusableInput(f"{key} is {value!r}; expected a finite number below 1e15")
-    if kind is int:
-        if value != int(value):
-            raise UnusableInput(f"{key} is {value!r}; expected an integer")
-        return int(value)
-    return float(value)
 
 
 def _get(node: Any, dotted: str, default: Any = _MISSING) -> Any:
@@ -461,3 +357,12 @@ def _translate(data: dict) -> dict:
         "accumulation": {"rule": "correct"},
         "scheduler": {"step_on": "update", "increment": 1},
     }
+
+
+def translate(data: dict, base: Path | None = None) -> Translation:
+    """ROLL's YAML as a :class:`Translation` (the keys it read in ``keys_used``)."""
+    return Translation("roll", to_config(data), keys_used(data))
+
+
+TRANSLATOR = Translator("roll", "ROLL (pipeline YAML)", "yaml", looks_like_roll, translate,
+                        format="roll-yaml")
