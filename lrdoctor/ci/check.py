@@ -18,6 +18,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from lrdoctor.ci.config import CheckConfig, Ignore, Target
@@ -296,10 +297,53 @@ def _from_cwd(cfg: CheckConfig, p: str) -> str:
         return os.path.abspath(p) + slash
 
 
+def batch_logs_for(configs: list[str], values: list[str]) -> dict[str, str]:
+    """Which ``--batch-log`` belongs to which replayed config: ``CONFIG=LOG`` names its
+    config; a bare ``LOG`` is only taken when one config is replayed. A bare log with
+    several configs is refused (one line): applied to all of them, ROLL's log silently
+    judged OneVision's config. A config without a log uses its own ``data``.
+
+    Returns config (as given) -> log (as given)."""
+    out: dict[str, str] = {}
+    bare: list[str] = []
+
+    def same(a: str, b: str) -> bool:
+        return Path(a).resolve() == Path(b).resolve()
+
+    for v in values:
+        name, eq, log = v.partition("=")
+        if eq and not Path(v).exists() and name and log:
+            hit = [c for c in configs if same(c, name)]
+            if not hit:
+                raise UnusableInput(
+                    f"--batch-log {v}: {name} is not one of the replayed configs ("
+                    f"{', '.join(configs) or 'none'})")
+            if hit[0] in out:
+                raise UnusableInput(f"--batch-log {v}: {name} already has a batch log "
+                                    f"({out[hit[0]]})")
+            out[hit[0]] = log
+        else:
+            bare.append(v)
+    if bare and not configs:
+        raise UnusableInput(f"--batch-log {bare[0]}: no run config is replayed "
+                            "(give a .yaml target or --replay CONFIG)")
+    if bare:
+        if len(bare) > 1 or len(configs) != 1 or out:
+            raise UnusableInput(
+                f"--batch-log {bare[0]}: ambiguous with {len(configs)} replayed configs "
+                f"({', '.join(configs)}): name the config it belongs to, "
+                f"--batch-log CONFIG={bare[0]} (a config without one uses its own data)")
+        out[configs[0]] = bare[0]
+    return out
+
+
 def config_from_flags(cfg: CheckConfig, inspect: list[str], replay: list[str],
-                      batch_log: str | None, synthetic: str | None,
+                      batch_log: str | list[str] | None, synthetic: str | None,
                       max_progress_ratio: float | None) -> CheckConfig:
-    """Command-line targets replace the config's; thresholds and ignores stay."""
+    """Command-line targets replace the config's; thresholds and ignores stay.
+    ``batch_log``: ``--batch-log`` values, matched to configs by :func:`batch_logs_for`."""
+    logs = batch_logs_for(replay, [batch_log] if isinstance(batch_log, str)
+                          else list(batch_log or []))
     if inspect or replay:
         # Paths on the command line are relative to the working directory.
         cfg.targets = []
@@ -309,10 +353,11 @@ def config_from_flags(cfg: CheckConfig, inspect: list[str], replay: list[str],
             cfg.targets.append(Target(kind="inspect", key=f"--inspect[{n}]", line=1,
                                       path=p if is_url(p) else _from_cwd(cfg, p)))
         for n, p in enumerate(replay):
+            log = logs.get(p)
             cfg.targets.append(Target(kind="replay", key=f"--replay[{n}]", line=1,
                                       path=_from_cwd(cfg, p),
-                                      batch_log=_from_cwd(cfg, batch_log) if batch_log else None,
-                                      synthetic=synthetic))
+                                      batch_log=_from_cwd(cfg, log) if log else None,
+                                      synthetic=None if log else synthetic))
     if max_progress_ratio is not None:
         cfg.max_progress_ratio = max_progress_ratio
     return cfg

@@ -51,8 +51,9 @@ def check_cmd(
         "--inspect", metavar="PATH", help="Checkpoint path or glob to inspect (repeatable).")] = None,
     replay: Annotated[list[str] | None, typer.Option(
         "--replay", metavar="CONFIG", help="Run config to replay (repeatable).")] = None,
-    batch_log: Annotated[str | None, typer.Option(
-        "--batch-log", help="Batch log for the --replay configs.")] = None,
+    batch_log: Annotated[list[str] | None, typer.Option(
+        "--batch-log", metavar="[CONFIG=]LOG", help="Batch log of a --replay config: "
+        "CONFIG=LOG (repeatable), or LOG when one config is replayed.")] = None,
     synthetic: Annotated[str | None, typer.Option(
         "--synthetic", help="Synthetic lengths for the --replay configs.")] = None,
     max_progress_ratio: Annotated[float | None, typer.Option(
@@ -84,8 +85,8 @@ def check_cmd(
     fmt = resolve_format(json_, output_format)
     guarded(lambda: check_executor(executor))
     cfg = guarded(lambda: ci_config.load(config, required=config is not None))
-    cfg = ci_check.config_from_flags(cfg, inspect or [], replay or [], batch_log, synthetic,
-                                     max_progress_ratio)
+    cfg = guarded(lambda: ci_check.config_from_flags(
+        cfg, inspect or [], replay or [], batch_log, synthetic, max_progress_ratio))
     if not cfg.targets:
         where = cfg.source or "pyproject.toml"
         die(f"{where}: nothing to check: add [[tool.lrdoctor.inspect]] or "

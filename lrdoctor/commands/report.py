@@ -40,8 +40,10 @@ def report_cmd(
         "--config", help="Configuration file when no TARGETS are given.")] = None,
     format: FormatOpt = None,
     all: Annotated[bool, typer.Option("--all", help="Every checkpoint of a run.")] = False,
-    batch_log: Annotated[str | None, typer.Option(
-        "--batch-log", help="Batch log for the replayed configs.")] = None,
+    batch_log: Annotated[list[str] | None, typer.Option(
+        "--batch-log", metavar="[CONFIG=]LOG", help="Batch log of a replayed config: "
+        "CONFIG=LOG (repeatable), or LOG when one config is replayed; a config without "
+        "one uses its own data.")] = None,
     synthetic: Annotated[str | None, typer.Option(
         "--synthetic", help="Synthetic lengths for the replayed configs.")] = None,
     sweep: Annotated[str | None, typer.Option(
@@ -54,13 +56,14 @@ def report_cmd(
     from lrdoctor.ci import check as ci_check
     from lrdoctor.ci import config as ci_config
     from lrdoctor.findings import exit_code
-    from lrdoctor.render.html import write_report
+    from lrdoctor.render.html import write_report_files
 
     if targets:
         insp = [t for t in targets if not t.lower().endswith(_REPLAY_SUFFIXES)]
         repl = [t for t in targets if t.lower().endswith(_REPLAY_SUFFIXES)]
         cfg = ci_config.CheckConfig(source=None, root=Path.cwd(), fail_on=fail_on.value)
-        cfg = ci_check.config_from_flags(cfg, insp, repl, batch_log, synthetic, None)
+        cfg = guarded(lambda: ci_check.config_from_flags(cfg, insp, repl, batch_log, synthetic,
+                                                         None))
         for t in cfg.targets:
             t.format = format if t.kind == "inspect" else None
             t.all = all
@@ -77,8 +80,8 @@ def report_cmd(
     replays: dict = {}
     reports = guarded(lambda: ci_check.run_check(cfg, fail_on=fail_on.value if targets else None,
                                                  replays=replays))
-    index = guarded(lambda: write_report(reports, out, title=title, replays=replays))
-    pngs = sorted(p.name for p in Path(out).glob("*.png"))
+    index, pngs = guarded(lambda: write_report_files(reports, out, title=title,
+                                                     replays=replays))
     print(f"report written to {index} ({len(reports)} target(s), {len(pngs)} figure(s))")
     if warn_unusable(reports):
         raise typer.Exit(2)

@@ -89,6 +89,9 @@ def read(mod: ModuleType, ckpt: Path) -> RunState:
         detail = (str(exc).splitlines() or [""])[0][:120]
         raise UnusableInput(f"a saved value of unexpected type or size "
                             f"({type(exc).__name__}: {detail})", str(ckpt)) from None
+    from lrdoctor.formats import _fixmanifest
+
+    _fixmanifest.apply(st, ckpt)  # a repaired copy's recorded nominal progress
     st.validate()
     return st
 

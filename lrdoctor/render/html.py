@@ -264,7 +264,42 @@ def _section(i: int, rep: Report, figs: list[tuple[str, Path]], note: str | None
 
 def write_report(reports: list[Report], out_dir: Path, title: str = "lrdoctor report",
                  replays: Mapping[int, Any] | None = None) -> Path:
-    """Write ``index.html`` and its PNGs into ``out_dir``; returns the page's path.
+    """Write ``index.html`` and its PNGs into ``out_dir``; returns the page's path
+    (:func:`write_report_files` also returns the PNGs it wrote)."""
+    return write_report_files(reports, out_dir, title, replays)[0]
+
+
+#: The PNG names :func:`figure_stem` makes (``01-inspect-...-lr.png``): only these are
+#: ever removed from a report folder, and only when the page there is lrdoctor's.
+_OUR_PNG = re.compile(r"^\d{2,}-(inspect|replay|check|fix|report)-.+\.png$")
+
+
+def _remove_stale(out_dir: Path, keep: set[Path]) -> list[str]:
+    """Figures an earlier report left in ``out_dir`` that this page does not show: removed,
+    so the folder holds what the page embeds (an old "8 figure(s)" beside a page of 1).
+    Only lrdoctor's own names, and only where ``index.html`` is an lrdoctor page."""
+    index = out_dir / "index.html"
+    try:
+        ours = index.is_file() and "lrdoctor" in index.read_text(errors="replace")[:4000]
+    except OSError:
+        ours = False
+    if not ours:
+        return []
+    removed = []
+    for p in out_dir.glob("*.png"):
+        if p not in keep and _OUR_PNG.match(p.name) and p.is_file():
+            try:
+                p.unlink()
+                removed.append(p.name)
+            except OSError:
+                pass
+    return removed
+
+
+def write_report_files(reports: list[Report], out_dir: Path, title: str = "lrdoctor report",
+                       replays: Mapping[int, Any] | None = None) -> tuple[Path, list[Path]]:
+    """Write ``index.html`` and its PNGs into ``out_dir``; the page's path and the PNGs
+    this page embeds (stale ones of an earlier report there removed).
 
     ``replays[i]`` is the :class:`~lrdoctor.replay.ReplayResult` behind ``reports[i]``
     when it was replayed (as :func:`lrdoctor.ci.check.run_check` fills it): its figures
@@ -285,8 +320,10 @@ def write_report(reports: list[Report], out_dir: Path, title: str = "lrdoctor re
             notes[i] = note
     page = render_html(reports, figures, notes, title)
     index = out_dir / "index.html"
+    pngs = [Path(png) for figs in figures.values() for _, png in figs]
+    _remove_stale(out_dir, set(pngs))
     write_text(index, page)
-    return index
+    return index, pngs
 
 
-__all__ = ["write_report", "render_html", "figures_for", "FIGURES"]
+__all__ = ["write_report", "write_report_files", "render_html", "figures_for", "FIGURES"]

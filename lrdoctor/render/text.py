@@ -69,10 +69,38 @@ def _num(x) -> str:
     return number(x, digits=6)
 
 
+def not_compared(report) -> str | None:
+    """Why nothing was compared for ``report``, or None when a comparison happened: the
+    scheduler's progress against the trainer's (inspect), or the replayed loop against the
+    scheduler's budget (replay). "Agree" is only ever said after a comparison."""
+    st = report.state if isinstance(report.state, dict) else {}
+    if report.command == "replay" or isinstance(report.extra.get("summary"), dict):
+        s = report.extra.get("summary") or {}
+        return None if s.get("progress_ratio") is not None else \
+            "the replay computed no progress ratio"
+    if report.command == "fix":
+        return None
+    if st.get("scheduler_progress") is None:
+        return "no scheduler progress was read"
+    if st.get("nominal_progress") is not None:
+        return None
+    if (st.get("derived") or {}).get("planned_end_in_schedule_units") is not None:
+        return None  # the planned end against the schedule's horizon
+    return "nothing the trainer saved to compare the scheduler's progress with"
+
+
+def no_findings_line(report) -> str:
+    """The clean verdict in words: "agree" only after a real comparison."""
+    why = not_compared(report)
+    if why is None:
+        return "[green]No findings: the scheduler and the trainer agree.[/green]"
+    return f"[yellow]No findings, but not judged: {why}.[/yellow]"
+
+
 def render_findings(report, con: Console | None = None) -> None:
     con = con or console()
     if not report.findings:
-        con.print("[green]No findings: the scheduler and the trainer agree.[/green]")
+        con.print(no_findings_line(report))
         return
     for f in sorted(report.findings, key=lambda f: -f.severity):
         head = Table.grid(padding=(0, 1))
@@ -315,6 +343,8 @@ def render_replay(report, trace=None, plot=None, con: Console | None = None) -> 
     if "peak_memory_bytes" in s:
         t.add_row("peak memory per micro-batch", "", f"{s['peak_memory_bytes'] / 2**20:.1f} MiB")
     con.print(t)
+    for label, text, style in replay_context_lines(report):
+        con.print(Text.assemble((f"{label}: ", style or "dim"), text))
     line = cross_check_line(s.get("cross_check"))
     if line:
         con.print(line, highlight=False, markup=False)
@@ -342,6 +372,30 @@ def render_replay(report, trace=None, plot=None, con: Console | None = None) -> 
     for label, p in (("trace", trace), ("plot", plot)):
         if p is not None:
             con.print(f"[dim]{label} written to {p}[/dim]")
+
+
+def replay_context_lines(report) -> list[tuple[str, str, str | None]]:
+    """What the replay ran on and what it did not check, as (label, text, style): the
+    engine and why, a cycled batch log, the memory-knob check (or why it was skipped).
+    Said in the text too, not only in --json and the HTML page."""
+    s = report.extra.get("summary") or {}
+    lines: list[tuple[str, str, str | None]] = []
+    if s.get("engine_reason"):
+        lines.append(("engine", str(s["engine_reason"]), None))
+    if s.get("cycled"):
+        lines.append(("batch log", f"{s['cycled']}: every later step repeats logged lengths, "
+                      "so per-step variation is the log's, not the run's", "yellow"))
+    knob = s.get("memory_knob")
+    if isinstance(knob, dict):
+        rows = knob.get("rows") or []
+        moved = "progress depends on it" if knob.get("differs") else "progress unchanged"
+        vals = ", ".join(str(r.get("value")) for r in rows if isinstance(r, dict))
+        lines.append(("memory-knob check", f"{knob.get('key')} = {vals} "
+                      f"({knob.get('source')}): {moved}", None))
+    elif not report.extra.get("sweep"):
+        lines.append(("memory-knob check", "not run (only token-capped batching has a "
+                      "knob to double, and --no-knob-check skips it)", None))
+    return lines
 
 
 def cross_check_line(c: dict | None) -> str | None:

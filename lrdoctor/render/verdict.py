@@ -28,6 +28,15 @@ def _lr(ev: dict) -> str | None:
     return None
 
 
+def _first_window(ev: dict) -> str | None:
+    """The first window's real size, from the replayed window sizes (never assumed k - 1:
+    an off-by-one with ``global_step % k`` closes a window of 1, not k - 1)."""
+    head, k = ev.get("window_sizes_head"), ev.get("k")
+    if not (head and isinstance(head[0], int) and isinstance(k, int)):
+        return None
+    return f"first window {head[0]} of {k} micro-batches"
+
+
 #: code -> the evidence that is the finding's one number, as words.
 HEADLINE: dict[str, Callable[[dict], str | None]] = {
     "LRD101": lambda e: _x(e.get("progress_over_horizon"), "the decay horizon"),
@@ -40,8 +49,7 @@ HEADLINE: dict[str, Callable[[dict], str | None]] = {
     "LRD110": lambda e: _x(e.get("progress_over_horizon"), "the decay horizon"),
     "LRD201": lambda e: _x(e.get("ratio"), "the scheduler's budget"),
     "LRD202": lambda e: _x(e.get("ratio"), "the scheduler's budget"),
-    "LRD204": lambda e: f"first window {e['k'] - 1} of {e['k']} micro-batches"
-    if isinstance(e.get("k"), int) else None,
+    "LRD204": lambda e: _first_window(e),
     "LRD205": lambda e: _x(e.get("scheduler_moves_per_update"), "scheduler moves per update"),
     "LRD209": lambda e: (f"{e['max_tokens']:,} tokens, cap {e['cap']:,}"
                          if isinstance(e.get("max_tokens"), int)

@@ -262,11 +262,24 @@ def _lrd201(c: _Ctx) -> Finding | None:
         f"The replayed loop advances the scheduler to {_f(s['scheduler_progress_end'])} "
         f"{spec.unit.value}, {ratio:.3g}x its "
         f"horizon of {_f(s['horizon'])} ({s['actual_updates']} optimizer updates vs "
-        f"{_f(s['budget_updates'])} budgeted, {_f(s['updates_per_step']['mean'])} per "
-        f"train step instead of {_f(s['nominal_updates_per_step'])}){where}.",
+        f"{_f(s['budget_updates'])} budgeted, {_lrd201_cause(c)}){where}.",
         c.ev_core, fix=c.fix_tail, location="scheduler",
         # A few percent early is a drift to fix, not a broken run.
         severity=Severity.WARNING if ratio < 1.05 else None)
+
+
+def _lrd201_cause(c: _Ctx) -> str:
+    """Why the loop overruns: more updates per train step than planned, or (the rate as
+    planned) a budget that counts fewer train steps than the loop runs. "1 per train step
+    instead of 1" named a rate that was not the cause."""
+    s, steps = c.s, c.cfg.train.steps
+    mean, nominal = s["updates_per_step"]["mean"], s["nominal_updates_per_step"]
+    if abs(mean - nominal) > REL_TOL * max(abs(nominal), 1e-12):
+        return f"{_f(mean)} per train step instead of {_f(nominal)}"
+    covers = s["budget_updates"] / nominal if nominal else None
+    return (f"{_f(mean)} per train step as planned, but the budget covers only "
+            + (f"{_f(covers)} of the {steps} train steps" if covers is not None
+               else f"part of the {steps} train steps"))
 
 
 def _lrd202(c: _Ctx) -> Finding | None:
