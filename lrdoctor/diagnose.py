@@ -326,6 +326,12 @@ def _decay_unfinished(state: RunState) -> list[Finding]:
     planned = planned_end_in_schedule_units(state)
     if spec is None or end is None or planned is None or not spec.horizon or planned <= 0:
         return []
+    # Where the scheduler will be at the planned end: a scheduler stepped k times per
+    # update (LRD103's to report) gets there k times as far, the same pace
+    # `fix --policy extend-horizon` sizes the horizon by.
+    ratio = progress_ratio(state)
+    pace = ratio if ratio is not None and ratio > 1 + REL_TOL else 1.0
+    planned *= pace
     horizon = float(spec.horizon)
     if horizon <= planned * (1 + 1e-9):
         return []
@@ -337,6 +343,8 @@ def _decay_unfinished(state: RunState) -> list[Finding]:
     ev = {"horizon": horizon, "planned_end": planned, "planned_end_from": end.source,
           "unit": unit, "lr_at_planned_end": lr_end, "min_lr": spec.min_lr,
           "decay_left_fraction": round((lr_end - spec.min_lr) / span, 6)}
+    if pace != 1.0:
+        ev["scheduler_pace"] = round(pace, 6)
     ramp = (state.extras or {}).get("rampup")
     why = ""
     fix = None
@@ -352,7 +360,10 @@ def _decay_unfinished(state: RunState) -> list[Finding]:
     return [finding(
         "LRD118",
         f"The decay horizon ({_fmt(horizon)} {unit}) lies past the planned end of training "
-        f"({end.name} = {_fmt(planned)} {unit}){why}: training ends at LR {lr_end:.6g}, "
+        f"({end.name} = {_fmt(planned / pace)} {unit}"
+        + (f", where the scheduler, stepped {pace:.4g}x per update, reaches {_fmt(planned)}"
+           if pace != 1.0 else "")
+        + f"){why}: training ends at LR {lr_end:.6g}, "
         f"{ev['decay_left_fraction']:.0%} of the decay not done (min_lr {spec.min_lr:g}).",
         ev, fix=fix)]
 

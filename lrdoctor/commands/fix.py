@@ -38,7 +38,10 @@ LRD101 alone -> extend-horizon). Policies:
   extend-horizon  keep progress, move the decay horizon so the schedule ends
                   at the planned end
 
-The optimizer's param-group lr is set to what the schedule gives at the new progress.
+The optimizer's param-group lr is set to what the schedule gives at the new progress:
+the schedule the checkpoint saves or was fitted from its logs, or the one given with
+--schedule (a LambdaLR saves no lambda). Without one, the counters are written and one
+warning line names the LR left and the option that sets it.
 The output is written to a temporary sibling, verified by inspecting it again, and renamed
 into place; lrdoctor-fix.json in it records every changed field.
 
@@ -50,10 +53,14 @@ Examples:
   lrdoctor fix run/checkpoint-800 --out run/checkpoint-800-fixed \\
       --policy rescale --k 4
   lrdoctor fix ckpt.pt --out ckpt-fixed.pt --from-replay replay.json
+  lrdoctor fix ckpt.pt --out ckpt-fixed.pt --policy rescale \\
+      --schedule '{family: hf, kind: cosine, max_lr: 1e-3, warmup: 100, horizon: 3000}'
   lrdoctor fix ckpt/ --out ckpt-fixed/ --json
 
-Exit codes: 0 written (or nothing to fix), 1 a finding at/above --fail-on is still there
-after the fix (with --dry-run: is there now; default never), 2 unusable input or
+Exit codes: 0 written and verified (or nothing to fix), 1 the written copy still shows a
+finding the fix was asked to repair or a new warning its policy caused (then it is not
+called verified), or a finding at/above --fail-on is still there after the fix (with
+--dry-run: is there now; default never), 2 unusable input or
 ambiguous intent (an existing --out without --force, no --out, conflicting options).
 """
 
@@ -73,7 +80,8 @@ def register(app: typer.Typer) -> None:
         policy: Annotated[Policy | None, typer.Option("--policy", help="nominal, rescale or extend-horizon (default: what the findings recommend).")] = None,
         k: Annotated[float | None, typer.Option("--k", help="rescale: how many times too fast the scheduler ran.")] = None,
         progress: Annotated[float | None, typer.Option("--progress", help="nominal: the scheduler progress to set, in the schedule's unit.")] = None,
-        from_replay: Annotated[Path | None, typer.Option("--from-replay", help="Use nominal/actual progress from `lrdoctor replay --json` output.")] = None,
+        from_replay: Annotated[Path | None, typer.Option("--from-replay", help="Use nominal/actual progress (and, where the checkpoint has none, the schedule) from `lrdoctor replay --json` output.")] = None,
+        schedule: Annotated[str | None, typer.Option("--schedule", help="The schedule the LR is set from, in the replay config's schedule vocabulary: inline '{family: hf, kind: cosine, max_lr: 1e-3, warmup: 100, horizon: 3000}' or a YAML file (a LambdaLR saves no lambda).")] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")] = False,
         force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
         format: FormatOpt = None,
@@ -91,7 +99,8 @@ def register(app: typer.Typer) -> None:
 
         def run() -> int:
             return run_fix(path, out=out, policy=policy.value if policy else None, k=k,
-                           progress=progress, replay=from_replay, dry_run=dry_run,
+                           progress=progress, replay=from_replay, schedule=schedule,
+                           dry_run=dry_run,
                            force=force, format=format, output_format=fmt.value,
                            fail_on=fail_on.value)
 
@@ -101,6 +110,7 @@ def register(app: typer.Typer) -> None:
 
 def run_fix(path: Path | str, *, out: Path | str | None, policy: str | None, k: float | None,
             progress: float | None, replay: Path | None, dry_run: bool, force: bool,
+            schedule: str | None = None,
             format: str | None, output_format: str = "text", fail_on: str = "never") -> int:
     """Plan, write and print a fix; the exit code is 1 when a finding at or above
     ``fail_on`` remains (after the write, or as it is now with --dry-run / nothing to fix)."""
@@ -113,14 +123,14 @@ def run_fix(path: Path | str, *, out: Path | str | None, policy: str | None, k: 
     with Staging(path, out) as stage:  # URLs: a local copy in, a local folder to publish out
         try:
             return _run_fix(stage, policy=policy, k=k, progress=progress, replay=replay,
-                            dry_run=dry_run, force=force, format=format,
+                            schedule=schedule, dry_run=dry_run, force=force, format=format,
                             output_format=output_format, fail_on=fail_on)
         except UnusableInput as exc:  # named as the user named it, not the staging folder
             raise UnusableInput(stage.rename(str(exc)), detail=exc.detail) from None
 
 
-def _run_fix(stage, *, policy, k, progress, replay, dry_run, force, format, output_format,
-             fail_on) -> int:
+def _run_fix(stage, *, policy, k, progress, replay, schedule, dry_run, force, format,
+             output_format, fail_on) -> int:
     import contextlib
     import io
 
@@ -132,7 +142,8 @@ def _run_fix(stage, *, policy, k, progress, replay, dry_run, force, format, outp
 
     path = stage.local_input()
     out = None if dry_run else stage.local_output(force)
-    plan = plan_fix(path, policy=policy, k=k, progress=progress, replay=replay, format=format)
+    plan = plan_fix(path, policy=policy, k=k, progress=progress, replay=replay, format=format,
+                    schedule=schedule)
     if plan.noop and _has_manifest(path, MANIFEST) and plan.target is None:
         plan.notes.insert(0, f"already repaired by lrdoctor ({MANIFEST} present)")
     result = None
@@ -156,9 +167,11 @@ def _run_fix(stage, *, policy, k, progress, replay, dry_run, force, format, outp
         emit(rep, output_format, fail_on, command="fix", plan=plan, dry_run=dry_run,
              result=result)
     print(stage.rename(buf.getvalue()), end="")  # URLs, not the local staging folders
-    remaining = (result.after_findings if result is not None and result.written is not None
-                 else plan.findings)
-    return exit_code(remaining, fail_on)
+    if result is not None and result.written is not None:
+        if result.unresolved:  # never "verified": whatever --fail-on says
+            return 1
+        return exit_code(result.after_findings, fail_on)
+    return exit_code(plan.findings, fail_on)
 
 
 def _has_manifest(path: Path, manifest: str) -> bool:

@@ -74,9 +74,9 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
     if scale != 1:  # in the scheduler's counter, for either logging offset
         lo, hi = int(max(0, lo - 1) * scale), int(math.ceil(hi * scale))
     candidates = sorted({0, *range(max(0, lo - 1), hi + 1)})
-    best: tuple[float, str, int, int, int | None] | None = None
-    for offset in (1, 0):
-        points = [((s - offset) * scale, lr / max_lr) for s, lr in history]
+    best: tuple[float, str, int, float, int | None] | None = None
+    for offset in _call_offsets(scale):
+        points = [(s * scale - offset, lr / max_lr) for s, lr in history]
         if anchor is not None:
             points.append((anchor[0], anchor[1] / max_lr))
         for kind in FIT_KINDS:
@@ -95,7 +95,12 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
     if err > FIT_TOLERANCE:
         return None
     k = f"{scale:g} x " if scale != 1 else ""
-    when = f"lambda({k}(step - 1))" if offset else f"lambda({k}step)"
+    if offset == scale:
+        when = f"lambda({k}(step - 1))"
+    elif offset:
+        when = f"lambda({k}step - {offset:g})"
+    else:
+        when = f"lambda({k}step)"
     fitted_t = "" if max_steps is not None else (
         "; no step budget saved, so the horizon is fitted too" if t is not None else
         "; no step budget saved and the log shows no decay: a decay that starts later "
@@ -105,6 +110,18 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
                         source=f"fitted from {label} ({len(history)} points logged as "
                                f"{when}" + (" + the scheduler's current LR" if anchor else "")
                                + f", max rel. error {err:.1e}{fitted_t})")
+
+
+def _call_offsets(scale: float) -> list[float]:
+    """Scheduler calls between the logged LR and ``scale x step``: one step (the LR the
+    update used, ``scale``) or none (logged after stepping) for every source; a whole
+    ``scale`` k adds each call in between (a loop stepping per micro-batch that logs
+    inside its window: ``k x step - 1`` after the optimizer step but before the last
+    scheduler call)."""
+    out = [scale, 0.0]
+    if scale != 1 and float(scale).is_integer() and scale <= 64:
+        out += [float(j) for j in range(1, int(scale))]
+    return out
 
 
 def calls_per_step(progress: Counter | None, steps: Counter | None) -> float:

@@ -458,14 +458,24 @@ def render_fix(report, *, plan, dry_run: bool, result=None, con: Console | None 
         con.print(f"learning rate {_fmt(t.lr_before)} -> {_fmt(t.lr)}")
     for n in plan.notes:
         con.print(f"[dim]note:[/dim] {n}")
+    for w in getattr(plan, "warnings", []):
+        con.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
     con.print(choice_line(t), highlight=False)
     if dry_run:
         con.print("[yellow]dry run: nothing written[/yellow]")
     elif result is not None and result.written is not None:
         w = result.written
-        con.print(f"[green]wrote {w.out}[/green] ({len(w.changed)} file(s) rewritten, "
-                  f"{w.copied} copied as is); verified by inspecting it again; "
-                  f"manifest {w.manifest.name}")
+        if result.unresolved:
+            con.print(f"[red]wrote {w.out}[/red] ({len(w.changed)} file(s) rewritten, "
+                      f"{w.copied} copied as is), but inspecting it again still shows "
+                      f"{', '.join(sorted({f.code for f in result.unresolved}))}: NOT a "
+                      f"repaired checkpoint; manifest {w.manifest.name}", highlight=False)
+            for f in result.unresolved:
+                con.print(f"  [red]{f.code} {f.severity}[/red]: {f.message}", highlight=False)
+        else:
+            con.print(f"[green]wrote {w.out}[/green] ({len(w.changed)} file(s) rewritten, "
+                      f"{w.copied} copied as is); verified by inspecting it again; "
+                      f"manifest {w.manifest.name}")
 
 
 def choice_line(t) -> str:

@@ -68,6 +68,4 @@ def plan(path: Path, state: RunState, target: Target):
         if reader.OPTIM_STATES.match(f.name):
             ch, _ = optimizer_edits(rel(f), load_pickle(f), (), target)
             changes += ch
-    if target.lr is None:
-        notes.append("the schedule is not known, so the param-group lr stays as saved")
     return FormatPlan(root=root, files=files, changes=changes, notes=notes)

@@ -41,6 +41,8 @@ class FixPlan:
     files: list[str] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # One line each, shown as "warning:": what the fix could not set and how to set it.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def noop(self) -> bool:
@@ -50,7 +52,7 @@ class FixPlan:
         return {"policy": self.target.policy if self.target else None,
                 "target": self.target.to_dict() if self.target else None,
                 "changes": [c.to_dict() for c in self.changes],
-                "notes": self.notes, "noop": self.noop}
+                "notes": self.notes, "warnings": self.warnings, "noop": self.noop}
 
 
 def read_state(path: Path, format: str | None = None) -> tuple[str, RunState, list[Finding]]:
@@ -109,14 +111,17 @@ def resume_policy(state: RunState, findings: list[Finding], policy: str | None) 
 
 def plan_fix(path: str | Path, *, policy: str | None = None, k: float | None = None,
              progress: float | None = None, replay: str | Path | None = None,
-             format: str | None = None) -> FixPlan:
-    """Decide every field a fix changes, without writing anything."""
+             format: str | None = None, schedule: str | None = None) -> FixPlan:
+    """Decide every field a fix changes, without writing anything.
+
+    ``schedule``: the ``--schedule`` text, the schedule the LR is set from (a LambdaLR's
+    lambda is code: the checkpoint cannot say it)."""
     path = Path(path)
     name, state, findings = read_state(path, format)
     if k is None and progress is None and replay is None:
         policy = resume_policy(state, findings, policy)
     target = make_target(state, findings, policy=policy, k=k, progress=progress,
-                         replay=Path(replay) if replay else None)
+                         replay=Path(replay) if replay else None, schedule=schedule)
     plan = FixPlan(path=path, format=name, state=state, findings=findings, target=target)
     if target is None:
         plan.notes.append("nothing to fix: no finding calls for a repair")
@@ -141,9 +146,48 @@ def plan_fix(path: str | Path, *, policy: str | None = None, k: float | None = N
     plan.files = fp.files if fp.files is not None else tree_files(fp.root)
     plan.changes = [c for c in fp.changes if not _equal(c.before, c.after)]
     plan.notes += target.reasons + fp.notes
+    left = lr_left_warning(state, target)
+    if left:
+        plan.warnings.append(left)
+    useless = _changes_nothing_useful(state, target)
+    if useless:
+        plan.notes.append(useless)
     if not plan.changes:
         plan.notes.append("already repaired: every field already holds its target value")
     return plan
+
+
+def lr_left_warning(state: RunState, target: Target) -> str | None:
+    """The one warning line when no schedule is known (a LambdaLR, nothing fitted, no
+    ``--schedule``) and the progress moved: the counters are written, the param-group
+    LR is left as saved, and the line says which LR, what it should be and how to set it."""
+    from lrdoctor.repair.schedule_option import EXAMPLE
+
+    if target.lr is not None or target.policy == "sync-lr":
+        return None
+    if target.progress == target.progress_before and target.horizon is None:
+        return None
+    lrs = ", ".join(f"{x:.6g}" for x in state.optimizer_lrs) or "as saved"
+    unit = target.unit.value if target.unit else "steps"
+    return (f"param-group lr left at {lrs}: it should be the schedule's LR at "
+            f"{target.progress:g} {unit} (initial_lr x your lr_lambda({target.progress:g})), "
+            "which the checkpoint cannot say; give --schedule " + EXAMPLE
+            + " (or --from-replay REPORT.json) to set it")
+
+
+def _changes_nothing_useful(state: RunState, target: Target) -> str | None:
+    """Say so when the repair cannot change what a resumed run does: the LR is the same
+    before and after and training already reached its planned end (the final checkpoint
+    of a finished run)."""
+    if target.lr_before is None or target.lr is None \
+            or not math.isclose(target.lr_before, target.lr, rel_tol=1e-9, abs_tol=1e-15):
+        return None
+    done, end = state.trainer_progress, state.planned_end
+    if done is None or end is None or done.unit != end.unit or done.value < end.value:
+        return None
+    return (f"this changes nothing useful: the LR is {target.lr:.6g} before and after, and "
+            f"training already reached its planned end ({done.name} {done.value:g} of "
+            f"{end.value:g}); only a run continued past its plan would see the new counters")
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -156,9 +200,20 @@ def _equal(a: Any, b: Any) -> bool:
 
 @dataclass
 class FixResult:
+    """What was written and what inspecting it again showed.
+
+    ``verified`` only when the copy shows none of the findings the fix was asked to
+    repair and nothing new at warning or above; ``unresolved`` lists those it does show
+    (the command then exits 1 and never says "verified")."""
+
     plan: FixPlan
     written: Written | None
     after_findings: list[Finding] = field(default_factory=list)
+    unresolved: list[Finding] = field(default_factory=list)
+
+    @property
+    def verified(self) -> bool:
+        return self.written is not None and not self.unresolved
 
 
 def manifest(plan: FixPlan) -> dict[str, Any]:
@@ -184,6 +239,9 @@ def write_fix(plan: FixPlan, out: str | Path, *, force: bool = False, progress: 
 
     def check(tmp: Path) -> None:
         result.after_findings = _verify(plan, tmp)
+        result.unresolved = unresolved(plan, result.after_findings)
+        if result.unresolved:
+            _mark_unverified(tmp, result.unresolved)
 
     root = plan.root
     if _names_the_file(plan, out):
@@ -213,18 +271,42 @@ def _names_the_file(plan: FixPlan, out: Path) -> bool:
                              or suffix == Path(plan.files[0]).suffix.lower())
 
 
+def unresolved(plan: FixPlan, after: list[Finding]) -> list[Finding]:
+    """The findings that stop a written copy from counting as verified: one the fix was
+    asked to repair (``target.motivated_by``) that is still there, or one at warning or
+    above that the input did not have (the policy caused it)."""
+    from lrdoctor.findings import Severity
+
+    asked = set(plan.target.motivated_by) if plan.target else set()
+    before = {f.code for f in plan.findings}
+    return [f for f in after if f.code in asked
+            or (f.code not in before and f.severity >= Severity.WARNING)]
+
+
+def _mark_unverified(tmp: Path, left: list[Finding]) -> None:
+    """Record in the copy's manifest that it is not verified, and why."""
+    import json
+
+    from lrdoctor.repair.writer import MANIFEST
+
+    m = tmp / MANIFEST if tmp.is_dir() else tmp.with_name(tmp.name + "." + MANIFEST)
+    doc = json.loads(m.read_text())
+    doc["verified"] = False
+    doc["unresolved_findings"] = [{"code": f.code, "severity": str(f.severity),
+                                   "message": f.message} for f in left]
+    m.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+
+
 def _verify(plan: FixPlan, tmp: Path) -> list[Finding]:
-    """Inspect the written copy: the motivating findings must be gone, progress as planned."""
+    """Inspect the written copy. A copy that cannot be read back or does not hold the
+    planned progress is a writer failure (nothing is published); the findings it shows
+    are judged by :func:`unresolved`."""
     target = plan.target
     assert target is not None
     try:
         _, state, findings = read_state(tmp, plan.format)
     except UnusableInput as exc:
         raise FixFailed(f"verification: the written copy cannot be read back: {exc}") from None
-    left = [f.code for f in findings if f.code in target.motivated_by]
-    if left:
-        raise FixFailed("verification: the written copy still shows "
-                        f"{', '.join(sorted(set(left)))}; no output was written")
     sp = state.scheduler_progress
     if sp is None or not math.isclose(sp.value, target.progress, rel_tol=1e-9, abs_tol=1e-9):
         raise FixFailed(f"verification: the written copy holds scheduler progress "
@@ -248,6 +330,8 @@ def fix_report(plan: FixPlan, *, dry_run: bool, out: Path | None,
         extra["changed_files"] = [{"file": f, "sha256": h}
                                   for f, h in result.written.changed.items()]
         extra["findings_after"] = [f.to_dict() for f in result.after_findings]
+        extra["verified"] = result.verified
+        extra["unresolved_findings"] = [f.to_dict() for f in result.unresolved]
         extra["removed_leftovers"] = [str(x) for x in result.written.cleaned]
     return Report(command="fix", target=str(plan.path), format=plan.format,
                   state=plan.state.to_dict(), findings=plan.findings, extra=extra)

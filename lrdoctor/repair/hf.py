@@ -32,8 +32,6 @@ def plan(path: Path, state: RunState, target: Target):
     notes = []
     if not has_opt:
         notes.append("no optimizer.pt param groups: the first resumed update keeps its LR")
-    if lrs is None:
-        notes.append("the schedule is not known, so the param-group lr stays as saved")
     if ckpt != Path(path):
         notes.append(f"the output is a repaired copy of {ckpt.name} (resume from it with "
                      "trainer.train(resume_from_checkpoint=OUT))")

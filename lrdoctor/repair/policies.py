@@ -10,7 +10,7 @@ was intended, the policy refuses with the option to give; it never guesses.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from lrdoctor.diagnose import Recommendation, recommend
 from lrdoctor.errors import UnusableInput
 from lrdoctor.findings import Finding
 from lrdoctor.model import RunState, ScheduleSpec, Unit
-from lrdoctor.schedules import lr_or_none
+from lrdoctor.schedules import lr_or_none, with_horizon
 
 POLICIES = ("nominal", "rescale", "extend-horizon")
 
@@ -78,6 +78,11 @@ class Target:
 
 def read_replay(path: Path) -> tuple[float, float]:
     """(nominal, actual) scheduler progress from ``lrdoctor replay --json``."""
+    return _replay_progress(_replay_doc(path), path)
+
+
+def _replay_doc(path: Path) -> Any:
+    """The parsed ``lrdoctor replay --json`` document (one line if it is not one)."""
     from lrdoctor import safetext
 
     try:
@@ -92,6 +97,10 @@ def read_replay(path: Path) -> tuple[float, float]:
             raise
         raise UnusableInput("not JSON: expected the output of `lrdoctor replay --json`",
                             str(path)) from None
+    return doc
+
+
+def _replay_progress(doc: Any, path: Path) -> tuple[float, float]:
     if isinstance(doc, list) and doc:
         doc = doc[0]
     summary = doc.get("summary") if isinstance(doc, dict) else None
@@ -141,8 +150,13 @@ def choose_policy(findings: list[Finding], policy: str | None
 
 def make_target(state: RunState, findings: list[Finding], *, policy: str | None = None,
                 k: float | None = None, progress: float | None = None,
-                replay: Path | None = None) -> Target | None:
-    """Decide the Target; None when nothing calls for a fix (already healthy)."""
+                replay: Path | None = None, schedule: str | None = None) -> Target | None:
+    """Decide the Target; None when nothing calls for a fix (already healthy).
+
+    ``schedule``: the ``--schedule`` text (see :mod:`lrdoctor.repair.schedule_option`);
+    it replaces the schedule the checkpoint gave, and a ``--from-replay`` report's
+    schedule is used where the checkpoint has none, so the param-group LR is exact
+    for a LambdaLR too."""
     if policy is not None and policy not in POLICIES:
         raise Refusal(f"unknown policy {policy!r} (one of {', '.join(POLICIES)})")
     if progress is not None and replay is not None:
@@ -158,8 +172,10 @@ def make_target(state: RunState, findings: list[Finding], *, policy: str | None 
     if k is not None and policy is None:
         policy = "rescale"
     ratio = None
+    replay_doc = None
     if replay is not None:
-        nominal, actual = read_replay(replay)
+        replay_doc = _replay_doc(replay)
+        nominal, actual = _replay_progress(replay_doc, replay)
         ratio = actual / nominal
         if policy is None:
             policy = "nominal"
@@ -170,10 +186,15 @@ def make_target(state: RunState, findings: list[Finding], *, policy: str | None 
     if sp is None:
         raise Refusal("the checkpoint holds no scheduler progress to repair", state.path)
     spec = state.schedule
+    given = _given_schedule(sp.unit, schedule, replay_doc if spec is None else None, replay)
+    if given is not None:
+        spec = given
     horizon = spec.horizon if spec is not None else None
     t = Target(policy=chosen, progress_before=sp.value, progress=sp.value, unit=sp.unit,
                horizon_before=horizon, schedule=spec, motivated_by=codes,
                lr_before=lr_or_none(spec, sp.value))
+    if given is not None:
+        t.reasons.append(f"schedule: {given.family} {given.kind} from {given.source}")
     if rec is not None:
         t.chosen_by, t.alternative, t.why = "findings", rec.alternative, rec.why
         if rec.k is not None and k is None:
@@ -204,15 +225,33 @@ def make_target(state: RunState, findings: list[Finding], *, policy: str | None 
         t.progress = _integral(sp.value / t.k)
         t.reasons.append(f"scheduler counters divided by k = {t.k:g}")
     elif chosen == "extend-horizon":
-        t.horizon = _extended_horizon(state, ratio)
+        t.horizon = _extended_horizon(state, spec, ratio)
         if spec is not None:
-            t.schedule = replace(spec, horizon=t.horizon)
+            try:
+                t.schedule = with_horizon(spec, t.horizon)
+            except ValueError as exc:
+                raise Refusal(f"{exc}: --policy extend-horizon cannot move it (use --policy "
+                              "nominal)", state.path) from None
+        pace = _pace(state)
         t.reasons.append(f"horizon moved {horizon:g} -> {t.horizon:g} so the remaining "
-                         "schedule ends at the planned end")
+                         "schedule ends at the planned end"
+                         + (f" with the scheduler kept at {pace:.4g} calls per update, as "
+                            "the run steps it" if pace is not None else ""))
     t.lr = lr_or_none(t.schedule, t.progress)
     if t.progress < 0:
         raise Refusal(f"the repaired progress would be negative ({t.progress})", state.path)
     return t
+
+
+def _given_schedule(unit: Unit, text: str | None, replay_doc: Any,
+                    replay: Path | None) -> ScheduleSpec | None:
+    from lrdoctor.repair import schedule_option
+
+    if text is not None:
+        return schedule_option.parse(text, unit)
+    if replay_doc is not None and replay is not None:
+        return schedule_option.from_replay(replay_doc, unit, str(replay))
+    return None
 
 
 def _infer_k(state: RunState, findings: list[Finding]) -> float | None:
@@ -231,9 +270,17 @@ def _infer_k(state: RunState, findings: list[Finding]) -> float | None:
     return None
 
 
-def _extended_horizon(state: RunState, ratio: float | None) -> float:
+def _pace(state: RunState) -> float | None:
+    """Scheduler progress per nominal progress when the run does not step 1:1 (None)."""
+    from lrdoctor.diagnose import REL_TOL, progress_ratio
+
+    r = progress_ratio(state)
+    return r if r is not None and abs(r - 1) > REL_TOL else None
+
+
+def _extended_horizon(state: RunState, spec: ScheduleSpec | None, ratio: float | None) -> float:
     """progress + remaining planned work (converted to the schedule's unit) x observed pace."""
-    spec, sp = state.schedule, state.scheduler_progress
+    sp = state.scheduler_progress
     if spec is None or spec.horizon is None:
         raise Refusal("the checkpoint's schedule has no horizon to move (use --policy "
                       "nominal, or change the horizon in the training config)", state.path)

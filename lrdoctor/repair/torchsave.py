@@ -81,10 +81,6 @@ def _plan_files(objs: dict[Path, Any], rel: dict[Path, str], target: Target,
         changes += _rebuilt_counter(objs, rel, target, state)
     for f, k in opts:
         changes += optimizer_changes(rel[f], objs[f], k, lrs)
-    if lrs is None and target.policy != "sync-lr":
-        notes.append("the schedule is not known (e.g. a LambdaLR), so the param-group lr "
-                     "stays as saved: the first resumed update uses it, the scheduler sets "
-                     "the right LR from its next step()")
     if len({rel[f] for f in objs}) > 1:
         notes.append("edited in place of: " + ", ".join(sorted({c.file for c in changes})))
     return changes, notes

@@ -103,10 +103,6 @@ def plan_torch_state(file: str, obj: Any, target: Target) -> tuple[list[Change],
     for i, sk in enumerate(scheds):
         ok = opts[i] if len(opts) == len(scheds) else (opts[0] if opts else None)
         lrs = group_lrs(get_at(obj, ok), target) if ok is not None else None
-        if lrs is None and target.policy != "sync-lr":
-            notes.append("the schedule is not known (e.g. a LambdaLR), so the param-group lr "
-                         "stays as saved: the first resumed update uses it, the scheduler "
-                         "sets the right LR from its next step()")
         changes += scheduler_changes(file, obj, sk, target, lrs)
         if ok is not None:
             changes += optimizer_changes(file, obj, ok, lrs)

@@ -16,5 +16,6 @@ RULE = Rule(
                  "(LambdaLR saves no lambdas; HF keeps warmup in training_args.bin). lrdoctor "
                  "says where what it used came from."),
     example="LambdaLR in a plain torch checkpoint with no budget saved.",
-    fix="Give the schedule in a run config or on the command line.",
+    fix=("Give the schedule to `lrdoctor fix --schedule` (the replay config's schedule "
+         "section, inline or a YAML file) or `--from-replay` when repairing."),
 )

@@ -97,6 +97,19 @@ def group_lr(spec: ScheduleSpec | None, progress: float, group: dict[str, Any]) 
     return float(base) * lr / spec.max_lr
 
 
+def with_horizon(spec: ScheduleSpec, horizon: float) -> ScheduleSpec:
+    """The same schedule with its decay horizon moved to ``horizon`` (``extend-horizon``).
+
+    A family whose parameters carry the horizon themselves (torch's ``T_max`` /
+    ``total_iters``, DeepSpeed's ``total_num_steps``) gets them moved too, so the LR the
+    new schedule gives is the one the rewritten scheduler state computes.
+    """
+    moved = getattr(_family(spec), "with_horizon", None)
+    if moved is not None:
+        return moved(spec, horizon)
+    return replace(spec, horizon=horizon)
+
+
 def problems(spec: ScheduleSpec) -> list[str]:
     """One line per impossible setting (empty list: the config can run)."""
     if spec.family not in FAMILIES:

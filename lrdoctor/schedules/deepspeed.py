@@ -35,6 +35,16 @@ KINDS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
 WARMUP_TYPES = ("log", "linear")
 
 
+def with_horizon(spec: ScheduleSpec, horizon: float) -> ScheduleSpec:
+    """``spec`` with ``total_num_steps`` (the horizon DeepSpeed reads) moved to ``horizon``."""
+    from dataclasses import replace
+
+    params = dict(spec.params)
+    if "total_num_steps" in params:
+        params["total_num_steps"] = int(horizon) if float(horizon).is_integer() else horizon
+    return replace(spec, horizon=float(horizon), params=params)
+
+
 def _warmup_steps(spec: ScheduleSpec) -> int:
     w = spec.params.get("warmup_num_steps")
     if w is None:

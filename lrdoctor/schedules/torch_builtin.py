@@ -107,6 +107,23 @@ def lr_at(spec: ScheduleSpec, progress: float) -> float:
     raise ValueError(f"torch scheduler {spec.kind!r} is not supported")
 
 
+def with_horizon(spec: ScheduleSpec, horizon: float) -> ScheduleSpec:
+    """``spec`` with its horizon field (``T_max``, ``total_iters``) set to ``horizon``.
+
+    The field is the state-dict key itself, so the moved schedule is what the rewritten
+    scheduler state computes. OneCycleLR and SequentialLR precompute or nest theirs:
+    a ValueError (the repair refuses them).
+    """
+    from dataclasses import replace
+
+    name = HORIZON_FIELD.get(spec.kind)
+    if name is None or spec.kind == "OneCycleLR":
+        raise ValueError(f"torch {spec.kind} has no horizon field that can be moved")
+    params = dict(spec.params)
+    params[name] = int(horizon) if float(horizon).is_integer() else horizon
+    return replace(spec, horizon=float(horizon), params=params)
+
+
 def _spec_view(spec: ScheduleSpec) -> _View:
     return _View(spec.kind, spec.params, spec.max_lr, spec.horizon, spec.init_lr, spec.min_lr)
 

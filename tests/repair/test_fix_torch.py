@@ -99,7 +99,8 @@ def test_lambda_rescale_needs_k_and_keeps_the_unknown_lr(tmp_path):
     assert inferred.target.progress == N
     plan = plan_fix(src, policy="rescale", k=K)
     assert plan.target.lr is None
-    assert any("not known" in n for n in plan.notes)
+    assert len(plan.warnings) == 1 and "--schedule" in plan.warnings[0]
+    assert plan.warnings[0].startswith("param-group lr left at ")
     out = tmp_path / "fixed.pt"
     write_fix(plan, out)
     assert set(diff(load(src), load(out))) == {("scheduler", "last_epoch"),

@@ -1,0 +1,100 @@
+"""The schedule a user gives ``fix``: ``--schedule`` and the schedule of ``--from-replay``.
+
+A torch ``LambdaLR`` saves no lambda, so a checkpoint alone cannot say which LR a
+repaired scheduler must start from. The user knows the schedule: ``--schedule`` takes
+it in the vocabulary of the replay config's ``schedule:`` section (family, kind, max_lr,
+min_lr, init_lr, warmup, horizon, params), inline (``"{family: hf, kind: cosine,
+max_lr: 1e-3, warmup: 100, horizon: 3000}"``) or as a YAML file holding that section
+(or a whole run config with one). ``--from-replay`` reports carry the config they
+replayed, so their schedule is used the same way when the checkpoint has none.
+
+The schedule is a function of the scheduler's own counter (``last_epoch``,
+``num_steps``), in the checkpoint's scheduler unit: the progress the repair writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.errors import UnusableInput
+from lrdoctor.model import ScheduleSpec, Unit
+
+OPTION = "--schedule"
+# What the one-line refusals and the "LR left" warning show as an example.
+EXAMPLE = "'{family: hf, kind: cosine, max_lr: 1e-3, warmup: 100, horizon: 3000}'"
+
+
+def parse(text: str, unit: Unit) -> ScheduleSpec:
+    """``--schedule`` as a :class:`ScheduleSpec` in ``unit``; one-line UnusableInput if bad."""
+    from lrdoctor import safetext
+
+    where = OPTION
+    path = Path(text)
+    try:
+        is_file = len(text) < 4096 and path.is_file()
+    except OSError:
+        is_file = False
+    if is_file:
+        where = str(path)
+        src = safetext.read_text(path, "config_bytes", "a YAML schedule")
+    else:
+        src = text.strip()
+        if not src.startswith("{"):
+            src = "{" + src + "}"
+    data = safetext.yaml_loads(src, where, "--schedule")
+    if isinstance(data, dict) and isinstance(data.get("schedule"), dict):
+        data = data["schedule"]  # a whole run config: its schedule section
+    if not isinstance(data, dict):
+        raise UnusableInput("--schedule must be a mapping like " + EXAMPLE, where)
+    return from_section(data, unit, where, source=f"{OPTION} {text if not is_file else where}")
+
+
+def from_section(data: dict[str, Any], unit: Unit, where: str, source: str) -> ScheduleSpec:
+    """A replay-config ``schedule:`` section as a spec, validated like the config is."""
+    from pydantic import ValidationError
+
+    from lrdoctor.replay.config import ScheduleCfg
+
+    try:
+        cfg = ScheduleCfg(**data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "schedule"
+        raise UnusableInput(f"schedule {loc}: {err.get('msg')}", where) from None
+    except TypeError as exc:
+        raise UnusableInput(f"schedule: {exc}", where) from None
+    horizon = None if cfg.horizon == "auto" else float(cfg.horizon)
+    spec = ScheduleSpec(family=cfg.family, kind=cfg.kind, max_lr=cfg.max_lr, unit=unit,
+                        min_lr=cfg.min_lr, init_lr=cfg.init_lr, warmup=cfg.warmup,
+                        horizon=horizon, params=dict(cfg.params), source=source)
+    from lrdoctor.schedules import lr_or_none, problems
+
+    bad = problems(spec)
+    if bad:
+        raise UnusableInput(f"schedule: {bad[0]}", where)
+    if lr_or_none(spec, 0) is None or lr_or_none(spec, max(1.0, spec.warmup + 1)) is None:
+        raise UnusableInput(f"schedule: {spec.family} {spec.kind} cannot be evaluated with "
+                            "these settings (a horizon missing?)", where)
+    return spec
+
+
+def from_replay(doc: Any, unit: Unit, where: str) -> ScheduleSpec | None:
+    """The schedule a ``replay --json`` report replayed (its config's section, with the
+    horizon the replay resolved), or None when the report holds none or counts another unit."""
+    if isinstance(doc, list) and doc:
+        doc = doc[0]
+    if not isinstance(doc, dict):
+        return None
+    state, summary = doc.get("state"), doc.get("summary")
+    cfg = state.get("config") if isinstance(state, dict) else None
+    section = cfg.get("schedule") if isinstance(cfg, dict) else None
+    if not isinstance(section, dict):
+        return None
+    section = dict(section)
+    if section.get("horizon") in (None, "auto") and isinstance(summary, dict) \
+            and isinstance(summary.get("horizon"), (int, float)):
+        section["horizon"] = float(summary["horizon"])
+    if isinstance(summary, dict) and summary.get("scheduler_unit") not in (None, unit.value):
+        return None
+    return from_section(section, unit, where, source=f"--from-replay {where}")
