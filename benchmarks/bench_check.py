@@ -66,9 +66,9 @@ def main() -> None:
             print(f"{label:<48} {wall:7.2f} {cpu:7.2f} {rc:5d}")
 
     sys.path.insert(0, str(ROOT))
+    from lrdoctor.core.report import Report
     from lrdoctor.findings import finding
     from lrdoctor.render import document
-    from lrdoctor.report import Report
 
     reps = [Report("inspect", f"ckpt/run-{i}", "torchsave",
                    findings=[finding("LRD103", f"k = {j}", {"k": j}) for j in range(10)])

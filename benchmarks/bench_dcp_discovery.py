@@ -35,8 +35,8 @@ CHILD = r"""
 import json, sys, time
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from lrdoctor import discover
-from lrdoctor.formats import dcp, torchsave
+from lrdoctor.read.scan import discover
+from lrdoctor.read.layouts import dcp, torchsave
 if {full!r}:
     discover.DCP_SMALL_ITEM = dcp.MAX_ITEM_BYTES
 read = [0]

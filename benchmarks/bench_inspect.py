@@ -7,7 +7,7 @@ Namespace and RNG states), then runs each contender in a fresh subprocess and
 records its wall time and peak RSS (GNU time's max RSS of that process):
 
 1. ``lrdoctor inspect RUN_DIR``            (the CLI: what users run)
-2. ``lrdoctor.safeload.load(file)``        (the loader alone)
+2. ``lrdoctor.read.bytes.safeload.load(file)``        (the loader alone)
 3. ``torch.load(file, weights_only=True)`` (with argparse.Namespace allow-listed)
 4. ``torch.load(file, weights_only=True, mmap=True)``
 5. ``lrdoctor --help``
@@ -326,7 +326,7 @@ def bench_megatron(tmp: Path, opts) -> int:
           f"{time.perf_counter() - t0:.1f} s")
 
     inspect_ready = Path(LRDOCTOR).exists() and (ROOT / "lrdoctor/commands/inspect.py").exists()
-    loader = ("import sys, lrdoctor.safeload as s; s.load(sys.argv[1]); "
+    loader = ("import sys, lrdoctor.read.bytes.safeload as s; s.load(sys.argv[1]); "
               "assert 'torch' not in sys.modules")
     # what torch needs allow-listed for a Megatron file: args and the numpy RNG state
     tload = ("import sys, argparse, torch, numpy as np; "

@@ -92,7 +92,7 @@ def main() -> None:
     env = {**os.environ, **client_env(endpoint),
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     os.environ.update(client_env(endpoint))
-    from lrdoctor import storage
+    from lrdoctor.read.bytes import storage
 
     fs = storage.filesystem("s3")
     fs.mkdir(BUCKET)
@@ -133,7 +133,7 @@ def main() -> None:
         dl = tmp / "downloaded.pt"
         counts(endpoint, reset=True)
         code = ("import sys, time, torch\n"
-                "from lrdoctor import storage\n"
+                "from lrdoctor.read.bytes import storage\n"
                 "t = time.perf_counter()\n"
                 # one streamed GET (s3fs's concurrent parts open a full GET first and
                 # drop it: the server would count that body as served)

@@ -5,7 +5,7 @@ removed afterwards) a LearningRateMonitor-like event file: ``--steps`` steps, ea
 with an ``lr-AdamW`` and a ``train_loss`` scalar. Then, side by side in one process,
 best of ``--repeat``:
 
-* ``lrdoctor``: ``lrdoctor.tfevents.read`` (pure Python, both CRC-32C checked per record);
+* ``lrdoctor``: ``lrdoctor.read.bytes.tfevents.read`` (pure Python, both CRC-32C checked per record);
 * ``tensorboard``: ``EventAccumulator(size_guidance={"scalars": 0}).Reload()`` (every
   scalar kept; its pure-Python or C++ CRC as installed).
 
@@ -45,7 +45,7 @@ def main() -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from torch.utils.tensorboard import SummaryWriter
 
-    from lrdoctor import tfevents
+    from lrdoctor.read.bytes import tfevents
 
     with tempfile.TemporaryDirectory() as d:
         w = SummaryWriter(d)

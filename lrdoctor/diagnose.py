@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from lrdoctor.core.numbers import number
+from lrdoctor.core.state import RunState, Unit
 from lrdoctor.findings import Finding, Severity, finding
-from lrdoctor.model import RunState, Unit
-from lrdoctor.numbers import number
 from lrdoctor.schedules import lr_or_none
 
 # Counters may legitimately differ by a rounding step; beyond this they disagree.

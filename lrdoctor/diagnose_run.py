@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lrdoctor.core.state import Counter, RunState
 from lrdoctor.findings import Finding, finding
-from lrdoctor.model import Counter, RunState
 
 # Two counters advancing by amounts that differ by more than this (relative, and
 # at least ABS_TOL units) disagree; a checkpoint's own rounding stays below it.

@@ -12,11 +12,11 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 
 # import name -> the extra that installs it
 EXTRA = {"torch": "torch", "matplotlib": "plots",
-         # checkpoints at URLs (lrdoctor.storage) and --executor ray (lrdoctor.parallel)
+         # checkpoints at URLs (lrdoctor.read.bytes.storage) and --executor ray (lrdoctor.parallel)
          "fsspec": "s3", "s3fs": "s3", "gcsfs": "gcs", "adlfs": "azure", "aiohttp": "http",
          "ray": "ray"}
 

@@ -6,13 +6,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from lrdoctor import formats
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.report import Report
+from lrdoctor.core.state import RunState
 from lrdoctor.diagnose import diagnose, planned_end_in_schedule_units, progress_ratio
-from lrdoctor.errors import UnusableInput
-from lrdoctor.model import RunState
-from lrdoctor.report import Report
+from lrdoctor.read import layouts as formats
+from lrdoctor.read.bytes.storage import RemotePath, as_path
 from lrdoctor.schedules import lr_or_none
-from lrdoctor.storage import RemotePath, as_path
 
 
 def read_state(path: str | Path, format: str | None = None) -> RunState:
@@ -101,7 +101,7 @@ def _checkpoints(path: str | Path, format: str | None) -> tuple[ModuleType, list
     mod = formats.detect(path, format)
     ckpts = mod.find_checkpoints(path)
     if not ckpts:
-        from lrdoctor.discover import nothing_found
+        from lrdoctor.read.scan.discover import nothing_found
 
         raise nothing_found(f"no {mod.NAME} checkpoint found", path)
     return mod, ckpts

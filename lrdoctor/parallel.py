@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -1,4 +1,4 @@
-"""lrdoctor.numbers.number: the one formatter behind messages, tables and the report."""
+"""lrdoctor.core.numbers.number: the one formatter behind messages, tables and the report."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from lrdoctor.numbers import number
+from lrdoctor.core.numbers import number
 
 
 def test_integers_and_whole_floats():

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from lrdoctor import parallel
 from lrdoctor.cli import app
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 
 runner = CliRunner()
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from lrdoctor import storage
 from lrdoctor.cli import app
+from lrdoctor.read.bytes import storage
 from tests.helpers.factories import megatron_run, torch_loop
 from tests.helpers.paths import REPO
 from tests.helpers.s3server import S3Server, client_env
@@ -211,12 +211,12 @@ def test_readers_build_paths_through_storage():
 
     root = REPO / "lrdoctor"
     bad = []
-    for f in [*sorted((root / "formats").glob("*.py")), root / "discover.py",
-              root / "inspect_api.py"]:
+    for f in [*sorted((root / "read" / "layouts").glob("*.py")),
+              *sorted((root / "read" / "scan").glob("*.py")), root / "inspect_api.py"]:
         for n, line in enumerate(f.read_text().splitlines(), 1):
             if re.search(r"\bPath\((path|folder|ckpt)\)", line):
                 bad.append(f"{f.name}:{n}: {line.strip()}")
-    assert not bad, "use lrdoctor.storage.as_path:\n" + "\n".join(bad)
+    assert not bad, "use lrdoctor.read.bytes.storage.as_path:\n" + "\n".join(bad)
 
 
 def _bad_torch_checkpoint(path: Path) -> Path:

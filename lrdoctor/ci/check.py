@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.ci.config import CheckConfig, Ignore, Target
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.report import Report
 from lrdoctor.findings import Finding, exit_code, finding
-from lrdoctor.report import Report
 
 InspectFn = Callable[..., list[Report]]
 # A replay function returns its report, or the whole ReplayResult (``.report`` and the
@@ -83,7 +83,7 @@ def _unusable(cfg: CheckConfig, target: Target, message: str, label: str,
               detail: dict | None = None) -> Report:
     """An LRD303 report; ``detail`` (what was scanned, :class:`UnusableInput`'s record)
     joins the evidence so that --json carries it structured, not only in the line."""
-    from lrdoctor.report import unusable_report
+    from lrdoctor.core.report import unusable_report
 
     loc = f"{cfg.source}:{target.line}" if cfg.source else None
     return unusable_report(target.kind, label, message, detail, format=target.format,
@@ -91,7 +91,7 @@ def _unusable(cfg: CheckConfig, target: Target, message: str, label: str,
 
 
 def _expand(cfg: CheckConfig, pattern: str) -> list[str]:
-    from lrdoctor import storage
+    from lrdoctor.read.bytes import storage
 
     if storage.is_url(pattern):  # s3://bucket/runs/*/checkpoints: one target per match
         return storage.glob(pattern) if storage.has_magic(pattern) else [pattern]
@@ -152,8 +152,8 @@ def _run_target(cfg: CheckConfig, t: Target, inspect_fn: InspectFn,
 
             results = run_map(_inspect_task, [(p, t.format, t.all) for p in paths], jobs=jobs,
                               executor=executor, progress=progress,
-                              preload=["lrdoctor.inspect_api", "lrdoctor.formats.megatron",
-                                       "lrdoctor.formats.hf"])
+                              preload=["lrdoctor.inspect_api", "lrdoctor.read.layouts.megatron",
+                                       "lrdoctor.read.layouts.hf"])
         else:
             results = []
             for n, p in enumerate(paths):
@@ -347,7 +347,7 @@ def config_from_flags(cfg: CheckConfig, inspect: list[str], replay: list[str],
     if inspect or replay:
         # Paths on the command line are relative to the working directory.
         cfg.targets = []
-        from lrdoctor.storage import is_url
+        from lrdoctor.read.bytes.storage import is_url
 
         for n, p in enumerate(inspect):
             cfg.targets.append(Target(kind="inspect", key=f"--inspect[{n}]", line=1,

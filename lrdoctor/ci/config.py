@@ -39,9 +39,9 @@ from typing import Annotated, Any, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from lrdoctor import safetext
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.findings import FAIL_ON, RULES
+from lrdoctor.read.bytes import safetext
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -112,7 +112,7 @@ class CheckConfig:
         A trailing slash is kept: in a glob it means directories only
         ('ckpt/*/' must not match ckpt/README.md), and relpath would drop it.
         """
-        from lrdoctor.storage import is_url
+        from lrdoctor.read.bytes.storage import is_url
 
         if os.path.isabs(p) or is_url(p):  # URLs (s3://...) are absolute too
             return p  # as the user wrote it: '/data/ckpt', never '../../data/ckpt'

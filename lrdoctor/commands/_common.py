@@ -13,7 +13,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from lrdoctor import render
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 
 
 class FailOn(str, Enum):
@@ -47,8 +47,8 @@ VerboseOpt = Annotated[bool, typer.Option(
 
 
 def _format_help() -> str:
-    """--format's help, from the one registry of readers (lrdoctor.formats)."""
-    from lrdoctor import formats
+    """--format's help, from the one registry of readers (lrdoctor.read.layouts)."""
+    from lrdoctor.read import layouts as formats
 
     aliases = ", ".join(f"{a} = {m}" for a, m in formats.ALIASES.items())
     return (f"Force a checkpoint format: {formats.forceable()} ({aliases}). "
@@ -93,7 +93,7 @@ def print_unusable(command: str, target: str, exc: UnusableInput, fmt: OutputFor
     empty document; text output is the stderr line alone."""
     if fmt is OutputFormat.text:
         return
-    from lrdoctor.report import unusable_report
+    from lrdoctor.core.report import unusable_report
 
     rep = unusable_report(command, target, str(exc), exc.detail, format=format)
     render.emit([rep], fmt, "error", command=command)

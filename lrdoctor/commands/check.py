@@ -152,7 +152,7 @@ def _step_summary(reports, fail_on: str) -> None:
 
 def _write(path: Path, text: str) -> None:
     from lrdoctor.atomic import write_text
-    from lrdoctor.errors import UnusableInput
+    from lrdoctor.core.errors import UnusableInput
 
     try:
         write_text(path, text, parents=True)

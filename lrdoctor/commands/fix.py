@@ -114,11 +114,11 @@ def run_fix(path: Path | str, *, out: Path | str | None, policy: str | None, k: 
             format: str | None, output_format: str = "text", fail_on: str = "never") -> int:
     """Plan, write and print a fix; the exit code is 1 when a finding at or above
     ``fail_on`` remains (after the write, or as it is now with --dry-run / nothing to fix)."""
-    from lrdoctor.errors import UnusableInput
+    from lrdoctor.core.errors import UnusableInput
 
     if out is None and not dry_run:
         raise UnusableInput("give --out NEW (or --dry-run): fix never modifies its input")
-    from lrdoctor.storage import Staging
+    from lrdoctor.read.bytes.storage import Staging
 
     with Staging(path, out) as stage:  # URLs: a local copy in, a local folder to publish out
         try:

@@ -147,7 +147,7 @@ def replay_cmd(
 
 def _write_trace(rep, path: Path) -> None:
     from lrdoctor.atomic import replacing
-    from lrdoctor.errors import UnusableInput
+    from lrdoctor.core.errors import UnusableInput
 
     df = rep.frame()
     suffix = path.suffix.lower()

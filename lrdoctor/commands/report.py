@@ -92,8 +92,8 @@ def report_cmd(
 def refuse_checkpoint_out(out: Path, cfg) -> None:
     """The page and its PNGs go in a folder of their own: never into a checkpoint, which
     lrdoctor only reads (a checkpoint folder, or a folder inside a checkpoint it reports on)."""
-    from lrdoctor import formats
-    from lrdoctor.errors import UnusableInput
+    from lrdoctor.core.errors import UnusableInput
+    from lrdoctor.read import layouts as formats
 
     out_r = out.resolve()
     for t in cfg.targets:

@@ -1,6 +1,6 @@
 """Where a value was read: the one field index shared by reading and repair.
 
-Every number a reader puts into a :class:`~lrdoctor.model.RunState` (a counter, a
+Every number a reader puts into a :class:`~lrdoctor.core.state.RunState` (a counter, a
 horizon, an LR) can carry a :class:`FieldRef`: the file it came from and the key
 path inside that file as a tuple. A repair edits exactly the fields the reader
 named, so reading and repair never re-find a field by their own tests, and a

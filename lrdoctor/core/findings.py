@@ -83,7 +83,7 @@ class Evidence(Mapping[str, Any]):
 @dataclass(frozen=True)
 class FreeEvidence(Evidence):
     """Evidence whose keys are open by nature: a refusal's record of what was scanned
-    (LRD303 carries :class:`~lrdoctor.errors.UnusableInput`'s ``detail`` verbatim)."""
+    (LRD303 carries :class:`~lrdoctor.core.errors.UnusableInput`'s ``detail`` verbatim)."""
 
     items: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 

@@ -1,6 +1,6 @@
 """Presentation: everything a command shows or writes for a person or a CI system.
 
-The commands hand their :class:`~lrdoctor.report.Report` objects to :func:`emit`,
+The commands hand their :class:`~lrdoctor.core.report.Report` objects to :func:`emit`,
 which picks the output by two registries:
 
 - :data:`FORMATS`: the machine formats, one function per name (``json`` and the CI
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lrdoctor.report import Report
+    from lrdoctor.core.report import Report
 
 
 def _json(reports: Sequence[Report], fail_on: str) -> str:
@@ -117,7 +117,7 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
     ``context`` goes to the command's text renderer only (the files a replay wrote, the
     plan a fix applied): the machine formats are the reports alone.
     """
-    from lrdoctor.report import Report
+    from lrdoctor.core.report import Report
 
     if isinstance(reports, Report):
         reports = [reports]
@@ -146,18 +146,6 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
     else:
         print(document(reports, fmt, fail_on))
     return max((r.exit_code(fail_on) for r in reports), default=0)
-
-
-_TEXT_NAMES = ("console", "render_findings", "render_inspect", "render_trend")
-
-
-def __getattr__(name: str) -> Any:
-    """``from lrdoctor.render import render_inspect`` (the module this package replaced)."""
-    if name in _TEXT_NAMES:
-        from lrdoctor.render import text
-
-        return getattr(text, name)
-    raise AttributeError(f"module 'lrdoctor.render' has no attribute {name!r}")
 
 
 __all__ = ["FORMATS", "TEXT", "TextView", "document", "emit"]

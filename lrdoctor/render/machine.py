@@ -22,7 +22,7 @@ from lrdoctor import __version__
 from lrdoctor.findings import FAIL_ON, RULES, Finding, Severity
 
 if TYPE_CHECKING:
-    from lrdoctor.report import Report
+    from lrdoctor.core.report import Report
 
 INFORMATION_URI = "https://pypi.org/project/lrdoctor/"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -60,7 +60,7 @@ def repo_root(start: str | os.PathLike | None = None) -> Path | None:
 
 def _relative(path: str) -> str:
     """``path`` relative to the repo root (POSIX), or absolute when outside it; a URL as is."""
-    from lrdoctor.storage import is_url
+    from lrdoctor.read.bytes.storage import is_url
 
     if is_url(path):
         return path
@@ -232,7 +232,7 @@ def sarif(reports: list[Report]) -> dict:
 
 
 def _artifact(path: str) -> dict:
-    from lrdoctor.storage import is_url
+    from lrdoctor.read.bytes.storage import is_url
 
     if is_url(path):  # s3://bucket/run/...: already an absolute URI
         return {"uri": path}

@@ -47,14 +47,14 @@ def plot_inspect(reports, out: Path) -> Path:
         return plot_run(reports, out)
     plt = _pyplot()
 
-    from lrdoctor.model import ScheduleSpec, Unit
+    from lrdoctor.core.state import ScheduleSpec, Unit
     from lrdoctor.schedules import lr_at
 
     report = reports[-1]
     st = report.state
     spec_d = st.get("schedule")
     if not spec_d:
-        from lrdoctor.errors import UnusableInput
+        from lrdoctor.core.errors import UnusableInput
 
         raise UnusableInput("no schedule could be rebuilt, nothing to plot", str(out))
     spec = ScheduleSpec(**{**spec_d, "unit": Unit(spec_d["unit"])})
@@ -106,7 +106,7 @@ def _save_plot(fig, out: Path) -> Path:
     try:
         _save(fig, out, parents=True)
     except OSError as exc:
-        from lrdoctor.errors import UnusableInput
+        from lrdoctor.core.errors import UnusableInput
 
         raise UnusableInput(f"--plot: cannot write ({exc.strerror or exc})", str(out)) from None
     return out
@@ -278,7 +278,7 @@ def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
     ax_w.legend(fontsize=8)
     ax_w.grid(alpha=0.3)
     fig.tight_layout()
-    from lrdoctor.errors import UnusableInput
+    from lrdoctor.core.errors import UnusableInput
 
     path = Path(path)
     try:

@@ -11,8 +11,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from lrdoctor.core.numbers import number
 from lrdoctor.findings import Severity
-from lrdoctor.numbers import number
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lrdoctor.formats import accelerate as reader
-from lrdoctor.model import RunState
+from lrdoctor.core.state import RunState
+from lrdoctor.read.layouts import accelerate as reader
 from lrdoctor.repair.policies import Refusal, Target
 from lrdoctor.repair.torchstate import plan_scheduler_file
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lrdoctor.formats import deepspeed as reader
-from lrdoctor.model import RunState
+from lrdoctor.core.state import RunState
+from lrdoctor.read.layouts import deepspeed as reader
 from lrdoctor.repair.megatron import optimizer_edits
 from lrdoctor.repair.policies import Refusal, Target
 from lrdoctor.repair.torchstate import group_lrs, is_optimizer, is_scheduler, scheduler_changes

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor import __version__
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import RunState
 from lrdoctor.findings import Finding
-from lrdoctor.model import RunState
 from lrdoctor.repair.policies import Refusal, Target, make_target
 from lrdoctor.repair.writer import Change, Written, sha256, tree_files, write_output
 
@@ -57,9 +57,9 @@ class FixPlan:
 
 def read_state(path: Path, format: str | None = None) -> tuple[str, RunState, list[Finding]]:
     """The format name, normalized state and findings of ``path``."""
-    from lrdoctor import formats
     from lrdoctor.diagnose import diagnose
     from lrdoctor.inspect_api import read_state as read_one
+    from lrdoctor.read import layouts as formats
 
     mod = formats.detect(path, format)
     name = mod.__name__.rsplit(".", 1)[-1]
@@ -127,7 +127,7 @@ def plan_fix(path: str | Path, *, policy: str | None = None, k: float | None = N
         plan.notes.append("nothing to fix: no finding calls for a repair")
         return plan
     if state.extras.get("storage") == "dcp":  # torch_dist, torchtitan, NeMo-RL, ...
-        from lrdoctor.formats.dcp import FIX_REFUSAL
+        from lrdoctor.read.layouts.dcp import FIX_REFUSAL
 
         raise Refusal(FIX_REFUSAL, str(path))
     try:
@@ -317,10 +317,10 @@ def _verify(plan: FixPlan, tmp: Path) -> list[Finding]:
 
 def fix_report(plan: FixPlan, *, dry_run: bool, out: Path | None,
                result: FixResult | None = None):
-    """The fix's :class:`~lrdoctor.report.Report`: the plan (policy, target, changes),
+    """The fix's :class:`~lrdoctor.core.report.Report`: the plan (policy, target, changes),
     and after a write the output, its manifest, the rewritten files and the findings
     that re-inspecting the copy gave. The JSON document ``fix --json`` prints."""
-    from lrdoctor.report import Report
+    from lrdoctor.core.report import Report
 
     extra: dict[str, Any] = plan.to_dict()
     extra.update({"dry_run": dry_run, "output": str(out) if out and result and result.written

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lrdoctor.formats import hf as reader
-from lrdoctor.model import RunState
+from lrdoctor.core.state import RunState
+from lrdoctor.read.layouts import hf as reader
 from lrdoctor.repair.policies import Refusal, Target
 from lrdoctor.repair.torchstate import plan_scheduler_file
 

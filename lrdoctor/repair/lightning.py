@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lrdoctor.formats import lightning as reader
-from lrdoctor.model import RunState
+from lrdoctor.core.state import RunState
+from lrdoctor.read.layouts import lightning as reader
 from lrdoctor.repair.policies import Target
 from lrdoctor.repair.torchstate import plan_torch_state
 from lrdoctor.repair.writer import load_pickle

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.formats import megatron as reader
-from lrdoctor.model import RunState
+from lrdoctor.core.state import RunState
+from lrdoctor.read.layouts import megatron as reader
 from lrdoctor.repair.policies import Refusal, Target
 from lrdoctor.repair.torchstate import find, group_lrs, is_optimizer, optimizer_changes
 from lrdoctor.repair.writer import Change, Key, get_at, load_pickle, tree_files

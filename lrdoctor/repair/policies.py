@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import RunState, ScheduleSpec, Unit
 from lrdoctor.diagnose import Recommendation, recommend
-from lrdoctor.errors import UnusableInput
 from lrdoctor.findings import Finding
-from lrdoctor.model import RunState, ScheduleSpec, Unit
 from lrdoctor.schedules import lr_or_none, with_horizon
 
 POLICIES = ("nominal", "rescale", "extend-horizon")
@@ -83,7 +83,7 @@ def read_replay(path: Path) -> tuple[float, float]:
 
 def _replay_doc(path: Path) -> Any:
     """The parsed ``lrdoctor replay --json`` document (one line if it is not one)."""
-    from lrdoctor import safetext
+    from lrdoctor.read.bytes import safetext
 
     try:
         text = safetext.read_text(path, "json_bytes", "a replay report")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lrdoctor.formats import roll as reader
-from lrdoctor.model import RunState
+from lrdoctor.core.state import RunState
+from lrdoctor.read.layouts import roll as reader
 from lrdoctor.repair.megatron import optimizer_edits, scheduler_edits
 from lrdoctor.repair.policies import Refusal, Target
 from lrdoctor.repair.writer import load_pickle

@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.errors import UnusableInput
-from lrdoctor.model import ScheduleSpec, Unit
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import ScheduleSpec, Unit
 
 OPTION = "--schedule"
 # What the one-line refusals and the "LR left" warning show as an example.
@@ -27,7 +27,7 @@ EXAMPLE = "'{family: hf, kind: cosine, max_lr: 1e-3, warmup: 100, horizon: 3000}
 
 def parse(text: str, unit: Unit) -> ScheduleSpec:
     """``--schedule`` as a :class:`ScheduleSpec` in ``unit``; one-line UnusableInput if bad."""
-    from lrdoctor import safetext
+    from lrdoctor.read.bytes import safetext
 
     where = OPTION
     path = Path(text)

@@ -10,7 +10,7 @@ stand-ins by name (``safe_globals([(StandIn, "megatron....AttnBackend")])``, no
 import), and :data:`PICKLE_MODULE` writes them back under the same global name
 with the same arguments, so the framework loads the repaired file as its own.
 
-Names are the safe reader's allow-list (``lrdoctor.safeload``): enums become
+Names are the safe reader's allow-list (``lrdoctor.read.bytes.safeload``): enums become
 :class:`EnumStandIn` (their value, immutable), plain data classes
 :class:`PlainStandIn` (their ``__dict__``). A name outside these lists is
 refused, never resolved.
@@ -85,7 +85,7 @@ def _make(base: type, name: str) -> type:
 
 
 def _enum_names() -> list[str]:
-    from lrdoctor.safeload import _ENUMS
+    from lrdoctor.read.bytes.safeload import _ENUMS
 
     return [f"{mod}.{n}" for mod, names in _ENUMS.items() for n in names]
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.model import RunState
+from lrdoctor.core.state import RunState
 from lrdoctor.repair.megatron import scheduler_edits
 from lrdoctor.repair.policies import Refusal, Target
 from lrdoctor.repair.torchstate import (
@@ -33,7 +33,7 @@ PICKLES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".tar", ".pickle")
 
 
 def _is_megatron(d: Any) -> bool:
-    from lrdoctor.discover import is_megatron_scheduler
+    from lrdoctor.read.scan.discover import is_megatron_scheduler
 
     return is_megatron_scheduler(d)
 

@@ -8,12 +8,12 @@ raw bytes in ``<archive>/data/<key>``, and ``version``/``byteorder``/
 this module re-pickles data.pkl faithfully and copies every other record
 byte-for-byte: no tensor is ever materialised and torch is never imported.
 
-Faithful means inert: after the safe reader (:mod:`lrdoctor.safeload`, the
+Faithful means inert: after the safe reader (:mod:`lrdoctor.read.bytes.safeload`, the
 allow-list and limits ``inspect`` uses) has accepted the file, the same data.pkl
 bytes (read once, from one open file: the file changing on disk cannot slip
 other bytes past the check) are parsed again by :class:`_Reader`, which calls
 nothing from the file and runs on the same limited machine
-(:mod:`lrdoctor.limited_pickle`), so it is bounded by the same limits on its
+(:mod:`lrdoctor.read.bytes.limited_pickle`), so it is bounded by the same limits on its
 own, not only because the safe reader accepted the bytes. Every global
 becomes a :class:`GlobalRef` (its name), every call a :class:`Reduced` (name,
 arguments, state) that pickles back as the same opcodes; only plain containers
@@ -41,9 +41,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from lrdoctor import limits
-from lrdoctor.errors import UnusableInput
-from lrdoctor.limited_pickle import LimitedUnpickler
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.read.bytes import limits
+from lrdoctor.read.bytes.limited_pickle import LimitedUnpickler
 from lrdoctor.repair.standins import EnumStandIn, PlainStandIn
 
 _ALIGN = 64  # torch's kFieldAlignment: storage data starts on a 64-byte boundary
@@ -105,7 +105,7 @@ class StorageRef:
 
     @property
     def dtype(self) -> str:
-        from lrdoctor.safeload import _STORAGE_DTYPES
+        from lrdoctor.read.bytes.safeload import _STORAGE_DTYPES
 
         dtype = _STORAGE_DTYPES.get(self.storage_type.name)
         if dtype is None:
@@ -129,7 +129,7 @@ class TensorLeaf(Reduced):
         return tuple(self.args[2])
 
     def _code(self) -> tuple[int, str]:
-        from lrdoctor.safeload import _DTYPES
+        from lrdoctor.read.bytes.safeload import _DTYPES
 
         size, code = _DTYPES[self.storage.dtype]
         if code is None or code == "?":
@@ -233,7 +233,7 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
 class _Reader(LimitedUnpickler):
     """The limited unpickler with every global a name and every call a record.
 
-    Bounded by :mod:`lrdoctor.limits` through :class:`LimitedUnpickler` (opcodes, memo,
+    Bounded by :mod:`lrdoctor.read.bytes.limits` through :class:`LimitedUnpickler` (opcodes, memo,
     items, depth, integer sizes, key hashing); only what a faithful re-read needs differs:
     globals resolve to :class:`GlobalRef` (never imported), a call of one (REDUCE, NEWOBJ)
     is a :class:`Reduced` record, which may take APPENDs, SETITEMs and BUILD state.
@@ -308,7 +308,7 @@ class _Reader(LimitedUnpickler):
 
 
 def _children(obj: Any) -> Any:
-    """What :func:`lrdoctor.limits.check_tree` walks in the re-read graph."""
+    """What :func:`lrdoctor.read.bytes.limits.check_tree` walks in the re-read graph."""
     if isinstance(obj, dict):
         return [*obj.keys(), *obj.values(), *getattr(obj, "__dict__", {}).values()]
     if isinstance(obj, (list, tuple, set, frozenset)):
@@ -355,8 +355,8 @@ def load(path: Path) -> Any:
     The safe reader checks the file first (allow-list, limits), exactly as for ``inspect``;
     the file is opened once and both readers parse the same data.pkl bytes.
     """
-    from lrdoctor import safeload
-    from lrdoctor.formats import _common
+    from lrdoctor.read.bytes import safeload
+    from lrdoctor.read.layouts import _common
 
     path = Path(path)
     if not is_torch_zip(path):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 
 MANIFEST = "lrdoctor-fix.json"
 _CHUNK = 8 << 20
@@ -45,7 +45,7 @@ class Change:
         return key_str(self.key)
 
     def to_dict(self) -> dict[str, Any]:
-        from lrdoctor.model import _jsonable
+        from lrdoctor.core.state import _jsonable
 
         return {"file": self.file, "key": self.key_str, "before": _jsonable(self.before),
                 "after": _jsonable(self.after), "why": self.why}
@@ -97,13 +97,13 @@ def walk(obj: Any, key: Key = (), depth: int = 12) -> Iterator[tuple[Key, Any]]:
 def load_pickle(path: Path) -> Any:
     """A file ``fix`` rewrites, loaded with its tensors (torch ``weights_only``, mmap).
 
-    First read by the same safe reader ``inspect`` uses (``lrdoctor.safeload``: the
+    First read by the same safe reader ``inspect`` uses (``lrdoctor.read.bytes.safeload``: the
     allow-list and the resource limits), so a file torch would choke on or a class
     off the allow-list is refused before torch sees it. Framework classes become the
     stand-ins of :mod:`lrdoctor.repair.standins`, mapped by name in code: no module
     the file names is ever imported.
     """
-    from lrdoctor.formats import _common
+    from lrdoctor.read.layouts import _common
 
     path = Path(path)
     if _no_torch():
@@ -154,7 +154,7 @@ def _numpy_globals() -> list[Any]:
 
 def load_file(path: Path, kind: str) -> Any:
     if kind == "json":
-        from lrdoctor import safetext
+        from lrdoctor.read.bytes import safetext
 
         return safetext.read_json(path)
     return load_pickle(path)

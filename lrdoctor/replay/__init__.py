@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from lrdoctor.core.report import Report
     from lrdoctor.replay.engine import Replay
-    from lrdoctor.report import Report
 
 # --torch runs the whole run through the real loop; the default on a CPU is the fast
 # path plus a torch cross-check of a sample (lrdoctor.replay.crosscheck), and on CUDA
@@ -55,7 +55,7 @@ class ReplayOptions:
         """Options from a mapping (a CI config); an unknown name or a wrong type is one line."""
         from dataclasses import fields
 
-        from lrdoctor.errors import UnusableInput
+        from lrdoctor.core.errors import UnusableInput
 
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(data) - set(known))
@@ -88,7 +88,7 @@ class ReplayResult:
 
 def parse_sweep(text: str) -> tuple[str, list[Any]]:
     """``KEY=v1,v2,...`` -> (key, values)."""
-    from lrdoctor.errors import UnusableInput
+    from lrdoctor.core.errors import UnusableInput
     from lrdoctor.replay.config import parse_value
 
     key, sep, vals = text.partition("=")
@@ -112,11 +112,11 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     engine, device, model, optimizer = opts.engine, opts.device, opts.model, opts.optimizer
     sweep, knob_check, seed = opts.sweep, opts.knob_check, opts.seed
     jobs, executor = opts.jobs, opts.executor
-    from lrdoctor.errors import UnusableInput
+    from lrdoctor.core.errors import UnusableInput
+    from lrdoctor.core.report import Report
     from lrdoctor.replay import analysis
     from lrdoctor.replay import engine as eng
     from lrdoctor.replay.config import load_config, with_key
-    from lrdoctor.report import Report
 
     cfg = load_config(config)
     try:
@@ -231,5 +231,5 @@ def _pick_engine(engine: str, model: str | None, device: str) -> tuple[bool, str
 
 def run(config: str, batch_log: str | None = None, synthetic: str | None = None,
         options: ReplayOptions | None = None) -> Report:
-    """The replay as a :class:`~lrdoctor.report.Report`."""
+    """The replay as a :class:`~lrdoctor.core.report.Report`."""
     return replay_full(config, batch_log, synthetic, options).report

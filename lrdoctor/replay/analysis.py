@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lrdoctor.core.numbers import number
 from lrdoctor.findings import Finding, Severity, finding
-from lrdoctor.numbers import number
 
 if TYPE_CHECKING:
     from lrdoctor.replay.engine import Replay

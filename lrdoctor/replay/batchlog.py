@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from lrdoctor.errors import UnusableInput
-from lrdoctor.model import BATCH_LOG_MIN, BATCH_LOG_REQUIRED, batch_log_format
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import BATCH_LOG_MIN, BATCH_LOG_REQUIRED, batch_log_format
 
 REQUIRED = BATCH_LOG_REQUIRED
 # Names the frameworks' own logs use for the same thing.
@@ -101,7 +101,7 @@ def _rows_jsonl(path: Path):
     """Yield (row_number, dict) with row = line number; raise on bad JSON."""
     import gzip
 
-    from lrdoctor import limits
+    from lrdoctor.read.bytes import limits
 
     opener = gzip.open if path.suffix == ".gz" else open
     max_line, max_rows = limits.get("jsonl_line_bytes"), limits.get("replay_samples")
@@ -384,7 +384,7 @@ def synthetic(dist: str, steps: int, samples_per_step: int, seed: int = 0):
         raise UnusableInput(
             f"--synthetic needs steps >= 1 and samples per step >= 1 (got {steps}, {samples_per_step})"
         )
-    from lrdoctor import limits
+    from lrdoctor.read.bytes import limits
 
     if steps * samples_per_step > limits.get("replay_samples"):
         raise limits.over("replay_samples", "--synthetic",

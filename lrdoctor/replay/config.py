@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.packing.registry import PACKERS
 
 # The batching.strategy choices: the packer registry (lrdoctor.replay.packing.registry).
@@ -35,7 +35,7 @@ class _Section(BaseModel):
 
 
 class ScheduleCfg(_Section):
-    """The intended schedule (the fields of :class:`lrdoctor.model.ScheduleSpec`)."""
+    """The intended schedule (the fields of :class:`lrdoctor.core.state.ScheduleSpec`)."""
 
     family: Literal["megatron", "hf", "torch", "deepspeed"] = "megatron"
     kind: str = "cosine"
@@ -269,8 +269,8 @@ class RunConfig(_Section):
 
 def _check_sizes(cfg: RunConfig) -> None:
     """What a replay materialises (a row per sample, per micro-batch and per step) must fit
-    in memory and time: bounded by ``replay_steps`` / ``replay_samples`` (lrdoctor.limits)."""
-    from lrdoctor import limits
+    in memory and time: bounded by ``replay_steps`` / ``replay_samples`` (lrdoctor.read.bytes.limits)."""
+    from lrdoctor.read.bytes import limits
 
     t, b = cfg.train, cfg.batching
     if t.steps > limits.get("replay_steps"):
@@ -354,7 +354,7 @@ def config_from_dict(data: Any, source: str | None = None) -> RunConfig:
 
 def load_config(path: str | Path) -> RunConfig:
     """Read an lrdoctor run config, or ROLL's own YAML (translated)."""
-    from lrdoctor import safetext
+    from lrdoctor.read.bytes import safetext
 
     path = Path(path)
     try:
@@ -366,7 +366,7 @@ def load_config(path: str | Path) -> RunConfig:
     from lrdoctor.replay import translate
 
     try:
-        # size, nesting, alias/merge-key expansion and key checks (lrdoctor.limits)
+        # size, nesting, alias/merge-key expansion and key checks (lrdoctor.read.bytes.limits)
         data = safetext.yaml_loads(text, str(path))
     except UnusableInput as exc:
         tr = None

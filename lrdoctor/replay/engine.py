@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lrdoctor.errors import UnusableInput
-from lrdoctor.model import ScheduleSpec, Unit
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import ScheduleSpec, Unit
 
 if TYPE_CHECKING:
     import pandas as pd

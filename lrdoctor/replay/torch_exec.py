@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.engine import (
     Replay,
     StepInfo,

@@ -8,7 +8,7 @@ module that does not fit its kind's protocol is a mypy error, not a silent skip.
 
 Kinds, by what a check looks at:
 
-- :data:`CHECKPOINT`: one checkpoint's :class:`~lrdoctor.model.RunState`, run by
+- :data:`CHECKPOINT`: one checkpoint's :class:`~lrdoctor.core.state.RunState`, run by
   :func:`lrdoctor.diagnose.diagnose` in this order (the order findings are listed in);
   ``found`` holds what the checks before it reported (LRD111 says "not judged" only
   when nothing else judged).
@@ -63,7 +63,7 @@ from lrdoctor.rules import (
 )
 
 if TYPE_CHECKING:
-    from lrdoctor.model import RunState
+    from lrdoctor.core.state import RunState
 
 
 class Documented(Protocol):

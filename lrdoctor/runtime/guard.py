@@ -200,7 +200,7 @@ class NormalizedStepper:
 
     ``increment``: the scheduler's own unit per update (Megatron: the global batch
     size, since its ``num_steps`` counts samples). ``schedule``: an
-    :class:`lrdoctor.model.ScheduleSpec` to take the LR from (needed for torch
+    :class:`lrdoctor.core.state.ScheduleSpec` to take the LR from (needed for torch
     schedulers without a closed form, e.g. a recursive custom one).
     """
 

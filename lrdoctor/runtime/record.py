@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.model import BATCH_LOG_COLUMNS as COLUMNS
-from lrdoctor.model import BATCH_LOG_MIN, batch_log_format
+from lrdoctor.core.state import BATCH_LOG_COLUMNS as COLUMNS
+from lrdoctor.core.state import BATCH_LOG_MIN, batch_log_format
 
 
 def _format_of(path: Path) -> str:

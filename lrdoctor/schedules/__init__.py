@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lrdoctor.model import ScheduleSpec
+    from lrdoctor.core.state import ScheduleSpec
 
 FAMILIES = ("megatron", "hf", "torch", "deepspeed")
 

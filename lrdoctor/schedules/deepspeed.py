@@ -29,7 +29,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lrdoctor.model import ScheduleSpec
+    from lrdoctor.core.state import ScheduleSpec
 
 KINDS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
 WARMUP_TYPES = ("log", "linear")

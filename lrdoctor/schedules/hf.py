@@ -30,7 +30,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lrdoctor.model import ScheduleSpec
+    from lrdoctor.core.state import ScheduleSpec
 
 KINDS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
          "constant_with_warmup", "inverse_sqrt", "cosine_with_min_lr",

@@ -24,7 +24,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lrdoctor.model import ScheduleSpec
+    from lrdoctor.core.state import ScheduleSpec
 
 KINDS = ("constant", "linear", "cosine", "inverse-square-root", "WSD")
 WSD_STYLES = ("linear", "cosine", "exponential", "minus_sqrt")

@@ -44,7 +44,7 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lrdoctor.model import ScheduleSpec
+    from lrdoctor.core.state import ScheduleSpec
 
 KINDS = ("LinearLR", "CosineAnnealingLR", "OneCycleLR", "SequentialLR", "StepLR",
          "MultiStepLR", "ExponentialLR", "ConstantLR", "PolynomialLR")

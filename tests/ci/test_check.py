@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from lrdoctor.ci import check as ci_check
 from lrdoctor.ci import config as ci_config
 from lrdoctor.cli import app
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.report import Report
 from lrdoctor.findings import finding
-from lrdoctor.report import Report
 from tests.helpers.paths import TESTS
 
 HERE = TESTS

@@ -12,9 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lrdoctor.core.report import Report
 from lrdoctor.findings import finding
 from lrdoctor.render.verdict import verdict_line
-from lrdoctor.report import Report
 from tests.helpers.paths import REPO
 
 ROLL = "examples/roll-sokoban-dynamic.yaml"

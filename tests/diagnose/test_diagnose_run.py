@@ -197,7 +197,8 @@ def test_megatron_rate_changed_after_resume(tmp_path):
 def test_trend_table_and_plot_of_a_run(hf_restart, monkeypatch):
     from rich.console import Console
 
-    from lrdoctor.render import plots, render_trend
+    from lrdoctor.render import plots
+    from lrdoctor.render.text import render_trend
 
     reps = inspect_path(hf_restart)
     con = Console(record=True, width=80, highlight=False)

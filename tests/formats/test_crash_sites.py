@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit, _jsonable
 from lrdoctor.inspect_api import inspect_path, read_state
-from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit, _jsonable
 
 
 def _edit_pickle(path: Path, fn) -> None:
@@ -76,7 +76,7 @@ def test_roll_scheduler_field_of_the_wrong_type(roll_run_dir, tmp_path):
 
 
 def test_roll_find_config_skips_a_hostile_yaml(roll_run_dir, tmp_path):
-    from lrdoctor.formats import roll
+    from lrdoctor.read.layouts import roll
 
     run = _copy(roll_run_dir.root, tmp_path / "output")
     ckpt = sorted(p.parent for p in run.rglob("scheduler.pt"))[-1]
@@ -93,7 +93,7 @@ def test_roll_find_config_skips_a_hostile_yaml(roll_run_dir, tmp_path):
     ({"warmup_max_lr": "0.1", "total_num_steps": 100}, "warmup_max_lr"),
 ])
 def test_deepspeed_scheduler_params_of_the_wrong_type(params, key):
-    from lrdoctor.formats import deepspeed
+    from lrdoctor.read.layouts import deepspeed
 
     st = RunState(format="deepspeed", path="ckpt")
     cfg = {"scheduler": {"type": "WarmupDecayLR", "params": params}}
@@ -159,7 +159,7 @@ def test_cosine_restarts_of_a_huge_progress_do_not_loop_forever():
 # ---------------------------------------------------------------- _common.py:150-153
 
 def test_optimizer_lr_of_a_huge_integer_is_ignored():
-    from lrdoctor.formats._common import optimizer_summary
+    from lrdoctor.read.layouts._common import optimizer_summary
 
     got = optimizer_summary({"param_groups": [{"lr": 10**400, "step": "x"}, {"lr": 1e-3}],
                              "state": {0: {"step": float("inf")}, 1: {"step": 4}}})

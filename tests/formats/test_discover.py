@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor import discover
 from lrdoctor.diagnose import diagnose
 from lrdoctor.findings import Severity
 from lrdoctor.inspect_api import read_state
+from lrdoctor.read.scan import discover
 from tests.helpers.factories import _quiet_megatron, _tiny_model, _train_step
 from tests.helpers.paths import REPO
 

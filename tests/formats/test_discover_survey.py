@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor import discover, formats
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.findings import Severity
 from lrdoctor.inspect_api import inspect_path
+from lrdoctor.read import layouts as formats
+from lrdoctor.read.scan import discover
 
 
 def refused(path: Path) -> UnusableInput:
@@ -143,7 +144,7 @@ def test_scan_cut_by_a_bound_is_said(tmp_path):
 
 
 def test_format_names_have_one_home():
-    """Every module under lrdoctor/formats is a reader (forceable) or a content refiner; the
+    """Every module under lrdoctor/read/layouts is a reader (forceable) or a content refiner; the
     names --format takes, its help and the refusal all come from FORMAT_MODULES."""
     here = Path(formats.__file__).parent
     modules = {p.stem for p in here.glob("*.py") if not p.stem.startswith("_")}

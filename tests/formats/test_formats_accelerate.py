@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor.errors import UnusableInput
-from lrdoctor.formats import _torchstate
-from lrdoctor.formats import accelerate as acc_fmt
-from lrdoctor.model import Unit
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Unit
+from lrdoctor.read.layouts import _torchstate
+from lrdoctor.read.layouts import accelerate as acc_fmt
 from tests.helpers.factories import free_port
 
 pytestmark = pytest.mark.frameworks
@@ -245,7 +245,7 @@ def test_every_torch_scheduler_class_is_identified(cls):
 
 
 def test_reading_never_imports_torch(saved):
-    code = ("import sys; from pathlib import Path; from lrdoctor.formats import accelerate as M; "
+    code = ("import sys; from pathlib import Path; from lrdoctor.read.layouts import accelerate as M; "
             "st = M.read(Path(sys.argv[1])); assert st.scheduler_progress is not None; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code, str(saved / "cosine")], check=True, timeout=60)

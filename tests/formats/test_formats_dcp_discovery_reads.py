@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor import discover
-from lrdoctor.formats import dcp
 from lrdoctor.inspect_api import inspect_path, read_state
+from lrdoctor.read.layouts import dcp
+from lrdoctor.read.scan import discover
 
 BOUND = 64 << 10  # discovery's bound, made small so the "large" items stay small here
 BIG = list(range(40_000))  # > BOUND once torch.saved (about 200 KB)

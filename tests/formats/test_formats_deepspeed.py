@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor.errors import UnusableInput
-from lrdoctor.formats import deepspeed as ds_fmt
-from lrdoctor.model import Unit
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Unit
+from lrdoctor.read.layouts import deepspeed as ds_fmt
 from lrdoctor.schedules import lr_at
 from tests.helpers.factories import free_port
 
@@ -303,7 +303,7 @@ def test_zero3_layout(saved):
 
 
 def test_reading_never_imports_torch(saved):
-    code = ("import sys; from pathlib import Path; from lrdoctor.formats import deepspeed as M; "
+    code = ("import sys; from pathlib import Path; from lrdoctor.read.layouts import deepspeed as M; "
             "st = M.read(Path(sys.argv[1])); assert st.scheduler_progress is not None; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code, str(saved / "decay")], check=True, timeout=60)

@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from lrdoctor.errors import UnusableInput
-from lrdoctor.formats import hf
-from lrdoctor.model import Unit
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Unit
+from lrdoctor.read.layouts import hf
 from tests.helpers.factories import hf_run
 from tests.helpers.paths import REPO
 

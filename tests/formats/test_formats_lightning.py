@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor.errors import UnusableInput
-from lrdoctor.formats import lightning as pl_fmt
-from lrdoctor.model import Unit
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Unit
+from lrdoctor.read.layouts import lightning as pl_fmt
 
 pytestmark = pytest.mark.frameworks
 
@@ -273,7 +273,7 @@ def test_manual_optimization_with_a_saved_budget(saved):
 
 
 def test_reading_never_imports_torch(saved):
-    code = ("import sys; from pathlib import Path; from lrdoctor.formats import lightning as M; "
+    code = ("import sys; from pathlib import Path; from lrdoctor.read.layouts import lightning as M; "
             "st = M.read(Path(sys.argv[1])); assert st.scheduler_progress is not None; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code, str(saved / "step.ckpt")], check=True, timeout=60)

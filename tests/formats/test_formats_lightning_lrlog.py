@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor import safetext
-from lrdoctor.errors import LimitExceeded, UnusableInput
-from lrdoctor.formats import lightning as pl_fmt
+from lrdoctor.core.errors import LimitExceeded, UnusableInput
 from lrdoctor.inspect_api import inspect_path
+from lrdoctor.read.bytes import safetext
+from lrdoctor.read.layouts import lightning as pl_fmt
 
 pytestmark = pytest.mark.frameworks
 
@@ -295,8 +295,8 @@ def test_csv_reader_limits(tmp_path, monkeypatch):
 def test_the_shared_fit_solves_a_horizon_it_was_not_given():
     """formats._logfit without a budget: linear and cosine horizons solved from the log
     (HF's max_steps path is unchanged: the same points with the budget give the same spec)."""
-    from lrdoctor.formats import _logfit
-    from lrdoctor.model import ScheduleSpec, Unit
+    from lrdoctor.core.state import ScheduleSpec, Unit
+    from lrdoctor.read.layouts import _logfit
     from lrdoctor.schedules import hf as hf_sched
 
     for kind, w, t in (("linear", 5, 100), ("cosine", 7, 333)):

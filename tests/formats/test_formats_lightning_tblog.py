@@ -4,7 +4,7 @@ TensorBoardLogger is Lightning's default logger: the LR is then only in
 ``version_N/events.out.tfevents.*``. The runs are the CSV tests' runs
 (tests/formats/test_formats_lightning_lrlog.py) with Lightning's own
 TensorBoardLogger in place of the CSVLogger, so the findings must be the same;
-lrdoctor's reader (lrdoctor/tfevents.py) is checked against tensorboard's own
+lrdoctor's reader (lrdoctor/read/bytes/tfevents.py) is checked against tensorboard's own
 EventAccumulator on the same files, and against hostile bytes.
 """
 
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor import tfevents
-from lrdoctor.errors import LimitExceeded
-from lrdoctor.formats import lightning as pl_fmt
+from lrdoctor.core.errors import LimitExceeded
 from lrdoctor.inspect_api import inspect_path
+from lrdoctor.read.bytes import tfevents
+from lrdoctor.read.layouts import lightning as pl_fmt
 from tests.formats.test_formats_lightning_lrlog import GEN as CSV_GEN
 from tests.formats.test_formats_lightning_lrlog import (
     assert_per_batch_findings,

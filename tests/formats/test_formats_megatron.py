@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor.errors import UnusableInput
-from lrdoctor.formats import megatron
-from lrdoctor.model import Unit
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Unit
+from lrdoctor.read.layouts import megatron
 from tests.helpers.factories import free_port, megatron_run
 from tests.helpers.paths import REPO, TESTS
 
@@ -308,7 +308,7 @@ def test_torch_dist_019_common_state_matches_torch_dcp_load():
         loaded.seek(0)
         loaded = torch.load(loaded, weights_only=False)
     truth = loaded[0]
-    from lrdoctor.formats import dcp
+    from lrdoctor.read.layouts import dcp
 
     ours = dcp.load(ckpt).flat["common_state/shard_0_1"][0]
     assert ours["opt_param_scheduler"] == truth["opt_param_scheduler"]

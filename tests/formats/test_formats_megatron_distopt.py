@@ -18,7 +18,7 @@ import pytest
 
 from lrdoctor.diagnose import diagnose
 from lrdoctor.findings import Severity
-from lrdoctor.formats import megatron
+from lrdoctor.read.layouts import megatron
 from tests.helpers.factories import megatron_run
 from tests.helpers.paths import TESTS
 
@@ -59,7 +59,7 @@ def test_param_group_item_matches_megatrons_own_load():
     import torch
     import torch.distributed.checkpoint as tdcp
 
-    from lrdoctor.formats import dcp
+    from lrdoctor.read.layouts import dcp
 
     ckpt = MCORE_019 / "distopt_dp_reshardable" / "iter_0000005"
     buf = {ITEM: io.BytesIO()}
@@ -159,7 +159,7 @@ def test_torch_dist_common_pt_reads_groups_from_dcp(tmp_path):
 
     import torch.distributed as dist
 
-    from lrdoctor.formats import dcp
+    from lrdoctor.read.layouts import dcp
     from tests.helpers.factories import _quiet_megatron, free_port
 
     _quiet_megatron()
@@ -270,7 +270,7 @@ def test_common_pt_with_broken_dcp_metadata_still_reads_and_says_so(tmp_path):
     src = MCORE_019 / "distopt_dp_reshardable"
     shutil.copytree(src, tmp_path / "run")
     ckpt = tmp_path / "run" / "iter_0000005"
-    from lrdoctor.formats import dcp
+    from lrdoctor.read.layouts import dcp
 
     common = dcp.load(ckpt, prefixes=["common_state/"]).flat["common_state/shard_0_1"][0]
     import argparse

@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from lrdoctor.errors import UnusableInput
-from lrdoctor.formats import hf, megatron, roll
-from lrdoctor.model import Unit
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Unit
+from lrdoctor.read.layouts import hf, megatron, roll
 from tests.helpers.factories import roll_run
 from tests.helpers.paths import REPO
 
@@ -101,8 +101,8 @@ def test_unusable_inputs(roll_run_dir, tmp_path):
 
 
 def test_dispatch_picks_each_format(roll_run_dir, megatron_run_dir, hf_run_dir, tmp_path):
-    """lrdoctor.formats.detect sends each real layout to its own reader."""
-    from lrdoctor import formats
+    """lrdoctor.read.layouts.detect sends each real layout to its own reader."""
+    from lrdoctor.read import layouts as formats
     from tests.helpers.factories import torch_loop
 
     loop = torch_loop(tmp_path / "loop" / "ckpt.pt", updates=3).last.path

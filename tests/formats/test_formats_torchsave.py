@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from lrdoctor.errors import UnusableInput
-from lrdoctor.formats import torchsave
-from lrdoctor.model import Unit
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Unit
+from lrdoctor.read.layouts import torchsave
 from tests.helpers.factories import torch_loop
 from tests.helpers.paths import REPO
 
@@ -137,7 +137,7 @@ def test_read_path_imports_no_heavy_modules(module, sample):
 
     code = (
         "import sys\nfrom pathlib import Path\n"
-        f"from lrdoctor.formats import {module} as M\n"
+        f"from lrdoctor.read.layouts import {module} as M\n"
         f"p = Path({str(SAMPLES / sample)!r})\n"
         "assert M.detect(p)\nM.find_checkpoints(p)\nst = M.read(p)\n"
         "assert st.scheduler_progress is not None\n"

@@ -20,8 +20,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lrdoctor import safeload, safetext
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.read.bytes import safeload, safetext
 
 FUZZ = settings(max_examples=75, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

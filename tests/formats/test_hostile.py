@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor import limits, safeload, safetext
-from lrdoctor.errors import LimitExceeded, UnusableInput
+from lrdoctor.core.errors import LimitExceeded, UnusableInput
+from lrdoctor.read.bytes import limits, safeload, safetext
 from tests.helpers import hostile
 from tests.helpers.paths import REPO
 
@@ -161,7 +161,7 @@ _AUDIT = """
 import json, sys
 seen = []
 sys.addaudithook(lambda e, a: seen.append(str(a[0])) if e == "import" else None)
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.repair.writer import load_pickle, write_pickle
 result = {}
 try:
@@ -269,7 +269,7 @@ def test_yaml_config_size_is_capped(tmp_path, monkeypatch, deadline):
 
 
 def test_hostile_json_sidecars(tmp_path, monkeypatch, deadline):
-    from lrdoctor.formats._common import read_json
+    from lrdoctor.read.layouts._common import read_json
 
     deep = tmp_path / "trainer_state.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)

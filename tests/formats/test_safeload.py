@@ -1,4 +1,4 @@
-"""lrdoctor.safeload against real torch.save files, and against hostile pickles.
+"""lrdoctor.read.bytes.safeload against real torch.save files, and against hostile pickles.
 
 Every non-tensor value and every tensor's dtype/shape must match what
 torch.load gives; payloads that would run code must be refused before anything runs.
@@ -21,9 +21,9 @@ from collections import OrderedDict
 import pytest
 import torch
 
-from lrdoctor import safeload
-from lrdoctor.errors import UnsafePickle, UnusableInput
-from lrdoctor.safeload import Opaque, TensorRef
+from lrdoctor.core.errors import UnsafePickle, UnusableInput
+from lrdoctor.read.bytes import safeload
+from lrdoctor.read.bytes.safeload import Opaque, TensorRef
 
 PY = sys.executable
 
@@ -456,7 +456,7 @@ def test_safeload_never_imports_torch_or_numpy(tmp_path):
     path = tmp_path / "c.pt"
     torch.save({"opt": _trained_state()[1].state_dict(), "args": argparse.Namespace(a=1),
                 "rng": np.random.get_state()}, path)
-    code = ("import sys, lrdoctor.safeload as s; o = s.load(sys.argv[1]); "
+    code = ("import sys, lrdoctor.read.bytes.safeload as s; o = s.load(sys.argv[1]); "
             "st = o['opt']['state'][0]['step']; assert s.read_values(st) == [3.0]; "
             "bad = [m for m in ('torch', 'numpy', 'pandas') if m in sys.modules]; "
             "assert not bad, bad")

@@ -1,4 +1,4 @@
-"""lrdoctor/tfevents.py on its own: framing, checksums, the protobuf decoder, hostile bytes.
+"""lrdoctor/read/bytes/tfevents.py on its own: framing, checksums, the protobuf decoder, hostile bytes.
 
 Pure (no tensorboard, no torch): the events are encoded by hand here. The same reader
 against Lightning's own TensorBoardLogger files and tensorboard's EventAccumulator is
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lrdoctor import tfevents
-from lrdoctor.errors import LimitExceeded, UnusableInput
+from lrdoctor.core.errors import LimitExceeded, UnusableInput
+from lrdoctor.read.bytes import tfevents
 
 
 def record(data: bytes) -> bytes:

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from lrdoctor import __version__
 from lrdoctor.cli import app
+from lrdoctor.core.report import Report
 from lrdoctor.findings import RULES, finding
 from lrdoctor.render import document
 from lrdoctor.render import machine as output
-from lrdoctor.report import Report
 from tests.helpers.paths import TESTS
 
 HERE = TESTS

@@ -12,9 +12,9 @@ from html.parser import HTMLParser
 from typer.testing import CliRunner
 
 from lrdoctor.cli import app
+from lrdoctor.core.report import Report
 from lrdoctor.findings import finding
 from lrdoctor.render.html import render_html, write_report
-from lrdoctor.report import Report
 from tests.helpers.paths import TESTS
 
 PROJECTS = TESTS / "projects"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.repair import MANIFEST
 from lrdoctor.repair.writer import Change, OutputLock, write_output
 from tests.helpers.paths import REPO

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.diagnose import diagnose
-from lrdoctor.errors import UnusableInput
 from lrdoctor.findings import finding
-from lrdoctor.model import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.repair.policies import Refusal, make_target
 from lrdoctor.repair.writer import Change, check_output, write_output
 from lrdoctor.schedules import group_lr

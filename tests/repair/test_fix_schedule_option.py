@@ -17,7 +17,7 @@ import torch
 from typer.testing import CliRunner
 
 from lrdoctor.cli import app
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.repair import plan_fix, write_fix
 from tests.helpers.fix_support import load, tree_hash
 

@@ -99,7 +99,7 @@ def test_rewrite_keeps_everything_but_the_planned_fields(tmp_path):
 
 
 def test_a_changed_field_must_still_hold_the_planned_value(tmp_path):
-    from lrdoctor.errors import UnusableInput
+    from lrdoctor.core.errors import UnusableInput
 
     src = tmp_path / "in.pt"
     torch.save({"step": torch.tensor(3.0)}, src)

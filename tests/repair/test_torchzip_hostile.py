@@ -1,7 +1,7 @@
 """fix's second read of data.pkl (lrdoctor.repair.torchzip) is bounded on its own, and a file
 that changes on disk while ``fix`` rewrites it is refused with nothing written.
 
-The safe reader (lrdoctor.safeload) checks a file before ``fix`` re-reads it for rewriting;
+The safe reader (lrdoctor.read.bytes.safeload) checks a file before ``fix`` re-reads it for rewriting;
 these tests feed the re-reader hostile pickles directly, so they would fail if it only relied
 on that earlier check.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lrdoctor.errors import LimitExceeded, UnusableInput
+from lrdoctor.core.errors import LimitExceeded, UnusableInput
 from lrdoctor.repair import torchzip
 from lrdoctor.repair.writer import Change
 from tests.helpers import hostile

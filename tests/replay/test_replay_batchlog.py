@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.batchlog import read_batch_log, synthetic, write_batch_log
 
 ROWS = [

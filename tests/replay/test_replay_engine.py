@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.findings import Severity
 from lrdoctor.replay import engine, torch_exec
 from lrdoctor.replay.config import config_from_dict, load_config, with_key

@@ -227,7 +227,7 @@ def test_fastllm_flush_sweep_shows_the_tail_windows():
 
 
 def test_missing_config_batch_log_names_the_key(tmp_path):
-    from lrdoctor.errors import UnusableInput
+    from lrdoctor.core.errors import UnusableInput
 
     (tmp_path / "run.yaml").write_text(
         "train: {steps: 1}\nbatching: {strategy: token_budget, max_tokens_per_microbatch: 9}\n"

@@ -47,7 +47,7 @@ def test_train_step_budget_is_silent():
 
 
 def test_generation_budget_needs_a_total():
-    from lrdoctor.errors import UnusableInput
+    from lrdoctor.core.errors import UnusableInput
 
     with pytest.raises(UnusableInput, match="generation_steps needs budget.total"):
         _run({"formula": "generation_steps"})

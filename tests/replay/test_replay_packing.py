@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay import packing as P
 
 ROLL_BATCHING = {"strategy": "token_budget", "max_tokens_per_microbatch": 8192, "round_to": 128}

@@ -23,7 +23,7 @@ import math
 import numpy as np
 import pytest
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay import packing as P
 
 

@@ -6,7 +6,7 @@ import typing
 
 import pytest
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay import ReplayOptions, packing
 from lrdoctor.replay.config import BatchingCfg, config_from_dict
 from lrdoctor.replay.packing.registry import PACKERS, docs_table

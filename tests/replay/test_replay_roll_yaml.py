@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.translate import roll as roll_yaml
 from tests.helpers.paths import REPO
 

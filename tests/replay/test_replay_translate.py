@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lrdoctor.cli import app
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay import ReplayOptions, replay_full
 from lrdoctor.replay.config import load_config
 from tests.helpers.paths import REPO

@@ -418,7 +418,8 @@ def test_lightning_manual_extra_step_is_caught(accum):
 # ------------------------------------------------------------------ import cost
 
 def test_importing_the_api_pulls_in_no_framework():
-    code = ("import sys, lrdoctor, lrdoctor.live, lrdoctor.record, lrdoctor.callbacks; "
+    code = ("import sys, lrdoctor, lrdoctor.runtime.guard, lrdoctor.runtime.record, "
+            "lrdoctor.runtime.callbacks; "
             "from lrdoctor import StepGuard, BatchLogRecorder, hf_callback; "
             "bad = [m for m in ('torch', 'transformers', 'pytorch_lightning', 'lightning', "
             "'pandas', 'pyarrow') if m in sys.modules]; print(bad); sys.exit(bool(bad))")

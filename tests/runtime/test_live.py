@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from lrdoctor.model import ScheduleSpec, Unit
+from lrdoctor.core.state import ScheduleSpec, Unit
 from lrdoctor.runtime.guard import NormalizedStepper, SchedulerStepError, StepGuard
 
 

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 
-from lrdoctor.model import BATCH_LOG_COLUMNS, batch_log_format
+from lrdoctor.core.state import BATCH_LOG_COLUMNS, batch_log_format
 from lrdoctor.replay import ReplayOptions, batchlog
 from lrdoctor.replay.batchlog import read_batch_log
 from lrdoctor.runtime.record import BatchLogRecorder, tokens_per_sample

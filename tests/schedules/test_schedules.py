@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from lrdoctor.model import ScheduleSpec, Unit
+from lrdoctor.core.state import ScheduleSpec, Unit
 from lrdoctor.schedules import curve, floor_progress, lr_at, problems
 
 

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from lrdoctor.model import ScheduleSpec, Unit
+from lrdoctor.core.state import ScheduleSpec, Unit
 from lrdoctor.schedules import floor_progress, lr_at, problems, torch_builtin
 
 torch = pytest.importorskip("torch")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.packing import registry
 from lrdoctor.replay.packing.balanced_first_fit import balanced_first_fit, plan_balanced_first_fit
 from lrdoctor.replay.packing.common import (

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 
 if TYPE_CHECKING:
     import numpy as np

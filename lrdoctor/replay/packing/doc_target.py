@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.packing.common import Packer, PackerParams, StepPlan, _get
 from lrdoctor.replay.packing.static import _static_core
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.packing.balanced_first_fit import pack_chunk
 from lrdoctor.replay.packing.common import (
     MicroBatch,

@@ -13,7 +13,7 @@ one new file plus one line here.
 
 from __future__ import annotations
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.packing.common import Packer
 
 

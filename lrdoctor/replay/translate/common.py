@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.translate.interpolate import MISSING as _MISSING
 from lrdoctor.replay.translate.interpolate import lookup as _lookup
 from lrdoctor.replay.translate.interpolate import resolve

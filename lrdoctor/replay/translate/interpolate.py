@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 
 _REF = re.compile(r"\$\{([^${}]+)\}")
 MISSING = object()

@@ -24,7 +24,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.translate.common import Reader, Translation, Translator, synthetic_up_to
 
 MARKERS = ("--rollout.batch_size", "--train.batch_size", "--rollout.n_samples_per_prompt",

@@ -27,7 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.translate.common import Translation, Translator, _num
 from lrdoctor.replay.translate.interpolate import MISSING as _MISSING
 from lrdoctor.replay.translate.interpolate import lookup as _lookup
@@ -228,7 +228,7 @@ def to_config(path_or_dict: str | Path | dict, source: str | None = None) -> dic
     if isinstance(path_or_dict, dict):
         raw = path_or_dict
     else:
-        from lrdoctor import safetext
+        from lrdoctor.read.bytes import safetext
 
         source = source or str(path_or_dict)
         raw = safetext.yaml_loads(safetext.read_text(path_or_dict, "config_bytes", "YAML"),

@@ -1,0 +1,38 @@
+"""Errors that become exit code 2 with a single line of text (never a traceback)."""
+
+from __future__ import annotations
+
+
+def one_line(text: str) -> str:
+    """``text`` as one printable line: a name taken from a hostile file (a pickle global,
+    a path) may hold newlines, carriage returns or form feeds; they are shown escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+class UnusableInput(Exception):
+    """The input could not be used. ``str(exc)`` is the one line shown to the user."""
+
+    def __init__(self, message: str, path: str | None = None, detail: dict | None = None):
+        self.path = path
+        # A structured record of what was looked at (``lrdoctor check --json`` shows it as
+        # the LRD303 finding's evidence); the one line stays the message.
+        self.detail = detail
+        super().__init__(one_line(f"{path}: {message}" if path else message))
+
+
+class UnsafePickle(UnusableInput):
+    """A pickle asked for a global that is not on the allow-list."""
+
+    def __init__(self, path: str, global_name: str):
+        self.global_name = global_name
+        super().__init__(
+            f"refused to load: it asks for '{global_name}', which is not on lrdoctor's "
+            "allow-list of harmless classes (nothing was executed)",
+            path,
+        )
+
+
+class LimitExceeded(UnusableInput):
+    """A resource limit stopped reading an untrusted file (``lrdoctor.read.bytes.limits``)."""

@@ -1,0 +1,233 @@
+"""The one framework-blind model of a run that every diagnosis works on.
+
+Readers (``lrdoctor.read.layouts.*``) turn a checkpoint into a :class:`RunState`;
+everything downstream (diagnose, report, repair) only sees this model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.fieldref import FieldRef
+
+# No step, sample count, horizon or learning rate of a real run comes near this.
+MAX_MAGNITUDE = 1e15
+
+
+class Unit(str, Enum):
+    """What one unit of progress counts; mixing units is the bug family we hunt."""
+
+    SAMPLES = "samples"
+    UPDATES = "optimizer updates"
+    MICRO_STEPS = "micro-steps"
+    ROLLOUT_STEPS = "rollout steps"
+    SCHEDULER_CALLS = "scheduler calls"
+    EPOCHS = "epochs"
+
+
+@dataclass
+class ScheduleSpec:
+    """An intended LR schedule, as a pure function of progress in ``unit``.
+
+    ``family`` picks the implementation in :mod:`lrdoctor.schedules`
+    ("megatron", "hf", "torch", "deepspeed"); ``kind`` is the decay style
+    within that family; ``params`` holds the family's remaining knobs verbatim
+    (e.g. ``num_cycles``, ``power``, ``wsd_decay_steps``).
+    """
+
+    family: str
+    kind: str
+    max_lr: float
+    unit: Unit
+    min_lr: float = 0.0
+    init_lr: float = 0.0
+    warmup: float = 0.0
+    horizon: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    # The fields the schedule was built from, by parameter name ("horizon", "warmup"...).
+    refs: dict[str, FieldRef] = field(default_factory=dict)
+
+    def lr_at(self, progress: float) -> float:
+        from lrdoctor.schedules import lr_at
+
+        return lr_at(self, progress)
+
+
+@dataclass
+class Counter:
+    """One progress counter read from a checkpoint, with its unit and origin."""
+
+    name: str
+    value: float
+    unit: Unit
+    source: str = ""
+    # Where the value lives (file and key path), so a repair can write it back.
+    ref: FieldRef | None = None
+
+
+@dataclass
+class RunState:
+    """Everything a checkpoint says about how far training has gone."""
+
+    format: str
+    path: str
+    schedule: ScheduleSpec | None = None
+    # Where the scheduler believes it is, in ``schedule.unit``.
+    scheduler_progress: Counter | None = None
+    # Every other progress counter the checkpoint holds (optimizer step,
+    # global_step, iteration, consumed samples, skipped, ...).
+    counters: list[Counter] = field(default_factory=list)
+    # Conversion between samples and optimizer updates (global batch size).
+    samples_per_update: float | None = None
+    # Planned end of training (train_iters, max_steps, ...), in its own unit.
+    planned_end: Counter | None = None
+    # The trainer's own notion of how far it is, in ``planned_end.unit``
+    # (Megatron iteration, HF global_step, ROLL pipeline step).
+    trainer_progress: Counter | None = None
+    # Where the scheduler *should* be according to the trainer's counters and the
+    # configured budget, in ``schedule.unit`` (Megatron: consumed - skipped samples;
+    # HF: global_step; torch loop: optimizer step). ``source`` says the formula.
+    nominal_progress: Counter | None = None
+    # The optimizer's param-group learning rates as saved.
+    optimizer_lrs: list[float] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def counter(self, name: str) -> Counter | None:
+        return next((c for c in self.counters if c.name == name), None)
+
+    def validate(self) -> None:
+        """The validation boundary every reader's result passes (``formats.read``).
+
+        Numbers must be finite ints/floats below :data:`MAX_MAGNITUDE` in size, so
+        nothing downstream meets a string, a NaN or a 10**400 integer. The schedule and
+        the scheduler's progress are what a diagnosis stands on: a bad one is a one-line
+        error naming the file and key. Side values (other counters, the batch size,
+        optimizer LRs) are dropped with a note saying which and why.
+        """
+        s = self.schedule
+        if s is not None:
+            for name in ("max_lr", "min_lr", "init_lr", "warmup", "horizon"):
+                value = getattr(s, name)
+                if value is None and name == "horizon":
+                    continue
+                bad = _bad_number(value)
+                if bad:
+                    raise UnusableInput(f"schedule {name} ({s.source or 'as read'}): {bad}",
+                                        self.path)
+            where = _bad_param(s.params)
+            if where:
+                raise UnusableInput(f"schedule parameter {where[0]} ({s.source or 'as read'}): "
+                                    f"{where[1]}", self.path)
+        sp = self.scheduler_progress
+        if sp is not None:
+            bad = _bad_number(sp.value)
+            if bad:
+                raise UnusableInput(f"{sp.name} ({sp.source or 'as read'}): {bad}", self.path)
+        kept = []
+        for c in self.counters:
+            bad = _bad_number(c.value)
+            if bad:
+                self.notes.append(f"{c.source or c.name}: {c.name} ignored: {bad}")
+            else:
+                kept.append(c)
+        self.counters = kept
+        for attr in ("planned_end", "trainer_progress", "nominal_progress"):
+            c = getattr(self, attr)
+            bad = _bad_number(c.value) if c is not None else None
+            if bad:
+                self.notes.append(f"{c.source or c.name}: {c.name} ignored: {bad}")
+                setattr(self, attr, None)
+        spu = self.samples_per_update
+        if spu is not None:
+            bad = _bad_number(spu) or (None if spu > 0 else f"{spu} is not > 0")
+            if bad:
+                self.notes.append(f"samples per update ignored: {bad}")
+                self.samples_per_update = None
+        lrs = [x for x in self.optimizer_lrs if isinstance(x, float) and math.isnan(x)
+               or not _bad_number(x)]
+        if len(lrs) != len(self.optimizer_lrs):
+            self.notes.append("optimizer LRs that are not finite numbers ignored")
+        self.optimizer_lrs = [float(x) for x in lrs]
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(asdict(self))
+
+
+def _bad_number(value: Any) -> str | None:
+    """Why ``value`` is not a usable number of a run, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"expected a number, found {type(value).__name__}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number"
+    if abs(value) > MAX_MAGNITUDE:
+        return f"{float(value) if value < 1e300 else 'a huge number'}: out of range"
+    return None
+
+
+def _bad_param(params: Any, prefix: str = "", depth: int = 0) -> tuple[str, str] | None:
+    """The first numeric schedule parameter that is not finite or is out of range."""
+    items = params.items() if isinstance(params, dict) else \
+        enumerate(params) if isinstance(params, (list, tuple)) else ()
+    for k, v in items:
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if isinstance(v, float) and not math.isfinite(v) and k in _INF_OK:
+                continue
+            bad = _bad_number(v)
+            if bad:
+                return key, bad
+        elif isinstance(v, (dict, list, tuple)) and depth < 8:
+            found = _bad_param(v, key, depth + 1)
+            if found:
+                return found
+    return None
+
+
+# torch's ReduceLROnPlateau keeps best=inf until its first step; others may save inf too.
+_INF_OK = frozenset({"best", "mode_worse", "threshold"})
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):  # NaN and ±inf are not JSON
+        return None
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return repr(obj)
+
+
+# ------------------------------------------------------------------ batch log
+# One row per sample: what ``BatchLogRecorder`` (lrdoctor.runtime.record) writes from
+# the training loop and ``lrdoctor replay`` (lrdoctor.replay.batchlog) reads back.
+
+#: Every column, in the order the recorder writes them.
+BATCH_LOG_COLUMNS = ("step", "tokens", "prompt_id", "docs", "rank")
+BATCH_LOG_REQUIRED = ("step", "tokens")
+#: The integer columns and the least value each may hold (``prompt_id``: int or string).
+BATCH_LOG_MIN = {"step": 0, "tokens": 1, "docs": 0, "rank": 0}
+_BATCH_LOG_SUFFIXES = {
+    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".jsonl.gz": "jsonl",
+    ".csv": "csv", ".tsv": "csv", ".csv.gz": "csv", ".parquet": "parquet", ".pq": "parquet",
+}
+
+
+def batch_log_format(name: str) -> str | None:
+    """``jsonl``, ``csv`` or ``parquet`` by a batch log's file name; None when the name
+    does not say (the reader then looks at the bytes, the recorder writes JSONL)."""
+    lower = name.lower()
+    for suffix in sorted(_BATCH_LOG_SUFFIXES, key=len, reverse=True):
+        if lower.endswith(suffix):
+            return _BATCH_LOG_SUFFIXES[suffix]
+    return None

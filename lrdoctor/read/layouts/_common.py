@@ -1,0 +1,336 @@
+"""Helpers shared by the checkpoint readers (no torch import here).
+
+Readers see checkpoints only through :func:`lrdoctor.read.bytes.safeload.load`, so the
+objects here are plain dicts/lists/numbers plus ``TensorRef`` and ``Opaque``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.read.scan import discover
+
+CHECKPOINT_N = re.compile(r"^checkpoint-(\d+)$")
+
+
+def load(path: Path) -> Any:
+    """Unpickle a checkpoint file metadata-only; every failure is one line naming it."""
+    from lrdoctor.read.bytes import safeload
+
+    if not path.is_file():
+        raise UnusableInput("missing file", str(path))
+    try:
+        return safeload.load(path)
+    except UnusableInput:
+        raise
+    except Exception as exc:  # noqa: BLE001 - corrupt input must not give a traceback
+        line = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise UnusableInput(f"cannot read: {line}", str(path)) from None
+
+
+def load_dict(path: Path, what: str = "a dict") -> dict:
+    obj = load(path)
+    if not isinstance(obj, dict):
+        raise UnusableInput(f"expected {what}, found {type(obj).__name__}", str(path))
+    return obj
+
+
+def read_json(path: Path) -> dict:
+    from lrdoctor.read.bytes import safetext
+
+    if not path.is_file():
+        raise UnusableInput("missing file", str(path))
+    obj = safetext.read_json(path)  # size, container and depth limits; one line on failure
+    if not isinstance(obj, dict):
+        raise UnusableInput("expected a JSON object", str(path))
+    return obj
+
+
+def as_fields(obj: Any) -> dict | None:
+    """The attribute dict of a pickled object (argparse.Namespace, a dataclass), or None."""
+    from lrdoctor.read.bytes.safeload import Opaque
+
+    if isinstance(obj, dict):
+        return obj
+    if isinstance(obj, Opaque):
+        state = obj.state
+        # setstate may be (dict, slots) for classes with __slots__.
+        if isinstance(state, tuple) and state and isinstance(state[0], dict):
+            state = state[0]
+        if isinstance(state, dict):
+            return state
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        return dict(vars(obj))
+    return None
+
+
+def plain(value: Any) -> Any:
+    """An enum-like pickled value (Opaque with one arg) as its plain value."""
+    from lrdoctor.read.bytes.safeload import Opaque
+
+    if isinstance(value, Opaque):
+        if value.args and len(value.args) == 1 and isinstance(value.args[0], (str, int, float)):
+            return value.args[0]
+        if isinstance(value.state, (str, int, float)):
+            return value.state
+        return None
+    if hasattr(value, "value") and not isinstance(value, (str, int, float, bool)):
+        return value.value  # a live enum, if a loader ever returns one
+    return value
+
+
+def number(value: Any) -> float | None:
+    """A scalar from a checkpoint: int/float, or a tiny tensor read through read_values."""
+    from lrdoctor.read.bytes.safeload import TensorRef, read_values
+
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, TensorRef):
+        if value.numel != 1:
+            return None
+        vals = read_values(value)
+        return vals[0] if vals else None
+    return None
+
+
+# ---------------------------------------------------------------- the validation boundary
+
+MAX_MAGNITUDE = 1e15  # no step, sample count, horizon or LR of a real run comes near
+
+
+def num(value: Any, file: Any, key: str, *, count: bool = False,
+        required: bool = True) -> float | None:
+    """A number read from a checkpoint, sidecar or config, checked where it enters the model.
+
+    Accepts an int, a float or a one-element tensor (``AdamW(lr=torch.tensor(1e-3))``);
+    it must be finite and below :data:`MAX_MAGNITUDE` in size, and with ``count`` a
+    whole number >= 0. A value that fails is a one-line :class:`UnusableInput` naming
+    ``file`` and ``key``, or, with ``required=False``, None (the caller notes it).
+    ``None`` itself is "absent": an error only when required.
+    """
+    problem = _num_problem(value, count)
+    if problem is None:
+        v = number(value)
+        return float(v)  # type: ignore[arg-type]
+    if required:
+        raise UnusableInput(f"{key}: {problem}", str(file))
+    return None
+
+
+def _num_problem(value: Any, count: bool) -> str | None:
+    if value is None:
+        return "missing"
+    try:
+        v = number(value)
+    except UnusableInput as exc:  # an unreadable tensor
+        return f"unreadable ({str(exc).split(': ', 1)[-1]})"
+    if v is None or isinstance(v, complex):
+        return f"expected a number, found {_describe(value)}"
+    if isinstance(v, float) and not math.isfinite(v):
+        return f"{v} is not a finite number"
+    if abs(v) > MAX_MAGNITUDE:
+        return f"{_describe(v)} is out of range (more than {MAX_MAGNITUDE:.0e})"
+    if count and (v < 0 or v != int(v)):
+        return f"{v!r} is not a whole count >= 0"
+    return None
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**18:
+        return f"an integer of {len(str(abs(value))) if value.bit_length() < 13000 else 'over 4000'} digits"
+    text = repr(value) if isinstance(value, (str, int, float, bool)) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def side_num(st: Any, value: Any, file: Any, key: str, *, count: bool = False) -> float | None:
+    """:func:`num` for a side value: a bad one is noted on ``st`` and ignored (None)."""
+    if value is None:
+        return None
+    out = num(value, file, key, count=count, required=False)
+    if out is None:
+        st.notes.append(f"{file}: {key} ignored: {_num_problem(value, count)}")
+    return out
+
+
+# ---------------------------------------------------------------- optimizers
+
+def torch_optimizer_dicts(obj: Any, depth: int = 0) -> list[dict]:
+    """Every torch-optimizer-like state dict (has ``param_groups``) nested in ``obj``.
+
+    Megatron wraps the torch dict as ``{"optimizer": {...}, "grad_scaler": ...}``
+    and chains several as a list; DeepSpeed and others nest one more level.
+    """
+    if depth > 4:
+        return []
+    if isinstance(obj, dict):
+        if isinstance(obj.get("param_groups"), list):
+            return [obj]
+        found: list[dict] = []
+        for key in ("optimizer", "optimizer_state_dict", "base_optimizer_state", "state"):
+            if key in obj:
+                found += torch_optimizer_dicts(obj[key], depth + 1)
+        return found
+    if isinstance(obj, (list, tuple)):
+        found = []
+        for item in obj:
+            found += torch_optimizer_dicts(item, depth + 1)
+        return found
+    return []
+
+
+def _side(value: Any, count: bool = False) -> float | None:
+    """A side value of an optimizer: a number passing :func:`num`, else None (not counted)."""
+    return num(value, "", "", count=count, required=False)
+
+
+def optimizer_summary(opt_sd: Any) -> dict[str, Any]:
+    """Param-group LRs and the optimizer step of a (possibly wrapped) optimizer state.
+
+    ``step`` is the max over per-parameter ``state[i]["step"]`` (AdamW keeps a
+    0-d tensor) and param-group ``step`` (Megatron's distributed optimizer and
+    Apex/TE FusedAdam keep it there). ``step_known`` is False when the only
+    steps are tensors the loader could not read.
+    """
+    lrs: list[float] = []
+    initial_lrs: list[float] = []
+    extra: dict[str, list[float]] = {"group_max_lr": [], "group_min_lr": []}
+    steps: list[float] = []
+    unreadable = 0
+    n_state = 0
+    dicts = torch_optimizer_dicts(opt_sd)
+    for d in dicts:
+        groups = d.get("param_groups")
+        for g in groups if isinstance(groups, list) else []:
+            if not isinstance(g, dict):
+                continue
+            lr = _side(g.get("lr"))  # a 0-d tensor LR is read as its value
+            if lr is not None:
+                lrs.append(lr)
+            ilr = _side(g.get("initial_lr"))
+            if ilr is not None:
+                initial_lrs.append(ilr)
+            for key in ("max_lr", "min_lr"):  # OneCycleLR, Megatron per-group overrides
+                v = _side(g.get(key))
+                if v is not None:
+                    extra[f"group_{key}"].append(v)
+            if "step" in g:
+                s = _side(g["step"], count=True)
+                if s is not None:
+                    steps.append(s)
+        state = d.get("state")
+        if isinstance(state, dict):
+            for pstate in state.values():
+                if isinstance(pstate, dict) and "step" in pstate:
+                    n_state += 1
+                    s = _side(pstate["step"], count=True)
+                    if s is None:
+                        unreadable += 1
+                    else:
+                        steps.append(float(s))
+    return {
+        "found": bool(dicts),
+        "lrs": lrs,
+        "initial_lrs": initial_lrs,
+        "step": max(steps) if steps else None,
+        "steps_distinct": sorted(set(steps)),
+        "unreadable_steps": unreadable,
+        "params_with_state": n_state,
+        **extra,
+    }
+
+
+# ---------------------------------------------------------------- ranks
+
+def compare_ranks(st: Any, others: Iterable[Path], what: str,
+                  differs: Callable[[dict], dict]) -> list[dict]:
+    """Load every other rank's file and record which disagree with the one read.
+
+    ``differs(other)`` gives ``{key: (ours, theirs)}`` for one rank's dict. Each
+    file joins ``st.files``; ``ranks_agree`` / ``rank_disagreement`` go in
+    ``st.extras``. Returns the disagreements so the reader can word its note.
+    """
+    from lrdoctor.parallel import threads
+
+    others = list(others)
+    disagree = []
+    # Rank files are independent reads (remote ones wait on the network): read them
+    # side by side on a bounded thread pool, then compare in rank order.
+    loaded = threads(lambda f: load_dict(f, what), others)
+    for f, other in zip(others, loaded, strict=True):
+        diffs = differs(other)
+        if diffs:
+            disagree.append({"file": str(f), "differs": diffs})
+        st.files.append(str(f))
+    st.extras["ranks_agree"] = not disagree
+    if disagree:
+        st.extras["rank_disagreement"] = disagree
+    return disagree
+
+
+# ---------------------------------------------------------------- run dirs
+
+def checkpoint_n_dirs(path: Path, marker: str | Iterable[str]) -> list[Path]:
+    """``checkpoint-N`` subdirectories of ``path`` holding ``marker``, by N ascending."""
+    markers = [marker] if isinstance(marker, str) else list(marker)
+    out = []
+    try:
+        children = list(path.iterdir())
+    except OSError:
+        return []
+    for child in children:
+        m = CHECKPOINT_N.match(child.name)
+        if m and child.is_dir() and any((child / mk).exists() for mk in markers):
+            out.append((int(m.group(1)), child))
+    return [p for _, p in sorted(out)]
+
+
+def checkpoint_number(path: Path) -> int | None:
+    m = CHECKPOINT_N.match(path.name)
+    return int(m.group(1)) if m else None
+
+
+class StepFolders:
+    """A layout of numbered step folders (torchtitan ``step-N/``, NeMo-RL ``step_N/``):
+    a framework module's ``detect`` and ``find_checkpoints`` from its folder test, so each
+    such module states only what makes a folder one of its checkpoints.
+
+    ``bases``: sub-folders of a run folder that may hold the step folders (the first one
+    that holds any wins); symlinked folders are not followed.
+    """
+
+    def __init__(self, pattern: re.Pattern[str], is_step: Callable[[Path], bool],
+                 missing: str, bases: tuple[str, ...] = ("",)):
+        self.pattern, self.is_step, self.missing, self.bases = pattern, is_step, missing, bases
+
+    def dirs(self, path: Path) -> list[Path]:
+        for sub in self.bases:
+            base = path / sub if sub else path
+            try:
+                kids = list(base.iterdir()) if base.is_dir() else []
+            except OSError:
+                continue
+            found = sorted((int(m.group(1)), c) for c in kids
+                           if (m := self.pattern.match(c.name)) and c.is_dir()
+                           and not c.is_symlink() and self.is_step(c))
+            if found:
+                return [c for _, c in found]
+        return []
+
+    def detect(self, path: Path) -> bool:
+        return self.is_step(path) or (path.is_dir() and bool(self.dirs(path)))
+
+    def find(self, path: Path) -> list[Path]:
+        if self.is_step(path):
+            return [path]
+        found = self.dirs(path)
+        if not found:
+            raise discover.nothing_found(self.missing, path)
+        return found
+

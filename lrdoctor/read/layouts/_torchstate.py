@@ -1,0 +1,259 @@
+"""Torch ``LRScheduler`` / optimizer state_dicts as lrdoctor's model.
+
+Every torch-based format (accelerate, DeepSpeed client schedulers, Lightning,
+plain torch.save, the HF/ROLL optimizer files) saves the same ``state_dict()``
+objects; reading them in one place keeps the class identification, the
+ScheduleSpec fields and the optimizer counters consistent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.read.layouts import _common
+
+# Bookkeeping fields of LRScheduler.state_dict() that say nothing about the shape.
+_VOLATILE = ("last_epoch", "_step_count", "_last_lr", "_is_initial", "_get_lr_called_within_step")
+# Fields that point at a horizon, by class.
+_HORIZON = {"CosineAnnealingLR": "T_max", "OneCycleLR": "total_steps", "LinearLR": "total_iters",
+            "ConstantLR": "total_iters", "PolynomialLR": "total_iters"}
+
+
+def torch_scheduler_kind(sd: dict) -> str | None:
+    """The torch class a scheduler state_dict came from (state_dicts carry no class name).
+
+    "LambdaLR" stands for LambdaLR and MultiplicativeLR alike: both save only
+    ``lr_lambdas`` (None or {} for plain functions), so neither is recoverable.
+    """
+    keys = set(sd)
+    if "_schedulers" in keys:
+        return "SequentialLR" if "_milestones" in keys else "ChainedScheduler"
+    if "lr_lambdas" in keys:
+        return "LambdaLR"
+    if {"patience", "cooldown", "mode"} <= keys:
+        return "ReduceLROnPlateau"
+    if "_schedule_phases" in keys or ("total_steps" in keys and "_anneal_func_type" in keys):
+        return "OneCycleLR"
+    if "max_lrs" in keys and "total_size" in keys:
+        return "CyclicLR"
+    if "T_0" in keys:
+        return "CosineAnnealingWarmRestarts"
+    if "T_max" in keys:
+        return "CosineAnnealingLR"
+    if "start_factor" in keys and "end_factor" in keys:
+        return "LinearLR"
+    if "power" in keys and "total_iters" in keys:
+        return "PolynomialLR"
+    if "factor" in keys and "total_iters" in keys:
+        return "ConstantLR"
+    if "milestones" in keys:
+        return "MultiStepLR"
+    if "step_size" in keys:
+        return "StepLR"
+    if "gamma" in keys and "last_epoch" in keys:
+        return "ExponentialLR"
+    return None
+
+
+def _first(values: Any) -> float | None:
+    if isinstance(values, (list, tuple)) and values:
+        return _common.number(values[0])
+    return _common.number(values)
+
+
+def _params(sd: dict) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in sd.items():
+        if k in _VOLATILE:
+            continue
+        if k == "_schedulers" and isinstance(v, list):
+            v = [dict(_params(c), kind=torch_scheduler_kind(c)) if isinstance(c, dict) else c
+                 for c in v]
+        out[k] = v
+    return out
+
+
+def _spec_fields(kind: str, sd: dict, opt: dict | None) -> dict[str, Any] | None:
+    """max_lr/min_lr/init_lr/warmup/horizon for one (non-composite) scheduler, None if unknowable."""
+    base = _first(sd.get("base_lrs"))
+    groups = opt or {}
+    f: dict[str, Any] = {"max_lr": base, "min_lr": 0.0, "init_lr": base or 0.0, "warmup": 0.0,
+                         "horizon": None}
+    hkey = _HORIZON.get(kind)
+    if hkey is not None and _common.number(sd.get(hkey)) is not None:
+        f["horizon"] = float(sd[hkey])
+    if kind == "CosineAnnealingLR":
+        f["min_lr"] = float(sd.get("eta_min") or 0.0)
+    elif kind == "CosineAnnealingWarmRestarts":
+        f["min_lr"] = float(sd.get("eta_min") or 0.0)
+        f["horizon"] = None  # restarts: no single end
+    elif kind == "LinearLR" and base is not None:
+        f["init_lr"] = base * float(sd.get("start_factor", 1.0))
+        f["min_lr"] = base * float(sd.get("end_factor", 1.0))
+    elif kind == "ConstantLR" and base is not None:
+        f["init_lr"] = base * float(sd.get("factor", 1.0))
+        f["min_lr"] = base
+    elif kind == "OneCycleLR":
+        # base_lrs are initial_lr = max_lr / div_factor; max_lr lives in the param groups.
+        max_lr = _first(groups.get("group_max_lrs"))
+        if max_lr is None:
+            return None
+        f["max_lr"] = max_lr
+        f["init_lr"] = base or 0.0
+        f["min_lr"] = _first(groups.get("group_min_lrs")) or 0.0
+        phases = sd.get("_schedule_phases")
+        if isinstance(phases, list) and phases and isinstance(phases[0], dict):
+            end = _common.number(phases[0].get("end_step"))
+            if end is not None:
+                f["warmup"] = float(end)
+    elif kind == "CyclicLR":
+        f["max_lr"] = _first(sd.get("max_lrs"))
+    if f["max_lr"] is None:
+        return None
+    return f
+
+
+def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None,
+                    ) -> tuple[ScheduleSpec | None, Counter | None, list[str]]:
+    """(schedule, scheduler progress, notes) from a torch ``LRScheduler.state_dict()``.
+
+    ``opt`` is :func:`optimizer_info` of the optimizer it drives (OneCycleLR keeps
+    its peak there). Progress is ``last_epoch`` = calls to ``step()``.
+    """
+    notes: list[str] = []
+    if not isinstance(sd, dict):
+        return None, None, [f"{source}: scheduler state is not a dict"]
+    kind = torch_scheduler_kind(sd)
+    last_epoch = _common.number(sd.get("last_epoch"))
+    children = sd.get("_schedulers") if isinstance(sd.get("_schedulers"), list) else []
+    if last_epoch is None and children and isinstance(children[0], dict):
+        last_epoch = _common.number(children[0].get("last_epoch"))  # ChainedScheduler
+    progress = (Counter("scheduler.last_epoch", float(last_epoch), unit, f"{source}:last_epoch")
+                if last_epoch is not None else None)
+    if kind is None:
+        notes.append(f"{source}: unrecognised scheduler state (keys: {', '.join(sorted(sd))[:120]})")
+        return None, progress, notes
+    if kind == "LambdaLR":
+        notes.append(f"{source}: LambdaLR/MultiplicativeLR: the lambda is code and is not saved, "
+                     "so the schedule cannot be rebuilt (a transformers get_scheduler schedule "
+                     "looks the same); only its progress is known")
+        return None, progress, notes
+    if kind == "ReduceLROnPlateau":
+        notes.append(f"{source}: ReduceLROnPlateau follows a metric, not progress: no schedule")
+        return None, progress, notes
+    from lrdoctor.schedules.torch_builtin import KINDS
+
+    kinds = [kind] + [torch_scheduler_kind(c) if isinstance(c, dict) else None for c in children]
+    unmodelled = [k or "?" for k in kinds if k not in KINDS]
+    if unmodelled:
+        notes.append(f"{source}: {kind} " + (f"(wrapping {', '.join(unmodelled)}) " if
+                     unmodelled != [kind] else "") + "is not modelled by lrdoctor's torch "
+                     "schedules; only its progress is known")
+        return None, progress, notes
+
+    if children:
+        fields = [(torch_scheduler_kind(c), c) for c in children if isinstance(c, dict)]
+        specs = [_spec_fields(k, c, opt) if k and k not in ("LambdaLR", "ReduceLROnPlateau")
+                 else None for k, c in fields]
+        if any(s is None for s in specs) or not specs:
+            bad = [k or "?" for (k, _), s in zip(fields, specs, strict=True) if s is None]
+            notes.append(f"{source}: {kind} wraps {', '.join(bad)}, which cannot be rebuilt")
+            return None, progress, notes
+        horizon = None
+        if kind == "SequentialLR":
+            milestones = sd.get("_milestones") or []
+            last_h = specs[-1]["horizon"]
+            if last_h is not None and milestones:
+                horizon = float(milestones[-1]) + last_h
+        else:
+            hs = [s["horizon"] for s in specs if s["horizon"] is not None]
+            horizon = max(hs) if hs else None
+        f = {"max_lr": max(s["max_lr"] for s in specs), "min_lr": specs[-1]["min_lr"],
+             "init_lr": specs[0]["init_lr"], "warmup": 0.0, "horizon": horizon}
+    else:
+        f = _spec_fields(kind, sd, opt)
+        if f is None:
+            notes.append(f"{source}: {kind} without its peak LR (optimizer state missing)")
+            return None, progress, notes
+    spec = ScheduleSpec(family="torch", kind=kind, unit=unit, params=_params(sd), source=source,
+                        max_lr=float(f["max_lr"]), min_lr=float(f["min_lr"]),
+                        init_lr=float(f["init_lr"]), warmup=float(f["warmup"]),
+                        horizon=f["horizon"])
+    return spec, progress, notes
+
+
+def optimizer_info(opt_sd: Any) -> dict[str, Any]:
+    """:func:`_common.optimizer_summary` plus the OneCycleLR per-group peaks."""
+    info = _common.optimizer_summary(opt_sd)
+    max_lrs, min_lrs = [], []
+    for d in _common.torch_optimizer_dicts(opt_sd):
+        for g in d.get("param_groups") or []:
+            if isinstance(g, dict) and "max_lr" in g:
+                max_lrs.append(_common.number(g.get("max_lr")))
+                min_lrs.append(_common.number(g.get("min_lr")))
+    info["group_max_lrs"] = max_lrs
+    info["group_min_lrs"] = min_lrs
+    return info
+
+
+def add_optimizer(st: RunState, info: dict[str, Any], source: str) -> None:
+    """Record the optimizer step counter and LRs on ``st`` (shared by the three readers)."""
+    if info["step"] is not None:
+        st.counters.append(Counter("optimizer.step", info["step"], Unit.UPDATES, source))
+        if len(info["steps_distinct"]) > 1:
+            st.notes.append(f"{source}: parameters disagree on the optimizer step "
+                            f"({info['steps_distinct'][:4]}): some were frozen or added later; "
+                            "optimizer.step is the max")
+    elif info["unreadable_steps"]:
+        st.notes.append(f"{source}: optimizer step tensors could not be read")
+    st.optimizer_lrs = info["lrs"]
+    _initial_lrs(st, info)
+
+
+def _initial_lrs(st: RunState, info: dict[str, Any]) -> None:
+    """``initial_lr`` is set in the param groups by any torch LRScheduler built on the
+    optimizer: with no scheduler state saved, it still says a scheduler was there and
+    what its peak was (the run-level rule LRD115 reads it)."""
+    if info.get("initial_lrs"):
+        st.extras["optimizer_initial_lrs"] = info["initial_lrs"]
+
+
+def read_optimizer_file(st: RunState, f: Path) -> dict[str, Any]:
+    """Read a standalone optimizer file (HF ``optimizer.pt``, ROLL's) onto ``st``.
+
+    Records the file, the param-group LRs and the ``optimizer.step`` counter;
+    returns :func:`_common.optimizer_summary` for the reader's own use.
+    """
+    opt = _common.optimizer_summary(load_optimizer(f, st))
+    st.files.append(str(f))
+    st.optimizer_lrs = opt["lrs"]
+    _initial_lrs(st, opt)
+    if opt["step"] is not None:
+        st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, str(f)))
+    elif opt["unreadable_steps"]:
+        st.notes.append("optimizer step tensors could not be read")
+    return opt
+
+
+def load_optimizer(f: Path, st: RunState | None = None) -> Any:
+    """An optimizer state from a file, or from the DCP folder FSDP's sharded state dict
+    writes instead (accelerate ``save_fsdp_optimizer`` / HF Trainer: ``optimizer_0/``
+    holding ``{"optimizer": FSDP.optim_state_dict(...)}``). A DCP source marks ``st`` so
+    that ``fix`` refuses to rewrite it."""
+    if not f.is_dir():
+        return _common.load(f)
+    from lrdoctor.read.layouts import dcp
+
+    ds = dcp.load(f, prefixes=("optimizer",))
+    if st is not None:
+        st.extras["storage"] = "dcp"
+        st.files += [x for x in ds.files if x not in st.files]
+        dcp.note_skipped(st, ds)
+    opt = ds.tree.get("optimizer")
+    if not isinstance(opt, dict):
+        raise UnusableInput("a DCP folder without 'optimizer' items (not an FSDP sharded "
+                            "optimizer state)", str(f))
+    return opt

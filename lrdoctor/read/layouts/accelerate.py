@@ -1,0 +1,186 @@
+"""Hugging Face accelerate ``Accelerator.save_state`` folders.
+
+Layout (one folder per save; with ``automatic_checkpoint_naming`` they sit in
+``<project_dir>/checkpoints/checkpoint_N``)::
+
+    optimizer.bin, optimizer_1.bin ...   # torch optimizer state_dicts (torch.save)
+    scheduler.bin, scheduler_1.bin ...   # torch LRScheduler state_dicts
+    random_states_R.pkl                  # one per process R (torch.save: RNG state + "step")
+    model.safetensors / pytorch_model.bin
+
+Counting convention: a prepared ``AcceleratedScheduler`` with
+``split_batches=False`` (the default) calls the wrapped scheduler
+``num_processes`` times per optimizer step, so ``last_epoch`` is
+``num_processes x`` the optimizer step on a multi-process run. The number of
+``random_states_R.pkl`` files is the number of processes that saved.
+
+The torch scheduler/optimizer state_dicts inside are read by
+:mod:`lrdoctor.read.layouts._torchstate`, shared with the other torch-based readers.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Counter, RunState, Unit
+from lrdoctor.read.bytes.storage import as_path
+from lrdoctor.read.layouts import _common
+from lrdoctor.read.layouts._torchstate import (
+    add_optimizer,
+    load_optimizer,
+    optimizer_info,
+    torch_scheduler,
+)
+from lrdoctor.read.scan import discover
+
+NAME = "accelerate"
+
+SCHEDULER_FILE = re.compile(r"^scheduler(?:_(\d+))?\.bin$")
+OPTIMIZER_FILE = re.compile(r"^optimizer(?:_(\d+))?\.bin$")
+FSDP_OPTIMIZER_DIR = re.compile(r"^optimizer_(\d+)$")
+RANDOM_FILE = re.compile(r"^random_states_(\d+)\.pkl$")
+CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+)$")
+
+
+# ---------------------------------------------------------------- layout
+
+def numbered_files(d: Path, pattern: re.Pattern) -> list[Path]:
+    """Files of ``d`` named like ``pattern`` (``scheduler.bin``, ``scheduler_1.bin`` ...), by N."""
+    out = []
+    try:
+        children = list(d.iterdir())
+    except OSError:
+        return []
+    for child in children:
+        m = pattern.match(child.name)
+        if m and child.is_file():
+            out.append((int(m.group(1) or 0), child))
+    return [p for _, p in sorted(out)]
+
+
+def fsdp_optimizer_dirs(d: Path) -> list[Path]:
+    """``optimizer_N/`` DCP folders (accelerate's save_fsdp_optimizer, SHARDED_STATE_DICT)."""
+    from lrdoctor.read.layouts import dcp
+
+    out = []
+    for child in d.iterdir():
+        m = FSDP_OPTIMIZER_DIR.match(child.name)
+        if m and dcp.is_dcp(child):
+            out.append((int(m.group(1)), child))
+    return [p for _, p in sorted(out)]
+
+
+def _is_state_dir(d: Path) -> bool:
+    return d.is_dir() and bool(numbered_files(d, SCHEDULER_FILE) or numbered_files(d, OPTIMIZER_FILE)
+                               or numbered_files(d, RANDOM_FILE))
+
+
+def _candidates(path: Path) -> list[Path]:
+    for base in (path, path / "checkpoints"):
+        if not base.is_dir():
+            continue
+        subs = [c for c in base.iterdir() if _is_state_dir(c)]
+        if subs:
+            def key(c: Path) -> tuple:
+                m = CHECKPOINT_DIR.match(c.name)
+                return (0, int(m.group(1)), "") if m else (1, c.stat().st_mtime, c.name)
+            return sorted(subs, key=key)
+    return []
+
+
+def detect(path: Path) -> bool:
+    path = as_path(path)
+    if path.is_file():
+        return bool(SCHEDULER_FILE.match(path.name) or OPTIMIZER_FILE.match(path.name))
+    if _is_state_dir(path):
+        return True
+    return path.is_dir() and bool(_candidates(path))
+
+
+def find_checkpoints(path: Path) -> list[Path]:
+    path = as_path(path)
+    if path.is_file() or _is_state_dir(path):
+        return [path if path.is_dir() else path.parent]
+    found = _candidates(path)
+    if not found:
+        raise discover.nothing_found(
+            "no accelerate save_state folders (scheduler.bin/optimizer.bin) here", path)
+    return found
+
+
+# ---------------------------------------------------------------- read
+
+def read(path: Path) -> RunState:
+    path = as_path(path)
+    ckpt = find_checkpoints(path)[-1]
+    scheds = numbered_files(ckpt, SCHEDULER_FILE)
+    # FSDP with SHARDED_STATE_DICT: save_fsdp_optimizer writes DCP folders optimizer_N/
+    opts = numbered_files(ckpt, OPTIMIZER_FILE) or fsdp_optimizer_dirs(ckpt)
+    randoms = numbered_files(ckpt, RANDOM_FILE)
+    if not scheds and not opts:
+        raise UnusableInput("no scheduler.bin or optimizer.bin in this save_state folder", str(ckpt))
+    st = RunState(format=NAME, path=str(ckpt))
+    infos = []
+    for f in opts:
+        infos.append(optimizer_info(load_optimizer(f, st)))
+        st.files.append(str(f))
+    if infos:
+        add_optimizer(st, infos[0], str(opts[0]))
+    if len(opts) > 1:
+        st.extras["optimizers"] = len(opts)
+        st.notes.append(f"{len(opts)} optimizers saved; the first one (optimizer.bin) is used")
+
+    if scheds:
+        sd = _common.load_dict(scheds[0], "a scheduler state_dict")
+        st.files.append(str(scheds[0]))
+        spec, prog, notes = torch_scheduler(sd, unit=Unit.UPDATES, source=str(scheds[0]),
+                                            opt=infos[0] if infos else None)
+        st.schedule, st.scheduler_progress = spec, prog
+        st.notes += notes
+        if "_step_count" in sd:
+            st.extras["scheduler._step_count"] = sd["_step_count"]
+        if len(scheds) > 1:
+            st.extras["schedulers"] = len(scheds)
+            st.notes.append(f"{len(scheds)} schedulers saved; the first one (scheduler.bin) is used")
+    else:
+        st.notes.append("no scheduler.bin: the scheduler was not passed to accelerator.prepare")
+
+    if randoms:
+        n = len(randoms)
+        st.extras["num_processes"] = n
+        st.files.append(str(randoms[0]))
+        _read_random_state(st, randoms[0])
+        if n > 1:
+            st.notes.append(
+                f"{n} processes saved state: a scheduler prepared with split_batches=False "
+                f"steps {n} times per optimizer step, so last_epoch should be {n} x optimizer.step "
+                "unless its budget was multiplied by num_processes too")
+    else:
+        st.notes.append("no random_states_*.pkl: number of processes unknown (assumed 1)")
+
+    _nominal(st)
+    return st
+
+
+def _read_random_state(st: RunState, f: Path) -> None:
+    """``Accelerator.step`` from random_states_0.pkl; optional, so a refusal is only a note."""
+    try:
+        rs = _common.load(f)
+    except UnusableInput as exc:
+        st.notes.append(f"not read: {exc}")
+        return
+    step = _common.number(rs.get("step")) if isinstance(rs, dict) else None
+    if step is not None:
+        st.counters.append(Counter(
+            "accelerate.step", step, Unit.MICRO_STEPS,
+            f"{f}:step (Accelerator.step: micro-batches under accumulate() since the last "
+            "end of the dataloader)"))
+
+
+def _nominal(st: RunState) -> None:
+    opt_step = st.counter("optimizer.step")
+    if opt_step is not None:
+        st.nominal_progress = Counter("optimizer.step", opt_step.value, Unit.UPDATES,
+                                      "optimizer.bin state step (max over parameters)")

@@ -1,0 +1,647 @@
+"""Megatron-LM checkpoints: the ``torch`` format and ``torch_dist`` (old and new).
+
+Layout::
+
+    <save>/latest_checkpointed_iteration.txt      # "1200" or "release"
+    <save>/iter_0001200/mp_rank_00[_000[_000]]/model_optim_rng.pt
+    <save>/iter_0001200/common.pt                 # torch_dist before megatron-core 0.19
+    <save>/iter_0001200/{.metadata,__R_0.distcp,metadata.json}   # torch_dist (DCP)
+
+torch_dist keeps the non-sharded state (``args``, ``iteration``,
+``opt_param_scheduler``, the optimizer's param groups) in ``common.pt`` up to
+megatron-core 0.18; from 0.19 there is no ``common.pt`` and the same dict is the
+ShardedObject ``common_state`` (DCP bytes item ``common_state/shard_0_1``,
+``torch.save([state])``), which Megatron's ``load_common_state_dict`` falls
+back to. ``torch_dcp`` / ``fsdp_dtensor`` flatten those leaves into DCP items
+(``opt_param_scheduler.num_steps``); both are read through :mod:`.dcp`.
+
+With ``--use-distributed-optimizer`` the param groups (the LRs) are where
+megatron-core's ``DistributedOptimizer`` put them. ``torch``: its
+``state_dict()`` in ``model_optim_rng.pt`` (``optimizer.optimizer.param_groups``,
+no ``params``, a ``step`` per group); ``distrib_optim.pt`` beside it holds only
+parameter state. ``torch_dist`` with ``fully_reshardable`` (or
+``fully_sharded_model_space``): the same dict in the common state. ``torch_dist``
+with ``dp_reshardable`` (Megatron-LM's default) or ``dp_zero_gather_scatter``:
+each key of ``state_dict()`` is a ShardedObject
+``optimizer.distributed.dp_group_idx_<g>.<key>``, prefixed ``chained_<i>.`` when a
+ChainedOptimizer holds several (dense + expert), so the param groups are the DCP
+bytes item ``[chained_<i>.]optimizer.distributed.dp_group_idx_<g>.optimizer/shard_0_1``
+(``[{"param_groups": [...]}]``) and the common state keeps only
+``optimizer.param_state_sharding_type``. Those items are found by key pattern in
+``.metadata``; when a checkpoint shows a distributed optimizer but its param groups
+cannot be read, ``extras["optimizer_lrs_unread"]`` says why (diagnose: LRD111).
+
+``model_optim_rng.pt`` holds ``args`` (argparse.Namespace), ``iteration``,
+``opt_param_scheduler`` (``lr_scheduler`` in old checkpoints), ``optimizer``,
+``model``, ``rng_state``, ``checkpoint_version``. The scheduler counts
+**samples**: Megatron calls ``step(increment=global_batch_size)`` after every
+successful update, so ``num_steps == consumed_train_samples -
+skipped_train_samples`` minus one global batch per unsuccessful (overflowed)
+update.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.read.bytes.storage import as_path
+from lrdoctor.read.layouts import _common, dcp
+from lrdoctor.read.scan import discover
+
+NAME = "megatron"
+
+TRACKER = "latest_checkpointed_iteration.txt"
+RANK_FILE = "model_optim_rng.pt"
+COMMON_FILE = "common.pt"  # torch_dist (megatron-core < 0.19): non-sharded part of the state
+COMMON_STATE = "common_state/shard_0_1"  # torch_dist (>= 0.19): the same, as a DCP bytes item
+# The DCP items a torch_dist / torch_dcp / fsdp_dtensor read needs (not rng_state & co.).
+DCP_KEYS = (COMMON_STATE, "args", "iteration", "checkpoint_version", "opt_param_scheduler",
+            "lr_scheduler", "optimizer")
+# DistributedOptimizer.sharded_state_dict's param-group ShardedObject (module docstring):
+# groups (chained index, data-parallel group index).
+DIST_OPT_GROUPS = re.compile(r"^(?:chained_(\d+)\.)?optimizer\.distributed\.dp_group_idx_(\d+)"
+                             r"\.optimizer/shard_[0-9._]+$")
+# Every item of a DistributedOptimizer's sharded state (param state: large, not read).
+DIST_OPT_ANY = re.compile(r"^(?:chained_\d+\.)?optimizer\.distributed\.")
+ITER_DIR = re.compile(r"^(iter_(\d{7,})|release)$")
+RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?$")
+# Files that make a Megatron-looking directory a ROLL (mcore_adapter) checkpoint instead.
+ROLL_MARKERS = ("scheduler.pt", "mca_config.json")
+
+# Current scheduler key -> older names megatron-core's load_state_dict still accepts.
+SCHEDULER_KEYS: dict[str, tuple[str, ...]] = {
+    "max_lr": ("max_lr", "start_lr"),
+    "min_lr": ("min_lr",),
+    "lr_warmup_steps": ("lr_warmup_steps", "warmup_iter", "warmup_steps"),
+    "lr_decay_steps": ("lr_decay_steps", "end_iter", "decay_steps"),
+    "lr_decay_style": ("lr_decay_style", "decay_style"),
+    "num_steps": ("num_steps", "num_iters"),
+}
+# Names from before Megatron counted samples (the scheduler then counted iterations).
+ITERATION_ERA_KEYS = ("num_iters", "end_iter", "warmup_iter")
+
+ARGS_KEPT = (
+    "train_iters", "train_samples", "lr_decay_iters", "lr_decay_samples",
+    "lr_warmup_iters", "lr_warmup_samples", "lr_warmup_fraction", "lr_warmup_init",
+    "lr_wsd_decay_iters", "lr_wsd_decay_samples", "lr_wsd_decay_style",
+    "lr", "min_lr", "lr_decay_style", "global_batch_size", "micro_batch_size",
+    "data_parallel_size", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+    "rampup_batch_size", "consumed_train_samples", "skipped_train_samples",
+    "consumed_valid_samples", "use_checkpoint_opt_param_scheduler",
+    "override_opt_param_scheduler", "ckpt_format", "use_distributed_optimizer",
+)
+
+
+# ---------------------------------------------------------------- layout
+
+def _is_roll(d: Path) -> bool:
+    return any((d / m).exists() for m in ROLL_MARKERS)
+
+
+def _iter_dirs(run: Path) -> list[Path]:
+    found = []
+    for child in run.iterdir():
+        m = ITER_DIR.match(child.name)
+        if m and child.is_dir():
+            found.append((int(m.group(2)) if m.group(2) else -1, child))
+    # "release" first (it is the starting point), then by iteration.
+    return [p for _, p in sorted(found)]
+
+
+def rank_files(ckpt: Path) -> list[Path]:
+    """The ``mp_rank_*/model_optim_rng.pt`` files of one ``iter_*`` directory, rank 0 first."""
+    files = []
+    for child in ckpt.iterdir():
+        m = RANK_DIR.match(child.name)
+        if m and (child / RANK_FILE).is_file():
+            key = tuple(int(g) if g else 0 for g in m.groups())
+            files.append((key, child / RANK_FILE))
+    return [f for _, f in sorted(files)]
+
+
+def _is_iter_dir(d: Path) -> bool:
+    return bool(ITER_DIR.match(d.name)) and (bool(rank_files(d)) or (d / COMMON_FILE).is_file()
+                                              or dcp.is_dcp(d))
+
+
+def detect(path: Path) -> bool:
+    path = as_path(path)
+    if path.is_file():
+        return path.name in (RANK_FILE, COMMON_FILE) and not _is_roll(path.parent.parent.parent)
+    if not path.is_dir() or _is_roll(path):
+        return False
+    if RANK_DIR.match(path.name) and (path / RANK_FILE).is_file():
+        return not _is_roll(path.parent.parent)
+    if _is_iter_dir(path):
+        return not _is_roll(path.parent)
+    # The tracker alone is not enough: verl's FSDP checkpoints write the same file name
+    # beside global_step_N/ folders.
+    return any(_is_iter_dir(d) for d in _iter_dirs(path))
+
+
+def find_checkpoints(path: Path) -> list[Path]:
+    path = as_path(path)
+    if path.is_file() or RANK_DIR.match(path.name) or _is_iter_dir(path):
+        return [path]
+    ckpts = [d for d in _iter_dirs(path) if _is_iter_dir(d)]
+    if not ckpts:
+        raise discover.nothing_found("no iter_*/mp_rank_*/model_optim_rng.pt checkpoints here",
+                                     path)
+    return ckpts
+
+
+def read_tracker(run: Path) -> int | str | None:
+    """``latest_checkpointed_iteration.txt``: an iteration, ``"release"``, or None if absent."""
+    f = run / TRACKER
+    if not f.is_file():
+        return None
+    text = f.read_text(errors="replace").strip()
+    if text == "release":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise UnusableInput(f"expected an iteration number or 'release', found {text[:40]!r}",
+                            str(f)) from None
+
+
+def resolve(path: Path) -> tuple[Path | None, list[Path]]:
+    """(iter dir or None, rank files to read) for any accepted input path."""
+    if path.is_file():
+        return (path.parent.parent if RANK_DIR.match(path.parent.name) else path.parent), [path]
+    if RANK_DIR.match(path.name):
+        return path.parent, [path / RANK_FILE]
+    if not _is_iter_dir(path):  # a run dir: the tracked checkpoint, else the newest
+        tracked = read_tracker(path)
+        ckpts = find_checkpoints(path)
+        pick = ckpts[-1]
+        if tracked is not None:
+            name = "release" if tracked == "release" else f"iter_{tracked:07d}"
+            if (path / name).is_dir():
+                pick = path / name
+        path = pick
+    files = rank_files(path)
+    if not files:
+        # torch_dist: common.pt when megatron-core < 0.19 wrote it, else the DCP folder itself
+        files = [path / COMMON_FILE] if (path / COMMON_FILE).is_file() or not dcp.is_dcp(path) \
+            else [path]
+    return path, files
+
+
+def scheduler_state(sd: dict) -> dict | None:
+    """The scheduler dict of a Megatron state (current or pre-2021 key)."""
+    for key in ("opt_param_scheduler", "lr_scheduler"):
+        if isinstance(sd.get(key), dict):
+            return sd[key]
+    return None
+
+
+def scheduler_field(sched: dict, name: str) -> Any:
+    for key in SCHEDULER_KEYS[name]:
+        if key in sched:
+            return sched[key]
+    return None
+
+
+# ---------------------------------------------------------------- read
+
+def _dcp_wanted(fqn: str) -> bool:
+    """The DCP items a Megatron read needs: :data:`DCP_KEYS`, and of a distributed
+    optimizer's sharded state only its param-group objects."""
+    if DIST_OPT_ANY.match(fqn):
+        return bool(DIST_OPT_GROUPS.match(fqn))
+    return dcp.wanted(fqn, DCP_KEYS)
+
+
+def load_state(main: Path) -> tuple[dict, list[str], str, dcp.DcpState | None]:
+    """(state dict, files read, where in them, the DCP state if a DCP folder was read) of a
+    rank file, ``common.pt`` or a DCP folder."""
+    if not main.is_dir():
+        return (_common.load_dict(main, "a Megatron checkpoint dict"), [str(main)], str(main),
+                None)
+    st = dcp.load(main, select=_dcp_wanted)
+    common = st.flat.get(COMMON_STATE)
+    if common is not None:
+        if not (isinstance(common, list) and common and isinstance(common[0], dict)):
+            raise UnusableInput(f"{COMMON_STATE} is not the [state dict] megatron-core saves",
+                                str(main))
+        return common[0], st.files, f"{main}:{COMMON_STATE}", st
+    if scheduler_state(st.tree) is None:
+        raise UnusableInput(f"a DCP checkpoint with neither {COMMON_FILE} nor {COMMON_STATE} "
+                            "nor opt_param_scheduler items (not written by Megatron?)", str(main))
+    return st.tree, st.files, str(main), st  # torch_dcp / fsdp_dtensor: flattened leaves
+
+
+def read(path: Path) -> RunState:
+    path = as_path(path)
+    ckpt, files = resolve(path)
+    main = files[0]
+    sd, read_files, where, dcp_state = load_state(main)
+    sched = scheduler_state(sd)
+    if sched is None:
+        raise UnusableInput("no 'opt_param_scheduler' (or 'lr_scheduler') in the checkpoint; "
+                            "saved with --no-save-optim?", str(main))
+    args = _common.as_fields(sd.get("args")) or {}
+    st = RunState(format=NAME, path=str(ckpt or path), files=read_files)
+    src = where
+
+    missing = [k for k in ("max_lr", "min_lr", "lr_warmup_steps", "lr_decay_steps",
+                           "lr_decay_style", "num_steps") if scheduler_field(sched, k) is None]
+    if missing:
+        raise UnusableInput(f"scheduler state lacks {', '.join(missing)}", str(main))
+
+    iteration_era = any(k in sched for k in ITERATION_ERA_KEYS)
+    unit = Unit.UPDATES if iteration_era else Unit.SAMPLES
+    if iteration_era:
+        st.notes.append("scheduler uses pre-2021 key names (num_iters/end_iter): it counts "
+                        "iterations, not samples")
+
+    gbs = _common.side_num(st, args.get("global_batch_size"), src, "args.global_batch_size",
+                           count=True)
+    style = str(_common.plain(scheduler_field(sched, "lr_decay_style")))
+    params: dict[str, Any] = {}
+    wsd = sched.get("wsd_decay_steps")
+    if wsd is None:
+        if args.get("train_iters") and args.get("lr_wsd_decay_iters") is not None and gbs:
+            wsd = _common.num(args["lr_wsd_decay_iters"], src, "args.lr_wsd_decay_iters",
+                              count=True) * (1 if iteration_era else gbs)
+        elif args.get("lr_wsd_decay_samples") is not None:
+            wsd = _common.num(args["lr_wsd_decay_samples"], src, "args.lr_wsd_decay_samples",
+                              count=True)
+    if wsd is not None:
+        params["wsd_decay_steps"] = wsd
+    wsd_style = sched.get("lr_wsd_decay_style", args.get("lr_wsd_decay_style"))
+    if wsd_style is not None:
+        params["lr_wsd_decay_style"] = wsd_style
+    for k in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style"):
+        if k in sched:
+            params[k] = sched[k]
+    init_key = "init_lr" if "init_lr" in sched else "args.lr_warmup_init"
+    init_lr = sched.get("init_lr", args.get("lr_warmup_init", 0.0)) or 0.0
+
+    def field(name: str, count: bool = False) -> float:
+        key = next((k for k in SCHEDULER_KEYS[name] if k in sched), SCHEDULER_KEYS[name][0])
+        return _common.num(scheduler_field(sched, name), src, f"opt_param_scheduler.{key}",
+                           count=count)  # type: ignore[return-value]
+
+    st.schedule = ScheduleSpec(
+        family="megatron", kind=style,
+        max_lr=field("max_lr"),
+        min_lr=field("min_lr"),
+        init_lr=_common.num(init_lr, src, init_key),  # type: ignore[arg-type]
+        warmup=field("lr_warmup_steps"),
+        horizon=field("lr_decay_steps"),
+        unit=unit, params=params,
+        source=f"{src}:opt_param_scheduler" + ("" if "init_lr" in sched else " + args.lr_warmup_init"),
+    )
+    st.scheduler_progress = Counter("scheduler.num_steps", field("num_steps", count=True),
+                                    unit, src)
+
+    # Counters.
+    iteration = sd.get("iteration", sd.get("total_iters"))
+    if isinstance(iteration, int) and not isinstance(iteration, bool):
+        iteration = _common.side_num(st, iteration, src, "iteration", count=True)
+        if iteration is not None:
+            st.counters.append(Counter("megatron.iteration", int(iteration), Unit.UPDATES,
+                                       f"{src}:iteration"))
+    for k in ("consumed_train_samples", "skipped_train_samples", "consumed_valid_samples"):
+        v = _common.side_num(st, args.get(k), src, f"args.{k}", count=True)
+        if v is not None:
+            st.counters.append(Counter(k, v, Unit.SAMPLES, f"{src}:args.{k}"))
+    opt = _common.optimizer_summary(sd.get("optimizer"))
+    opt_src = f"{src}:optimizer"
+    if not opt["lrs"] and ckpt is not None:
+        dist_opt = _distributed_param_groups(st, ckpt, dcp_state)
+        if dist_opt is not None:
+            opt, opt_src = dist_opt
+    if opt["step"] is None:
+        opt["step"] = _common_step(sd.get("optimizer"))
+    if opt["step"] is not None:
+        st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, opt_src))
+    elif opt["unreadable_steps"]:
+        st.notes.append("optimizer step tensors could not be read")
+    st.optimizer_lrs = opt["lrs"]
+    if not st.optimizer_lrs:
+        _lrs_expected(st, sd, args, opt)
+
+    if gbs:
+        st.samples_per_update = gbs
+    if args.get("rampup_batch_size"):
+        st.notes.append(f"batch-size ramp-up {args['rampup_batch_size']!r}: early iterations used "
+                        "smaller global batches, so samples != iterations x global_batch_size")
+
+    # Budget and the trainer's own progress.
+    consumed = st.counter("consumed_train_samples")
+    skipped = st.counter("skipped_train_samples")
+    it_counter = st.counter("megatron.iteration")
+    if args.get("train_iters"):
+        st.planned_end = Counter("train_iters", args["train_iters"], Unit.UPDATES,
+                                 f"{src}:args.train_iters")
+        if it_counter:
+            st.trainer_progress = Counter("megatron.iteration", it_counter.value, Unit.UPDATES,
+                                          it_counter.source)
+    elif args.get("train_samples"):
+        st.planned_end = Counter("train_samples", args["train_samples"], Unit.SAMPLES,
+                                 f"{src}:args.train_samples")
+        if consumed:
+            st.trainer_progress = Counter("consumed_train_samples", consumed.value, Unit.SAMPLES,
+                                          consumed.source)
+
+    if unit is Unit.SAMPLES and _counts_updates(st, sched, consumed, skipped, it_counter):
+        unit = st.schedule.unit = st.scheduler_progress.unit = Unit.UPDATES
+        st.notes.append(
+            f"scheduler.num_steps {_common_int(st.scheduler_progress.value)} equals the "
+            "iteration count, not consumed samples: this scheduler is stepped by 1 per update "
+            "(verl's and ROLL's Megatron paths do so), so its unit is optimizer updates")
+    if unit is Unit.SAMPLES and consumed:
+        skip = skipped.value if skipped else 0
+        st.nominal_progress = Counter(
+            "consumed_train_samples - skipped_train_samples", consumed.value - skip, Unit.SAMPLES,
+            "args.consumed_train_samples - args.skipped_train_samples")
+        _overflowed_updates(st, args, sched)
+    elif unit is Unit.UPDATES and it_counter:
+        st.nominal_progress = Counter("megatron.iteration", it_counter.value, Unit.UPDATES,
+                                      "iteration (iteration-era scheduler)" if iteration_era
+                                      else "iteration (one scheduler step per update)")
+
+    st.extras.update({k: args[k] for k in ARGS_KEPT if k in args})
+    st.extras["checkpoint_version"] = sd.get("checkpoint_version")
+    expected = _expected_from_args(args)
+    if expected:
+        st.extras["expected_from_args"] = expected
+    _rampup_budget(st, args, src, unit)
+    if ckpt is not None:
+        tracked = read_tracker(ckpt.parent) if (ckpt.parent / TRACKER).is_file() else None
+        if tracked is not None:
+            st.extras["tracker"] = tracked
+            st.files.append(str(ckpt.parent / TRACKER))
+    st.extras["rank_files"] = len(files)
+    if main.is_dir():
+        st.extras["storage"] = "dcp"
+    _check_ranks(st, sd, sched, files)
+    return st
+
+
+def _distributed_param_groups(st: RunState, ckpt: Path,
+                              dcp_state: dcp.DcpState | None) -> tuple[dict, str] | None:
+    """(optimizer summary, source) of a torch_dist DistributedOptimizer's param-group
+    objects (:data:`DIST_OPT_GROUPS`), or None when the checkpoint has none readable.
+
+    The lowest ``dp_group_idx`` of each chained optimizer is taken (the model-parallel
+    rank 0, as a ``torch``-format read takes ``mp_rank_00``). Items that are there but
+    could not be read go to ``st.extras["optimizer_lrs_unread"]``."""
+    if dcp_state is None:  # common.pt (megatron-core < 0.19): the objects are in the DCP files
+        if not dcp.is_dcp(ckpt):
+            return None
+        try:
+            dcp_state = dcp.load(ckpt, select=lambda fqn: bool(DIST_OPT_GROUPS.match(fqn)))
+        except UnusableInput as exc:  # common.pt was read: judge it, say what was not
+            st.extras["optimizer_lrs_unread"] = {"reason": str(exc), "items": []}
+            return None
+        st.files += [f for f in dcp_state.files if f not in st.files]
+    items: dict[int, tuple[int, str, Any]] = {}
+    unread: dict[str, str] = {}
+    for fqn, value in dcp_state.flat.items():
+        m = DIST_OPT_GROUPS.match(fqn)
+        if not m:
+            continue
+        chained, group = int(m.group(1) or 0), int(m.group(2))
+        if not _common.torch_optimizer_dicts(value):
+            unread[fqn] = "holds no param_groups"
+        elif chained not in items or group < items[chained][0]:
+            items[chained] = (group, fqn, value)
+    unread.update({k: why for k, why in dcp_state.skipped.items() if DIST_OPT_GROUPS.match(k)})
+    if unread:
+        st.extras["optimizer_lrs_unread"] = {
+            "reason": "; ".join(f"{k}: {why}" for k, why in sorted(unread.items())),
+            "items": sorted(unread)}
+    if not items:
+        return None
+    keys = [items[c][1] for c in sorted(items)]
+    opt = _common.optimizer_summary([items[c][2] for c in sorted(items)])
+    if not opt["lrs"]:
+        return None
+    if unread:
+        st.notes.append(f"optimizer param-group LRs read from {', '.join(keys)} only; not "
+                        f"read: {st.extras['optimizer_lrs_unread']['reason']}")
+    st.extras["distributed_optimizer_items"] = keys
+    return opt, f"{dcp_state.path}:{keys[0]}" + (f" (+{len(keys) - 1})" if len(keys) > 1 else "")
+
+
+def _lrs_expected(st: RunState, sd: dict, args: dict, opt: dict) -> None:
+    """No param-group LR was read: say so, and when the checkpoint shows a distributed
+    optimizer that saved them (never silent), record why in ``optimizer_lrs_unread``."""
+    if args.get("no_save_optim"):
+        st.notes.append("saved with --no-save-optim: no optimizer state, no param-group LRs")
+        return
+    o = sd.get("optimizer")
+    sharding = o.get("param_state_sharding_type") if isinstance(o, dict) else None
+    unread = st.extras.get("optimizer_lrs_unread")
+    if unread is None and (sharding is not None or args.get("use_distributed_optimizer")):
+        why = (f"the distributed optimizer's state is here (param_state_sharding_type "
+               f"{_common.plain(sharding)!r}) but no param-group item "
+               "([chained_<i>.]optimizer.distributed.dp_group_idx_<g>.optimizer) was found"
+               if sharding is not None else
+               "args.use_distributed_optimizer is set and --no-save-optim is not, but no "
+               "optimizer param groups were found")
+        unread = st.extras["optimizer_lrs_unread"] = {"reason": why, "items": []}
+    if unread is not None:
+        st.notes.append(f"optimizer param-group LRs not read: {unread['reason']}")
+    elif not opt["found"]:
+        st.notes.append("no optimizer state in this file (--no-save-optim?)")
+
+
+def _common_step(opt_sd: Any) -> float | None:
+    """torch_dist: megatron-core's sharded_state_dict moves the per-parameter ``step`` (one
+    value for all) to ``optimizer.state.common_step`` in the common state."""
+    for d in _common.torch_optimizer_dicts(opt_sd):
+        state = d.get("state")
+        if isinstance(state, dict) and "common_step" in state:
+            return _common.number(state["common_step"])
+    return None
+
+
+def _counts_updates(st: RunState, sched: dict, consumed: Counter | None,
+                    skipped: Counter | None, iteration: Counter | None) -> bool:
+    """True when the invariants say ``num_steps`` counts updates, not samples.
+
+    Megatron-LM steps its scheduler by the global batch (samples); verl and ROLL
+    step megatron-core's scheduler by 1 per update. Which invariant holds tells
+    the unit: ``num_steps == iteration`` (and not ``consumed - skipped``, with a
+    global batch above 1) means updates.
+    """
+    num_steps = float(scheduler_field(sched, "num_steps"))
+    if iteration is None or iteration.value <= 0 or num_steps != iteration.value:
+        return False
+    if consumed is not None:
+        nominal = consumed.value - (skipped.value if skipped else 0)
+        if nominal == num_steps:
+            return False  # a global batch of 1: both hold, samples is Megatron's own unit
+    return st.samples_per_update is None or st.samples_per_update > 1 or consumed is None
+
+
+def schedule_from_state(sched: dict, src: str, unit: Unit,
+                        progress_src: str | None = None) -> tuple[ScheduleSpec, Counter]:
+    """(schedule, progress) of a bare megatron-core ``OptimizerParamScheduler.state_dict()``.
+
+    Used where the scheduler state was found by its shape (ROLL's ``scheduler.pt``,
+    verl's ``lr_scheduler``), without Megatron's ``args`` beside it.
+    """
+    params = {k: sched[k] for k in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style",
+                                     "wsd_decay_steps", "lr_wsd_decay_style") if k in sched}
+    spec = ScheduleSpec(
+        family="megatron", kind=str(_common.plain(scheduler_field(sched, "lr_decay_style"))),
+        max_lr=float(scheduler_field(sched, "max_lr")),
+        min_lr=float(scheduler_field(sched, "min_lr") or 0.0),
+        init_lr=float(sched.get("init_lr", 0.0) or 0.0),
+        warmup=float(scheduler_field(sched, "lr_warmup_steps") or 0.0),
+        horizon=float(scheduler_field(sched, "lr_decay_steps")),
+        unit=unit, params=params, source=src)
+    progress = Counter("scheduler.num_steps", float(scheduler_field(sched, "num_steps")), unit,
+                       progress_src or f"{src}.num_steps")
+    return spec, progress
+
+
+def _overflowed_updates(st: RunState, args: dict, sched: dict) -> None:
+    """fp16 loss scaling skips overflowed updates: Megatron then steps neither the optimizer
+    nor the scheduler, yet counts the samples. When ``iteration - optimizer.step`` such
+    updates account exactly for the gap, the scheduler is where Megatron meant it to be."""
+    it, opt_step, nominal = (st.counter("megatron.iteration"), st.counter("optimizer.step"),
+                             st.nominal_progress)
+    gbs = st.samples_per_update
+    if not (it and opt_step and nominal and gbs) or args.get("rampup_batch_size"):
+        return
+    overflowed = it.value - opt_step.value
+    gap = nominal.value - st.scheduler_progress.value
+    if overflowed <= 0 or gap != overflowed * gbs:
+        return
+    st.counters.append(Counter("megatron.overflowed_updates", overflowed, Unit.UPDATES,
+                               "megatron.iteration - optimizer.step"))
+    st.nominal_progress = Counter(
+        "consumed_train_samples - skipped_train_samples - overflowed updates x global_batch_size",
+        nominal.value - gap, Unit.SAMPLES,
+        f"{nominal.source} - (iteration - optimizer.step) x global_batch_size")
+    st.notes.append(f"{_common_int(overflowed)} update(s) overflowed (fp16) and were skipped: "
+                    "Megatron does not step the scheduler for them, so it trails "
+                    f"consumed_train_samples by {_common_int(gap)} samples by design")
+
+
+def _common_int(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+# ---------------------------------------------------------------- batch-size ramp-up
+
+def rampup_global_batch(consumed: float, rampup: list[int], global_batch_size: int) -> int:
+    """megatron-core's ``RampupBatchsizeNumMicroBatchesCalculator``: the global batch of the
+    iteration that starts after ``consumed`` samples, for ``--rampup-batch-size start incr
+    samples``: ``start + int(consumed / (samples / n_increments)) * incr`` up to
+    ``samples``, the full batch after."""
+    start, incr, ramp_samples = (int(x) for x in rampup)
+    if consumed > ramp_samples:
+        return global_batch_size
+    n_incr = (global_batch_size - start) // incr
+    if n_incr <= 0:
+        return global_batch_size
+    return min(global_batch_size, start + int(consumed / (ramp_samples / n_incr)) * incr)
+
+
+def rampup_samples(iterations: int, rampup: list[int], global_batch_size: int
+                   ) -> tuple[int, list[dict[str, int]]]:
+    """Samples consumed by ``iterations`` iterations along the ramp, and the ramp as
+    segments ``{"first_iteration", "last_iteration", "global_batch"}`` (1-based)."""
+    consumed, segs = 0, []
+    it = 0
+    while it < iterations:
+        b = rampup_global_batch(consumed, rampup, global_batch_size)
+        if b == global_batch_size:  # the rest of the run at the full batch
+            segs.append({"first_iteration": it + 1, "last_iteration": iterations,
+                         "global_batch": b})
+            consumed += (iterations - it) * b
+            break
+        it += 1
+        consumed += b
+        if segs and segs[-1]["global_batch"] == b:
+            segs[-1]["last_iteration"] = it
+        else:
+            segs.append({"first_iteration": it, "last_iteration": it, "global_batch": b})
+    return consumed, segs
+
+
+def _rampup_budget(st: RunState, args: dict, src: str, unit: Unit) -> None:
+    """With ``--rampup-batch-size`` the early iterations take smaller global batches.
+    Iteration-based training sizes the decay horizon as ``lr_decay_iters x
+    global_batch_size`` (the final batch) while ``train_iters`` iterations consume fewer
+    samples: the planned end in samples is what the ramp really consumes (Megatron-Bridge
+    issue 2609), which the framework-blind rules then compare with the horizon."""
+    ramp, gbs = args.get("rampup_batch_size"), args.get("global_batch_size")
+    if not (isinstance(ramp, (list, tuple)) and len(ramp) == 3 and isinstance(gbs, int)):
+        return
+    try:
+        ramp = [int(x) for x in ramp]
+    except (TypeError, ValueError):
+        return
+    if ramp[1] <= 0 or ramp[0] <= 0 or ramp[0] > gbs:
+        return
+    train_iters = args.get("train_iters")
+    info: dict[str, Any] = {"start_global_batch": ramp[0], "increment": ramp[1],
+                            "rampup_samples": ramp[2], "global_batch_size": gbs}
+    it = st.counter("megatron.iteration")
+    if it is not None:
+        done, segs = rampup_samples(int(it.value), ramp, gbs)
+        info["samples_at_iteration"] = done
+        info["segments_so_far"] = segs
+    if isinstance(train_iters, int) and train_iters > 0 and unit is Unit.SAMPLES:
+        real, segs = rampup_samples(train_iters, ramp, gbs)
+        info.update(samples_at_train_iters=real, segments=segs,
+                    train_iters_x_global_batch=train_iters * gbs)
+        st.planned_end = Counter(
+            "samples consumed by train_iters along the ramp-up", real, Unit.SAMPLES,
+            f"{src}:args.train_iters {train_iters} with args.rampup_batch_size {ramp} "
+            "(megatron-core's ramp-up calculator)")
+        consumed = st.counter("consumed_train_samples")
+        st.trainer_progress = consumed
+        st.notes.append(
+            f"ramp-up: train_iters {train_iters} iterations consume {real:,} samples, not "
+            f"train_iters x global_batch_size = {train_iters * gbs:,}")
+    st.extras["rampup"] = info
+
+
+def _expected_from_args(args: dict) -> dict[str, float]:
+    """What Megatron's get_optimizer_param_scheduler would build from these args (samples)."""
+    gbs = args.get("global_batch_size")
+    out: dict[str, float] = {}
+    if args.get("train_iters") and gbs:
+        decay_iters = args.get("lr_decay_iters") or args["train_iters"]
+        out["lr_decay_steps"] = decay_iters * gbs
+        if args.get("lr_warmup_fraction") is not None:
+            out["lr_warmup_steps"] = args["lr_warmup_fraction"] * out["lr_decay_steps"]
+        elif args.get("lr_warmup_iters") is not None:
+            out["lr_warmup_steps"] = args["lr_warmup_iters"] * gbs
+    elif args.get("train_samples"):
+        out["lr_decay_steps"] = args.get("lr_decay_samples") or args["train_samples"]
+        if args.get("lr_warmup_fraction") is not None:
+            out["lr_warmup_steps"] = args["lr_warmup_fraction"] * out["lr_decay_steps"]
+        elif args.get("lr_warmup_samples") is not None:
+            out["lr_warmup_steps"] = args["lr_warmup_samples"]
+    return out
+
+
+def _check_ranks(st: RunState, sd: dict, sched: dict, files: list[Path]) -> None:
+    """Every rank must carry the same scheduler state and iteration; record any that do not."""
+    def differs(other: dict) -> dict:
+        o_sched = scheduler_state(other) or {}
+        diffs = {k: (sched.get(k), o_sched.get(k)) for k in set(sched) | set(o_sched)
+                 if sched.get(k) != o_sched.get(k)}
+        if other.get("iteration") != sd.get("iteration"):
+            diffs["iteration"] = (sd.get("iteration"), other.get("iteration"))
+        return diffs
+
+    disagree = _common.compare_ranks(st, files[1:], "a Megatron checkpoint dict", differs)
+    if disagree:
+        st.notes.append(f"{len(disagree)} of {len(files)} rank files disagree with "
+                        f"{files[0].parent.name} on scheduler state or iteration")

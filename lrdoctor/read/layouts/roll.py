@@ -1,0 +1,332 @@
+"""ROLL (alibaba/ROLL) Megatron-strategy checkpoints, written through mcore_adapter.
+
+Layout (``output_dir`` is the pipeline's ``output_dir``)::
+
+    <output_dir>/<worker>/checkpoint-N/            # worker: actor_train, critic, ...
+        scheduler.pt                               # megatron-core OptimizerParamScheduler.state_dict()
+        mca_config.json, latest_checkpointed_iteration.txt ("1")
+        iter_0000001/mp_rank_00/model_optim_rng.pt # {"model": ...}
+        iter_0000001/mp_rank_00/optimizer.pt       # or iter_0000001/dist_optimizer/ (torch_dist)
+        rng_state/rng_state_<rank>.pth
+    <output_dir>/pipeline/checkpoint-N/pipeline/worker_state_pipeline.json  # {"step", "log_history", "kv"}
+
+Some workers (critic, distill) save under ``checkpoint-N/<cluster_name>/``.
+``N`` is the 0-based pipeline step (``for global_step in range(max_steps)``),
+so N+1 pipeline steps are done. The scheduler is stepped with increment 1 per
+optimizer update: ``num_steps`` counts **updates**, and ``lr_decay_steps``
+defaults to the worker's ``max_steps`` = ``pipeline max_steps *
+rollout_batch_size * num_return_sequences * ppo_epochs // (per_device_train_batch_size
+* gradient_accumulation_steps) // dp``. ROLL does not save its YAML config; when
+one sits in the output directory (or the checkpoint) lrdoctor reads it for the
+pipeline's ``max_steps``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.read.bytes.storage import as_path
+from lrdoctor.read.layouts import _common
+from lrdoctor.read.layouts._torchstate import read_optimizer_file
+from lrdoctor.read.layouts.megatron import SCHEDULER_KEYS, scheduler_field
+
+NAME = "roll"
+
+SCHEDULER_FILE = "scheduler.pt"
+OPTIMIZER_FILE = "optimizer.pt"
+DIST_OPTIMIZER_DIR = "dist_optimizer"
+MCA_CONFIG = "mca_config.json"
+ITER_DIR = "iter_0000001"  # mcore_adapter always saves as iteration 1
+PIPELINE_STATE = "worker_state_pipeline.json"
+HF_MARKER = "trainer_state.json"  # an HF Trainer checkpoint-N also has scheduler.pt
+PREFERRED_WORKERS = ("actor_train", "critic", "student")
+
+
+# ---------------------------------------------------------------- layout
+
+def _is_ckpt(d: Path) -> bool:
+    """A directory holding a ROLL mcore_adapter scheduler.pt."""
+    return ((d / SCHEDULER_FILE).is_file() and not (d / HF_MARKER).exists()
+            and ((d / MCA_CONFIG).is_file() or (d / ITER_DIR).is_dir()))
+
+
+def scheduler_file(ckpt: Path) -> Path:
+    """``scheduler.pt`` of a checkpoint-N dir (directly, or under one cluster subdir)."""
+    if _is_ckpt(ckpt):
+        return ckpt / SCHEDULER_FILE
+    for sub in sorted(ckpt.iterdir()) if ckpt.is_dir() else []:
+        if sub.is_dir() and _is_ckpt(sub):
+            return sub / SCHEDULER_FILE
+    raise UnusableInput(f"no {SCHEDULER_FILE} (with {MCA_CONFIG}) in this ROLL checkpoint",
+                        str(ckpt))
+
+
+def _has_ckpt(d: Path) -> bool:
+    if _is_ckpt(d):
+        return True
+    if _common.checkpoint_number(d) is None:
+        return False
+    return any(sub.is_dir() and _is_ckpt(sub) for sub in d.iterdir())
+
+
+def _worker_ckpts(worker: Path) -> list[Path]:
+    found = []
+    for child in worker.iterdir():
+        n = _common.checkpoint_number(child)
+        if n is not None and child.is_dir() and _has_ckpt(child):
+            found.append((n, child))
+    return [p for _, p in sorted(found)]
+
+
+def _workers(output_dir: Path) -> dict[str, list[Path]]:
+    out = {}
+    for child in sorted(output_dir.iterdir()):
+        if child.is_dir() and child.name != "pipeline":
+            ck = _worker_ckpts(child)
+            if ck:
+                out[child.name] = ck
+    return out
+
+
+def detect(path: Path) -> bool:
+    path = as_path(path)
+    try:
+        if path.is_file():
+            return path.name == SCHEDULER_FILE and _is_ckpt(path.parent)
+        if not path.is_dir():
+            return False
+        if _has_ckpt(path) or _worker_ckpts(path):
+            return True
+        return bool(_workers(path))
+    except OSError:
+        return False
+
+
+def find_checkpoints(path: Path) -> list[Path]:
+    path = as_path(path)
+    if path.is_file():
+        return [path.parent]
+    if _has_ckpt(path):
+        return [path]
+    ck = _worker_ckpts(path)
+    if ck:
+        return ck
+    workers = _workers(path)
+    for name in PREFERRED_WORKERS:
+        if name in workers:
+            return workers[name]
+    if workers:
+        return next(iter(workers.values()))
+    from lrdoctor.read.scan import discover
+
+    raise discover.nothing_found("no <worker>/checkpoint-N/scheduler.pt checkpoints here", path)
+
+
+def _checkpoint_n_dir(sched_file: Path) -> Path | None:
+    for d in (sched_file.parent, sched_file.parent.parent):
+        if _common.checkpoint_number(d) is not None:
+            return d
+    return None
+
+
+def optimizer_location(ckpt: Path) -> Path | None:
+    """``iter_0000001/mp_rank_*/optimizer.pt`` (first rank) or the ``dist_optimizer/`` dir."""
+    it = ckpt / ITER_DIR
+    if not it.is_dir():
+        return None
+    if (it / DIST_OPTIMIZER_DIR).is_dir():
+        return it / DIST_OPTIMIZER_DIR
+    files = sorted(it.glob(f"mp_rank_*/{OPTIMIZER_FILE}"))
+    return files[0] if files else None
+
+
+def pipeline_state_file(ckpt_n: Path) -> Path:
+    """``<output_dir>/pipeline/checkpoint-N/pipeline/worker_state_pipeline.json``."""
+    return ckpt_n.parent.parent / "pipeline" / ckpt_n.name / "pipeline" / PIPELINE_STATE
+
+
+def find_config(ckpt_n: Path) -> Path | None:
+    """A ROLL pipeline YAML config the user kept next to the outputs (ROLL saves none)."""
+    from lrdoctor.read.bytes import safetext
+
+    candidates = []
+    for d in (ckpt_n, ckpt_n.parent, ckpt_n.parent.parent):
+        candidates += sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml"))
+    for f in candidates:
+        try:
+            cfg = safetext.read_yaml(f)
+        except UnusableInput:  # not this run's config (or not one we can read): keep looking
+            continue
+        if isinstance(cfg, dict) and "max_steps" in cfg and (
+                "rollout_batch_size" in cfg or "actor_train" in cfg):
+            return f
+    return None
+
+
+def planned_from_config(cfg: dict, worker: str) -> dict[str, Any]:
+    """The numbers of ROLL's ``set_max_steps`` budget formula found in a pipeline config."""
+    wcfg = cfg.get(worker) if isinstance(cfg.get(worker), dict) else {}
+    targs = wcfg.get("training_args") if isinstance(wcfg.get("training_args"), dict) else {}
+    infer = cfg.get("actor_infer") if isinstance(cfg.get("actor_infer"), dict) else {}
+    gen = infer.get("generating_args") if isinstance(infer.get("generating_args"), dict) else {}
+    out: dict[str, Any] = {
+        "pipeline_max_steps": cfg.get("max_steps"),
+        "rollout_batch_size": cfg.get("rollout_batch_size"),
+        "num_return_sequences": gen.get("num_return_sequences",
+                                        cfg.get("num_return_sequences_in_group")),
+        "ppo_epochs": cfg.get("ppo_epochs", 1),
+        "per_device_train_batch_size": targs.get("per_device_train_batch_size"),
+        "gradient_accumulation_steps": targs.get("gradient_accumulation_steps"),
+        "learning_rate": targs.get("learning_rate"),
+        "lr_scheduler_type": targs.get("lr_scheduler_type"),
+        "warmup_steps": targs.get("warmup_steps"),
+        "lr_scheduler_kwargs": targs.get("lr_scheduler_kwargs"),
+        "use_dynamic_batching_in_train": wcfg.get("use_dynamic_batching_in_train"),
+        "max_tokens_per_microbatch_in_train": wcfg.get("max_tokens_per_microbatch_in_train"),
+        "sequence_length_round_in_train": wcfg.get("sequence_length_round_in_train"),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+# ---------------------------------------------------------------- read
+
+def read(path: Path) -> RunState:
+    path = as_path(path)
+    ckpts = find_checkpoints(path)
+    ckpt = ckpts[-1]
+    sfile = scheduler_file(ckpt)
+    src = str(sfile)
+    sched = _common.load_dict(sfile, "a scheduler state dict")
+    missing = [k for k in SCHEDULER_KEYS if scheduler_field(sched, k) is None]
+    if missing:
+        raise UnusableInput(f"scheduler state lacks {', '.join(missing)} (not a megatron-core "
+                            "OptimizerParamScheduler?)", src)
+    st = RunState(format=NAME, path=str(ckpt), files=[src])
+
+    def field(name: str, count: bool = False) -> float:
+        return _common.num(scheduler_field(sched, name), src, name,  # type: ignore[return-value]
+                           count=count)
+    params = {k: sched[k] for k in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style",
+                                     "wsd_decay_steps", "lr_wsd_decay_style") if k in sched}
+    st.schedule = ScheduleSpec(
+        family="megatron", kind=str(_common.plain(scheduler_field(sched, "lr_decay_style"))),
+        max_lr=field("max_lr"),
+        min_lr=field("min_lr"),
+        init_lr=_common.num(sched.get("init_lr", 0.0) or 0.0, src, "init_lr"),
+        warmup=field("lr_warmup_steps"),
+        horizon=field("lr_decay_steps"),
+        unit=Unit.UPDATES, params=params, source=src,
+    )
+    num_steps = field("num_steps", count=True)
+    st.scheduler_progress = Counter("scheduler.num_steps", num_steps, Unit.UPDATES, src)
+
+    opt_loc = optimizer_location(sfile.parent)
+    if opt_loc is not None and opt_loc.is_file():
+        read_optimizer_file(st, opt_loc)
+    elif opt_loc is not None:
+        st.notes.append(f"optimizer saved as a torch_dist checkpoint ({opt_loc.name}/): "
+                        "its param groups are not read")
+    else:
+        st.notes.append("no optimizer state saved (save_only_model?)")
+
+    ckpt_n = _checkpoint_n_dir(sfile)
+    n = _common.checkpoint_number(ckpt_n) if ckpt_n else None
+    worker = ckpt_n.parent.name if ckpt_n else None
+    if n is not None:
+        st.counters.append(Counter("roll.pipeline_step", n, Unit.ROLLOUT_STEPS,
+                                   f"{ckpt_n.name} (0-based pipeline global_step)"))
+        st.trainer_progress = Counter("roll.pipeline_steps_done", n + 1, Unit.ROLLOUT_STEPS,
+                                      f"{ckpt_n.name}: global_step + 1")
+        st.counters.append(st.trainer_progress)
+        _read_pipeline_state(st, ckpt_n, n, worker)
+    st.extras.update({"worker": worker, "lr_decay_steps": st.schedule.horizon,
+                      "lr_warmup_steps": st.schedule.warmup})
+
+    cfg_file = find_config(ckpt_n) if ckpt_n else None
+    if cfg_file is not None:
+        from lrdoctor.read.bytes import safetext
+
+        planned = planned_from_config(safetext.read_yaml(cfg_file), worker or "actor_train")
+        st.files.append(str(cfg_file))
+        st.extras["config"] = planned
+        total = planned.get("pipeline_max_steps")
+        if isinstance(total, int) and total > 0:
+            st.planned_end = Counter("pipeline.max_steps", total, Unit.ROLLOUT_STEPS,
+                                     f"{cfg_file}:max_steps")
+            kw = planned.get("lr_scheduler_kwargs") or {}
+            if isinstance(kw, dict) and "lr_decay_steps" in kw:
+                st.notes.append("lr_scheduler_kwargs.lr_decay_steps overrides the budget; "
+                                "nominal progress assumes it spans the whole pipeline")
+            if n is not None:
+                per_step = st.schedule.horizon / total
+                st.nominal_progress = Counter(
+                    "roll.pipeline_steps_done * lr_decay_steps / pipeline.max_steps",
+                    (n + 1) * per_step, Unit.UPDATES,
+                    f"({n} + 1) * {st.schedule.horizon:g} / {total}")
+                st.extras["nominal_updates_per_pipeline_step"] = per_step
+    if st.nominal_progress is None:
+        st.notes.append("pipeline max_steps unknown (ROLL saves no config; put the run's YAML "
+                        "next to the checkpoints): nominal progress not computed")
+    if n is not None:
+        st.extras["actual_updates_per_pipeline_step"] = num_steps / (n + 1)
+    return st
+
+
+# ---------------------------------------------------------------- refine (discovery)
+
+def claims(sc) -> bool:
+    """A megatron-core scheduler state in a ``scheduler.pt`` of a ``checkpoint-N`` folder that
+    is not an HF Trainer checkpoint: what ROLL's mcore_adapter saves, even without
+    ``mca_config.json`` or ``iter_*`` beside it."""
+    from lrdoctor.read.scan import discover
+
+    return any(Path(f.file).name == SCHEDULER_FILE and f.key == ""
+               and _common.checkpoint_number(Path(f.file).parent) is not None
+               and not (Path(f.file).parent / HF_MARKER).exists()
+               for f in sc.of(discover.SCHED_MEGATRON))
+
+
+def refine(sc, st: RunState) -> None:
+    """ROLL's conventions on a discovered checkpoint: ``num_steps`` counts optimizer updates,
+    ``checkpoint-N`` is the 0-based pipeline step, the budget is ``lr_decay_steps``."""
+    ckpt_n = sc.checkpoint.path if sc.checkpoint.path.is_dir() else sc.checkpoint.path.parent
+    n = _common.checkpoint_number(ckpt_n)
+    if n is None:
+        return
+    worker = ckpt_n.parent.name
+    st.counters.append(Counter("roll.pipeline_step", n, Unit.ROLLOUT_STEPS,
+                               f"{ckpt_n.name} (0-based pipeline global_step)"))
+    st.trainer_progress = Counter("roll.pipeline_steps_done", n + 1, Unit.ROLLOUT_STEPS,
+                                  f"{ckpt_n.name}: global_step + 1")
+    _read_pipeline_state(st, ckpt_n, n, worker)
+    if st.schedule is not None:
+        st.extras.update({"worker": worker, "lr_decay_steps": st.schedule.horizon,
+                          "lr_warmup_steps": st.schedule.warmup})
+    if st.scheduler_progress is not None:
+        st.extras["actual_updates_per_pipeline_step"] = st.scheduler_progress.value / (n + 1)
+    st.notes.append("ROLL mcore_adapter layout (scheduler.pt without mca_config.json): "
+                    "num_steps counts optimizer updates; lr_decay_steps is the planned budget")
+
+
+def _read_pipeline_state(st: RunState, ckpt_n: Path, n: int, worker: str | None) -> None:
+    f = pipeline_state_file(ckpt_n)
+    if not f.is_file():
+        return
+    state = _common.read_json(f)
+    st.files.append(str(f))
+    step = state.get("step")
+    if isinstance(step, int):
+        st.extras["pipeline_state_step"] = step
+        if step != n:
+            st.notes.append(f"pipeline state step {step} != checkpoint-{n}")
+    history = state.get("log_history")
+    if isinstance(history, list):
+        prefix = {"critic": "critic/", "student": "student/"}.get(worker or "", "actor/")
+        lrs = [(h.get("system/step"), h[prefix + "lr"]) for h in history
+               if isinstance(h, dict) and isinstance(h.get(prefix + "lr"), (int, float))]
+        if lrs:
+            st.extras["pipeline_logged_lr"] = lrs[-1][1]
+            st.extras["pipeline_logged_lr_points"] = len(lrs)

@@ -1,0 +1,387 @@
+"""Hand-written torch loops: one ``torch.save`` dict per checkpoint file.
+
+Typical shape::
+
+    torch.save({"model": ..., "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(), "step": global_step, "epoch": e}, "ckpt.pt")
+
+The optimizer and scheduler states are found under their usual names (or one
+level down, e.g. ``{"state": {...}}``, or by shape: ``param_groups`` marks an
+optimizer, ``last_epoch`` a scheduler). An ``LRScheduler``'s ``last_epoch``
+counts ``scheduler.step()`` calls; its class is not saved, so it is identified
+from the state's keys. ``LambdaLR``/``MultiplicativeLR`` save no function, so
+their schedule cannot be rebuilt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.state import Counter, RunState, Unit
+from lrdoctor.read.bytes.storage import as_path
+from lrdoctor.read.layouts import _common
+from lrdoctor.read.layouts._torchstate import optimizer_info, torch_scheduler, torch_scheduler_kind
+from lrdoctor.read.scan import discover
+
+NAME = "torch"
+
+SUFFIXES = (".pt", ".pth", ".tar", ".bin")
+OPTIMIZER_KEYS = ("optimizer", "optim", "optimizer_state_dict", "optimizer_state", "opt",
+                  "optimizer_state_dicts", "optimizers")
+SCHEDULER_KEYS = ("scheduler", "lr_scheduler", "sched", "scheduler_state_dict",
+                  "lr_scheduler_state_dict", "scheduler_state", "schedulers", "lr_schedulers")
+NEST_KEYS = ("state", "train_state", "training_state", "checkpoint", "ckpt", "trainer")
+# Loop counters commonly saved next to the states: key -> (counter name, unit).
+COUNTER_KEYS: dict[str, tuple[str, Unit]] = {
+    "global_step": ("loop.global_step", Unit.UPDATES),
+    "step": ("loop.step", Unit.UPDATES),
+    "optimizer_step": ("loop.optimizer_step", Unit.UPDATES),
+    "update": ("loop.update", Unit.UPDATES),
+    "num_updates": ("loop.num_updates", Unit.UPDATES),
+    "iteration": ("loop.iteration", Unit.UPDATES),
+    "iter": ("loop.iter", Unit.UPDATES),
+    "micro_step": ("loop.micro_step", Unit.MICRO_STEPS),
+    "micro_steps": ("loop.micro_steps", Unit.MICRO_STEPS),
+    "epoch": ("loop.epoch", Unit.EPOCHS),
+}
+BUDGET_KEYS: dict[str, Unit] = {
+    "total_steps": Unit.UPDATES, "max_steps": Unit.UPDATES, "num_training_steps": Unit.UPDATES,
+    "train_steps": Unit.UPDATES, "total_updates": Unit.UPDATES,
+    "num_epochs": Unit.EPOCHS, "epochs": Unit.EPOCHS, "max_epochs": Unit.EPOCHS,
+}
+
+
+# ---------------------------------------------------------------- layout
+# Files and checkpoints are found by content (lrdoctor.read.scan.discover), not by name.
+
+def detect(path: Path) -> bool:
+    path = as_path(path)
+    if path.is_file():
+        return path.suffix in SUFFIXES or discover.is_pickle(path)
+    return path.is_dir() and any(discover.is_pickle(f)
+                                 for f in _safe_candidates(path))
+
+
+def _safe_candidates(path: Path) -> list[Path]:
+    try:
+        return discover.candidate_files(path)
+    except UnusableInput:
+        return []
+
+
+def _is_pickle(f: Path, ckpt: discover.Checkpoint) -> bool:
+    """A pickle by its content (see :func:`discover.is_pickle`), or the one file the user
+    named (read, so that a file that is no pickle gets its one-line reason)."""
+    return discover.is_pickle(f) or f == ckpt.path
+
+
+def find_checkpoints(path: Path) -> list[discover.Checkpoint]:
+    """Each checkpoint (path-like: a file, or a folder of files, with its files), oldest first."""
+    path = as_path(path)
+    ckpts = [c for c in discover.run_checkpoints(path)
+             if any(_is_pickle(f, c) for f in c.files)]
+    if not ckpts:
+        raise discover.nothing_found("no checkpoint files (torch.save / pickle) here", path)
+    return ckpts
+
+
+# ---------------------------------------------------------------- locating states
+
+def _is_optimizer(obj: Any) -> bool:
+    return bool(_common.torch_optimizer_dicts(obj))
+
+
+def _is_scheduler(obj: Any) -> bool:
+    if isinstance(obj, dict):
+        return "last_epoch" in obj or "_schedulers" in obj
+    if isinstance(obj, list):
+        return bool(obj) and all(_is_scheduler(x) for x in obj)
+    return False
+
+
+def _find(sd: dict, names: tuple[str, ...], test) -> tuple[str | None, Any]:
+    """(dotted key path, object) of the optimizer or scheduler state in a loop checkpoint."""
+    for k in names:
+        if k in sd and test(sd[k]):
+            return k, sd[k]
+    for nk in NEST_KEYS:
+        if isinstance(sd.get(nk), dict):
+            for k in names:
+                if k in sd[nk] and test(sd[nk][k]):
+                    return f"{nk}.{k}", sd[nk][k]
+    for k, v in sd.items():  # unusual names: recognise by shape
+        if isinstance(k, str) and test(v):
+            return k, v
+    return None, None
+
+
+def optimizer_state(sd: dict) -> tuple[str | None, Any]:
+    return _find(sd, OPTIMIZER_KEYS, _is_optimizer)
+
+
+def scheduler_state(sd: dict) -> tuple[str | None, Any]:
+    return _find(sd, SCHEDULER_KEYS, _is_scheduler)
+
+
+def identify(sched: dict) -> str:
+    """The torch LRScheduler class whose ``state_dict()`` has these keys."""
+    return torch_scheduler_kind(sched) or "unknown"
+
+
+# ---------------------------------------------------------------- read
+
+def read(path: Path | discover.Checkpoint) -> RunState:
+    """The newest checkpoint under ``path`` (or the one given), read by content."""
+    if isinstance(path, discover.Checkpoint):
+        return read_checkpoint(path)
+    return read_checkpoint(find_checkpoints(as_path(path))[-1])
+
+
+def read_checkpoint(ckpt: discover.Checkpoint) -> RunState:
+    """Scan one checkpoint, normalize it, and let a framework module refine it."""
+    sc = discover.scan(ckpt)
+    _require_readable(sc)
+    from lrdoctor.read.layouts import refiner_for
+
+    ref = refiner_for(sc)
+    st = build(sc, fmt=ref.NAME if ref else NAME)
+    if ref is not None:
+        ref.refine(sc, st)
+    from lrdoctor import epochs
+
+    for cfg in sc.of(discover.CONFIG):  # a loop's args Namespace, hparams, a config dict
+        epochs.attach(st, cfg.value, cfg.where)
+    _finish(st)
+    return st
+
+
+def _require_readable(sc: discover.Scan) -> None:
+    """Discovery reads what it can; a checkpoint with nothing readable is unusable input."""
+    pickles = [f for f in sc.checkpoint.files if _is_pickle(f, sc.checkpoint)]
+    read = [f for f in pickles if str(f) in sc.objects]
+    if pickles and not read:
+        # Re-read the first for its one-line reason (corrupt, truncated, not a pickle).
+        _common.load(pickles[0])
+    if len(pickles) == 1 and read and not isinstance(sc.objects[str(read[0])], dict):
+        raise UnusableInput(f"expected a dict of training state, found "
+                            f"{sc.what(str(read[0]))}", str(read[0]))
+
+
+# Trainer counters by the last component of their key: (counter name, unit).
+# Budgets (the planned end) and settings are kept apart from progress.
+PROGRESS_KEYS: dict[str, tuple[str, Unit]] = {
+    **COUNTER_KEYS,
+    "global_steps": ("loop.global_steps", Unit.UPDATES),
+    "iterations": ("loop.iterations", Unit.UPDATES),
+    "steps_run": ("loop.steps_run", Unit.UPDATES),
+    "current_step": ("loop.current_step", Unit.UPDATES),
+    "updates": ("loop.updates", Unit.UPDATES),
+    "epochs_run": ("loop.epochs_run", Unit.EPOCHS),
+    "current_epoch": ("loop.current_epoch", Unit.EPOCHS),
+    "consumed_samples": ("loop.consumed_samples", Unit.SAMPLES),
+    "consumed_train_samples": ("loop.consumed_train_samples", Unit.SAMPLES),
+    "skipped_train_samples": ("loop.skipped_train_samples", Unit.SAMPLES),
+    "global_samples": ("loop.global_samples", Unit.SAMPLES),
+    "skipped_steps": ("loop.skipped_steps", Unit.UPDATES),
+}
+PLANNED_KEYS: dict[str, Unit] = {
+    **BUDGET_KEYS, "train_iters": Unit.UPDATES, "total_training_steps": Unit.UPDATES,
+    "total_epochs": Unit.EPOCHS, "train_samples": Unit.SAMPLES,
+}
+# Counters preferred as "where the scheduler should be" (one step per update), in order.
+NOMINAL_ORDER = ("optimizer.step", "loop.global_step", "loop.global_steps", "loop.iteration",
+                 "loop.optimizer_step", "loop.num_updates", "loop.step", "loop.steps_run",
+                 "loop.current_step", "loop.update", "loop.updates", "loop.iter",
+                 "loop.iterations")
+
+
+def build(sc: discover.Scan, fmt: str = NAME) -> RunState:
+    """A :class:`RunState` from what discovery found, framework-blind.
+
+    The scheduler state, the optimizer it drives and every trainer counter are
+    taken wherever they were found; each counter's ``source`` is ``file:key``.
+    """
+    ck = sc.checkpoint
+    st = RunState(format=fmt, path=str(ck.path))
+    st.notes.extend(sc.notes)
+    if sc.skipped:  # DCP items left unread ("file:key" -> why): in --json beside the notes
+        st.extras["dcp_skipped"] = dict(sc.skipped)
+    sched = _pick_scheduler(sc, st)
+    opt_found = _pick_optimizer(sc, sched)
+    opt = optimizer_info(opt_found.value) if opt_found else None
+    if opt is not None:
+        st.optimizer_lrs = opt["lrs"]
+        if opt["step"] is not None:
+            st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES,
+                                       opt_found.where))
+            if len(opt["steps_distinct"]) > 1:
+                st.notes.append(f"optimizer params disagree on step: {opt['steps_distinct']}")
+        elif opt["unreadable_steps"]:
+            st.notes.append("optimizer step tensors could not be read")
+    else:
+        st.notes.append("no optimizer state found")
+    if sched is not None:
+        _read_found_scheduler(st, sched, opt)
+    _read_counters(sc, st)
+    # The chosen states and their twins in the other rank files (same key, same shape).
+    used = [h.file for h in sc.found for pick in (sched, opt_found)
+            if pick is not None and h.kind == pick.kind and h.key == pick.key]
+    used += [c.source.rsplit(":", 1)[0] for c in st.counters if c.source]
+    for f in sc.files_read:
+        if f in used and f not in st.files:
+            st.files.append(f)
+    for f in sc.files_read:  # every file read is named: the ones not used last
+        if f not in st.files:
+            st.files.append(f)
+    st.extras["files_used"] = [f for f in st.files if f in used]
+    if sched is None:
+        st.notes.append("no LR scheduler state found in " + _scanned(sc))
+        # What each file holds instead (LRD111 names it: weights only, an unrelated dict).
+        st.extras["contents"] = {f: sc.what(f) for f in sc.files_read[:8]}
+    if len(sc.files_read) == 1:
+        obj = sc.objects[sc.files_read[0]]
+        if isinstance(obj, dict):
+            st.extras["top_level_keys"] = [str(k) for k in list(obj)[:40]]
+    return st
+
+
+def _scanned(sc: discover.Scan) -> str:
+    names = [discover.relpath(f, sc.checkpoint.path if sc.checkpoint.path.is_dir()
+                              else sc.checkpoint.path.parent) for f in sc.files_read]
+    return (f"{len(names)} file(s): " + ", ".join(names[:8])
+            + (" ..." if len(names) > 8 else "")) if names else "no readable file"
+
+
+def _pick_scheduler(sc: discover.Scan, st: RunState) -> discover.Found | None:
+    """The scheduler state to judge: megatron-core's, else torch's, else DeepSpeed's.
+
+    Several (one per rank file) are compared; disagreement is a note.
+    """
+    for kind in discover.SCHEDULER_KINDS:
+        hits = sc.of(kind)
+        if not hits:
+            continue
+        first = hits[0]
+        same_key = [h for h in hits[1:] if h.key == first.key]
+        others = [h for h in hits[1:] if h.key != first.key and h.file == first.file]
+        if same_key:
+            differ = [h.file for h in same_key if _progress_of(h) != _progress_of(first)]
+            st.extras["ranks_agree"] = not differ
+            if differ:
+                st.notes.append(f"{len(differ)} other file(s) hold a different scheduler "
+                                f"progress than {first.where}: {', '.join(differ[:3])}")
+        if others:
+            st.notes.append(f"{len(others) + 1} schedulers in {first.file}; reading "
+                            f"{first.key or 'the top level'}")
+        return first
+    return None
+
+
+def _progress_of(f: discover.Found) -> Any:
+    v = f.value
+    for k in ("last_epoch", "num_steps", "last_batch_iteration"):
+        if k in v:
+            return _common.number(v[k])
+    return None
+
+
+def _pick_optimizer(sc: discover.Scan, sched: discover.Found | None) -> discover.Found | None:
+    hits = sc.of(discover.OPTIMIZER)
+    if not hits:
+        return None
+    if sched is not None:
+        same = [h for h in hits if h.file == sched.file]
+        if same:
+            return same[0]
+    return hits[0]
+
+
+def _read_found_scheduler(st: RunState, sched: discover.Found, opt: dict | None) -> None:
+    src = sched.where
+    if sched.kind == discover.SCHED_MEGATRON:
+        from lrdoctor.read.layouts.megatron import SCHEDULER_KEYS as SCHEDULER_KEYS_MEGATRON
+        from lrdoctor.read.layouts.megatron import schedule_from_state
+
+        key = next(k for k in SCHEDULER_KEYS_MEGATRON["num_steps"] if k in sched.value)
+        st.schedule, st.scheduler_progress = schedule_from_state(
+            sched.value, src, Unit.UPDATES, _subkey(sched, key))
+        st.extras["scheduler_class"] = "megatron-core OptimizerParamScheduler"
+    elif sched.kind == discover.SCHED_TORCH:
+        _read_scheduler(st, sched.value, src, opt)
+        prog = st.scheduler_progress
+        if prog is not None and sched.key and prog.source == f"{src}:last_epoch":
+            prog.source = _subkey(sched, "last_epoch")  # file:key.last_epoch
+    else:  # DeepSpeed's own schedulers keep only last_batch_iteration (from -1)
+        lbi = _common.number(sched.value.get("last_batch_iteration"))
+        st.extras["scheduler_class"] = "DeepSpeed scheduler"
+        if lbi is not None:
+            st.scheduler_progress = Counter("scheduler.last_batch_iteration + 1", lbi + 1,
+                                            Unit.UPDATES, _subkey(sched, "last_batch_iteration"))
+        st.notes.append(f"{src}: a DeepSpeed scheduler state keeps only its progress; its "
+                        "schedule lives in the DeepSpeed config")
+
+
+def _subkey(f: discover.Found, key: str) -> str:
+    return f"{f.file}:{f.key}.{key}" if f.key else f"{f.file}:{key}"
+
+
+def _read_counters(sc: discover.Scan, st: RunState) -> None:
+    for f in sc.found:
+        if f.kind not in (discover.COUNTER, discover.SETTING):
+            continue
+        last = f.key.rsplit(".", 1)[-1]
+        if f.kind == discover.COUNTER and last in PROGRESS_KEYS:
+            name, unit = PROGRESS_KEYS[last]
+            if st.counter(name) is None:
+                st.counters.append(Counter(name, f.value, unit, f.where))
+        elif last in PLANNED_KEYS and st.planned_end is None and f.value > 0:
+            st.planned_end = Counter(f"loop.{last}", f.value, PLANNED_KEYS[last], f.where)
+    if sc.checkpoint.step is not None:
+        st.extras["checkpoint_step"] = sc.checkpoint.step
+
+
+def _finish(st: RunState) -> None:
+    """Nominal progress and trainer progress from the invariants that hold.
+
+    Whether or not the schedule could be rebuilt, the scheduler's calls are
+    compared with the optimizer's updates, else with the loop's own counters
+    (SGD keeps no ``step``). A scheduler whose progress equals an epoch
+    counter is stepped per epoch: that is its unit, not a bug.
+    """
+    prog = st.scheduler_progress
+    if st.planned_end is not None and st.trainer_progress is None:
+        st.trainer_progress = next((c for c in st.counters if c.unit == st.planned_end.unit
+                                    and c.name != "optimizer.step"), None) or next(
+            (c for c in st.counters if c.unit == st.planned_end.unit), None)
+    if prog is None or st.nominal_progress is not None:
+        return
+    for c in st.counters:
+        if c.unit is Unit.EPOCHS and c.value > 0 and prog.value in (c.value, c.value + 1) \
+                and prog.unit is not Unit.EPOCHS:
+            st.notes.append(f"{prog.name} {prog.value:g} matches {c.name} {c.value:g}: "
+                            "the scheduler is stepped once per epoch")
+            st.nominal_progress = Counter(c.name, prog.value, prog.unit,
+                                          f"{c.name} (one scheduler step per epoch)")
+            return
+    if prog.unit is not Unit.UPDATES:
+        return
+    for name in NOMINAL_ORDER:
+        c = st.counter(name)
+        if c is not None and c.value > 0:
+            why = ("one scheduler step per optimizer update" if name == "optimizer.step"
+                   else "one scheduler step per loop step")
+            st.nominal_progress = Counter(c.name, c.value, Unit.UPDATES, f"{c.name} ({why})")
+            return
+
+
+def _read_scheduler(st: RunState, sched: dict, src: str, opt: dict | None) -> None:
+    """Schedule spec and progress through the one shared torch-scheduler converter."""
+    st.extras["scheduler_class"] = identify(sched)
+    for k in ("_step_count", "_last_lr", "base_lrs"):
+        if k in sched:
+            st.extras[f"scheduler.{k}"] = sched[k]
+    spec, progress, notes = torch_scheduler(sched, unit=Unit.UPDATES, source=src, opt=opt)
+    st.schedule, st.scheduler_progress = spec, progress
+    st.notes.extend(notes)
