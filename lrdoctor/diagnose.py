@@ -25,10 +25,13 @@ _EPOCH_STYLE = {"StepLR", "MultiStepLR", "ExponentialLR", "ReduceLROnPlateau"}
 def diagnose(state: RunState) -> list[Finding]:
     out: list[Finding] = []
     from lrdoctor.epochs import findings as epoch_end
+    from lrdoctor.rules import CHECKPOINT
 
     for rule in (_config, _progress_ratio, _horizon, _decay_unfinished, _optimizer_lr,
                  _lr_log_unused, epoch_end):
         out.extend(rule(state))
+    for checked in CHECKPOINT:  # the rules whose check lives in their own file
+        out.extend(checked.check(state, out))
     out.extend(_not_judged(state, out))
     _agree(out, dcp=(state.extras or {}).get("storage") == "dcp")
     return out

@@ -96,6 +96,9 @@ class RunState:
     # The optimizer's param-group learning rates as saved.
     optimizer_lrs: list[float] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    # Files of the checkpoint that could not be read at all (file -> why): truncated,
+    # corrupt or not what their kind says. A resume would fail on them (LRD130).
+    unreadable: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
 

@@ -42,6 +42,7 @@ from lrdoctor.rules import (
     lrd116_progress_ratio_changes,
     lrd117_epoch_end_arithmetic,
     lrd118_decay_unfinished_at_planned_end,
+    lrd130_resume_file_unreadable,
     lrd201_overshoot,
     lrd202_undershoot,
     lrd203_progress_depends_on_memory_knob,
@@ -81,6 +82,7 @@ class CheckpointRule(Documented, Protocol):
 
 #: Judged on one checkpoint, in this order.
 CHECKPOINT: tuple[CheckpointRule, ...] = (
+    lrd130_resume_file_unreadable,
 )
 
 #: Raised where their evidence is (the run, the replay, the live guard, ``check``).

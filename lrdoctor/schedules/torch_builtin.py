@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from lrdoctor.core.state import ScheduleSpec
 
 KINDS = ("LinearLR", "CosineAnnealingLR", "OneCycleLR", "SequentialLR", "StepLR",
-         "MultiStepLR", "ExponentialLR", "ConstantLR", "PolynomialLR")
+         "MultiStepLR", "ExponentialLR", "ConstantLR", "PolynomialLR",
+         "CosineAnnealingWarmRestarts")
 CHAINABLE = ("LinearLR", "CosineAnnealingLR", "StepLR", "MultiStepLR", "ExponentialLR",
              "ConstantLR", "PolynomialLR")
 HORIZON_FIELD = {"LinearLR": "total_iters", "ConstantLR": "total_iters",
@@ -60,6 +61,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "CosineAnnealingLR": {"eta_min": 0.0},
     "StepLR": {"gamma": 0.1},
     "MultiStepLR": {"gamma": 0.1},
+    "CosineAnnealingWarmRestarts": {"T_mult": 1, "eta_min": 0.0},
     "OneCycleLR": {"pct_start": 0.3, "anneal_strategy": "cos", "div_factor": 25.0,
                    "final_div_factor": 1e4, "three_phase": False},
 }
@@ -96,6 +98,8 @@ class _View:
 
 def lr_at(spec: ScheduleSpec, progress: float) -> float:
     """LR after ``progress`` calls to ``step()`` on a freshly built scheduler."""
+    if spec.kind == "CosineAnnealingWarmRestarts":  # a closed form of (fractional) epochs
+        return _warm_restarts(_spec_view(spec), max(0.0, float(progress)))
     k = max(0, int(math.floor(progress)))
     if spec.kind == "SequentialLR":
         return _sequential(spec, k)
@@ -122,6 +126,23 @@ def with_horizon(spec: ScheduleSpec, horizon: float) -> ScheduleSpec:
     params = dict(spec.params)
     params[name] = int(horizon) if float(horizon).is_integer() else horizon
     return replace(spec, horizon=float(horizon), params=params)
+
+
+def _warm_restarts(v: _View, epoch: float) -> float:
+    """CosineAnnealingWarmRestarts at ``epoch``: torch's ``step(epoch)`` arithmetic (the
+    same T_cur/T_i the per-call ``T_cur += 1`` reaches at whole epochs), then its
+    closed-form ``get_lr``. ``epoch`` may be fractional (``step(epoch + i / iters)``)."""
+    t0, mult, eta = v["T_0"], v["T_mult"], v["eta_min"]
+    if epoch >= t0:
+        if mult == 1:
+            t_cur, t_i = epoch % t0, t0
+        else:
+            n = int(math.log(epoch / t0 * (mult - 1) + 1, mult))
+            t_cur = epoch - t0 * (mult ** n - 1) / (mult - 1)
+            t_i = t0 * mult ** n
+    else:
+        t_cur, t_i = epoch, t0
+    return eta + (v.base - eta) * (1 + math.cos(math.pi * t_cur / t_i)) / 2
 
 
 def _spec_view(spec: ScheduleSpec) -> _View:
@@ -410,6 +431,11 @@ def _kind_problems(v: _View, out: list[str]) -> None:
             out.append(f"CosineAnnealingLR eta_min={v['eta_min']} is negative")
         if v["eta_min"] > v.base:
             out.append(f"CosineAnnealingLR eta_min={v['eta_min']} exceeds initial_lr={v.base}")
+    elif kind == "CosineAnnealingWarmRestarts":
+        if v["T_0"] <= 0 or not float(v["T_0"]).is_integer():
+            out.append(f"CosineAnnealingWarmRestarts T_0={v['T_0']} is not a positive integer")
+        if v["T_mult"] < 1 or not float(v["T_mult"]).is_integer():
+            out.append(f"CosineAnnealingWarmRestarts T_mult={v['T_mult']} is not an integer >= 1")
     elif kind == "StepLR":
         if v["step_size"] <= 0:
             out.append(f"StepLR step_size={v['step_size']} is not positive")

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.findings import Severity
 from lrdoctor.inspect_api import inspect_path
 from lrdoctor.read import layouts as formats
 from lrdoctor.read.scan import discover
@@ -74,18 +73,18 @@ def test_folder_of_safetensors_weights(tmp_path):
 
 
 def test_torch_file_of_tensors_only_names_what_it_holds(tmp_path):
-    """A torch.save of weights is read (a pickle) but holds no state: LRD111 says what it is."""
+    """A torch.save of weights is read (a pickle) but holds no training state: unusable
+    input (exit 2, like an empty folder), the one line saying what it is."""
     import torch
 
     d = tmp_path / "run"
     d.mkdir()
     torch.save({"w": torch.zeros(2), "b": torch.ones(3)}, d / "model.pt")
-    (rep,) = inspect_path(d)
-    f = next(x for x in rep.findings if x.code == "LRD111")
-    assert f.severity is Severity.WARNING
     what = "weights only: a torch pickle holding 2 tensors, no scheduler/optimizer/trainer state"
-    assert f"model.pt ({what})" in f.message
-    assert f.evidence["contents"] == {str(d / "model.pt"): what}
+    with pytest.raises(UnusableInput) as exc:
+        inspect_path(d)
+    assert "model.pt: no training state here" in str(exc.value)
+    assert f"looked at 1 file: {what}" in str(exc.value)
     # A single tensor, not a dict: refused, saying what it is.
     torch.save(torch.zeros(3), tmp_path / "t.pt")
     with pytest.raises(UnusableInput, match=r"t\.pt: expected a dict of training state, found "
@@ -98,10 +97,11 @@ def test_torch_file_holding_an_unrelated_dict(tmp_path):
 
     torch.save({"foo": 1, "bar": "x", "baz": [1, 2], "q1": 0, "q2": 0, "q3": 0},
                tmp_path / "a.pt")
-    (rep,) = inspect_path(tmp_path / "a.pt")
-    f = next(x for x in rep.findings if x.code == "LRD111")
-    assert ("a.pt (a torch pickle with keys [foo, bar, baz, q1, q2, +1 more], "
-            "no scheduler/optimizer/trainer state)") in f.message
+    with pytest.raises(UnusableInput) as exc:
+        inspect_path(tmp_path / "a.pt")
+    assert ("a.pt: no training state here (no scheduler, optimizer or trainer counters): "
+            "looked at 1 file: a torch pickle with keys [foo, bar, baz, q1, q2, +1 more], "
+            "no scheduler/optimizer/trainer state") in str(exc.value)
     # The survey reads it the same way when asked directly.
     sv = discover.survey(tmp_path)
     assert sv.seen == [("a.pt", "a torch pickle with keys [foo, bar, baz, q1, q2, +1 more], "

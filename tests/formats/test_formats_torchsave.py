@@ -111,9 +111,9 @@ def test_unusable_inputs(tmp_path):
         torchsave.read(lst)
     empty = tmp_path / "weights.pt"
     torch.save({"model": {"w": torch.zeros(2)}}, empty)
-    st = torchsave.read(empty)
-    assert st.schedule is None and st.scheduler_progress is None
-    assert any("no LR scheduler state" in n for n in st.notes)
+    # No training state at all: unusable input (exit 2), like an empty folder (issue 19).
+    with pytest.raises(UnusableInput, match=r"weights.pt: no training state here .*weights only"):
+        torchsave.read(empty)
 
 
 SAMPLES = REPO / "sample_checkpoints"

@@ -180,11 +180,38 @@ def _rebuild_meta(dtype, size, stride, *_rest):
                      _ints(stride, "tensor stride"))
 
 
-def _rebuild_from_type_v2(func, new_type, args, state=None):
-    if func not in (_rebuild_tensor, _rebuild_tensor_v3, _rebuild_parameter, _rebuild_meta) \
-            or not isinstance(new_type, _Marker) or not isinstance(args, tuple):
+def _subclass(cls: Any) -> bool:
+    """A tensor class a record may name: a known one (marker) or, read with unknown
+    classes kept opaque, any other (torchao, a user's subclass): its tensor is still
+    read as metadata, never called corrupt."""
+    return isinstance(cls, _Marker) or isinstance(cls, type) and issubclass(cls, _Record)
+
+
+def _rebuild_wrapper(cls, dtype, size, stride, *_rest):
+    """A wrapper tensor subclass (FSDP2's DTensor): its global shape and dtype only; the
+    data lives in the local tensor of its state (see :func:`_rebuild_from_type_v2`)."""
+    if not _subclass(cls) or not (isinstance(dtype, str) and dtype.startswith("torch.")):
         raise _Bad("malformed tensor-subclass record")
-    return func(*args)
+    return TensorRef(dtype.removeprefix("torch."), _ints(size, "tensor size"), "", "", 0,
+                     _ints(stride, "tensor stride"))
+
+
+def _rebuild_from_type_v2(func, new_type, args, state=None):
+    if func not in (_rebuild_tensor, _rebuild_tensor_v3, _rebuild_parameter, _rebuild_meta,
+                    _rebuild_wrapper) \
+            or not _subclass(new_type) or not isinstance(args, tuple):
+        raise _Bad("malformed tensor-subclass record")
+    out = func(*args)
+    if func is _rebuild_wrapper:
+        # A DTensor pickles its shard as state["_local_tensor"]: that one has the bytes
+        # (an optimizer's step can be read from it); otherwise the metadata stands.
+        # (``state`` is a dict, or ``(dict, slots)`` / ``(None, slots)`` as copyreg makes it)
+        parts = state if isinstance(state, tuple) else (state,)
+        local = next((d["_local_tensor"] for d in parts if isinstance(d, dict)
+                      and "_local_tensor" in d), None)
+        if isinstance(local, TensorRef):
+            return local
+    return out
 
 
 def _rebuild_sparse(layout, data):
@@ -386,6 +413,24 @@ _RECORDS = [
         ("kto", "KTO"), ("orpo", "ORPO"), ("cpo", "CPO"), ("rloo", "RLOO")]],
 ]
 
+# FSDP2 / tensor-parallel DTensors saved with torch.save: the subclass (a marker the
+# tensor-subclass record names) and its spec, a plain data record kept as Opaque.
+_TENSOR_SUBCLASSES = ["torch.distributed.tensor.DTensor", "torch.distributed.tensor.api.DTensor",
+                      "torch.distributed._tensor.api.DTensor", "torch.distributed._tensor.DTensor"]
+_RECORDS += [
+    "torch.distributed.tensor._dtensor_spec.DTensorSpec",
+    "torch.distributed.tensor._dtensor_spec.TensorMeta",
+    "torch.distributed.tensor._dtensor_spec.ShardOrderEntry",
+    "torch.distributed._tensor.placement_types.DTensorSpec",
+    "torch.distributed._tensor.placement_types.TensorMeta",
+    "torch.distributed.device_mesh.DeviceMesh",
+    "torch.distributed._mesh_layout._MeshLayout",
+    "torch.distributed._mesh_layout._FlatLayout",
+    *[f"{m}.{c}" for m in ("torch.distributed.tensor.placement_types",
+                           "torch.distributed._tensor.placement_types")
+      for c in ("Shard", "Replicate", "Partial", "_StridedShard", "_Partial")],
+]
+
 # torch.distributed.checkpoint's ``.metadata`` pickle: plain dataclasses, kept as Opaque
 # records (``lrdoctor.read.layouts.dcp`` reads their state). Megatron's planner adds its cached
 # SavePlans. MetadataIndex is a dict key there, so it gets a hashable stand-in.
@@ -454,6 +499,7 @@ def _build_allowed() -> dict[str, Any]:
         "torch._tensor._rebuild_from_type_v2": _rebuild_from_type_v2,
         "torch._tensor._rebuild_from_type": lambda func, new_type, args, dict_=None:
             _rebuild_from_type_v2(func, new_type, args),
+        "torch._utils._rebuild_wrapper_subclass": _rebuild_wrapper,
         "torch.serialization._get_layout": lambda name: name if isinstance(name, str) else "?",
         "torch.Tensor": _Marker("torch.Tensor"),
         "torch.nn.parameter.Parameter": _Marker("torch.nn.parameter.Parameter"),
@@ -481,6 +527,8 @@ def _build_allowed() -> dict[str, Any]:
             allowed[f"{mod}.{n}"] = _enum_value
     for name in _RECORDS:
         allowed[name] = _record(name)
+    for name in _TENSOR_SUBCLASSES:
+        allowed[name] = _Marker(name)
     for name in _DICT_RECORDS:
         allowed[name] = _DictRecord
     for name in DCP_RECORDS:
@@ -955,7 +1003,8 @@ def read_values(ref: TensorRef, limit: int = 64, data: bytes | None = None) -> l
     if ref.dtype not in _DTYPES:
         raise UnusableInput(f"cannot read values of dtype {ref.dtype}", ref.path)
     if not ref.storage_key:
-        raise UnusableInput("tensor has no data (meta tensor)", ref.path)
+        raise UnusableInput("tensor has no data (a meta tensor, or a tensor-subclass record "
+                            "lrdoctor reads as metadata only)", ref.path)
     return _guard(ref.path, _read_values, ref, data)
 
 

@@ -133,6 +133,16 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None
         last_epoch = _common.number(children[0].get("last_epoch"))  # ChainedScheduler
     progress = (Counter("scheduler.last_epoch", float(last_epoch), unit, f"{source}:last_epoch")
                 if last_epoch is not None else None)
+    t_cur = _common.number(sd.get("T_cur"))
+    if kind == "CosineAnnealingWarmRestarts" and progress is not None and t_cur is not None \
+            and not float(t_cur).is_integer():
+        # Stepped with fractional epochs, as torch's docs show (``step(epoch + i / iters)``):
+        # last_epoch is the floored epoch and T_cur holds the fraction. Its progress is
+        # counted in epochs, not in calls, so it is compared with the loop's epochs.
+        progress = Counter("scheduler.epoch", float(last_epoch) + t_cur % 1.0, Unit.EPOCHS,
+                           f"{source}:last_epoch+T_cur")
+        notes.append(f"{source}: CosineAnnealingWarmRestarts stepped with fractional epochs "
+                     f"(T_cur {t_cur:g}): its progress is {progress.value:g} epochs")
     if kind is None:
         notes.append(f"{source}: unrecognised scheduler state (keys: {', '.join(sorted(sd))[:120]})")
         return None, progress, notes
@@ -178,7 +188,8 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None
         if f is None:
             notes.append(f"{source}: {kind} without its peak LR (optimizer state missing)")
             return None, progress, notes
-    spec = ScheduleSpec(family="torch", kind=kind, unit=unit, params=_params(sd), source=source,
+    spec = ScheduleSpec(family="torch", kind=kind, unit=progress.unit if progress else unit,
+                        params=_params(sd), source=source,
                         max_lr=float(f["max_lr"]), min_lr=float(f["min_lr"]),
                         init_lr=float(f["init_lr"]), warmup=float(f["warmup"]),
                         horizon=f["horizon"])

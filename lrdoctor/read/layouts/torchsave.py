@@ -154,7 +154,18 @@ def read_checkpoint(ckpt: discover.Checkpoint) -> RunState:
     for cfg in sc.of(discover.CONFIG):  # a loop's args Namespace, hparams, a config dict
         epochs.attach(st, cfg.value, cfg.where)
     _finish(st)
+    _require_training_state(st, ckpt)
     return st
+
+
+def _require_training_state(st: RunState, ckpt: discover.Checkpoint) -> None:
+    """A path holding no training state at all (``torch.save({'a': 1})``, a model-only
+    file) is unusable input, exit 2 like an empty folder: there is nothing to judge, and
+    a warning a gate lets through would call it checked."""
+    if (st.scheduler_progress is None and st.schedule is None and not st.optimizer_lrs
+            and not st.counters and st.planned_end is None and not st.unreadable):
+        raise discover.nothing_found("no training state here (no scheduler, optimizer or "
+                                     "trainer counters)", ckpt.path)
 
 
 def _require_readable(sc: discover.Scan) -> None:
@@ -206,6 +217,7 @@ def build(sc: discover.Scan, fmt: str = NAME) -> RunState:
     ck = sc.checkpoint
     st = RunState(format=fmt, path=str(ck.path))
     st.notes.extend(sc.notes)
+    st.unreadable = dict(sc.unread)
     if sc.skipped:  # DCP items left unread ("file:key" -> why): in --json beside the notes
         st.extras["dcp_skipped"] = dict(sc.skipped)
     sched = _pick_scheduler(sc, st)
@@ -365,6 +377,13 @@ def _finish(st: RunState) -> None:
             st.nominal_progress = Counter(c.name, prog.value, prog.unit,
                                           f"{c.name} (one scheduler step per epoch)")
             return
+    if prog.unit is Unit.EPOCHS:  # stepped with (fractional) epochs: the loop's epoch
+        for c in st.counters:
+            if c.unit is Unit.EPOCHS and c is not prog and abs(prog.value - c.value) <= 1:
+                st.nominal_progress = Counter(c.name, prog.value, prog.unit,
+                                              f"{c.name} = {c.value:g} (the epoch the loop "
+                                              "stepped the scheduler with)")
+                return
     if prog.unit is not Unit.UPDATES:
         return
     for name in NOMINAL_ORDER:

@@ -357,6 +357,9 @@ class Scan:
     # Parts of files left unread ("file:key" -> why): DCP items too large for what their
     # key says they hold, or past a bound. Never silent: the report carries it.
     skipped: dict[str, str] = field(default_factory=dict)
+    # Files that could not be read at all (file -> why: truncated, corrupt, not a pickle):
+    # a file the checkpoint needs to resume is then missing, which is an error (LRD130).
+    unread: dict[str, str] = field(default_factory=dict)
 
     def of(self, kind: str) -> list[Found]:
         return [f for f in self.found if f.kind == kind]
@@ -654,6 +657,8 @@ def scan(ckpt: Checkpoint) -> Scan:
         sc.notes.extend(notes)
         sc.skipped.update(skipped)
         if obj is None:
+            why = next((n.split(": not read ", 1)[1] for n in notes if ": not read " in n), "")
+            sc.unread[str(f)] = why.strip("()") or "not read"
             continue
         sc.files_read.append(str(f))
         sc.objects[str(f)] = obj
