@@ -314,10 +314,11 @@ def test_not_recognised_url_says_what_was_scanned(s3, tmp_path):
         "deepspeed, nemo_rl, torchtitan, hf, lightning, accelerate, torchsave, dcp)"]
     torch.save({"w": torch.zeros(2)}, d / "sub" / "model.pt")
     url = upload(d, "weights-in-sub")
+    # No training state anywhere: exit 2 like an empty folder (issue 19), saying what each
+    # file holds, remote as local.
     code, out = inspect_json(url)
-    assert code == 0, out
-    (f,) = [x for x in json.loads(out)["findings"] if x["code"] == "LRD111"]
-    assert f["evidence"]["contents"] == {
-        f"{url}/sub/model.pt": "weights only: a torch pickle holding 1 tensor, "
-                               "no scheduler/optimizer/trainer state",
-        f"{url}/sub/x.json": "JSON with keys [a], no scheduler/optimizer/trainer state"}
+    assert code == 2, out
+    (f,) = json.loads(out)["findings"]
+    assert f["code"] == "LRD303" and "no training state here" in f["message"]
+    assert ("sub/model.pt: weights only: a torch pickle holding 1 tensor, "
+            "no scheduler/optimizer/trainer state") in f["message"]
