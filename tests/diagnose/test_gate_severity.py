@@ -57,7 +57,7 @@ def test_half_written_scheduler_beside_good_optimizer_is_an_error(tmp_path):
     assert f.severity is Severity.ERROR
     assert f.evidence["file"] == str(tmp_path / "bad" / "scheduler.pt")
     assert "truncated or corrupt" in f.evidence["why"]
-    assert f.evidence["read"] == [str(tmp_path / "bad" / "optimizer.pt")]
+    assert list(f.evidence["read"]) == [str(tmp_path / "bad" / "optimizer.pt")]
     p = _cli("inspect", tmp_path / "bad")
     assert p.returncode == 1, p.stdout + p.stderr
     assert "LRD130" in p.stdout
