@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 
 if TYPE_CHECKING:
-    from lrdoctor.model import RunState
+    from lrdoctor.core.state import RunState
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.findings import Severity
 from lrdoctor.inspect_api import inspect_path
 from tests.helpers.factories import free_port, torch_loop
@@ -131,7 +131,7 @@ dist.destroy_process_group()
 
 
 def test_fsdp2_dtensor_records_are_read_not_called_corrupt(tmp_path):
-    from lrdoctor import safeload
+    from lrdoctor.read.bytes import safeload
 
     _fsdp2_checkpoint(tmp_path / "f")
     obj = safeload.load(tmp_path / "f" / "ckpt.pt")
@@ -170,7 +170,7 @@ def test_fractional_epoch_warm_restarts_as_torch_docs_show_is_silent(tmp_path):
     assert st["scheduler_progress"]["unit"] == "epochs"
     assert st["nominal_progress"]["name"] == "loop.epoch"
     # The LR was compared (not skipped): the schedule rebuilt at 2.95 epochs is the saved LR.
-    from lrdoctor.model import ScheduleSpec, Unit
+    from lrdoctor.core.state import ScheduleSpec, Unit
 
     s = st["schedule"]
     spec = ScheduleSpec(s["family"], s["kind"], s["max_lr"], Unit.EPOCHS, min_lr=s["min_lr"],
@@ -202,7 +202,7 @@ def test_fractional_epoch_bug_twin_is_not_hidden(tmp_path):
 def test_warm_restarts_matches_torch_per_call_and_per_epoch(t_mult):
     import torch
 
-    from lrdoctor.model import ScheduleSpec, Unit
+    from lrdoctor.core.state import ScheduleSpec, Unit
 
     def make():
         opt = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.3)
