@@ -26,7 +26,9 @@ train step really takes, how that compares with the scheduler's budget, where th
 LR reaches its floor, which accumulation windows are short, and how all of it
 moves with a memory knob.
 
-The config is an lrdoctor run config (see docs/replay.md) or ROLL's own YAML.
+The config is an lrdoctor run config (see docs/replay.md), a framework's own config
+(verl, SkyRL, NeMo-RL, ROLL, Fast-LLM YAML with its defaults: followed; OpenRLHF
+arguments) or the shell launch script that runs the trainer (read, never run).
 Sample lengths come from a batch log (JSONL/CSV/Parquet: step, tokens[, prompt_id,
 docs, rank]) or a synthetic distribution.
 By default on a CPU the fast numpy path replays the whole run in seconds and a real
@@ -67,8 +69,9 @@ class Optim(str, Enum):
 
 def replay_cmd(
     config: Annotated[Path, typer.Option(
-        "--config", "-c", help="Run config: lrdoctor YAML, or the framework's own (ROLL, "
-        "verl, SkyRL, NeMo-RL, Fast-LLM YAML; OpenRLHF arguments), translated.")],
+        "--config", "-c", help="Run config: lrdoctor YAML, the framework's own (ROLL, "
+        "verl, SkyRL, NeMo-RL, Fast-LLM YAML; OpenRLHF arguments) or its launch script "
+        "(.sh), translated.")],
     batch_log: Annotated[str | None, typer.Option(
         "--batch-log", help="Batch log: JSONL, CSV or Parquet, one row per sample.")] = None,
     synthetic: Annotated[str | None, typer.Option(
@@ -100,6 +103,9 @@ def replay_cmd(
     sets: Annotated[list[str] | None, typer.Option(
         "--set", help="KEY=VALUE for what a launch script leaves unresolved (a variable set "
         "outside it, a $(...)); repeatable.")] = None,
+    config_root: Annotated[Path | None, typer.Option(
+        "--config-root", help="Folder that `defaults:` inheritance may read from (default: "
+        "the config's own folder tree).")] = None,
     knob_check: Annotated[bool, typer.Option(
         "--knob-check/--no-knob-check", help="Also replay with 2x max_tokens_per_microbatch "
         "to test whether progress depends on it (LRD203).")] = True,
@@ -122,7 +128,8 @@ def replay_cmd(
     def go():
         opts = ReplayOptions(engine=engine, device=device.value, model=model,
                              optimizer=optimizer.value, sweep=sweep, knob_check=knob_check,
-                             seed=seed, jobs=jobs, executor=executor, sets=tuple(sets or ()))
+                             seed=seed, jobs=jobs, executor=executor, sets=tuple(sets or ()),
+                             config_root=str(config_root) if config_root else None)
         if not show_bar:
             return replay_full(str(config), batch_log, synthetic, opts)
         from lrdoctor.render.progress import stage_bar

@@ -380,6 +380,16 @@ def replay_context_lines(report) -> list[tuple[str, str, str | None]]:
     Said in the text too, not only in --json and the HTML page."""
     s = report.extra.get("summary") or {}
     lines: list[tuple[str, str, str | None]] = []
+    src = s.get("config_source") or {}
+    if src.get("launch_script"):
+        lines.append(("config", f"the {src['entry_point']} command at line {src['line']} of the "
+                      f"launch script, {src.get('overrides', 0)} overrides on "
+                      f"{src.get('base_config', 'its defaults')}", None))
+    for miss in src.get("defaults_not_followed", []):
+        lines.append(("defaults not followed", f"{miss} (the keys it sets are not seen)",
+                      "yellow"))
+    if s.get("lengths"):
+        lines.append(("sample lengths", str(s["lengths"]), None))
     if s.get("engine_reason"):
         lines.append(("engine", str(s["engine_reason"]), None))
     if s.get("cycled"):

@@ -49,6 +49,7 @@ class ReplayOptions:
     jobs: int = 1
     executor: str = "process"
     sets: tuple[str, ...] = ()
+    config_root: str | None = None  # the folder ``defaults:`` may read from
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], source: str | None = None) -> ReplayOptions:
@@ -118,7 +119,7 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     from lrdoctor.replay import engine as eng
     from lrdoctor.replay.config import load_config, with_key
 
-    cfg = load_config(config)
+    cfg = load_config(config, opts.sets, opts.config_root)
     try:
         samples = eng.load_samples(cfg, batch_log, synthetic, seed)
     except UnusableInput as exc:  # a config key the samples need: name the config
@@ -140,7 +141,7 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
         if exc.path is None:
             raise UnusableInput(str(exc), str(config)) from None
         raise
-    notes: dict = {}
+    notes: dict = dict(cfg._source)
     infos = eng.plan_steps(cfg, samples, planner, tick("planning"), notes)
     n_mb = sum(len(i.plan.micro_batches) for i in infos) * cfg.train.epochs_per_step
     use_torch, why, torch_ok = _pick_engine(engine, model, device)
@@ -162,6 +163,9 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
             cross = {"ran": False, "why": f"torch is not installed ({TORCH_EXTRA})"}
     summary = analysis.summarize(rep)
     summary["engine_reason"] = f"{why} ({n_mb} micro-batches)"
+    summary["lengths"] = eng.lengths_source(cfg, batch_log, synthetic)
+    if cfg._source:
+        summary["config_source"] = dict(cfg._source)
     if cross is not None:
         summary["cross_check"] = cross
     sweep_results: list = []

@@ -235,6 +235,9 @@ class RunConfig(_Section):
     # would change step accounting but are not modelled (LRD213).
     _keys_used: dict[str, Any] | None = PrivateAttr(default=None)
     _unmodelled: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+    # Where a translated config came from: the launch script, its entry point, the base
+    # config tree, what it left unresolved (shown in the report's notes).
+    _source: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     def resolve_path(self, p: str) -> str:
         """A path written in the config, relative to the config file (not the cwd)."""
@@ -352,8 +355,11 @@ def config_from_dict(data: Any, source: str | None = None) -> RunConfig:
         raise UnusableInput(_describe(errs) + more, source) from None
 
 
-def load_config(path: str | Path) -> RunConfig:
-    """Read an lrdoctor run config, or ROLL's own YAML (translated)."""
+def load_config(path: str | Path, sets: tuple[str, ...] | list[str] = (),
+                config_root: str | Path | None = None) -> RunConfig:
+    """Read an lrdoctor run config, a framework's own config or a launch script
+    (:mod:`lrdoctor.replay.sources`). ``sets``: ``--set KEY=VALUE``; ``config_root``:
+    the folder ``defaults:`` may read from (default: the config's own folder)."""
     from lrdoctor.read.bytes import safetext
 
     path = Path(path)
@@ -363,50 +369,9 @@ def load_config(path: str | Path) -> RunConfig:
         if "not a UTF-8 text file" in str(exc):
             raise UnusableInput("not a YAML text file (binary content)", str(path)) from None
         raise
-    from lrdoctor.replay import translate
+    from lrdoctor.replay import sources
 
-    try:
-        # size, nesting, alias/merge-key expansion and key checks (lrdoctor.read.bytes.limits)
-        data = safetext.yaml_loads(text, str(path))
-    except UnusableInput as exc:
-        tr = None
-        if str(exc).startswith("not valid YAML"):  # an OpenRLHF launch script need not be YAML
-            tr = translate.detect(text, "args")
-        if tr is None:
-            raise
-        return _translated(tr, text, path)
-    if not isinstance(data, dict):
-        tr = translate.detect(text, "args")
-        if tr is not None:
-            return _translated(tr, text, path)
-    # lrdoctor's own config always has ``train``; the frameworks' never do (verl's and
-    # Fast-LLM's share other top-level names with it: data, schedule).
-    if isinstance(data, dict) and "train" not in data:
-        tr = translate.detect(data)
-        if tr is not None:
-            return _translated(tr, data, path)
-    cfg = config_from_dict(data, str(path))
-    cfg._base_dir = path.resolve().parent
-    return cfg
-
-
-def _translated(tr: Any, data: Any, path: Path) -> RunConfig:
-    """Run a translator (its one-line errors name the config file) and validate its config."""
-    try:
-        out = tr.translate(data, path.resolve().parent)
-    except UnusableInput as exc:
-        if exc.path is None:
-            raise UnusableInput(str(exc), str(path)) from None
-        raise
-    conf = out.config
-    if isinstance(conf.get("data"), dict) and not conf["data"].get("synthetic"):
-        conf["data"].pop("synthetic", None)
-    cfg = config_from_dict(conf, str(path))
-    cfg._format = tr.format_name
-    cfg._base_dir = path.resolve().parent
-    cfg._keys_used = out.keys_used
-    cfg._unmodelled = out.unmodelled
-    return cfg
+    return sources.load(path, text, tuple(sets), Path(config_root) if config_root else None)
 
 
 def parse_value(text: str) -> Any:
@@ -434,4 +399,5 @@ def with_key(cfg: RunConfig, key: str, value: Any, source: str | None = None) ->
     out = config_from_dict(data, source or "--sweep")
     out._format, out._base_dir = cfg._format, cfg._base_dir
     out._keys_used, out._unmodelled = cfg._keys_used, cfg._unmodelled
+    out._source = cfg._source
     return out

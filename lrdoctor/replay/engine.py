@@ -77,6 +77,22 @@ def load_samples(cfg: RunConfig, batch_log: str | None = None, synthetic: str | 
     return pd.DataFrame({"step": steps, "tokens": np.ones_like(steps)})
 
 
+def lengths_source(cfg: RunConfig, batch_log: str | None = None,
+                   synthetic: str | None = None) -> str:
+    """Where the replay's sample lengths come from, in words (the output says it)."""
+    if batch_log:
+        return f"batch log {batch_log}"
+    if synthetic:
+        return f"synthetic {synthetic} (--synthetic)"
+    if cfg.data.batch_log:
+        return f"batch log {cfg.data.batch_log} (data.batch_log)"
+    if cfg.data.synthetic:
+        origin = ("drawn up to the config's own maximum lengths: no batch log given"
+                  if cfg._keys_used is not None else "data.synthetic")
+        return f"synthetic {cfg.data.synthetic} ({origin})"
+    return "sample counts only (static batching: lengths do not change the accounting)"
+
+
 @dataclass
 class StepFrame:
     """One train step's samples as numpy arrays (the ``frame`` given to ``plan_step``)."""

@@ -24,7 +24,7 @@ TRANSLATORS: tuple[Translator, ...] = (
     openrlhf.TRANSLATOR,
 )
 
-__all__ = ["TRANSLATORS", "Translation", "Translator", "detect", "known"]
+__all__ = ["TRANSLATORS", "Translation", "Translator", "by_name", "detect", "known"]
 
 
 def detect(data: Any, reads: str = "yaml") -> Translator | None:
@@ -34,6 +34,14 @@ def detect(data: Any, reads: str = "yaml") -> Translator | None:
         if tr.reads == reads and tr.looks_like(data):
             return tr
     return None
+
+
+def by_name(name: str) -> Translator:
+    """The translator of framework ``name`` (as a launch script's entry point names it)."""
+    for tr in TRANSLATORS:
+        if tr.name == name:
+            return tr
+    raise KeyError(name)  # ENTRY_POINTS name only registered translators (a test checks)
 
 
 def known() -> str:

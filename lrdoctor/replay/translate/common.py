@@ -80,6 +80,12 @@ class Reader:
                 return None
             self.used[key] = f"(default) {default}"
             return default
+        if isinstance(val, str) and "@@unresolved:" in val:
+            import re
+
+            names = re.findall(r"@@unresolved:([^@]*)@@", val)
+            raise UnusableInput(f"{key} comes from {', '.join(names)}, which the launch script "
+                                f"does not set: give --set {key}=VALUE")
         if isinstance(val, str) and "${" in val:
             raise UnusableInput(f"{key} is {val!r}: the interpolation does not resolve in this file")
         if kind in (int, float):

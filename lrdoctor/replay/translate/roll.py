@@ -208,7 +208,8 @@ KEYS_READ = (
     "actor_train.strategy_args.strategy_config.context_parallel_size",
     "actor_train.model_args.ulysses_size", "actor_train.use_dynamic_batching_in_train",
     "actor_train.max_tokens_per_microbatch_in_train",
-    "actor_train.sequence_length_round_in_train",
+    "actor_train.sequence_length_round_in_train", "sequence_length", "prompt_length",
+    "response_length",
 )
 
 
@@ -342,7 +343,7 @@ def _translate(data: dict) -> dict:
                 "actor_train.sequence_length_round_in_train",
             ),
         }
-    return {
+    out: dict[str, Any] = {
         "schedule": schedule,
         "budget": {"formula": "roll"},
         "train": {
@@ -357,6 +358,18 @@ def _translate(data: dict) -> dict:
         "accumulation": {"rule": "correct"},
         "scheduler": {"step_on": "update", "increment": 1},
     }
+    # No batch log: lengths up to the config's own maximum (ROLL's sequence_length, else
+    # prompt_length + response_length).
+    from lrdoctor.replay.translate.common import synthetic_up_to
+
+    max_len = _get(data, "sequence_length", None)
+    if max_len is None and _get(data, "prompt_length", None) is not None:
+        max_len = _num(_get(data, "prompt_length"), "prompt_length") + _num(
+            _get(data, "response_length", 0), "response_length")
+    synth = synthetic_up_to(_num(max_len, "sequence_length") if max_len is not None else None)
+    if synth:
+        out["data"] = {"synthetic": synth}
+    return out
 
 
 def translate(data: dict, base: Path | None = None) -> Translation:

@@ -121,7 +121,9 @@ def translate(data: dict, base: Path | None = None) -> Translation:
     }
     synth = synthetic_up_to(max_len)
     if synth:
-        cfg["data"] = {"synthetic": synth}
+        # Step-wise: every turn is a sequence; without a log each of the n samples of a
+        # prompt is one turn, and the prompt ids come from n (synthetic ``group:n``).
+        cfg["data"] = {"synthetic": synth + (f";group:{n}" if stepwise else "")}
     return r.done("skyrl", cfg)
 
 

@@ -12,8 +12,9 @@ What verl does with the keys (read in verl 0.9.1, ``ray_trainer.py``,
   release decides the count rule, see ``framework``);
 - the LR scheduler steps once per train step (after ``update_policy``) over
   ``trainer.total_training_steps``; warmup ``lr_warmup_steps`` or
-  ``int(lr_warmup_steps_ratio x total)``; ``constant`` or ``cosine``
-  (``min_lr_ratio``, ``num_cycles``);
+  ``int(lr_warmup_steps_ratio x total)``; FSDP: ``constant`` or ``cosine``
+  (``min_lr_ratio``, ``num_cycles``); Megatron: megatron-core's scheduler with
+  ``lr_decay_style``, ``lr_decay_steps``, ``min_lr``, ``lr_warmup_init``;
 - dp = ``nnodes x n_gpus_per_node`` / (ulysses x, for megatron, tp x pp x cp).
 """
 
@@ -38,6 +39,51 @@ A = "actor_rollout_ref.actor"
 def looks_like(data: Any) -> bool:
     return isinstance(data, dict) and isinstance(data.get("actor_rollout_ref"), dict) \
         and isinstance(data.get("data"), dict)
+
+
+def _fsdp_schedule(r: Reader, optim: str, lr: float, horizon: int) -> dict[str, Any]:
+    """FSDP (``workers/engine/fsdp``): HF-style constant or cosine with warmup."""
+    warm = r.get(f"{optim}.lr_warmup_steps", -1, int)
+    if warm <= 0:
+        warm = int(r.get(f"{optim}.lr_warmup_steps_ratio", 0.0, float) * horizon)
+    kind = r.get(f"{optim}.lr_scheduler_type", None, str) or r.get(
+        f"{optim}.warmup_style", "constant", str)
+    if kind == "constant":
+        return {"family": "hf", "kind": "constant_with_warmup", "max_lr": lr,
+                "warmup": warm, "horizon": float(horizon)}
+    if kind == "cosine":
+        return {"family": "hf", "kind": "cosine_with_min_lr", "max_lr": lr,
+                "warmup": warm, "horizon": float(horizon),
+                "params": {"min_lr_rate": r.get(f"{optim}.min_lr_ratio", 0.0, float),
+                           "num_cycles": r.get(f"{optim}.num_cycles", 0.5, float)}}
+    raise UnusableInput(f"{optim}.lr_scheduler_type {kind!r}: verl supports constant and cosine")
+
+
+_MEGATRON_STYLES = ("constant", "linear", "cosine", "inverse-square-root", "WSD")
+
+
+def _megatron_schedule(r: Reader, optim: str, lr: float, horizon: int) -> dict[str, Any]:
+    """Megatron (``utils/megatron/optimizer.get_megatron_optimizer_param_scheduler``):
+    megatron-core's OptimizerParamScheduler over ``lr_decay_steps`` (default the
+    total training steps), warmup ``lr_warmup_steps`` or ``int(ratio x decay
+    steps)``, stepped by 1 per train step (``lr_scheduler_step``)."""
+    decay = r.get(f"{optim}.lr_decay_steps", None, int) or horizon
+    warm = r.get(f"{optim}.lr_warmup_steps", -1, int)
+    if warm is None or warm <= 0:
+        warm = int(r.get(f"{optim}.lr_warmup_steps_ratio", 0.0, float) * decay)
+    style = r.get(f"{optim}.lr_decay_style", "constant", str)
+    if style not in _MEGATRON_STYLES:
+        raise UnusableInput(f"{optim}.lr_decay_style {style!r}: megatron-core knows "
+                            f"{', '.join(_MEGATRON_STYLES)}")
+    params: dict[str, Any] = {}
+    if style == "WSD":
+        params = {"wsd_decay_steps": r.get(f"{optim}.lr_wsd_decay_steps", None, int),
+                  "lr_wsd_decay_style": r.get(f"{optim}.lr_wsd_decay_style", "exponential",
+                                              str)}
+    return {"family": "megatron", "kind": style, "max_lr": lr,
+            "min_lr": r.get(f"{optim}.min_lr", 0.0, float),
+            "init_lr": r.get(f"{optim}.lr_warmup_init", 0.0, float),
+            "warmup": warm, "horizon": float(decay), "params": params}
 
 
 def translate(data: dict, base: Path | None = None) -> Translation:
@@ -88,21 +134,10 @@ def translate(data: dict, base: Path | None = None) -> Translation:
     lr = r.get(f"{optim}.lr", 1e-6, float)
     total = r.get(f"{optim}.total_training_steps", -1, int)
     horizon = total if total and total > 0 else steps
-    warm = r.get(f"{optim}.lr_warmup_steps", -1, int)
-    if warm <= 0:
-        warm = int(r.get(f"{optim}.lr_warmup_steps_ratio", 0.0, float) * horizon)
-    kind = r.get(f"{optim}.lr_scheduler_type", None, str) or r.get(
-        f"{optim}.warmup_style", "constant", str)
-    if kind == "constant":
-        schedule = {"family": "hf", "kind": "constant_with_warmup", "max_lr": lr,
-                    "warmup": warm, "horizon": float(horizon)}
-    elif kind == "cosine":
-        schedule = {"family": "hf", "kind": "cosine_with_min_lr", "max_lr": lr,
-                    "warmup": warm, "horizon": float(horizon),
-                    "params": {"min_lr_rate": r.get(f"{optim}.min_lr_ratio", 0.0, float),
-                               "num_cycles": r.get(f"{optim}.num_cycles", 0.5, float)}}
+    if strategy == "megatron":
+        schedule = _megatron_schedule(r, optim, lr, horizon)
     else:
-        raise UnusableInput(f"{optim}.lr_scheduler_type {kind!r}: verl supports constant and cosine")
+        schedule = _fsdp_schedule(r, optim, lr, horizon)
 
     # Keys that change the step accounting and are not modelled: said, not dropped.
     r.unmodelled_if("data.gen_batch_size", lambda v: int(v) != tbs,
@@ -118,9 +153,6 @@ def translate(data: dict, base: Path | None = None) -> Translation:
                     "which rows share a micro-batch is not")
     r.unmodelled_if(f"{optim}.zero_indexed_step", lambda v: not truthy(v),
                     "one-indexed steps shift the cosine by one step")
-    if strategy == "megatron":
-        r.unmodelled_if(f"{A}.optim.lr_decay_style", truthy,
-                        "verl's megatron optimizer schedule is not translated (fsdp's is)")
     max_len = r.get("data.max_prompt_length", 0, int) + r.get("data.max_response_length", 0, int)
     cfg: dict[str, Any] = {
         "framework": r.get("framework", "verl", str),
