@@ -11,8 +11,8 @@ OpenRLHF scripts alike.
 from __future__ import annotations
 
 import pytest
-from lrdoctor.errors import UnusableInput
 
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay import launch
 from lrdoctor.replay.config import load_config
 from lrdoctor.replay.translate import release_defaults
