@@ -128,18 +128,14 @@ def _whole_k(f: Finding) -> float | None:
 def _agree(findings: list[Finding], dcp: bool = False) -> None:
     """End every repairable finding's fix with the checkpoint's one recommendation.
 
-    ``dcp``: a torch.distributed.checkpoint, which ``fix`` refuses to rewrite, so
-    the text says what to do on resume instead of promising a repair."""
+    ``dcp``: a torch.distributed.checkpoint; ``fix`` rewrites those too (its changed
+    items go to a new storage file), so the text is the same."""
     rec = recommend(findings)
     if rec is None or rec.policy == "sync-lr":
         return
     repair = (f"repair this checkpoint with `lrdoctor fix --out NEW` (it applies "
               f"`{rec.flags}`"
               + (f"; the alternative: `{rec.alternative}`" if rec.alternative else "") + ").")
-    if dcp:
-        repair = ("`lrdoctor fix` does not rewrite torch.distributed.checkpoint folders: "
-                  f"set the scheduler state on resume instead (what `{rec.flags}` would "
-                  "write).")
     cause = rec.because[0]
     for f in findings:
         if f.code not in rec.because:

@@ -477,14 +477,16 @@ def render_fix(report, *, plan, dry_run: bool, result=None, con: Console | None 
         w = result.written
         if result.unresolved:
             con.print(f"[red]wrote {w.out}[/red] ({len(w.changed)} file(s) rewritten, "
-                      f"{w.copied} copied as is), but inspecting it again still shows "
+                      f"{w.copied} copied as is"
+                      f"{f', {w.linked} hard-linked' if w.linked else ''}), but inspecting it again still shows "
                       f"{', '.join(sorted({f.code for f in result.unresolved}))}: NOT a "
                       f"repaired checkpoint; manifest {w.manifest.name}", highlight=False)
             for f in result.unresolved:
                 con.print(f"  [red]{f.code} {f.severity}[/red]: {f.message}", highlight=False)
         else:
             con.print(f"[green]wrote {w.out}[/green] ({len(w.changed)} file(s) rewritten, "
-                      f"{w.copied} copied as is); verified by inspecting it again; "
+                      f"{w.copied} copied as is"
+                      f"{f', {w.linked} hard-linked' if w.linked else ''}); verified by inspecting it again; "
                       f"manifest {w.manifest.name}")
 
 

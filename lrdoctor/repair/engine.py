@@ -28,6 +28,10 @@ class FormatPlan:
     files: list[str] | None = None  # relative to root; None: every file under it
     changes: list[Change] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Hard-link the files no change touches (DCP tensor files), else copy them.
+    link: bool = False
+    # file -> what writes it (and the files beside it) from its changes: a DCP .metadata.
+    builders: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -43,6 +47,8 @@ class FixPlan:
     notes: list[str] = field(default_factory=list)
     # One line each, shown as "warning:": what the fix could not set and how to set it.
     warnings: list[str] = field(default_factory=list)
+    link: bool = False
+    builders: dict[str, Any] = field(default_factory=dict)
 
     @property
     def noop(self) -> bool:
@@ -126,16 +132,17 @@ def plan_fix(path: str | Path, *, policy: str | None = None, k: float | None = N
     if target is None:
         plan.notes.append("nothing to fix: no finding calls for a repair")
         return plan
-    if state.extras.get("storage") == "dcp":  # torch_dist, torchtitan, NeMo-RL, ...
-        from lrdoctor.read.layouts.dcp import FIX_REFUSAL
+    from lrdoctor.repair import dcp
 
-        raise Refusal(FIX_REFUSAL, str(path))
-    try:
-        writer = importlib.import_module(f"lrdoctor.repair.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"lrdoctor.repair.{name}":
-            raise
-        raise Refusal(f"`fix` cannot write the {name} format yet", str(path)) from None
+    if state.extras.get("storage") == "dcp" or dcp.folders(state):
+        writer: Any = dcp  # torch_dist, torch_dcp, torchtitan, NeMo-RL, any DCP folder
+    else:
+        try:
+            writer = importlib.import_module(f"lrdoctor.repair.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"lrdoctor.repair.{name}":
+                raise
+            raise Refusal(f"`fix` cannot write the {name} format yet", str(path)) from None
     try:
         fp: FormatPlan = writer.plan(path, state, target)
     except Refusal as exc:  # a writer names the file inside the checkpoint; say which input
@@ -144,6 +151,7 @@ def plan_fix(path: str | Path, *, policy: str | None = None, k: float | None = N
         raise
     plan.root = fp.root
     plan.files = fp.files if fp.files is not None else tree_files(fp.root)
+    plan.link, plan.builders = fp.link, fp.builders
     plan.changes = [c for c in fp.changes if not _equal(c.before, c.after)]
     plan.notes += target.reasons + fp.notes
     left = lr_left_warning(state, target)
@@ -249,7 +257,8 @@ def write_fix(plan: FixPlan, out: str | Path, *, force: bool = False, progress: 
     try:
         result.written = write_output(root, out, plan.files, plan.changes, manifest(plan),
                                       force=force, verify=check if verify else None,
-                                      progress=progress, protect=(plan.path,))
+                                      progress=progress, protect=(plan.path,),
+                                      link=plan.link, builders=plan.builders)
     except (OSError, MemoryError) as exc:  # disk full, permissions: one line, nothing left
         where = getattr(exc, "filename", None) or out
         what = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__

@@ -416,13 +416,15 @@ class Written:
     changed: dict[str, str] = field(default_factory=dict)  # rel file -> sha256
     copied: int = 0
     bytes_copied: int = 0
+    linked: int = 0  # unchanged files hard-linked instead of copied
     cleaned: list[Path] = field(default_factory=list)  # leftovers of killed runs, removed
 
 
 def write_output(src: Path, out: Path, files: list[str], changes: list[Change],
                  manifest: dict[str, Any], *, force: bool = False,
                  verify: Callable[[Path], None] | None = None,
-                 progress: Any = None, protect: tuple[Path, ...] = ()) -> Written:
+                 progress: Any = None, protect: tuple[Path, ...] = (), link: bool = False,
+                 builders: dict[str, Any] | None = None) -> Written:
     """Build the output in a temporary sibling, verify it there, rename it into place.
 
     ``files``: what the output holds (relative to ``src``; a file root: its name).
@@ -431,20 +433,25 @@ def write_output(src: Path, out: Path, files: list[str], changes: list[Change],
     ``progress``: a rich Progress to show copies on (optional).
     An existing output is replaced only with ``force`` and only once the new one is
     complete and verified; it is moved aside first, so a crash never leaves neither.
+    ``link``: unchanged files are hard-linked where the filesystem allows (else copied).
+    ``builders``: file -> ``builder(src, tmp, changes) -> [files written]`` for files that
+    are not rewritten field by field (a DCP ``.metadata`` and its new storage file).
     """
     check_output(src, out, force, protect)
     with OutputLock(out):
         check_output(src, out, force, protect)  # again, now that no other fix can race us
         cleaned = remove_stale(out)
         written = _write_locked(src, out, files, changes, manifest, force=force,
-                                verify=verify, progress=progress)
+                                verify=verify, progress=progress, link=link,
+                                builders=builders or {})
         written.cleaned = cleaned
         return written
 
 
 def _write_locked(src: Path, out: Path, files: list[str], changes: list[Change],
                   manifest: dict[str, Any], *, force: bool,
-                  verify: Callable[[Path], None] | None, progress: Any) -> Written:
+                  verify: Callable[[Path], None] | None, progress: Any, link: bool = False,
+                  builders: dict[str, Any] | None = None) -> Written:
     single = src.is_file()
     by_file: dict[str, list[Change]] = {}
     for c in changes:
@@ -482,6 +489,8 @@ def _write_locked(src: Path, out: Path, files: list[str], changes: list[Change],
             if progress is not None:
                 progress.update(task, description=("rewriting " if rel in by_file
                                                    else "copying ") + rel)
+            if builders and rel in builders:
+                continue  # written below, from its changes
             if rel in by_file and by_file[rel][0].kind == "pickle" and torch_free() \
                     and (_no_torch() or _torchzip().is_torch_zip(s)):
                 _torchzip().rewrite(s, d, by_file[rel])
@@ -498,10 +507,15 @@ def _write_locked(src: Path, out: Path, files: list[str], changes: list[Change],
                 del obj
                 shutil.copystat(s, d)
                 written.changed[rel] = sha256(d)
+            elif link and _link(s, d):
+                written.linked += 1
             else:
                 copy_file(s, d, advance)
                 written.copied += 1
                 written.bytes_copied += s.stat().st_size
+        for rel, build in (builders or {}).items():
+            for made in build(src, tmp, by_file.get(rel, [])):
+                written.changed[made] = sha256(tmp / made)
         doc = dict(manifest)
         doc["changed_files"] = [{"file": f, "sha256": h} for f, h in written.changed.items()]
         mtext = json.dumps(doc, indent=2, allow_nan=False) + "\n"
@@ -517,6 +531,17 @@ def _write_locked(src: Path, out: Path, files: list[str], changes: list[Change],
         raise
     _remove(holder)  # holds the replaced output, if any
     return written
+
+
+def _link(src: Path, dst: Path) -> bool:
+    """Hard-link ``dst`` to ``src`` (same bytes, no copy); False where the filesystem
+    does not allow it (another device, no link support), so the caller copies."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        return False
+    return True
 
 
 def _publish(holder: Path, tmp: Path, out: Path, mtmp: Path | None, manifest: Path,

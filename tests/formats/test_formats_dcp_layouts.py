@@ -256,11 +256,15 @@ def test_hf_fsdp_sharded_optimizer(tmp_path, extra):
         f = _one(rep, "LRD103")
         assert (f.evidence["scheduler_progress"], f.evidence["nominal_progress"],
                 f.evidence["k"]) == (18, 6, 3)
+        # fix repairs it (issue 20): scheduler.pt by torchzip, the FSDP optimizer_0/ DCP
+        # folder's param-group items into a new storage file, its tensors hard-linked.
         out = tmp_path / "fixed"
         p = subprocess.run([sys.executable, "-m", "lrdoctor", "fix", str(ckpt), "--out",
                             str(out)], capture_output=True, text=True, timeout=120)
-        assert p.returncode == 2 and not out.exists()
-        assert len(p.stderr.strip().splitlines()) == 1 and "(DCP)" in p.stderr
+        assert p.returncode == 0, p.stderr
+        assert "verified by inspecting it again" in " ".join(p.stdout.split())
+        assert read_state(out).scheduler_progress.value == 6
+        assert not {f.code for f in _loud(inspect_path(out)[0])} & {"LRD103", "LRD105"}
 
 
 # ---------------------------------------------------------------- generic DCP loop

@@ -329,17 +329,17 @@ def test_torch_dist_019_scheduler_per_micro_batch_is_lrd104():
     assert "4 micro-batches per iteration" in f.message
 
 
-def test_torch_dist_019_fix_refuses_in_one_line(tmp_path):
+def test_torch_dist_019_fix_writes_a_verified_copy(tmp_path):
+    """fix repairs torch_dist (issue 20; loaded back with torch DCP in
+    tests/repair/test_fix_dcp.py)."""
     import subprocess
     import sys
 
     out = tmp_path / "out"
     p = subprocess.run([sys.executable, "-m", "lrdoctor", "fix", str(MCORE_019 / "buggy"),
                         "--out", str(out)], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and not out.exists()
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and "torch.distributed.checkpoint (DCP)" in lines[0]
-    assert "buggy" in lines[0] and "Traceback" not in p.stderr
+    assert p.returncode == 0, p.stderr
+    assert megatron.read(out).scheduler_progress.value == 80
 
 
 @pytest.mark.parametrize("per_micro", [False, True])

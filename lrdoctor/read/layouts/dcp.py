@@ -49,12 +49,6 @@ MAX_ITEM_BYTES = 64 << 20  # one bytes item (scheduler, args, common_state): KiB
 MAX_TOTAL_BYTES = 1 << 30  # all bytes items of one read together
 SMALL_TENSOR_BYTES = 1 << 20  # a one-element tensor item is a few KiB (a torch zip)
 
-# Why ``fix`` leaves DCP checkpoints alone (``RunState.extras["storage"] == "dcp"``).
-FIX_REFUSAL = ("a torch.distributed.checkpoint (DCP) checkpoint: every item's byte offset and "
-               "length are recorded in .metadata, a torch pickle lrdoctor does not write, so "
-               "rewriting the scheduler item is unsafe; nothing was written (fix the counter "
-               "in the trainer on resume instead)")
-
 _BYTES = "torch.distributed.checkpoint.metadata.BytesStorageMetadata"
 _TENSOR = "torch.distributed.checkpoint.metadata.TensorStorageMetadata"
 
