@@ -5,7 +5,7 @@ the older ``common.pt`` beside the ``.distcp`` files), ``torch_dcp`` / ``fsdp_dt
 (flattened ``opt_param_scheduler.num_steps`` leaves), torchtitan ``step-N``
 (``lr_scheduler.last_epoch``, per-parameter ``optimizer.param_groups.<fqn>.lr``),
 NeMo-RL's optimizer DCP and any other DCP folder: the fields are found in the items as
-the reader re-nests them (:func:`lrdoctor.formats.dcp.load`), by content, never by the
+the reader re-nests them (:func:`lrdoctor.read.layouts.dcp.load`), by content, never by the
 layout's name.
 
 Why a new storage file: ``.metadata`` records the file, byte offset and length of every
