@@ -11,7 +11,15 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.packing.registry import PACKERS
@@ -101,7 +109,7 @@ class DpCfg(_Section):
         return size
 
 
-class BatchingCfg(_Section):
+class _BatchingBase(_Section):
     strategy: Literal[STRATEGIES] = "static"  # type: ignore[valid-type]
     max_tokens_per_microbatch: int | None = Field(None, ge=1)
     round_to: int = Field(1, ge=1)
@@ -141,13 +149,29 @@ class BatchingCfg(_Section):
         return self.strategy in PACKED_STRATEGIES if self.packed is None else self.packed
 
     @model_validator(mode="after")
-    def _check(self) -> BatchingCfg:
+    def _check(self) -> _BatchingBase:
         # The packer's own params model says what it needs (one home per packer).
         try:
             PACKERS[self.strategy].params_from(self)
         except UnusableInput as exc:
             raise ValueError(str(exc).replace("batching.", "")) from None
         return self
+
+
+def _packer_only_fields() -> dict[str, Any]:
+    """Keys only some packer reads (declared in its own params model, not above): added
+    to the ``batching`` section so a new packer's keys need no edit here."""
+    out: dict[str, Any] = {}
+    for p in PACKERS.values():
+        for name, f in p.params.model_fields.items():
+            if name not in _BatchingBase.model_fields and name not in out:
+                out[name] = (f.annotation | None, None)
+    return out
+
+
+BatchingCfg = create_model(  # type: ignore[call-overload]
+    "BatchingCfg", __base__=_BatchingBase, __doc__="The framework's micro-batching.",
+    **_packer_only_fields())
 
 
 class AccumulationCfg(_Section):

@@ -261,3 +261,26 @@ class FakeDist:
         for t in threads:
             t.join()
         return results
+
+
+def openrlhf_balance_experiences():
+    """OpenRLHF's ``balance_experiences`` (``trainer/ppo_utils/experience.py``), or None.
+
+    The module imports torch and ``openrlhf.utils.utils`` (zero_pad_sequences) at the
+    top; the balancing itself only sorts items by ``total_length`` and deals them, so
+    ``split_experience_batch``/``make_experience_batch`` are replaced by pass-throughs
+    (items in, the rank's list of items out)."""
+    base = _package_dir("openrlhf")
+    path = base / "trainer" / "ppo_utils" / "experience.py" if base else None
+    if path is None or not path.exists():
+        return None
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return None
+    utils = types.ModuleType("openrlhf.utils.utils")
+    utils.zero_pad_sequences = lambda *a, **k: None
+    mod = _load_file(path, "_peer_openrlhf_experience", {"openrlhf.utils.utils": utils})
+    mod.split_experience_batch = lambda item: [item]
+    mod.make_experience_batch = lambda items, packing_samples=False: items
+    return mod.balance_experiences

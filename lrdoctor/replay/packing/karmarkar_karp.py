@@ -468,14 +468,57 @@ class KarmarkarKarpParams(PackerParams):
                     keep_minibatch=self.keep_minibatch, round_to=self.round_to)
 
 
+def openrlhf_balance(tokens: np.ndarray, dp: int) -> tuple[np.ndarray, np.ndarray]:
+    """OpenRLHF 0.11.2 ``balance_experiences`` (``trainer/ppo_utils/experience.py``): rows
+    sorted by length (longest first, ties in order), cut into chunks of dp, the first
+    half of the chunks interleaved with the reversed second half from its end; rank r
+    takes the r-th row of every chunk. Returns (row order, rank of each) with each
+    rank's rows contiguous and in the order the rank receives them."""
+    import numpy as np
+
+    idx = np.argsort(-np.asarray(tokens), kind="stable")
+    chunks = [idx[i:i + dp] for i in range(0, len(idx), dp)]
+    half = len(chunks) // 2
+    first, last = chunks[:half], [c[::-1] for c in chunks[half:]]
+    inter: list[np.ndarray] = []
+    for i in range(half):
+        inter += [first[i], last[-(i + 1)]]
+    if len(last) > len(first):
+        inter.append(last[0])
+    per_rank = [[int(c[r]) for c in inter if r < len(c)] for r in range(dp)]
+    order = np.asarray([i for rows in per_rank for i in rows], dtype=np.int64)
+    ranks = np.repeat(np.arange(dp, dtype=np.int64), [len(rows) for rows in per_rank])
+    return order, ranks
+
+
+def _balanced(p: KarmarkarKarpParams, fr: dict, dp: int) -> tuple[dict, np.ndarray | None]:
+    """The frame as OpenRLHF hands it to its ranks (flavor openrlhf, no logged ranks)."""
+    if p.flavor != "openrlhf" or "rank" in fr or dp < 2:
+        return fr, None
+    order, ranks = openrlhf_balance(fr["tokens"], dp)
+    out = {k: v[order] for k, v in fr.items()}
+    out["rank"] = ranks
+    return out, order
+
+
+def _unbalanced(plan: StepPlan, order: np.ndarray | None) -> StepPlan:
+    """Row indices back to the caller's frame."""
+    if order is not None:
+        for mb in plan.micro_batches:
+            mb.ranks = [order[a] for a in mb.ranks]
+        plan.notes["openrlhf_balance_experiences"] = True
+    return plan
+
+
 def _plan(p: KarmarkarKarpParams, train, fr, dp) -> StepPlan:
     from lrdoctor.replay.packing.common import _mini_per_rank
 
     notes: dict = {}
+    fr, order = _balanced(p, fr, dp)
     plan = plan_karmarkar_karp(fr, dp, p.max_tokens_per_microbatch or 0,
                                mini_per_rank=_mini_per_rank(train, dp, notes), **p.options())
     plan.notes.update(notes)
-    return plan
+    return _unbalanced(plan, order)
 
 
 def _plan_steps(p: KarmarkarKarpParams, train, frames, dps) -> list[StepPlan]:
@@ -485,10 +528,13 @@ def _plan_steps(p: KarmarkarKarpParams, train, frames, dps) -> list[StepPlan]:
 
     step_notes: list[dict] = [{} for _ in frames]
     mprs = [_mini_per_rank(train, d, n) for d, n in zip(dps, step_notes, strict=True)]
-    plans = plan_karmarkar_karp_steps(frames, dps, p.max_tokens_per_microbatch or 0,
+    balanced = [_balanced(p, f, d) for f, d in zip(frames, dps, strict=True)]
+    plans = plan_karmarkar_karp_steps([f for f, _ in balanced], dps,
+                                      p.max_tokens_per_microbatch or 0,
                                       mini_per_rank=mprs, **p.options())
-    for plan, n in zip(plans, step_notes, strict=True):
+    for plan, n, (_, order) in zip(plans, step_notes, balanced, strict=True):
         plan.notes.update(n)
+        _unbalanced(plan, order)
     return plans
 
 

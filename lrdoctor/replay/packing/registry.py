@@ -23,6 +23,7 @@ def _packers() -> tuple[Packer, ...]:
         doc_target,
         karmarkar_karp,
         prompt_unit,
+        roll_sequence_packing,
         sequence_packing,
         static,
         token_budget,
@@ -36,6 +37,7 @@ def _packers() -> tuple[Packer, ...]:
         prompt_unit.PACKER,
         doc_target.PACKER,
         sequence_packing.PACKER,
+        roll_sequence_packing.PACKER,
     )
 
 

@@ -10,9 +10,13 @@ What NeMo-RL does with the keys (``algorithms/grpo.py``,
   ``policy.dynamic_batching`` (sorted, dealt, greedy token budget per global
   batch: strategy ``token_budget`` flavor ``nemo_rl``) or
   ``policy.sequence_packing`` (bins of ``train_mb_tokens`` per global batch:
-  strategy ``sequence_packing``), lengths rounded to ``sequence_length_round``;
-- the scheduler steps per update: the DTensor path's list of torch schedulers
-  with ``milestones`` (``SequentialLR``), or ``megatron_cfg.scheduler``;
+  strategy ``sequence_packing``), lengths rounded to ``sequence_length_round``
+  (dynamic batching) or ``make_sequence_length_divisible_by`` (sequence packing,
+  ``lm_policy.py``'s ``sequence_length_pad_multiple``);
+- the scheduler steps once per ``train()`` call, i.e. once per GRPO step, in
+  the DTensor v2 and Megatron workers (not per global batch): the DTensor path's
+  list of torch schedulers with ``milestones`` (``SequentialLR``), or
+  ``megatron_cfg.scheduler``;
 - dp = ``cluster.num_nodes x gpus_per_node`` / (tp x cp, x pp for megatron).
 """
 
@@ -115,10 +119,14 @@ def translate(data: dict, base: Path | None = None) -> Translation:
                         f"{P}.dynamic_batching.train_mb_tokens", "dynamic batching needs it"),
                     "round_to": r.count(f"{P}.dynamic_batching.sequence_length_round", 64)}
     elif r.get(f"{P}.sequence_packing.enabled", False, bool):
+        # lm_policy.py: sequence_length_pad_multiple = make_sequence_length_divisible_by
+        # (sequence_packing.sequence_length_round is not what the packer rounds to);
+        # grpo_math_1B.yaml sets it to ${policy.dtensor_cfg.tensor_parallel_size}.
+        tp = r.get(f"{P}.dtensor_cfg.tensor_parallel_size", 1, int)
         batching = {"strategy": "sequence_packing",
                     "max_tokens_per_microbatch": r.need(
                         f"{P}.sequence_packing.train_mb_tokens", "sequence packing needs it"),
-                    "round_to": r.count(f"{P}.sequence_packing.sequence_length_round", 64),
+                    "round_to": r.count(f"{P}.make_sequence_length_divisible_by", tp),
                     "algorithm": r.get(f"{P}.sequence_packing.algorithm",
                                        "modified_first_fit_decreasing", str).lower()}
         order = r.get(f"{P}.sequence_packing.microbatch_order", "packer", str)
@@ -152,7 +160,9 @@ def translate(data: dict, base: Path | None = None) -> Translation:
         "dp": {"size": dp},
         "batching": batching,
         "accumulation": {"rule": "correct", "flush_at_step_end": True},
-        "scheduler": {"step_on": "update", "increment": 1},
+        # The DTensor v2 and Megatron workers step the scheduler once per train() call,
+        # that is once per GRPO step, however many global batches the step holds.
+        "scheduler": {"step_on": "rollout_step", "increment": 1},
     }
     synth = synthetic_up_to(r.get(f"{P}.max_total_sequence_length", kind=int))
     if synth:

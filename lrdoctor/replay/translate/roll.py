@@ -209,7 +209,11 @@ KEYS_READ = (
     "actor_train.model_args.ulysses_size", "actor_train.use_dynamic_batching_in_train",
     "actor_train.max_tokens_per_microbatch_in_train",
     "actor_train.sequence_length_round_in_train", "sequence_length", "prompt_length",
-    "response_length",
+    "response_length", "actor_train.use_sequence_packing",
+    "actor_train.sequence_packing_args.algorithm",
+    "actor_train.sequence_packing_args.max_packed_sequence_length_train",
+    "actor_train.sequence_packing_args.min_num_micro_batches_train",
+    "actor_train.strategy_args.strategy_config.virtual_pipeline_model_parallel_size",
 )
 
 
@@ -372,9 +376,55 @@ def _translate(data: dict) -> dict:
     return out
 
 
+def _sequence_packing(data: dict, actor: dict, layout: dict, out: dict,
+                      unmodelled: list[dict[str, Any]]) -> None:
+    """``actor_train.use_sequence_packing``: ROLL's megatron strategy packs each rank's
+    mini-batch (:mod:`lrdoctor.replay.packing.roll_sequence_packing`)."""
+    if not bool(actor.get("use_sequence_packing", False)):
+        return
+    key = "actor_train.sequence_packing_args"
+    args = actor.get("sequence_packing_args") or {}
+    if not isinstance(args, dict):
+        raise UnusableInput(f"{key} must be a mapping")
+    strategy = str(_get(actor, "strategy_args.strategy_name", "megatron_train"))
+    algorithm = str(args.get("algorithm", "none"))
+    if "megatron" not in strategy:
+        unmodelled.append({"key": "actor_train.use_sequence_packing", "value": True,
+                           "why": f"ROLL packs sequences only with the megatron strategy; "
+                                  f"{strategy} is replayed without packing"})
+        return
+    if algorithm == "none":  # SequencePackingPacker: mini-batch // micro_batch_size chunks
+        return
+    if algorithm != "load_balance":
+        raise UnusableInput(f"{key}.algorithm {algorithm!r}: ROLL knows none, load_balance")
+    cap = args.get("max_packed_sequence_length_train")
+    if cap is None:
+        raise UnusableInput(f"{key}.max_packed_sequence_length_train is not set (ROLL's "
+                            "load_balance packer asserts it)")
+    tp, cp = int(layout["tp"]), int(layout["cp"])
+    pad = math.lcm(16, cp * 2 * tp if cp > 1 else tp)
+    sc = _get(actor, "strategy_args.strategy_config", {}) or {}
+    vp = sc.get("virtual_pipeline_model_parallel_size") or 1
+    out["batching"] = {
+        "strategy": "roll_sequence_packing",
+        "max_tokens_per_microbatch": _num(cap, f"{key}.max_packed_sequence_length_train"),
+        "round_to": pad,
+        "min_micro_batches": _num(args.get("min_num_micro_batches_train", 1),
+                                  f"{key}.min_num_micro_batches_train"),
+        "virtual_pipeline": _num(vp, "virtual_pipeline_model_parallel_size"),
+    }
+
+
 def translate(data: dict, base: Path | None = None) -> Translation:
     """ROLL's YAML as a :class:`Translation` (the keys it read in ``keys_used``)."""
-    return Translation("roll", to_config(data), keys_used(data))
+    if not looks_like_roll(data):
+        raise UnusableInput("not a ROLL pipeline YAML (no actor_train.training_args)")
+    res = resolve(data)
+    out = _translate(res)
+    unmodelled: list[dict[str, Any]] = []
+    actor = res["actor_train"]
+    _sequence_packing(res, actor, _dp_size(actor)[1], out, unmodelled)
+    return Translation("roll", out, keys_used(data), unmodelled)
 
 
 TRANSLATOR = Translator("roll", "ROLL (pipeline YAML)", "yaml", looks_like_roll, translate,
