@@ -87,7 +87,7 @@ def plan(path: Path, state: RunState, target: Target) -> Any:
             # a scheduler that did would be missed and the plan refused, never guessed.
             continue
     objs: list[tuple[str, Any]] = [(rel, tree) for rel, tree, _ in trees] + pickles
-    changes, notes = _plan_objects(objs, target)
+    changes, notes = _plan_objects(objs, target, _named(state, root))
     by_rel = {rel: paths for rel, _, paths in trees}
     out: list[Change] = []
     for c in changes:
@@ -108,6 +108,18 @@ def plan(path: Path, state: RunState, target: Target) -> Any:
                      "DCP files are hard-linked (or copied) unchanged")
     return FormatPlan(root=root, files=files, changes=out, notes=notes, link=True,
                       builders=builders)
+
+
+def _named(state: RunState, root: Path) -> tuple[str, Key] | None:
+    """(file, key path) of the scheduler state whose progress the reader named with a
+    FieldRef (``Counter.ref``), relative to ``root``; None where the reader named none."""
+    ref = state.scheduler_progress.ref if state.scheduler_progress is not None else None
+    if ref is None or ref.item or len(ref.key) < 1:
+        return None
+    f, r = Path(ref.file).resolve(), root.resolve()
+    if not f.is_relative_to(r):
+        return None
+    return _rel(r, f), tuple(ref.key[:-1])
 
 
 def _pickles(state: RunState, dirs: list[Path]) -> list[Path]:
@@ -193,8 +205,10 @@ def _lr_leaves(node: Any, key: Key) -> Iterator[tuple[Key, dict]]:
             yield from _lr_leaves(v, key + (k,))
 
 
-def _plan_objects(objs: list[tuple[str, Any]], target: Target
-                  ) -> tuple[list[Change], list[str]]:
+def _plan_objects(objs: list[tuple[str, Any]], target: Target,
+                  named: tuple[str, Key] | None = None) -> tuple[list[Change], list[str]]:
+    """The edits: the scheduler state the reader named (``named``), else every one found by
+    shape at the progress inspect read; the optimizers' param-group LRs beside them."""
     from lrdoctor.read.scan.discover import is_megatron_scheduler
     from lrdoctor.repair.megatron import scheduler_edits
     from lrdoctor.repair.torchstate import (
@@ -220,6 +234,8 @@ def _plan_objects(objs: list[tuple[str, Any]], target: Target
             elif _is_torch_sched(v, target.progress_before) and not (
                     k and k[-1] == "_schedulers"):
                 scheds.append((rel, k, "torch"))
+    if named is not None and any((rel, k) == named for rel, k, _ in scheds):
+        scheds = [t for t in scheds if (t[0], t[1]) == named]  # exactly the field read
     lrs = None
     first = next(((rel, k) for rel, k in opts), None)
     if first is not None:

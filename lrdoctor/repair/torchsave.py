@@ -90,16 +90,17 @@ def _rebuilt_counter(objs: dict[Path, Any], rel: dict[Path, str], target: Target
                      state: RunState) -> list[Change]:
     """No scheduler state (torchtune): edit the counter the scheduler is rebuilt from."""
     prog = state.scheduler_progress
-    src = prog.source if prog is not None else ""
-    file, _, key = src.rpartition(":")
-    f = Path(file)
-    if f not in objs or not key or " " in key:
+    ref = prog.ref if prog is not None else None  # the field the reader named
+    f = Path(ref.file) if ref is not None else None
+    if ref is None or f not in objs or not ref.key or ref.item:
         raise Refusal(f"no scheduler state with progress {target.progress_before:g} in "
                       + ", ".join(sorted(rel.values())))
-    path = tuple(key.split("."))
-    old = get_at(objs[f], path)
+    try:
+        old = get_at(objs[f], ref.key)
+    except (KeyError, IndexError, TypeError, AttributeError):
+        raise Refusal(f"{rel[f]}: no field {ref.dotted}") from None
     if old != target.progress_before:
-        raise Refusal(f"{rel[f]}:{key} is {old}, not {target.progress_before:g}")
+        raise Refusal(f"{rel[f]}:{ref.dotted} is {old}, not {target.progress_before:g}")
     new = int(target.progress) if float(target.progress).is_integer() else target.progress
-    return [Change(rel[f], path, old, new, why=f"{target.policy} (the scheduler is rebuilt "
-                                                  f"from {key} on resume)")]
+    return [Change(rel[f], ref.key, old, new, why=f"{target.policy} (the scheduler is "
+                                                   f"rebuilt from {ref.dotted} on resume)")]

@@ -319,20 +319,40 @@ def _read_found_scheduler(st: RunState, sched: discover.Found, opt: dict | None)
         key = next(k for k in SCHEDULER_KEYS_MEGATRON["num_steps"] if k in sched.value)
         st.schedule, st.scheduler_progress = schedule_from_state(
             sched.value, src, Unit.UPDATES, _subkey(sched, key))
+        _ref(st, sched, key)
         st.extras["scheduler_class"] = "megatron-core OptimizerParamScheduler"
     elif sched.kind == discover.SCHED_TORCH:
         _read_scheduler(st, sched.value, src, opt)
         prog = st.scheduler_progress
         if prog is not None and sched.key and prog.source == f"{src}:last_epoch":
             prog.source = _subkey(sched, "last_epoch")  # file:key.last_epoch
+        if prog is not None and "last_epoch" in sched.value:
+            _ref(st, sched, "last_epoch")
     else:  # DeepSpeed's own schedulers keep only last_batch_iteration (from -1)
         lbi = _common.number(sched.value.get("last_batch_iteration"))
         st.extras["scheduler_class"] = "DeepSpeed scheduler"
         if lbi is not None:
             st.scheduler_progress = Counter("scheduler.last_batch_iteration + 1", lbi + 1,
                                             Unit.UPDATES, _subkey(sched, "last_batch_iteration"))
+            _ref(st, sched, "last_batch_iteration")
         st.notes.append(f"{src}: a DeepSpeed scheduler state keeps only its progress; its "
                         "schedule lives in the DeepSpeed config")
+
+
+def _ref(st: RunState, sched: discover.Found, key: str) -> None:
+    """Name the field the progress was read from (and the schedule's horizon field), as a
+    FieldRef: the repair writes exactly there."""
+    from lrdoctor.core.fieldref import FieldRef
+
+    if st.scheduler_progress is not None:
+        st.scheduler_progress.ref = FieldRef(sched.file, sched.path + (key,))
+    if st.schedule is not None:
+        from lrdoctor.schedules.torch_builtin import HORIZON_FIELD
+
+        for name in (HORIZON_FIELD.get(st.schedule.kind), "lr_decay_steps"):
+            if name and name in sched.value:
+                st.schedule.refs["horizon"] = FieldRef(sched.file, sched.path + (name,))
+                break
 
 
 def _subkey(f: discover.Found, key: str) -> str:

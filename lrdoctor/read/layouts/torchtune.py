@@ -47,8 +47,11 @@ def refine(sc: discover.Scan, st: RunState) -> None:
     if not isinstance(steps, int) and isinstance(epochs, int) and isinstance(per_epoch, int):
         steps, src = epochs * per_epoch, f"{f}:epochs_run x max_steps_per_epoch"
     if isinstance(steps, int):
-        st.scheduler_progress = Counter("torchtune.steps_run (scheduler rebuilt at)", steps,
-                                        Unit.UPDATES, src)
+        from lrdoctor.core.fieldref import FieldRef
+
+        st.scheduler_progress = Counter(
+            "torchtune.steps_run (scheduler rebuilt at)", steps, Unit.UPDATES, src,
+            ref=FieldRef(str(f), ("steps_run",)) if src == f"{f}:steps_run" else None)
         st.notes = [n for n in st.notes if not n.startswith("no LR scheduler state found")]
         st.notes.append("torchtune saves no scheduler state: it rebuilds the scheduler at "
                         "last_epoch = steps_run - 1 on resume")

@@ -339,6 +339,9 @@ class Found:
     file: str
     key: str
     value: Any
+    # The key path as a tuple (dict keys, list indexes): what a FieldRef and a repair use;
+    # ``key`` is its display form.
+    path: tuple[str | int, ...] = ()
 
     @property
     def where(self) -> str:
@@ -435,54 +438,56 @@ def classify(obj: Any, file: str, prefix: str = "", config: bool = False) -> lis
     out: list[Found] = []
     budget = [MAX_WALK_NODES]
 
-    def walk(o: Any, key: str, parent: str, depth: int, cfg: bool) -> None:
+    def walk(o: Any, key: str, parent: str, depth: int, cfg: bool,
+             path: tuple[str | int, ...]) -> None:
         budget[0] -= 1
         if budget[0] <= 0 or depth > 12:
             return
         if isinstance(o, Opaque):
             fields = _opaque_fields(o)
             if fields is not None:
-                out.append(Found(CONFIG, file, key, fields))
-                walk_dict(fields, key, depth, True)
+                out.append(Found(CONFIG, file, key, fields, path))
+                walk_dict(fields, key, depth, True, path)
             return
         if isinstance(o, dict):
             if is_megatron_scheduler(o):
-                out.append(Found(SCHED_MEGATRON, file, key, o))
+                out.append(Found(SCHED_MEGATRON, file, key, o, path))
                 return
             if is_torch_scheduler(o):
-                out.append(Found(SCHED_TORCH, file, key, o))
+                out.append(Found(SCHED_TORCH, file, key, o, path))
                 return
             if is_deepspeed_scheduler(o):
-                out.append(Found(SCHED_DEEPSPEED, file, key, o))
+                out.append(Found(SCHED_DEEPSPEED, file, key, o, path))
                 return
             if is_optimizer(o):
-                out.append(Found(OPTIMIZER, file, key, o))
+                out.append(Found(OPTIMIZER, file, key, o, path))
                 return
             name = key.rsplit(".", 1)[-1]
             if name in CONFIG_KEYS:
-                out.append(Found(CONFIG, file, key, o))
-            walk_dict(o, key, depth, cfg or name in CONFIG_KEYS)
+                out.append(Found(CONFIG, file, key, o, path))
+            walk_dict(o, key, depth, cfg or name in CONFIG_KEYS, path)
             return
         if isinstance(o, (list, tuple)) and len(o) <= 64:
             for i, item in enumerate(o):
                 if isinstance(item, (dict, list, tuple, Opaque)):
-                    walk(item, f"{key}[{i}]", parent, depth + 1, cfg)
+                    walk(item, f"{key}[{i}]", parent, depth + 1, cfg, path + (i,))
             return
         v = _scalar(o)
         last = key.rsplit(".", 1)[-1]
         if v is not None and last in COUNTER_NAMES and parent not in _NOT_COUNTER_PARENTS:
-            out.append(Found(SETTING if cfg else COUNTER, file, key, v))
+            out.append(Found(SETTING if cfg else COUNTER, file, key, v, path))
 
-    def walk_dict(d: dict, key: str, depth: int, cfg: bool) -> None:
+    def walk_dict(d: dict, key: str, depth: int, cfg: bool,
+                  path: tuple[str | int, ...]) -> None:
         last = key.rsplit(".", 1)[-1] if key else ""
         if last in _NOT_COUNTER_PARENTS:
             return
         for k, v in list(d.items())[:4096]:
             if not isinstance(k, str):
                 continue
-            walk(v, f"{key}.{k}" if key else k, last, depth + 1, cfg)
+            walk(v, f"{key}.{k}" if key else k, last, depth + 1, cfg, path + (k,))
 
-    walk(obj, prefix, "", 0, config)
+    walk(obj, prefix, "", 0, config, tuple(prefix.split(".")) if prefix else ())
     return out
 
 
