@@ -103,8 +103,15 @@ def check_fast_llm(rep, s):
     assert s["actual_updates"] > 200 and s["progress_ratio"] > 1.0
 
 
+def check_fast_llm_current(rep, s):
+    # current schema: one micro-batch (8192 tokens) per rank per iteration, 100 iterations
+    assert s["actual_updates"] == 100 and s["progress_ratio"] == 1.0
+    assert rep.state["config"]["dp"]["size"] == 8
+
+
 CASES = {
     # name: (extra args, expected codes, checker, also on the torch path)
+    "fast-llm-current": ({}, set(), check_fast_llm_current, False),
     "fastllm-docs": ({}, {"LRD201"}, check_fastllm, True),
     "onevision-offbyone": ({}, {"LRD204", "LRD205"}, check_onevision, False),
     "rlinf-elastic": ({}, {"LRD202", "LRD210", "LRD211"}, check_rlinf, True),

@@ -153,3 +153,35 @@ def test_every_entry_point_has_a_registered_translator():
 
     for e in launch.ENTRY_POINTS:
         assert by_name(e.framework).name == e.framework
+
+
+SCRIPTS = {
+    "verl-grpo-seq-balance.sh": "verl-config",
+    "verl-ppo-megatron.sh": "verl-config",
+    "skyrl-gsm8k-stepwise.sh": "skyrl-config",
+    "openrlhf-train-ppo-ray.sh": "openrlhf-config",
+    "nemo-rl/run_grpo_math_seqpack.sh": "nemo_rl-config",
+    "roll-rlvr/examples/qwen2.5-7B-rlvr_megatron/run_rlvr_pipeline.sh": "roll-yaml",
+    "fast-llm-train.sh": "fast-llm-config",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_every_framework_launch_script_replays_without_a_batch_log(name, tmp_path,
+                                                                   monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from lrdoctor.cli import app
+
+    monkeypatch.chdir(tmp_path)  # the script is found by its own path, not the cwd
+    r = CliRunner().invoke(app, ["replay", "--config", str(EX / name), "--fast", "--json"])
+    assert r.exit_code in (0, 1), r.output
+    doc = json.loads(r.stdout)
+    rep = doc["reports"][0] if "reports" in doc else doc
+    assert rep["format"] == SCRIPTS[name]
+    s = rep["summary"]
+    assert s["actual_updates"] > 0
+    assert "no batch log given" in s["lengths"]
+    assert s["config_source"]["launch_script"] == str(EX / name)

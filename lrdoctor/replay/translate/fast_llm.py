@@ -1,7 +1,10 @@
-"""Fast-LLM's trainer YAML (``schedule:``, ``training:``, ``optimizer:``) -> lrdoctor.
+"""Fast-LLM's trainer YAML (``training:``, ``optimizer:``, ``data:``, optional ``schedule:``).
 
 What Fast-LLM does with the keys (``engine/schedule/config.py``,
-``engine/training/trainer.py``, ``engine/optimizer/learning_rate.py``):
+``engine/training/trainer.py``, ``engine/optimizer/learning_rate.py``; the current
+schema, read at Fast-LLM main 2026-07, has no ``batch:`` section, ``schedule:``
+only when its defaults of 1 change, and ``data.micro_batch_size`` in tokens: one
+micro-batch is one packed sample of that many tokens):
 
 - one training iteration is one optimizer update over
   ``breadth_first_micro_batches x depth_first_micro_batches`` micro-batches per
@@ -27,11 +30,19 @@ D = "model.distributed"
 
 
 def looks_like(data: Any) -> bool:
-    if not isinstance(data, dict) or not isinstance(data.get("schedule"), dict):
+    if not isinstance(data, dict):
         return False
-    sc = data["schedule"]
-    return any(k in sc for k in ("depth_first_micro_batches", "breadth_first_micro_batches",
-                                 "docs_per_step")) or "training" in data
+    sc = data.get("schedule")
+    if isinstance(sc, dict) and (any(k in sc for k in (
+            "depth_first_micro_batches", "breadth_first_micro_batches", "docs_per_step"))
+            or "training" in data):
+        return True
+    # The current schema (no schedule: section needed): training.train_iters beside
+    # Fast-LLM's optimizer.learning_rate or data.micro_batch_size (tokens).
+    tr, opt, dat = data.get("training"), data.get("optimizer"), data.get("data")
+    return isinstance(tr, dict) and "train_iters" in tr and (
+        (isinstance(opt, dict) and isinstance(opt.get("learning_rate"), dict))
+        or (isinstance(dat, dict) and "micro_batch_size" in dat))
 
 
 def translate(data: dict, base: Path | None = None) -> Translation:
@@ -71,7 +82,11 @@ def translate(data: dict, base: Path | None = None) -> Translation:
     if docs > 0:
         batching = {"strategy": "doc_target", "docs_per_step": docs}
         accumulation["flush_at_step_end"] = False
-    length = r.get("data.sequence_length", kind=int) or r.get("batch.sequence_length", 4096, int)
+    # Current schema: data.micro_batch_size is the tokens of one micro-batch (one packed
+    # sample; default 2048, fast_llm/data/dataset/config.py SamplingConfigBase); older
+    # releases: batch.sequence_length tokens per sample.
+    length = (r.get("data.sequence_length", kind=int) or r.get("batch.sequence_length", kind=int)
+              or r.get("data.micro_batch_size", 2048, int))
     cfg: dict[str, Any] = {
         "framework": "fast-llm",
         "schedule": schedule,
