@@ -165,8 +165,6 @@ def make_target(state: RunState, findings: list[Finding], *, policy: str | None 
         raise Refusal("--k only goes with --policy rescale")
     if progress is not None and policy not in (None, "nominal"):
         raise Refusal("--progress only goes with --policy nominal")
-    if replay is not None and policy == "rescale":
-        raise Refusal("--from-replay goes with --policy nominal or extend-horizon")
     if progress is not None and policy is None:
         policy = "nominal"
     if k is not None and policy is None:
@@ -175,8 +173,9 @@ def make_target(state: RunState, findings: list[Finding], *, policy: str | None 
     replay_doc = None
     if replay is not None:
         replay_doc = _replay_doc(replay)
-        nominal, actual = _replay_progress(replay_doc, replay)
-        ratio = actual / nominal
+        if policy != "rescale":  # with rescale the report gives its schedule only
+            nominal, actual = _replay_progress(replay_doc, replay)
+            ratio = actual / nominal
         if policy is None:
             policy = "nominal"
     chosen, codes, rec = choose_policy(findings, policy)

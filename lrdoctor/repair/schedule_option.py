@@ -81,7 +81,11 @@ def from_section(data: dict[str, Any], unit: Unit, where: str, source: str) -> S
 
 def from_replay(doc: Any, unit: Unit, where: str) -> ScheduleSpec | None:
     """The schedule a ``replay --json`` report replayed (its config's section, with the
-    horizon the replay resolved), or None when the report holds none or counts another unit."""
+    horizon the replay resolved), or None when the report holds none or counts another unit.
+
+    A scheduler that advances by 1 per call (``scheduler.increment: 1``) is a function of
+    its call count whatever the loop calls it on (micro-steps in a k x stepped loop): the
+    ``last_epoch`` a repair writes counts the same calls."""
     if isinstance(doc, list) and doc:
         doc = doc[0]
     if not isinstance(doc, dict):
@@ -95,6 +99,9 @@ def from_replay(doc: Any, unit: Unit, where: str) -> ScheduleSpec | None:
     if section.get("horizon") in (None, "auto") and isinstance(summary, dict) \
             and isinstance(summary.get("horizon"), (int, float)):
         section["horizon"] = float(summary["horizon"])
-    if isinstance(summary, dict) and summary.get("scheduler_unit") not in (None, unit.value):
-        return None
+    sched = cfg.get("scheduler") if isinstance(cfg, dict) else None
+    per_call = isinstance(sched, dict) and sched.get("increment") in (1, 1.0)
+    if not per_call and isinstance(summary, dict) \
+            and summary.get("scheduler_unit") not in (None, unit.value):
+        return None  # counted in another unit (samples) than the checkpoint's counter
     return from_section(section, unit, where, source=f"--from-replay {where}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -129,3 +130,26 @@ def test_schedule_from_a_yaml_file_and_bad_schedules_are_one_line(onevision, tmp
         r = runner.invoke(app, ["fix", str(onevision), "--out", str(tmp_path / "x.pt"),
                                 "--schedule", bad])
         assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
+
+
+def test_from_replay_gives_the_schedule_it_replayed(onevision, tmp_path):
+    """`lrdoctor replay --json` of the loop's own config (the OneVision example, scaled to
+    this run) carries the schedule section: `fix --policy rescale --from-replay` sets the
+    exact LR from it, as --schedule does."""
+    src = (Path(__file__).resolve().parents[2] / "examples" / "onevision-offbyone.yaml")
+    text = src.read_text()
+    for a, b in (("max_lr: 1.0e-4", f"max_lr: {LR}"), ("warmup: 400", f"warmup: {WARMUP}"),
+                 ("horizon: 8000", f"horizon: {TOTAL}"), ("total: 8000", f"total: {TOTAL}"),
+                 ("steps: 8000", "steps: 64")):
+        assert a in text
+        text = text.replace(a, b)
+    cfg = tmp_path / "ov.yaml"
+    cfg.write_text(text)
+    r = runner.invoke(app, ["replay", "--config", str(cfg), "--json"])
+    assert r.exit_code in (0, 1), r.output
+    rep = tmp_path / "replay.json"
+    rep.write_text(r.stdout)
+    plan = plan_fix(onevision, policy="rescale", replay=rep)
+    assert plan.target.progress == DONE
+    assert math.isclose(plan.target.lr, LR * lr_lambda(DONE), rel_tol=1e-9)
+    assert any("--from-replay" in n for n in plan.notes)
