@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -70,8 +71,10 @@ def test_options_refused_when_the_intent_is_unclear():
         make_target(st, [], policy="rescale")
     with pytest.raises(Refusal, match="--progress only"):
         make_target(st, [], policy="extend-horizon", progress=3)
-    with pytest.raises(Refusal, match="--from-replay goes"):
-        make_target(st, [], policy="rescale", replay="x.json")
+    # --policy rescale --from-replay takes the report's schedule only (issue 20): allowed,
+    # so a report that is not there is unusable input, not a refusal of the combination.
+    with pytest.raises(UnusableInput, match="replay report"):
+        make_target(st, [], policy="rescale", k=2, replay=Path("/nonexistent/x.json"))
     with pytest.raises(Refusal, match="not both"):
         make_target(st, [], progress=3, replay="x.json")
 
