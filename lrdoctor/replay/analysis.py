@@ -620,5 +620,27 @@ def memory_knob_check(rep: Replay, samples, planner=None) -> dict[str, Any] | No
     if cfg.batching.strategy not in TOKEN_STRATEGIES or not cap:
         return None
     key = "batching.max_tokens_per_microbatch"
+    if _knob_cannot_move(rep):
+        # Replanning (Karmarkar-Karp: most of a replay's time) cannot change the answer:
+        # the first replay's counts stand for 2x too.
+        return knob_comparison([(cap, rep), (cap * 2, rep)], key,
+                               "automatic 2x check; reused: the scheduler counts train steps "
+                               "and each update is a mini-batch, neither depends on the cap")
     other = engine.replay_fast(with_key(cfg, key, cap * 2), samples, planner)
     return knob_comparison([(cap, rep), (cap * 2, other)], key, "automatic 2x check")
+
+
+def _knob_cannot_move(rep: Replay) -> bool:
+    """True when neither the updates nor the scheduler's progress can depend on the token
+    cap: the scheduler steps a fixed amount once per train step, and the packer closes one
+    update per mini-batch (a count set by the mini-batch size, not by packing)."""
+    from lrdoctor.replay.packing.registry import PACKERS
+
+    cfg = rep.cfg
+    sch = cfg.scheduler
+    if sch.step_on != "rollout_step" or isinstance(sch.increment, str):
+        return False
+    packer = PACKERS.get(cfg.batching.strategy)
+    return bool(packer is not None and packer.mini_batch_windows and rep.infos
+                and cfg.accumulation.flush_at_step_end
+                and all(i.plan.boundaries is not None for i in rep.infos))

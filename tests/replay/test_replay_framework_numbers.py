@@ -159,3 +159,18 @@ def test_openrlhf_script_counts_micro_batches_after_balancing():
     assert plan.notes.get("openrlhf_balance_experiences") is True
     rows = sorted(int(i) for mb in plan.micro_batches for r in mb.ranks for i in r)
     assert rows == list(range(len(frame["tokens"])))  # every row once, in the caller's frame
+
+
+@pytest.mark.parametrize("name", ["verl-dynamic-bsz.yaml", "verl-ppo-megatron.sh",
+                                  "nemo-rl/run_grpo_math_seqpack.sh"])
+def test_knob_check_reuse_gives_what_replanning_gives(name, monkeypatch):
+    """Where the 2x knob check reuses the first plan, a real replan at 2x agrees."""
+    from lrdoctor.replay import analysis
+
+    opts = ReplayOptions(engine="fast")
+    fast = replay_full(str(EX / name), options=opts).report.extra["summary"]["memory_knob"]
+    monkeypatch.setattr(analysis, "_knob_cannot_move", lambda rep: False)
+    slow = replay_full(str(EX / name), options=opts).report.extra["summary"]["memory_knob"]
+    assert fast["rows"] == slow["rows"] and fast["differs"] == slow["differs"]
+    # verl and NeMo-RL step the scheduler per train step and update per mini-batch
+    assert "reused" in fast["source"] and "reused" not in slow["source"]

@@ -159,4 +159,5 @@ def _plan(p: BalancedFirstFitParams, train, fr, dp) -> StepPlan:
 
 
 PACKER = Packer("balanced_first_fit", "SkyRL token-based micro-batches (balanced first-fit, "
-                "soft cap)", BalancedFirstFitParams, _plan, packed=True, token_knob=True)
+                "soft cap)", BalancedFirstFitParams, _plan, packed=True, token_knob=True,
+                mini_batch_windows=True)

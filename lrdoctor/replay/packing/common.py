@@ -252,6 +252,9 @@ class Packer:
     plan: Callable[[Any, Any, dict, int], Any]
     packed: bool  # True: a micro-batch costs its real tokens (packed); False: rows x padded
     token_knob: bool = False  # max_tokens_per_microbatch is its memory knob (LRD203 check)
+    # The optimizer-step boundaries it sets (when it sets them) are one per mini-batch,
+    # whatever the token cap: the 2x knob check may reuse the first plan.
+    mini_batch_windows: bool = False
     # A whole-run planner, plan_steps(params, train_cfg, frames, dps) -> [StepPlan], equal
     # to ``plan`` on each step but faster (None: ``plan`` step by step).
     plan_steps: Callable[[Any, Any, list[dict], list[int]], list[Any]] | None = None

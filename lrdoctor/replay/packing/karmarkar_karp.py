@@ -540,4 +540,4 @@ def _plan_steps(p: KarmarkarKarpParams, train, frames, dps) -> list[StepPlan]:
 
 PACKER = Packer("karmarkar_karp", "verl / OpenRLHF dynamic batch size: Karmarkar-Karp "
                 "balanced partitions", KarmarkarKarpParams, _plan, packed=True, token_knob=True,
-                plan_steps=_plan_steps)
+                plan_steps=_plan_steps, mini_batch_windows=True)

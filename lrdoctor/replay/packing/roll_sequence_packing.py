@@ -103,4 +103,5 @@ def _plan(p: RollSequencePackingParams, train, fr, dp) -> StepPlan:
 
 PACKER = Packer("roll_sequence_packing", "ROLL `use_sequence_packing` (megatron, "
                 "`load_balance`): per rank and update, micro-batches by packed tokens",
-                RollSequencePackingParams, _plan, packed=True, token_knob=True)
+                RollSequencePackingParams, _plan, packed=True, token_knob=True,
+                mini_batch_windows=True)

@@ -213,4 +213,4 @@ def _plan(p: SequencePackingParams, train, fr, dp) -> StepPlan:
 
 PACKER = Packer("sequence_packing", "NeMo-RL `policy.sequence_packing`: bins of the token "
                 "cap per global batch", SequencePackingParams, _plan, packed=True,
-                token_knob=True)
+                token_knob=True, mini_batch_windows=True)
