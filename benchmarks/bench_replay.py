@@ -1,4 +1,6 @@
-"""Replay speed: the fast path on 1,000,000 samples over 10,000 train steps (goal < 5 s);
+"""Replay speed: a verl Megatron launch script at 131,072 samples beside verl's own
+Karmarkar-Karp on the same partitions; the fast path on 1,000,000 samples over 10,000
+train steps (goal < 5 s);
 the torch engine's micro-batches per second beside the fast engine's on the same run
 (CPU, and CUDA with peak memory); and every shipped example as a user runs it
 (``lrdoctor replay -c examples/X.yaml``: fast path + torch cross-check of a sample,
@@ -91,11 +93,11 @@ def bench_examples() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    shipped = [*(root / "examples").glob("*.yaml"), *(root / "examples").glob("*.sh")]
+    shipped = [*(root / "examples").glob("*.yaml"), *(root / "examples").rglob("*.sh")]
     for cfg in sorted(shipped):
         extra = (["--batch-log", str(root / "examples/batchlogs/roll-sokoban.csv")]
                  if cfg.stem == "roll-sokoban-dynamic" else [])
-        row = [f"  {cfg.stem:<22}"]
+        row = [f"  {cfg.stem:<26}"]
         for label, flags in (("--fast", ["--fast"]), ("default", ["--device", "cpu"])):
             t0 = time.perf_counter()
             p = subprocess.run([sys.executable, "-m", "lrdoctor", "replay", "-c", str(cfg),
@@ -110,6 +112,68 @@ def bench_examples() -> None:
         print("  ".join(row))
 
 
+VERL_MEGATRON_SETS = ("data.train_batch_size=1024", "actor_rollout_ref.rollout.n=8",
+                      "trainer.total_training_steps=16")  # 8,192 samples x 16 steps
+
+
+def bench_verl_megatron() -> None:
+    """The shipped verl Megatron launch script scaled to 131,072 samples (``--set``):
+    lrdoctor's default-mode replay (fast path; the knob check reuses the first plan)
+    beside verl's own Karmarkar-Karp (``verl.utils.seqlen_balancing``, loaded as the
+    peer tests load it) doing the same partitions on the same lengths."""
+    from pathlib import Path
+
+    from lrdoctor.replay import ReplayOptions, replay_full
+
+    root = Path(__file__).resolve().parents[1]
+    script = root / "examples" / "verl-ppo-megatron.sh"
+    opts = ReplayOptions(engine="fast", sets=VERL_MEGATRON_SETS)
+    t0 = time.perf_counter()
+    res = replay_full(str(script), options=opts)
+    lrd = time.perf_counter() - t0
+    infos = res.replay.infos
+    n = sum(i.samples for i in infos)
+    print(f"verl Megatron launch script, {n:,} samples / {len(infos)} steps: lrdoctor "
+          f"replay (fast path, knob check {res.report.extra['summary']['memory_knob']['source']!r})"
+          f" {lrd:.2f} s")
+    try:
+        import sys
+
+        sys.path.insert(0, str(root))
+        from tests.helpers import peers
+
+        verl = peers.verl_balancing()
+    except ImportError:
+        verl = None
+    if verl is None:
+        print("  verl's own packer: not installed (pip install --no-deps verl==0.9.1)")
+        return
+    cfg = res.replay.cfg
+    dp = cfg.dp.size
+    mpr = int(cfg.train.mini_batch_size) // dp
+    samples = engine.load_samples(cfg)  # the replay's own (seeded) synthetic lengths
+    tok = samples["tokens"].to_numpy()
+    step = samples["step"].to_numpy()
+    calls = 0
+    t0 = time.perf_counter()
+    for info in infos:
+        lens = tok[step == info.step].tolist()
+        # verl balance_batch: dp partitions of equal size, then per rank and mini-batch
+        # the micro-batch partitions (as many as lrdoctor's plan has)
+        ranks = verl.get_seqlen_balanced_partitions(lens, dp, True)
+        counts = iter([b - a for a, b in zip([-1, *info.plan.boundaries],
+                                             info.plan.boundaries, strict=False)])
+        for r in ranks:
+            rl = [lens[i] for i in r]
+            for a in range(0, len(rl), mpr):
+                k = min(next(counts, 1), len(rl[a:a + mpr]))
+                verl.get_seqlen_balanced_partitions(rl[a:a + mpr], k, False)
+                calls += 1
+    own = time.perf_counter() - t0
+    print(f"  verl's own get_seqlen_balanced_partitions, same partitions ({calls:,} calls): "
+          f"{own:.2f} s; lrdoctor / verl = {lrd / own:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=10_000)
@@ -117,6 +181,7 @@ def main() -> None:
     ap.add_argument("--strategies", default="static,token_budget,karmarkar_karp")
     ap.add_argument("--no-examples", action="store_true")
     args = ap.parse_args()
+    bench_verl_megatron()
     for strategy in args.strategies.split(","):
         bench_fast(args.steps, args.per_step, strategy)
     bench_engines("cpu")
