@@ -27,9 +27,10 @@ app = typer.Typer(
         "Exit codes: 0 clean, 1 findings at/above --fail-on, 2 unusable input."
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (typer's own)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -40,9 +41,61 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Show the version and exit.")) -> None:
+def _root(version: bool = typer.Option(False, "--version", "-V", callback=_version,
+                                       is_eager=True, help="Show the version and exit.")
+          ) -> None:
     pass
+
+
+def usage_error_line(message: str, command: str | None) -> str:
+    """A command-line mistake as lrdoctor's one error line (click's own was three lines,
+    "Error:" instead of "lrdoctor: error:", and leaked pydantic's "Value error, ")."""
+    message = " ".join(message.replace("Value error, ", "").split()).rstrip(".")
+    if message[:1].isupper() and not message[1:2].isupper():
+        message = message[0].lower() + message[1:]
+    where = f"lrdoctor {command}" if command else "lrdoctor"
+    return f"lrdoctor: error: {message} (see '{where} -h')"
+
+
+def _plain_click() -> None:
+    """One error style and a plain usage line, whatever typer's defaults.
+
+    - A usage error (unknown option, bad choice, missing PATH) is one
+      ``lrdoctor: error: ...`` line on stderr with exit code 2, like every other error.
+    - typer writes a required argument as ``{PATH}`` in the usage line and ``PATH <str>``
+      in the argument list; lrdoctor's usage names it ``PATH`` in both, as ruff and
+      pytest do.
+    """
+    import sys
+
+    from typer import core
+
+    # typer 0.29 vendors click as typer._click; older typer uses click itself.
+    try:
+        from typer import _click as click  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - typer < 0.29
+        import click  # type: ignore[no-redef]
+
+    def show(self, file=None) -> None:  # noqa: ANN001 - click's signature
+        ctx = getattr(self, "ctx", None)
+        command = None
+        if ctx is not None and ctx.info_name and ctx.parent is not None:
+            command = ctx.info_name
+        print(usage_error_line(self.format_message(), command), file=file or sys.stderr)
+
+    click.exceptions.ClickException.show = show  # type: ignore[method-assign]
+    click.exceptions.UsageError.show = show  # type: ignore[method-assign]
+    arg = getattr(core, "TyperArgument", None)
+    if arg is not None and hasattr(arg, "_usage_display_name"):
+        def usage_name(self) -> str:  # noqa: ANN001
+            name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+            return name + ("..." if self.nargs != 1 else "")
+
+        arg._usage_display_name = usage_name
+        arg.display_type_rich = lambda self, ctx: None
+
+
+_plain_click()
 
 
 def _register() -> None:

@@ -263,6 +263,8 @@ def run_check(cfg: CheckConfig, *, fail_on: str | None = None,
             _apply_ignores(rep, t.ignores + cfg.ignores)
             rep.extra["fail_on"] = threshold
             rep.extra["check_key"] = t.key
+            if cfg.source is not None:  # where CI annotations land for a binary checkpoint
+                rep.extra["config_location"] = f"{cfg.source}:{t.line}"
         # Stale ignores belong to the target that declares them.
         for i in t.ignores:
             if not i.used and reports:

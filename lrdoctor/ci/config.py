@@ -97,6 +97,7 @@ class CheckConfig:
     source: Path | None           # the file read (None: flags only)
     root: Path                    # relative paths resolve against this
     fail_on: str = "warning"
+    fail_on_set: bool = False     # fail-on written in the file (not the default)
     max_progress_ratio: float | None = None
     ignores: list[Ignore] = field(default_factory=list)
     targets: list[Target] = field(default_factory=list)
@@ -323,9 +324,23 @@ def _inner_model(ann: Any) -> type[BaseModel] | None:
 
 
 def _config_error(exc: ValidationError, src: Path, prefix: str) -> ConfigError:
-    """The first problem as one line: unknown keys first (a typo explains the rest)."""
+    """Every problem in one line, unknown keys first (a typo often explains the rest);
+    ``detail["errors"]`` lists them for --json."""
     errs = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-    err = errs[0]
+    seen: dict[tuple, ConfigError] = {}
+    for err in errs:
+        seen.setdefault(tuple(err["loc"]), _one_error(err, src, prefix))
+    first, *rest = seen.values()
+    if not rest:
+        return first
+    problems = [str(e).removeprefix(f"{src}: ") for e in seen.values()]
+    out = ConfigError(src, first.key, "; ".join([problems[0].removeprefix(f"{first.key}: "),
+                                                 *problems[1:]]))
+    out.detail = {"errors": problems}
+    return out
+
+
+def _one_error(err: dict, src: Path, prefix: str) -> ConfigError:
     loc = tuple(err["loc"])
     key = _key(prefix, loc)
     kind, msg = err["type"], err.get("msg", "invalid")
@@ -351,7 +366,8 @@ def parse(table: dict, src: Path, text: str = "", prefix: str = "tool.lrdoctor")
         raise _config_error(exc, src, prefix) from None
     lines = _Lines(text, prefix)
     cfg = CheckConfig(source=src, root=src.parent.resolve(), fail_on=t.fail_on,
-                      max_progress_ratio=t.max_progress_ratio, report=t.report)
+                      max_progress_ratio=t.max_progress_ratio, report=t.report,
+                      fail_on_set="fail_on" in t.model_fields_set)
     cfg.ignores = _ignores(t.ignore, src, _k(prefix, "ignore"), lines, None)
     for kind, entries in (("inspect", t.inspect), ("replay", t.replay)):
         for i, entry in enumerate(entries):

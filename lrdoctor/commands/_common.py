@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
@@ -37,13 +38,21 @@ def output_format_help(default: str = "text; github when GITHUB_ACTIONS=true") -
     return f"{', '.join(names[:-1])} or {names[-1]} (default: {default})."
 
 
-FailOnOpt = Annotated[FailOn, typer.Option(
-    "--fail-on", help="Lowest severity that makes the exit code 1.")]
+FailOnOpt = Annotated[FailOn | None, typer.Option(
+    "--fail-on", help="Lowest severity that makes the exit code 1 (default: "
+    "[tool.lrdoctor] fail-on, else error for inspect, warning for replay).")]
+ConfigFileOpt = Annotated[Path | None, typer.Option(
+    "--config", "-c", metavar="FILE", help="[tool.lrdoctor] settings (fail-on, ignores, "
+    "per-path options) from FILE (pyproject.toml or lrdoctor.toml; default: the nearest "
+    "one, searched upward).")]
+OutFileOpt = Annotated[Path | None, typer.Option(
+    "--out", "-o", metavar="FILE", help="Write the output (any --output-format) to FILE "
+    "instead of stdout.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (same as --output-format json).")]
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Text: only the one-line verdict per target.")]
 VerboseOpt = Annotated[bool, typer.Option(
-    "--verbose", "-v", help="Text: every counter read, not only the ones compared.")]
+    "--verbose", "-v", help="Text: every value read, not only the ones compared.")]
 
 
 def _format_help() -> str:
@@ -62,13 +71,58 @@ OutputFormatOpt = Annotated[OutputFormat | None, typer.Option(
 
 
 def resolve_format(json_flag: bool, output_format: OutputFormat | None) -> OutputFormat:
+    """--json or --output-format, else text. On GitHub Actions text stays text: the
+    annotations come in addition (:func:`lrdoctor.render.emit`), never instead."""
     if json_flag:
         return OutputFormat.json
     if output_format is not None:
         return output_format
-    if os.environ.get("GITHUB_ACTIONS") == "true":
-        return OutputFormat.github
     return OutputFormat.text
+
+
+def on_github_actions() -> bool:
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+def emit_to(out: Path | None, reports, fmt, fail_on, **kw) -> int:
+    """:func:`lrdoctor.render.emit` to stdout, or with ``-o FILE`` into FILE (atomically);
+    its exit code either way."""
+    if out is None:
+        return render.emit(reports, fmt, fail_on, **kw)
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = render.emit(reports, fmt, fail_on, annotate=False, **kw)
+    guarded(lambda: write_output(out, buf.getvalue()))
+    if fmt is OutputFormat.text and render.on_github_actions():
+        print(render.annotations(list(reports) if isinstance(reports, list) else [reports]))
+    return code
+
+
+def write_output(path: Path, text: str) -> None:
+    from lrdoctor.atomic import write_text
+
+    try:
+        write_text(path, text, parents=True)
+    except OSError as exc:
+        raise UnusableInput(f"cannot write ({exc.strerror})", str(path)) from None
+
+
+def settings(config: Path | None, kind: str, target: str, command: str | None = None,
+             fmt: OutputFormat | None = None):
+    """This command's [tool.lrdoctor] settings for ``target`` (:mod:`._settings`); a
+    broken file is one line (every problem in it), and in a machine format its LRD303
+    record on stdout too."""
+    from lrdoctor.commands import _settings
+
+    def record(exc: UnusableInput) -> None:
+        if fmt is not None:
+            print_unusable(command or kind, exc.path or str(config or "pyproject.toml"),
+                           exc, fmt)
+
+    return guarded(lambda: _settings.load(config, kind, target), record)
 
 
 def die(message: str, code: int = 2) -> None:

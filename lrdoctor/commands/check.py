@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from lrdoctor.commands._common import (
+    ConfigFileOpt,
     FailOn,
     JsonOpt,
     OutputFormat,
@@ -15,7 +16,10 @@ from lrdoctor.commands._common import (
     QuietOpt,
     VerboseOpt,
     die,
+    emit_to,
     guarded,
+    on_github_actions,
+    print_unusable,
     resolve_format,
     warn_unusable,
 )
@@ -45,8 +49,7 @@ Exit codes: 0 clean, 1 findings at/above the threshold, 2 unusable input or conf
 
 
 def check_cmd(
-    config: Annotated[Path | None, typer.Option(
-        "--config", help="Configuration file (pyproject.toml or lrdoctor.toml).")] = None,
+    config: ConfigFileOpt = None,
     inspect: Annotated[list[str] | None, typer.Option(
         "--inspect", metavar="PATH", help="Checkpoint path or glob to inspect (repeatable).")] = None,
     replay: Annotated[list[str] | None, typer.Option(
@@ -65,7 +68,8 @@ def check_cmd(
     report: Annotated[Path | None, typer.Option(
         "--report", help="Also write the HTML report and its PNGs to this directory.")] = None,
     output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Write the output to this file instead of stdout.")] = None,
+        "--out", "-o", "--output", metavar="FILE",
+        help="Write the output (any --output-format) to FILE instead of stdout.")] = None,
     jobs: Annotated[int, typer.Option(
         "--jobs", "-j", min=1, help="Inspect this many fleet members at once.")] = 1,
     executor: Annotated[str, typer.Option(
@@ -84,7 +88,9 @@ def check_cmd(
 
     fmt = resolve_format(json_, output_format)
     guarded(lambda: check_executor(executor))
-    cfg = guarded(lambda: ci_config.load(config, required=config is not None))
+    cfg = guarded(lambda: ci_config.load(config, required=config is not None),
+                  lambda exc: print_unusable("check", exc.path or str(config or "pyproject.toml"),
+                                             exc, fmt))
     cfg = guarded(lambda: ci_check.config_from_flags(
         cfg, inspect or [], replay or [], batch_log, synthetic, max_progress_ratio))
     if not cfg.targets:
@@ -114,19 +120,8 @@ def check_cmd(
         if fmt is OutputFormat.text:
             print(f"report written to {index}")
     default = FailOn(threshold or cfg.fail_on)
-    from lrdoctor.render import emit
-
-    if output is None:
-        emit(reports, fmt, default, command="check", quiet=quiet, verbose=verbose)
-    else:
-        import contextlib
-        import io
-
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            emit(reports, fmt, default, command="check", quiet=quiet, verbose=verbose)
-        guarded(lambda: _write(output, buf.getvalue()))
-    if fmt is OutputFormat.github:
+    emit_to(output, reports, fmt, default, command="check", quiet=quiet, verbose=verbose)
+    if fmt is OutputFormat.github or on_github_actions():
         _step_summary(reports, default.value)
     warn_unusable(reports)
     raise typer.Exit(ci_check.check_exit_code(reports))
@@ -139,25 +134,15 @@ def _step_summary(reports, fail_on: str) -> None:
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return
-    from lrdoctor.render.machine import markdown_summary
+    from lrdoctor.render.markdown import markdown
 
     try:
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(markdown_summary(reports, fail_on))
+            fh.write(markdown(reports, fail_on))
     except OSError as exc:
         import sys
 
         print(f"lrdoctor: warning: GITHUB_STEP_SUMMARY {path}: {exc.strerror}", file=sys.stderr)
-
-
-def _write(path: Path, text: str) -> None:
-    from lrdoctor.atomic import write_text
-    from lrdoctor.core.errors import UnusableInput
-
-    try:
-        write_text(path, text, parents=True)
-    except OSError as exc:
-        raise UnusableInput(f"cannot write ({exc.strerror})", str(path)) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -14,15 +14,19 @@ from typing import Annotated
 import typer
 
 from lrdoctor.commands._common import (
+    ConfigFileOpt,
     FailOn,
     FormatOpt,
     JsonOpt,
     OutputFormat,
+    QuietOpt,
+    VerboseOpt,
     die,
     guarded,
     output_format_help,
     print_unusable,
     resolve_format,
+    settings,
 )
 
 HELP = """Write a repaired copy of a checkpoint a run can resume from (the input is never touched).
@@ -88,21 +92,25 @@ def register(app: typer.Typer) -> None:
         json_out: JsonOpt = False,
         output_format: Annotated[OutputFormat | None, typer.Option(
             "--output-format", help=output_format_help("text, also on GitHub Actions"))] = None,
-        fail_on: Annotated[FailOn, typer.Option(
+        fail_on: Annotated[FailOn | None, typer.Option(
             "--fail-on", help="Lowest severity still found after the fix (with --dry-run: "
-            "found now) that makes the exit code 1.")] = FailOn.never,
+            "found now) that makes the exit code 1 (default: [tool.lrdoctor] fail-on, "
+            "else never).")] = None,
+        config: ConfigFileOpt = None,
+        quiet: QuietOpt = False,
+        verbose: VerboseOpt = False,
     ) -> None:
-        # Not github by default on Actions: a repair's table says more than annotations.
         fmt = resolve_format(json_out, output_format or OutputFormat.text)
         if k is not None and not k > 0:
             die(f"--k {k:g}: must be greater than 0 (how many times too fast the scheduler ran)")
+        conf = settings(config, "inspect", str(path), "fix", fmt)
 
         def run() -> int:
             return run_fix(path, out=out, policy=policy.value if policy else None, k=k,
                            progress=progress, replay=from_replay, schedule=schedule,
-                           dry_run=dry_run,
-                           force=force, format=format, output_format=fmt.value,
-                           fail_on=fail_on.value)
+                           dry_run=dry_run, force=force, format=format or conf.format,
+                           output_format=fmt.value, fail_on=conf.threshold(fail_on, "never"),
+                           quiet=quiet, verbose=verbose, ignores=conf.ignores)
 
         raise typer.Exit(guarded(run, lambda exc: print_unusable("fix", str(path), exc, fmt,
                                                                format)))
@@ -111,7 +119,8 @@ def register(app: typer.Typer) -> None:
 def run_fix(path: Path | str, *, out: Path | str | None, policy: str | None, k: float | None,
             progress: float | None, replay: Path | None, dry_run: bool, force: bool,
             schedule: str | None = None,
-            format: str | None, output_format: str = "text", fail_on: str = "never") -> int:
+            format: str | None, output_format: str = "text", fail_on: str = "never",
+            quiet: bool = False, verbose: bool = False, ignores: list | None = None) -> int:
     """Plan, write and print a fix; the exit code is 1 when a finding at or above
     ``fail_on`` remains (after the write, or as it is now with --dry-run / nothing to fix)."""
     from lrdoctor.core.errors import UnusableInput
@@ -124,13 +133,14 @@ def run_fix(path: Path | str, *, out: Path | str | None, policy: str | None, k: 
         try:
             return _run_fix(stage, policy=policy, k=k, progress=progress, replay=replay,
                             schedule=schedule, dry_run=dry_run, force=force, format=format,
-                            output_format=output_format, fail_on=fail_on)
+                            output_format=output_format, fail_on=fail_on, quiet=quiet,
+                            verbose=verbose, ignores=ignores or [])
         except UnusableInput as exc:  # named as the user named it, not the staging folder
             raise UnusableInput(stage.rename(str(exc)), detail=exc.detail) from None
 
 
 def _run_fix(stage, *, policy, k, progress, replay, schedule, dry_run, force, format,
-             output_format, fail_on) -> int:
+             output_format, fail_on, quiet=False, verbose=False, ignores=()) -> int:
     import contextlib
     import io
 
@@ -162,16 +172,20 @@ def _run_fix(stage, *, policy, k, progress, replay, schedule, dry_run, force, fo
         print(f"note: removed what an interrupted earlier fix left beside the output: {names}",
               file=sys.stderr)
     rep = fix_report(plan, dry_run=dry_run, out=out, result=result)
+    from lrdoctor.ci.check import _apply_ignores
+
+    _apply_ignores(rep, list(ignores))  # [tool.lrdoctor] ignores, as check applies them
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         emit(rep, output_format, fail_on, command="fix", plan=plan, dry_run=dry_run,
-             result=result)
+             result=result, quiet=quiet)
     print(stage.rename(buf.getvalue()), end="")  # URLs, not the local staging folders
+    codes = {i.code for i in ignores}
     if result is not None and result.written is not None:
         if result.unresolved:  # never "verified": whatever --fail-on says
             return 1
-        return exit_code(result.after_findings, fail_on)
-    return exit_code(plan.findings, fail_on)
+        return exit_code([f for f in result.after_findings if f.code not in codes], fail_on)
+    return exit_code([f for f in plan.findings if f.code not in codes], fail_on)
 
 
 def _has_manifest(path: Path, manifest: str) -> bool:

@@ -8,18 +8,21 @@ from typing import Annotated
 import typer
 
 from lrdoctor.commands._common import (
-    FailOn,
+    ConfigFileOpt,
     FailOnOpt,
     FormatOpt,
     JsonOpt,
+    OutFileOpt,
     OutputFormat,
     OutputFormatOpt,
     QuietOpt,
     VerboseOpt,
+    emit_to,
     guarded,
     png_path,
     print_unusable,
     resolve_format,
+    settings,
 )
 
 HELP = """Read a checkpoint's optimizer and scheduler state and say whether they agree
@@ -50,26 +53,31 @@ def inspect_cmd(
     format: FormatOpt = None,
     all: Annotated[bool, typer.Option("--all", help="Show every checkpoint of a run in full, not only the latest.")] = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG: a run's progress and LR per checkpoint, or one checkpoint's LR curve and position.")] = None,
+    out: OutFileOpt = None,
+    config: ConfigFileOpt = None,
     json_: JsonOpt = False,
     output_format: OutputFormatOpt = None,
-    fail_on: FailOnOpt = FailOn.error,
+    fail_on: FailOnOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
+    from lrdoctor.commands import _settings
     from lrdoctor.inspect_api import inspect_path
 
     fmt = resolve_format(json_, output_format)
     png_path(plot)
+    conf = settings(config, "inspect", path, "inspect", fmt)
+    format = format or conf.format
     reports = guarded(lambda: inspect_path(path, format=format, all=all),
                       lambda exc: print_unusable("inspect", path, exc, fmt, format))
+    _settings.apply(reports, conf)
     if plot is not None:
         from lrdoctor.render.plots import plot_inspect
 
         guarded(lambda: plot_inspect(reports, plot))
-    from lrdoctor.render import emit
-
-    code = emit(reports, fmt, fail_on, command="inspect", quiet=quiet, verbose=verbose)
-    if plot is not None and fmt is OutputFormat.text:
+    code = emit_to(out, reports, fmt, conf.threshold(fail_on, "error"), command="inspect",
+                   quiet=quiet, verbose=verbose)
+    if plot is not None and fmt is OutputFormat.text and not quiet:
         print(f"plot written to {plot}")
     raise typer.Exit(code)
 

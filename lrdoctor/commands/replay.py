@@ -9,16 +9,19 @@ from typing import Annotated
 import typer
 
 from lrdoctor.commands._common import (
-    FailOn,
     FailOnOpt,
     JsonOpt,
+    OutFileOpt,
     OutputFormat,
     OutputFormatOpt,
     QuietOpt,
+    VerboseOpt,
+    emit_to,
     guarded,
     png_path,
     print_unusable,
     resolve_format,
+    settings,
 )
 
 HELP = """Replay a training loop's step accounting: how many optimizer updates each
@@ -109,17 +112,22 @@ def replay_cmd(
     knob_check: Annotated[bool, typer.Option(
         "--knob-check/--no-knob-check", help="Also replay with 2x max_tokens_per_microbatch "
         "to test whether progress depends on it (LRD203).")] = True,
-    fail_on: FailOnOpt = FailOn.warning,
+    out: OutFileOpt = None,
+    fail_on: FailOnOpt = None,
     json_: JsonOpt = False,
     output_format: OutputFormatOpt = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     import sys
 
+    from lrdoctor.commands import _settings
     from lrdoctor.parallel import check_executor
     from lrdoctor.replay import ReplayOptions, replay_full
 
     fmt = resolve_format(json_, output_format)
+    # -c names the run config here; [tool.lrdoctor] is the nearest one (searched upward).
+    conf = settings(None, "replay", str(config), "replay", fmt)
     guarded(lambda: check_executor(executor))
     png_path(plot)
     engine = "auto" if fast is None else ("fast" if fast else "torch")
@@ -145,10 +153,9 @@ def replay_cmd(
 
         runs = result.sweep if result.sweep else [(None, result.replay)]
         guarded(lambda: plot_replay(runs, plot, result.sweep_key))
-    from lrdoctor.render import emit
-
-    code = emit(result.report, fmt, fail_on, command="replay", quiet=quiet, trace=trace,
-                plot=plot)
+    _settings.apply([result.report], conf)
+    code = emit_to(out, [result.report], fmt, conf.threshold(fail_on, "warning"),
+                   command="replay", quiet=quiet, verbose=verbose, trace=trace, plot=plot)
     raise typer.Exit(code)
 
 

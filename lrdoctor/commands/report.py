@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from lrdoctor.commands._common import FailOn, FailOnOpt, FormatOpt, guarded, warn_unusable
+from lrdoctor.commands._common import (
+    ConfigFileOpt,
+    FailOn,
+    FormatOpt,
+    QuietOpt,
+    VerboseOpt,
+    guarded,
+    warn_unusable,
+)
 
 HELP = """Write a self-contained HTML report (index.html, figures embedded, PNGs alongside).
 
@@ -36,8 +44,7 @@ def report_cmd(
         metavar="TARGET", help="Checkpoint paths and/or run configs (.yaml).")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write into.")] = Path(
         "lrdoctor-report"),
-    config: Annotated[Path | None, typer.Option(
-        "--config", help="Configuration file when no TARGETS are given.")] = None,
+    config: ConfigFileOpt = None,
     format: FormatOpt = None,
     all: Annotated[bool, typer.Option("--all", help="Every checkpoint of a run.")] = False,
     batch_log: Annotated[list[str] | None, typer.Option(
@@ -51,42 +58,68 @@ def report_cmd(
     engine: Annotated[str, typer.Option(
         "--engine", help="Replay engine: auto, fast (numpy) or torch.")] = "auto",
     title: Annotated[str, typer.Option("--title", help="Page title.")] = "lrdoctor report",
-    fail_on: FailOnOpt = FailOn.never,
+    fail_on: Annotated[FailOn | None, typer.Option(
+        "--fail-on", help="Lowest severity that makes the exit code 1 (default: "
+        "[tool.lrdoctor] fail-on, else never: the page is written either way).")] = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     from lrdoctor.ci import check as ci_check
     from lrdoctor.ci import config as ci_config
     from lrdoctor.findings import exit_code
     from lrdoctor.render.html import write_report_files
 
+    cfg = guarded(lambda: ci_config.load(config, required=config is not None))
+    if not cfg.fail_on_set:
+        cfg.fail_on = "never"  # a page is written either way: gate only when asked
     if targets:
         insp = [t for t in targets if not t.lower().endswith(_REPLAY_SUFFIXES)]
         repl = [t for t in targets if t.lower().endswith(_REPLAY_SUFFIXES)]
-        cfg = ci_config.CheckConfig(source=None, root=Path.cwd(), fail_on=fail_on.value)
+        declared = list(cfg.targets)
         cfg = guarded(lambda: ci_check.config_from_flags(cfg, insp, repl, batch_log, synthetic,
                                                          None))
         for t in cfg.targets:
-            t.format = format if t.kind == "inspect" else None
-            t.all = all
+            _per_path(t, declared, cfg)
+            t.format = (format or t.format) if t.kind == "inspect" else None
+            t.all = all or t.all
             if t.kind == "replay":
                 t.options = {"engine": engine, **({"sweep": sweep} if sweep else {})}
-    else:
-        cfg = guarded(lambda: ci_config.load(config, required=config is not None))
-        if not cfg.targets:
-            from lrdoctor.commands._common import die
+    elif not cfg.targets:
+        from lrdoctor.commands._common import die
 
-            die(f"{cfg.source or 'pyproject.toml'}: nothing to report on: give TARGETS or "
-                "add [[tool.lrdoctor.inspect]] / [[tool.lrdoctor.replay]]")
+        die(f"{cfg.source or 'pyproject.toml'}: nothing to report on: give TARGETS or "
+            "add [[tool.lrdoctor.inspect]] / [[tool.lrdoctor.replay]]")
     guarded(lambda: refuse_checkpoint_out(Path(out), cfg))
     replays: dict = {}
-    reports = guarded(lambda: ci_check.run_check(cfg, fail_on=fail_on.value if targets else None,
-                                                 replays=replays))
+    threshold = fail_on.value if fail_on is not None else None
+    reports = guarded(lambda: ci_check.run_check(cfg, fail_on=threshold, replays=replays))
     index, pngs = guarded(lambda: write_report_files(reports, out, title=title,
                                                      replays=replays))
-    print(f"report written to {index} ({len(reports)} target(s), {len(pngs)} figure(s))")
+    if not quiet:
+        print(f"report written to {index} ({len(reports)} target(s), {len(pngs)} figure(s))")
+    if verbose:
+        for r in reports:
+            print(f"  {r.command} {r.target}: "
+                  f"{', '.join(f.code for f in r.findings) or 'no findings'}")
     if warn_unusable(reports):
         raise typer.Exit(2)
-    code = max((exit_code(r.findings, fail_on.value) for r in reports), default=0)
+    code = max((exit_code(r.findings, r.extra.get("fail_on", "never")) for r in reports),
+               default=0)
     raise typer.Exit(code)
+
+
+def _per_path(t, declared, cfg) -> None:
+    """A TARGET named on the command line takes the options [tool.lrdoctor] declares for
+    the same path (fail-on, ignores, max-progress-ratio, format, batch log)."""
+    from lrdoctor.commands._settings import _matches
+
+    for d in declared:
+        if d.kind == t.kind and _matches(cfg.resolve(d.path), cfg.resolve(t.path)):
+            t.fail_on, t.max_progress_ratio = d.fail_on, d.max_progress_ratio
+            t.ignores, t.format = list(d.ignores), d.format
+            if t.kind == "replay" and not (t.batch_log or t.synthetic):
+                t.batch_log, t.synthetic = d.batch_log, d.synthetic
+            return
 
 
 def refuse_checkpoint_out(out: Path, cfg) -> None:

@@ -3,8 +3,9 @@
 The commands hand their :class:`~lrdoctor.core.report.Report` objects to :func:`emit`,
 which picks the output by two registries:
 
-- :data:`FORMATS`: the machine formats, one function per name (``json`` and the CI
-  formats in :mod:`lrdoctor.render.machine`: SARIF 2.1.0, JUnit XML, GitHub Actions);
+- :data:`FORMATS`: the machine formats, one function per name (``json``, the CI
+  formats in :mod:`lrdoctor.render.machine`: SARIF 2.1.0, JUnit XML, GitHub Actions,
+  and GitHub-flavoured Markdown in :mod:`lrdoctor.render.markdown`);
 - :data:`TEXT`: per command, how its reports read on a terminal
   (:mod:`lrdoctor.render.text`).
 
@@ -52,6 +53,12 @@ def _github(reports: Sequence[Report], fail_on: str) -> str:
     return github(list(reports))
 
 
+def _markdown(reports: Sequence[Report], fail_on: str) -> str:
+    from lrdoctor.render.markdown import markdown
+
+    return markdown(list(reports), fail_on).rstrip("\n")
+
+
 #: Machine formats: name -> ``fn(reports, fail_on) -> document``. A new format is one
 #: function here: ``--output-format``'s choices (``commands._common.OutputFormat``) and
 #: its help are made from this dict.
@@ -60,6 +67,7 @@ FORMATS: dict[str, Callable[[Sequence[Report], str], str]] = {
     "sarif": _sarif,
     "junit": _junit,
     "github": _github,
+    "markdown": _markdown,
 }
 
 
@@ -82,7 +90,7 @@ class TextView:
 TEXT: dict[str, TextView] = {
     "inspect": TextView(each="text:render_inspect", before="text:render_trend_of_many",
                         verbose=True),
-    "replay": TextView(each="text:render_replay"),
+    "replay": TextView(each="text:render_replay", verbose=True),
     "fix": TextView(each="text:render_fix", verdicts=False),
     "check": TextView(each="text:render_check_target", after="text:render_check_summary",
                       json_array=True, verbose=True),
@@ -106,9 +114,20 @@ def document(reports: Sequence[Report], fmt: str, fail_on: str = "warning") -> s
     return fn(reports, fail_on)
 
 
+def annotations(reports: Sequence[Report]) -> str:
+    """The GitHub Actions annotations of ``reports`` (``--output-format github``'s lines)."""
+    return FORMATS["github"](reports, "warning")
+
+
+def on_github_actions() -> bool:
+    import os
+
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
 def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
          command: str | None = None, quiet: bool = False, verbose: bool = False,
-         **context: Any) -> int:
+         annotate: bool | None = None, **context: Any) -> int:
     """Print ``reports`` in ``fmt`` (text or a :data:`FORMATS` name) and return the exit
     code of the worst finding against ``fail_on``.
 
@@ -116,6 +135,9 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
     the details; ``quiet``: the verdict lines only; ``verbose``: every counter read.
     ``context`` goes to the command's text renderer only (the files a replay wrote, the
     plan a fix applied): the machine formats are the reports alone.
+
+    ``annotate`` (default: on GitHub Actions): text is followed by the annotations, so the
+    job log keeps its verdicts and summary and the annotations come in addition.
     """
     from lrdoctor.core.report import Report
 
@@ -131,6 +153,9 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
 
             print_verdicts(reports)
         if quiet:
+            if (on_github_actions() if annotate is None else annotate) and \
+                    (lines := annotations(reports)):
+                print(lines)
             return max((r.exit_code(fail_on) for r in reports), default=0)
         if verbose and view.verbose:
             context["verbose"] = True
@@ -141,6 +166,10 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
             each(r, **context)
         if view.after:
             _resolve(view.after)(reports)
+        if on_github_actions() if annotate is None else annotate:
+            lines = annotations(reports)
+            if lines:
+                print(lines)
     elif fmt == "json" and view.json_array:
         print(json.dumps([r.to_dict() for r in reports], indent=2, allow_nan=False))
     else:

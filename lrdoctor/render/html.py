@@ -321,6 +321,10 @@ def write_report_files(reports: list[Report], out_dir: Path, title: str = "lrdoc
     page = render_html(reports, figures, notes, title)
     index = out_dir / "index.html"
     pngs = [Path(png) for figs in figures.values() for _, png in figs]
+    for i, figs in figures.items():  # linked from --output-format markdown
+        if figs:
+            reports[i].extra["figures"] = [{"caption": c, "path": Path(p).as_posix()}
+                                           for c, p in figs]
     _remove_stale(out_dir, set(pngs))
     write_text(index, page)
     return index, pngs

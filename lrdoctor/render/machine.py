@@ -323,43 +323,73 @@ def escape_property(s: str) -> str:
     return escape_data(s).replace(":", "%3A").replace(",", "%2C")
 
 
-def github_line(f: Finding, rep: Report | None = None) -> str:
-    """``::error file=PATH,line=N,title=CODE TITLE::message`` for one finding."""
+def is_text_file(path: str) -> bool:
+    """A file GitHub can show a line of: it exists and its first bytes are text (a
+    checkpoint's ``.pt``/``.safetensors`` is not, and an annotation there never shows)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    if b"\0" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start > len(head) - 4  # a character cut at the 4 KiB edge
+    return True
+
+
+def annotation_location(f: Finding, rep: Report | None = None) -> Location | None:
+    """Where an annotation for ``f`` lands: the config/YAML line that caused it (a replay's
+    run config key, a check target's line in [tool.lrdoctor]), else None (a run-level
+    annotation whose message names the target): never a binary checkpoint file."""
     loc = locate(f, rep)
-    props = (f"file={escape_property(loc.path)},line={loc.line},"
-             f"title={escape_property(f'{f.code} {f.title}')}")
+    if is_text_file(loc.path):
+        return loc
+    declared = rep.extra.get("config_location") if rep is not None else None
+    if isinstance(declared, str):
+        m = _LINE_SUFFIX.match(declared)
+        if m and is_text_file(m["path"]):
+            return Location(_relative(m["path"]), int(m["line"]))
+    return None
+
+
+def github_line(f: Finding, rep: Report | None = None) -> str:
+    """``::error file=PATH,line=N,title=CODE TITLE::message`` for one finding; without
+    ``file=`` (a summary annotation naming the target) when no text line caused it."""
+    loc = annotation_location(f, rep)
+    title = f"title={escape_property(f'{f.code} {f.title}')}"
+    props = (f"file={escape_property(loc.path)},line={loc.line},{title}" if loc is not None
+             else title)
     message = f.message if not f.fix else f"{f.message}\nFix: {f.fix}"
+    if loc is None and rep is not None and rep.target:
+        message = f"{rep.target}: {message}"
     return f"::{_GH_LEVEL[f.severity]} {props}::{escape_data(message)}"
 
 
+#: GitHub shows at most this many annotations of one level per step; the rest are cut
+#: silently, so lrdoctor says how many it left out.
+GITHUB_LIMIT = 10
+
+
 def github(reports: list[Report]) -> str:
-    """One workflow command per finding; a plain log line for a clean target."""
-    lines = []
+    """One workflow command per finding (at most :data:`GITHUB_LIMIT` per level, worst
+    first, then a notice counting the rest); a plain log line for a clean target."""
+    lines, shown, left = [], {s: 0 for s in Severity}, {s: 0 for s in Severity}
+    ordered = sorted(((f, rep) for rep in reports for f in rep.findings),
+                     key=lambda fr: -fr[0].severity)
     for rep in reports:
         if not rep.findings:
             lines.append(f"lrdoctor {rep.command} {rep.target}: no findings")
-        lines.extend(github_line(f, rep) for f in rep.findings)
+    for f, rep in ordered:
+        if shown[f.severity] < GITHUB_LIMIT:
+            shown[f.severity] += 1
+            lines.append(github_line(f, rep))
+        else:
+            left[f.severity] += 1
+    cut = ", ".join(f"{n} {s}" for s, n in sorted(left.items(), reverse=True) if n)
+    if cut:
+        lines.append(f"::notice title=lrdoctor::{escape_data(cut)} finding(s) not annotated "
+                     f"(GitHub shows {GITHUB_LIMIT} per level): see the log or the job summary")
     return "\n".join(lines)
-
-
-def markdown_summary(reports: list[Report], fail_on: str = "warning") -> str:
-    """A Markdown table for ``$GITHUB_STEP_SUMMARY``: one row per target, then each finding."""
-    from lrdoctor.findings import exit_code
-
-    def cell(x: str) -> str:
-        return x.replace("|", "\\|").replace("\n", " ")
-
-    failing = [exit_code(r.findings, r.extra.get("fail_on", fail_on)) for r in reports]
-    out = [f"### lrdoctor: {len(reports)} target(s), {sum(failing)} failing", "",
-           "| | target | command | findings |", "|---|---|---|---|"]
-    for rep, bad in zip(reports, failing, strict=True):
-        found = ", ".join(f"`{f.code}` {f.severity}" for f in rep.findings) or "none"
-        out.append(f"| {'❌' if bad else '✅'} | `{cell(rep.target)}` | {rep.command} | {found} |")
-    details = [(rep, f) for rep in reports for f in rep.findings]
-    if details:
-        out += ["", "| code | where | finding |", "|---|---|---|"]
-        for rep, f in details:
-            loc = locate(f, rep)
-            out.append(f"| `{f.code}` | `{cell(loc.path)}:{loc.line}` | "
-                       f"**{cell(f.title)}**: {cell(f.message)} |")
-    return "\n".join(out) + "\n"

@@ -311,7 +311,8 @@ def _rnum(x) -> str:
     return number(x, grouping=False)
 
 
-def render_replay(report, trace=None, plot=None, con: Console | None = None) -> None:
+def render_replay(report, trace=None, plot=None, con: Console | None = None,
+                  verbose: bool = False) -> None:
     """The nominal-vs-replayed table, the sweep table, findings, and what was written."""
     con = con or console()
     s = report.extra["summary"]
@@ -368,6 +369,13 @@ def render_replay(report, trace=None, plot=None, con: Console | None = None) -> 
                        _rnum(r["floor_step"]), _rnum(r["max_rank_tokens"]),
                        ", ".join(r.get("findings", [])) or "none")
         con.print(st)
+    if verbose and s.get("config_keys_used"):
+        keys = Table(title="config keys read", title_justify="left", show_edge=False)
+        keys.add_column("key", overflow="fold")
+        keys.add_column("value", overflow="fold")
+        for k, v in s["config_keys_used"].items():
+            keys.add_row(k, str(v))
+        con.print(keys)
     render_findings(report, con)
     for label, p in (("trace", trace), ("plot", plot)):
         if p is not None:

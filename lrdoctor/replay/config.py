@@ -372,11 +372,22 @@ def config_from_dict(data: Any, source: str | None = None) -> RunConfig:
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
-        errs = exc.errors()
-        first = _clean_loc(errs[0])
-        others = sum(1 for e in errs if _clean_loc(e) != first)
-        more = f" (and {others} more)" if others else ""
-        raise UnusableInput(_describe(errs) + more, source) from None
+        problems = describe_all(exc.errors())
+        # Every problem at once (a hidden second one was the typo), in the one line and
+        # structured for --json.
+        raise UnusableInput("; ".join(problems), source,
+                            detail={"errors": problems} if len(problems) > 1 else None) \
+            from None
+
+
+def describe_all(errs: list[dict], model: type[BaseModel] = RunConfig) -> list[str]:
+    """One description per key with a problem (a union's per-member errors merged),
+    unknown keys first: a typo often explains the rest."""
+    groups: dict[tuple, list[dict]] = {}
+    for e in errs:
+        groups.setdefault(tuple(_clean_loc(e)), []).append(e)
+    ordered = sorted(groups.values(), key=lambda g: g[0].get("type") != "extra_forbidden")
+    return [_describe(g, model) for g in ordered]
 
 
 def load_config(path: str | Path, sets: tuple[str, ...] | list[str] = (),
@@ -408,17 +419,32 @@ def parse_value(text: str) -> Any:
         return text
 
 
+def _unknown_key(key: str, node: Any, prefix: list[str]) -> str:
+    """``unknown key 'x.y'`` and the keys that can be set there: a section's keys
+    (``batching.max_tokens_per_microbatch, ...``), or the sections at the top."""
+    if not isinstance(node, dict):
+        return f"unknown key '{key}' ({'.'.join(prefix)} has no keys)"
+    dotted = ".".join(prefix)
+    names = [f"{dotted}.{k}" if dotted else k for k in node]
+    if not prefix:
+        return (f"unknown key '{key}' (sweepable sections: {', '.join(names)}; "
+                "e.g. batching.max_tokens_per_microbatch)")
+    return f"unknown key '{key}' (sweepable: {', '.join(names)})"
+
+
 def with_key(cfg: RunConfig, key: str, value: Any, source: str | None = None) -> RunConfig:
     """A copy of ``cfg`` with the dotted ``key`` set to ``value`` (for ``--sweep``)."""
     data = cfg.model_dump()
     node: Any = data
     parts = key.split(".")
+    prefix: list[str] = []
     for p in parts[:-1]:
         if not isinstance(node, dict) or p not in node:
-            raise UnusableInput(f"unknown key '{key}'", source or "--sweep")
+            raise UnusableInput(_unknown_key(key, node, prefix), source or "--sweep")
         node = node[p]
+        prefix.append(p)
     if not isinstance(node, dict) or parts[-1] not in node:
-        raise UnusableInput(f"unknown key '{key}'", source or "--sweep")
+        raise UnusableInput(_unknown_key(key, node, prefix), source or "--sweep")
     node[parts[-1]] = value
     out = config_from_dict(data, source or "--sweep")
     out._format, out._base_dir = cfg._format, cfg._base_dir
