@@ -32,7 +32,8 @@ OutputFormat = Enum(  # type: ignore[misc]
     type=str, module=__name__)
 
 
-def output_format_help(default: str = "text; github when GITHUB_ACTIONS=true") -> str:
+def output_format_help(default: str = "text; on GitHub Actions text, then annotations"
+                       ) -> str:
     """--output-format's help: every choice (from :data:`OutputFormat`), then the default."""
     names = [m.value for m in OutputFormat]
     return f"{', '.join(names[:-1])} or {names[-1]} (default: {default})."

@@ -177,8 +177,10 @@ def _run_fix(stage, *, policy, k, progress, replay, schedule, dry_run, force, fo
     _apply_ignores(rep, list(ignores))  # [tool.lrdoctor] ignores, as check applies them
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
+        # No annotations on Actions: the findings are what the fix repairs, its table
+        # says more.
         emit(rep, output_format, fail_on, command="fix", plan=plan, dry_run=dry_run,
-             result=result, quiet=quiet)
+             result=result, quiet=quiet, annotate=False)
     print(stage.rename(buf.getvalue()), end="")  # URLs, not the local staging folders
     codes = {i.code for i in ignores}
     if result is not None and result.written is not None:

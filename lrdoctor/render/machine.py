@@ -331,13 +331,14 @@ def is_text_file(path: str) -> bool:
             head = fh.read(4096)
     except OSError:
         return False
-    if b"\0" in head:
-        return False
     try:
-        head.decode("utf-8")
+        text = head.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return exc.start > len(head) - 4  # a character cut at the 4 KiB edge
-    return True
+        if exc.start <= len(head) - 4:  # not a character cut at the 4 KiB edge
+            return False
+        text = head[:exc.start].decode("utf-8")
+    # Control characters (a zip's PK\x03\x04, a pickle's opcodes) mean binary.
+    return not any((ord(c) < 32 and c not in "\t\n\r\f\v") or c == "\x7f" for c in text)
 
 
 def annotation_location(f: Finding, rep: Report | None = None) -> Location | None:

@@ -162,12 +162,16 @@ def test_junit_per_report_threshold_and_unusable_input(repo):
     assert err.get("type") == "LRD303" and "no such file" in err.get("message")
 
 
-def test_github_escaping_is_exact():
+def test_github_escaping_is_exact(tmp_path, monkeypatch):
     assert output.escape_data("50% a\r\nb") == "50%25 a%0D%0Ab"
     assert output.escape_property("a:b,c%d\n") == "a%3Ab%2Cc%25d%0A"
-    f = finding("LRD103", "k = 4: 400 vs 100,\n100% off", fix="", location="dir,x/f:a.pt")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)
+    (tmp_path / "dir,x").mkdir()
+    (tmp_path / "dir,x" / "f:a.yaml").write_text("k: 4\n")  # a text file: annotated
+    f = finding("LRD103", "k = 4: 400 vs 100,\n100% off", fix="", location="dir,x/f:a.yaml")
     line = output.github_line(f)
-    assert line == ("::error file=dir%2Cx/f%3Aa.pt,line=1,title=LRD103 "
+    assert line == ("::error file=dir%2Cx/f%3Aa.yaml,line=1,title=LRD103 "
                     + output.escape_property(RULES["LRD103"].title)
                     + "::k = 4: 400 vs 100,%0A100%25 off")
 
@@ -175,14 +179,17 @@ def test_github_escaping_is_exact():
 def test_github_lines_match_the_workflow_command_syntax(repo):
     text = output.github(reports(repo))
     lines = text.splitlines()
-    pat = re.compile(r"^::(error|warning|notice) file=([^,:]+),line=(\d+),title=([^,:]+)::(.*)$")
+    pat = re.compile(r"^::(error|warning|notice) (?:file=([^,:]+),line=(\d+),)?"
+                     r"title=([^,:]+)::(.*)$")
     commands = [ln for ln in lines if ln.startswith("::")]
     assert len(commands) == 4
     parsed = [pat.match(ln) for ln in commands]
     assert all(parsed), commands
-    assert [m[1] for m in parsed] == ["error", "warning", "notice", "error"]
-    assert parsed[0][2] == "ckpt/iter_0000010/model_optim_rng.pt"
-    assert (parsed[3][2], parsed[3][3]) == ("configs/run.yaml", "5")
+    assert [m[1] for m in parsed] == ["error", "error", "warning", "notice"]  # worst first
+    # A binary checkpoint file never: a run-level annotation naming the target instead.
+    assert parsed[0][2] is None and parsed[0][5].startswith("ckpt/iter_0000010: ")
+    # A run config's key: its file and line.
+    assert (parsed[1][2], parsed[1][3]) == ("configs/run.yaml", "5")
     assert parsed[0][4].startswith("LRD101 ")
     assert "\n" not in parsed[0][5] and "%0AFix%3A" not in parsed[0][5]
     assert "%0AFix: " in parsed[0][5]
@@ -235,12 +242,14 @@ def test_cli_inspect_junit_and_exit_codes(bad_project):
     assert res.exit_code == 2 and "nope" in res.stderr and "Traceback" not in res.output
 
 
-def test_cli_github_chosen_on_actions(bad_project, monkeypatch):
+def test_cli_github_annotations_added_on_actions(bad_project, monkeypatch):
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     res = runner.invoke(app, ["inspect", CKPT])
     assert res.exit_code == 1
     lines = res.stdout.splitlines()
-    assert any(ln.startswith(f"::error file={CKPT_FILE},line=1,title=LRD104 ") for ln in lines)
+    assert " LRD10" in lines[0]  # the verdict line first: text, and annotations after it
+    assert any(ln.startswith("::error title=LRD104 ") for ln in lines)
+    assert not any(CKPT_FILE in ln for ln in lines if ln.startswith("::"))
     # --json still wins over the environment.
     res = runner.invoke(app, ["inspect", CKPT, "--json"])
     assert json.loads(res.stdout)["command"] == "inspect"
@@ -286,5 +295,5 @@ def test_a_format_registered_in_render_is_a_cli_choice_with_no_other_edit():
                        text=True, timeout=120, cwd=REPO, check=True)
     ran, helpline = p.stdout.strip().splitlines()[-2:]
     assert ran.split(" ", 1)[1] == "tsv:inspect" and ran.split()[0] in ("0", "1"), ran
-    assert "--output-format <text|json|sarif|junit|github|tsv>" in helpline
-    assert "text, json, sarif, junit, github or tsv (default" in helpline
+    assert "--output-format <text|json|sarif|junit|github|markdown|tsv>" in helpline
+    assert "text, json, sarif, junit, github, markdown or tsv (default" in helpline
