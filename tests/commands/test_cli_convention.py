@@ -203,9 +203,9 @@ def test_github_actions_adds_annotations_to_the_text_never_instead(tmp_path):
 
 
 def test_github_annotations_are_capped_with_a_count():
+    from lrdoctor.core.report import Report
     from lrdoctor.findings import finding
     from lrdoctor.render.machine import GITHUB_LIMIT, github
-    from lrdoctor.core.report import Report
 
     reps = [Report("inspect", f"ckpt-{i}", "torch", findings=[
         finding("LRD103", "m", {"ratio": 4.0})]) for i in range(GITHUB_LIMIT + 3)]
