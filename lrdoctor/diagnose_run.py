@@ -23,8 +23,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lrdoctor.core.findings import Finding
 from lrdoctor.core.state import Counter, RunState
-from lrdoctor.findings import Finding, finding
+from lrdoctor.rules import (
+    lrd112_scheduler_restarted_on_resume as lrd112,
+)
+from lrdoctor.rules import (
+    lrd113_progress_double_counted_on_resume as lrd113,
+)
+from lrdoctor.rules import (
+    lrd114_schedule_changed_between_checkpoints as lrd114,
+)
+from lrdoctor.rules import (
+    lrd115_scheduler_state_missing as lrd115,
+)
+from lrdoctor.rules import (
+    lrd116_progress_ratio_changes as lrd116,
+)
 
 # Two counters advancing by amounts that differ by more than this (relative, and
 # at least ABS_TOL units) disagree; a checkpoint's own rounding stays below it.
@@ -204,11 +219,10 @@ def _continuity(a: Point, b: Point, resumes: list[Point], rate: float,
                 break
     if restarted_at is not None:
         ev["restarted_near"] = restarted_at
-        return [finding(
-            "LRD112",
+        return [lrd112.RULE.finding(
             f"{head}: the scheduler {why}, as if it restarted from 0 at a resume near "
             f"{b.updates.name} {_fmt(restarted_at)} (state not saved or not restored){lr_txt}.",
-            ev, location=b.path)], None
+            lrd112.SchedulerRestarted(**ev), location=b.path)], None
     persists = next_ratio is not None and _same(next_ratio * du, ds)
     if ds > expected and _differ(ds, expected) and not persists:
         excess = ds - expected
@@ -223,12 +237,12 @@ def _continuity(a: Point, b: Point, resumes: list[Point], rate: float,
             if m >= 1 and _same(excess, m * base):
                 ev["excess_matches"] = {"what": what, "value": base, "multiple": m}
                 times = "" if m == 1 else f" x {m}"
-                return [finding(
-                    "LRD113",
+                return [lrd113.RULE.finding(
                     f"{head}: {_fmt(excess)} {unit} more than the updates explain, which is "
                     f"{what} ({_fmt(base)}){times}: the resume stepped the restored scheduler "
                     "by the progress again (e.g. scheduler.step(iteration * global_batch_size)"
-                    f" after load_state_dict){lr_txt}.", ev, location=b.path)], None
+                    f" after load_state_dict){lr_txt}.", lrd113.ProgressDoubleCounted(**ev),
+                    location=b.path)], None
     if _differ(ds, expected):
         return [], {"from": a, "to": b, "ratio": ds / du, "rate": rate, "ev": ev}
     return [], {"from": a, "to": b, "ratio": ds / du, "rate": rate, "ev": None}
@@ -248,14 +262,14 @@ def _ratio_drift(pts: list[Point], intervals: list[dict[str, Any]]) -> list[Find
     ev["ratio_before"] = round(first["rate"], 6)
     ev["ratio_in_interval"] = round(first["ratio"], 6)
     more = (f"; {len(bad) - 1} more interval(s) differ too" if len(bad) > 1 else "")
-    return [finding(
-        "LRD116",
+    return [lrd116.RULE.finding(
         f"{a.name} -> {b.name}: {b.scheduler.name} advanced {first['ratio']:.4g} per unit "
         f"of {b.updates.name} (+{_fmt(b.scheduler.value - a.scheduler.value)} over "
         f"+{_fmt(b.updates.value - a.updates.value)}) where the run advanced "
         f"{first['rate']:.4g}{more} (per-interval ratios "
         f"{', '.join(f'{r:.4g}' for r in ratios)}): scheduler progress per update depends on something that changed (batch "
-        "composition, accumulation, world size, a resume).", ev, location=b.path)]
+        "composition, accumulation, world size, a resume).", lrd116.ProgressRatioChanges(**ev),
+        location=b.path)]
 
 
 _COMPARED = (("horizon", "decay horizon"), ("warmup", "warmup"), ("max_lr", "max_lr"),
@@ -305,10 +319,9 @@ def _schedule_changed(a: Point, b: Point) -> list[Finding]:
                       f"{new:.6g}")
     what = ", ".join(f"{c['what']} {fmt_any(c['from'])} -> {fmt_any(c['to'])}"
                      for c in changes)
-    return [finding(
-        "LRD114",
+    return [lrd114.RULE.finding(
         f"{a.name} -> {b.name}: {what} (recomputed on resume, e.g. with another batch size, "
-        f"accumulation or epoch count){lr_txt}.", ev, location=b.path)]
+        f"accumulation or epoch count){lr_txt}.", lrd114.ScheduleChanged(**ev), location=b.path)]
 
 
 def fmt_any(v: Any) -> str:
@@ -343,12 +356,11 @@ def _missing_scheduler(pts: list[Point]) -> list[Finding]:
                                      "value": other.scheduler.value}
         also = (f" ({other.name} has {other.scheduler.name} {_fmt(other.scheduler.value)})"
                 if other is not None else "")
-        out.append(finding(
-            "LRD115",
+        out.append(lrd115.RULE.finding(
             f"{p.name} saves no scheduler state{where}, but its optimizer lr "
             f"{lrs[0]:.6g} is {lrs[0] / peak:.3g}x the peak {peak:.6g} ({whence}): a "
             f"scheduler was moving it{also}, and a resume from {p.name} restarts the "
-            "schedule from step 0.", ev, location=p.path))
+            "schedule from step 0.", lrd115.SchedulerStateMissing(**ev), location=p.path))
     return out
 
 

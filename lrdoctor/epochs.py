@@ -23,8 +23,12 @@ loop's ``args`` Namespace, Lightning ``hparams``, HF ``TrainingArguments``).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from lrdoctor.core.facts import EpochPlan
+
+if TYPE_CHECKING:
+    from lrdoctor.core.state import RunState
 
 POLICIES = ("flush", "drop", "carry")
 
@@ -45,25 +49,6 @@ _KEYS: dict[str, tuple[str, ...]] = {
                 "total_steps", "max_steps", "train_steps"),
     "window": ("accumulation_window", "window_policy"),
 }
-
-
-@dataclass
-class EpochPlan:
-    """The knobs an epoch-based loop sizes its horizon from, and where they were read."""
-
-    epochs: int
-    ga: int
-    batches_per_epoch: int
-    horizon: int | None = None
-    dataset_len: int | None = None
-    batch_size: int | None = None
-    world_size: int = 1
-    drop_last: bool | None = None
-    window: str | None = None  # flush / drop / carry when the config says
-    source: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def batches_per_epoch(n: int, batch_size: int, world_size: int = 1,
@@ -127,13 +112,13 @@ def plan_from(fields: dict[str, Any], source: str = "") -> EpochPlan | None:
                      drop_last=drop, window=window, source=source)
 
 
-def attach(state, fields: dict[str, Any] | None, source: str) -> None:
+def attach(state: RunState, fields: dict[str, Any] | None, source: str) -> None:
     """Record the epoch plan of a config on ``state`` (the first config that has one)."""
-    if not isinstance(fields, dict) or (state.extras or {}).get("epoch_plan"):
+    if not isinstance(fields, dict) or state.facts.epoch_plan is not None:
         return
     plan = plan_from(fields, source)
     if plan is not None:
-        state.extras["epoch_plan"] = plan.to_dict()
+        state.facts.epoch_plan = plan
 
 
 def observed_policy(plan: EpochPlan, updates_done: float, epoch: float) -> list[str]:
@@ -148,85 +133,8 @@ def observed_policy(plan: EpochPlan, updates_done: float, epoch: float) -> list[
                    for e in done)]
 
 
-def findings(state) -> list:
-    """LRD117 when the horizon differs from the updates the loop really takes.
-
-    The loop's window policy comes from the config, or from the checkpoint's own counters
-    when it was saved at an epoch boundary; when neither tells, and the policies disagree,
-    an info finding names what each would take.
-    """
-    from lrdoctor.findings import Severity, finding
-
-    raw = (state.extras or {}).get("epoch_plan")
-    if not raw:
-        return []
-    plan = EpochPlan(**raw)
-    horizon = plan.horizon
-    if horizon is None and state.schedule is not None and state.schedule.horizon:
-        horizon = int(state.schedule.horizon)
-    if horizon is None:
-        return []
-    L, E, k = plan.batches_per_epoch, plan.epochs, plan.ga
-    real = {p: updates(L, E, k, p) for p in POLICIES}
-    ev: dict[str, Any] = {"plan": plan.to_dict(), "horizon": horizon,
-                          "updates_by_policy": real,
-                          "floor_per_epoch": L // k, "ceil_per_epoch": math.ceil(L / k)}
-    how = f"len(dataloader) {L} per epoch x {E} epochs with gradient accumulation {k}"
-    if plan.dataset_len is not None and plan.batch_size is not None:
-        how = (f"{plan.dataset_len} samples / batch {plan.batch_size}"
-               + (f" / world size {plan.world_size}" if plan.world_size > 1 else "")
-               + f" ({'drop_last' if plan.drop_last else 'no drop_last'}) = {L} batches per "
-               f"epoch x {E} epochs, gradient accumulation {k}")
-    policy, why = plan.window, "the config says"
-    if policy is None:
-        prog = state.trainer_progress or state.nominal_progress
-        ep = state.counter("loop.epoch") or state.counter("trainer.epoch") or next(
-            (c for c in state.counters if c.unit.value == "epochs"), None)
-        if prog is not None and ep is not None:
-            fits = observed_policy(plan, prog.value, ep.value)
-            if len({real[p] for p in fits}) == 1 and fits:
-                policy = fits[0]
-                why = (f"{prog.name} {prog.value:g} after {ep.name} {ep.value:g} whole epochs "
-                       f"fits it")
-    if policy is not None:
-        if real[policy] == horizon:
-            return []
-        ev.update(policy=policy, real_updates=real[policy], difference=real[policy] - horizon)
-        more = real[policy] > horizon
-        tail = ("the last updates run past the horizon (a cosine rises again or the LR "
-                "sits at its floor)" if more else "the schedule never finishes its decay")
-        formula = next((f for f, v in (("epochs x floor(L/GA)", E * (L // k)),
-                                       ("epochs x ceil(L/GA)", E * math.ceil(L / k)),
-                                       ("floor(epochs x L/GA)", (E * L) // k)) if v == horizon),
-                       "its own formula")
-        ev["horizon_formula"] = formula
-        return [finding(
-            "LRD117",
-            f"The horizon is {horizon} updates ({formula}) but the loop takes {real[policy]} "
-            f"({policy}: {_POLICY_TEXT[policy]}; {why}): {how}. {abs(real[policy] - horizon)} "
-            f"update(s) {'more' if more else 'fewer'} than scheduled: {tail}.",
-            ev, location=plan.source or state.path)]
-    if len(set(real.values())) == 1 or horizon in real.values() and len(
-            {v for v in real.values() if v != horizon}) == 0:
-        return []
-    if horizon in real.values():
-        others = {p: v for p, v in real.items() if v != horizon}
-        return [finding(
-            "LRD117",
-            f"The horizon is {horizon} updates; {how}. A loop that "
-            + " or ".join(f"{_POLICY_TEXT[p]} takes {v}" for p, v in others.items())
-            + ": lrdoctor cannot tell from the checkpoint which this loop does (save it at an "
-            "epoch end, or give the window policy).", ev, severity=Severity.INFO,
-            location=plan.source or state.path)]
-    ev["difference"] = {p: v - horizon for p, v in real.items()}
-    return [finding(
-        "LRD117",
-        f"The horizon is {horizon} updates but {how} gives "
-        + ", ".join(f"{v} ({p})" for p, v in real.items())
-        + ": none is the horizon.", ev, location=plan.source or state.path)]
-
-
-_POLICY_TEXT = {
+#: What each window policy does, in words.
+POLICY_TEXT = {
     "flush": "steps the short last window of each epoch",
     "drop": "never steps a short window",
     "carry": "carries windows across epochs",

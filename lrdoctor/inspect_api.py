@@ -9,9 +9,10 @@ from typing import Any
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.report import Report
 from lrdoctor.core.state import RunState
-from lrdoctor.diagnose import diagnose, planned_end_in_schedule_units, progress_ratio
+from lrdoctor.diagnose import diagnose
 from lrdoctor.read import layouts as formats
 from lrdoctor.read.bytes.storage import RemotePath, as_path
+from lrdoctor.rules.common import planned_end_in_schedule_units, progress_ratio
 from lrdoctor.schedules import lr_or_none
 
 

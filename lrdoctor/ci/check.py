@@ -23,8 +23,10 @@ from typing import Any
 
 from lrdoctor.ci.config import CheckConfig, Ignore, Target
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.findings import Finding, exit_code
 from lrdoctor.core.report import Report
-from lrdoctor.findings import Finding, exit_code, finding
+from lrdoctor.rules import lrd301_unused_ignore as lrd301
+from lrdoctor.rules import lrd302_progress_ratio_exceeded as lrd302
 
 InspectFn = Callable[..., list[Report]]
 # A replay function returns its report, or the whole ReplayResult (``.report`` and the
@@ -193,12 +195,11 @@ def _ratio_finding(rep: Report, limit: float, t: Target | None) -> Finding | Non
     ratio = progress_ratio(rep)
     if ratio is None or ratio <= limit:
         return None
-    return finding(
-        "LRD302",
+    return lrd302.RULE.finding(
         f"scheduler progress is {ratio:.3g}x the nominal progress, above the tolerated "
         f"max-progress-ratio {limit:g}",
-        {"progress_ratio": ratio, "max_progress_ratio": limit,
-         "config_key": t.key if t else None},
+        lrd302.ProgressRatioExceeded(progress_ratio=ratio, max_progress_ratio=limit,
+                                     config_key=t.key if t else None),
         # A replay is annotated at the run config's scheduler section; a checkpoint at its file.
         location=f"{rep.target}:scheduler" if rep.command == "replay" else None)
 
@@ -220,10 +221,9 @@ def _apply_ignores(rep: Report, ignores: list[Ignore]) -> None:
 
 def _unused(cfg: CheckConfig, i: Ignore) -> Finding:
     where = f" for {i.path!r}" if i.path else ""
-    return finding(
-        "LRD301",
+    return lrd301.RULE.finding(
         f"{i.key}: ignore of {i.code}{where} matched no finding (reason given: {i.reason!r})",
-        {"code": i.code, "config_key": i.key, "reason": i.reason},
+        lrd301.UnusedIgnore(code=i.code, config_key=i.key, reason=i.reason),
         location=f"{cfg.source}:{i.line}" if cfg.source else None)
 
 

@@ -40,15 +40,13 @@ def optional() -> Any:
 
 
 @dataclass(frozen=True)
-class Evidence(Mapping[str, Any]):
-    """The numbers that prove a finding; subclasses are frozen dataclasses.
-
-    It is also a read-only mapping of its JSON form (``ev["k"]``), the way the
-    report's readers (and the JSON contract) name the same numbers.
-    """
+class Record(Mapping[str, Any]):
+    """A frozen dataclass whose JSON form is its fields by name, None-valued fields
+    marked :func:`optional` left out. It is also a read-only mapping of that form
+    (``ev["k"]``), the way the JSON contract names the same values."""
 
     def raw(self) -> dict[str, Any]:
-        """The evidence by its JSON keys, values as they are (tuples, int keys)."""
+        """The record by its JSON keys, values as they are (tuples, int keys)."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
@@ -61,15 +59,19 @@ class Evidence(Mapping[str, Any]):
         """The JSON form: :meth:`raw` through :func:`jsonable`."""
         return {k: jsonable(v) for k, v in self.raw().items()}
 
-    def replaced(self, **changes: Any) -> Evidence:
-        """A copy with ``changes`` (the live guard counts occurrences this way)."""
-        return dataclasses.replace(self, **changes)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Equal to any mapping with the same JSON keys and values (a test's dict, another
+        # record): set before @dataclass runs, so it keeps this __eq__ over its own.
+        super().__init_subclass__(**kwargs)
+        cls.__eq__ = Record.__eq__  # type: ignore[method-assign]
 
-    def headline(self) -> str | None:
-        """The finding's one number in words, for the verdict line; None: use the title."""
-        return None
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return self.raw() == dict(other.items())
 
-    # -- read-only mapping over the JSON form
+    __hash__ = None  # type: ignore[assignment]  # equal to dicts, so not hashable
+
     def __getitem__(self, key: str) -> Any:
         return self.raw()[key]
 
@@ -78,6 +80,19 @@ class Evidence(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.raw())
+
+
+@dataclass(frozen=True)
+class Evidence(Record):
+    """The numbers that prove a finding; each rule file subclasses it."""
+
+    def replaced(self, **changes: Any) -> Evidence:
+        """A copy with ``changes`` (the live guard counts occurrences this way)."""
+        return dataclasses.replace(self, **changes)
+
+    def headline(self) -> str | None:
+        """The finding's one number in words, for the verdict line; None: use the title."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -96,11 +111,9 @@ class FreeEvidence(Evidence):
 
 @dataclass(frozen=True)
 class Rule:
-    """One finding code: what it means (the catalog page) and how it is checked.
-
-    ``evidence``: the evidence types a finding of this code carries. A rule with a
-    check of its own names it in its file; rules raised by the live guard or by
-    ``check`` are built where that happens (with :meth:`finding`)."""
+    """One finding code: what it means (the catalog page is made from these fields).
+    Its file in :mod:`lrdoctor.rules` holds it with its check and ``evidence``: the
+    evidence types a finding of this code carries."""
 
     code: str
     name: str
@@ -176,7 +189,7 @@ def exit_code(findings: list[Finding], fail_on: str) -> int:
 def jsonable(obj: Any) -> Any:
     """``obj`` as JSON values: enums by value, tuples as lists, NaN/inf as null, nested
     evidence as its dict, anything else by ``repr``."""
-    if isinstance(obj, Evidence):
+    if isinstance(obj, Record):
         return obj.to_dict()
     if isinstance(obj, Enum):
         return obj.value
@@ -192,5 +205,6 @@ def jsonable(obj: Any) -> Any:
 
 
 
-__all__ = ["OMIT_NONE", "FAIL_ON", "Evidence", "Finding", "FreeEvidence", "Rule", "Severity",
+__all__ = ["OMIT_NONE", "FAIL_ON", "Evidence", "Finding", "FreeEvidence", "Record", "Rule",
+           "Severity",
            "exit_code", "finding", "jsonable", "optional"]

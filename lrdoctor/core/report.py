@@ -57,8 +57,8 @@ def unusable_report(command: str, target: str, message: str, detail: dict | None
     (``detail``: :class:`~lrdoctor.core.errors.UnusableInput`'s structured record, e.g. what was
     scanned). ``check`` (a target of its config) and ``inspect`` (a refused PATH, in a
     machine format) both print it, so that a refusal is never an empty stdout."""
-    from lrdoctor.findings import finding
+    from lrdoctor.rules import lrd303_check_input_unusable as lrd303
 
-    f = finding("LRD303", message, {"target": target, **evidence, **(detail or {})},
-                location=location)
+    f = lrd303.RULE.finding(message, lrd303.InputUnusable(target, {**evidence, **(detail or {})}),
+                            location=location)
     return Report(command=command, target=target, format=format, findings=[f])

@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.facts import Facts
 from lrdoctor.core.fieldref import FieldRef
 
 # No step, sample count, horizon or learning rate of a real run comes near this.
@@ -101,6 +102,8 @@ class RunState:
     unreadable: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
+    # What the rules judge by beyond the counters (lrdoctor.core.facts).
+    facts: Facts = field(default_factory=Facts)
 
     def counter(self, name: str) -> Counter | None:
         return next((c for c in self.counters if c.name == name), None)

@@ -7,65 +7,14 @@ fleet of targets the reader wants "which target, how bad, by how much" at a glan
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from lrdoctor.findings import Finding
-
-
-def _x(v: Any, what: str) -> str | None:
-    return f"{v:.3g}x {what}" if isinstance(v, (int, float)) else None
-
-
-def _pct(v: Any, what: str) -> str | None:
-    return f"{what} {v:.0%}" if isinstance(v, (int, float)) else None
-
-
-def _lr(ev: dict) -> str | None:
-    lrs, want = ev.get("optimizer_lrs"), ev.get("schedule_lr")
-    if lrs and isinstance(want, (int, float)):
-        return f"optimizer lr {lrs[0]:.3g}, schedule {want:.3g}"
-    return None
-
-
-def _first_window(ev: dict) -> str | None:
-    """The first window's real size, from the replayed window sizes (never assumed k - 1:
-    an off-by-one with ``global_step % k`` closes a window of 1, not k - 1)."""
-    head, k = ev.get("window_sizes_head"), ev.get("k")
-    if not (head and isinstance(head[0], int) and isinstance(k, int)):
-        return None
-    return f"first window {head[0]} of {k} micro-batches"
-
-
-#: code -> the evidence that is the finding's one number, as words.
-HEADLINE: dict[str, Callable[[dict], str | None]] = {
-    "LRD101": lambda e: _x(e.get("progress_over_horizon"), "the decay horizon"),
-    "LRD102": lambda e: _pct(e.get("tail_fraction"), "min-LR tail"),
-    "LRD103": lambda e: _x(e.get("ratio"), "the nominal progress"),
-    "LRD104": lambda e: _x(e.get("ratio"), "consumed - skipped samples"),
-    "LRD105": _lr,
-    "LRD108": lambda e: _x(e.get("ratio"), "the nominal progress"),
-    "LRD109": lambda e: _x(e.get("ratio"), "global_steps - skipped_steps"),
-    "LRD110": lambda e: _x(e.get("progress_over_horizon"), "the decay horizon"),
-    "LRD201": lambda e: _x(e.get("ratio"), "the scheduler's budget"),
-    "LRD202": lambda e: _x(e.get("ratio"), "the scheduler's budget"),
-    "LRD204": lambda e: _first_window(e),
-    "LRD205": lambda e: _x(e.get("scheduler_moves_per_update"), "scheduler moves per update"),
-    "LRD209": lambda e: (f"{e['max_tokens']:,} tokens, cap {e['cap']:,}"
-                         if isinstance(e.get("max_tokens"), int)
-                         and isinstance(e.get("cap"), int) else None),
-    "LRD211": lambda e: f"{e['failed_updates']} failed update(s)"
-    if isinstance(e.get("failed_updates"), int) else None,
-    "LRD302": lambda e: _x(e.get("progress_ratio"),
-                           f"nominal, over the limit {e.get('max_progress_ratio')}"),
-}
+from lrdoctor.core.findings import Finding
 
 
 def headline(f: Finding) -> str:
-    """The finding's one number in words, or its title when it has none."""
-    fn = HEADLINE.get(f.code)
+    """The finding's one number in words (its evidence's :meth:`headline`, written in the
+    rule's file), or its title when it has none."""
     try:
-        text = fn(f.evidence or {}) if fn else None
+        text = f.evidence.headline()
     except (KeyError, TypeError, ValueError):
         text = None
     return text or f.title[:1].lower() + f.title[1:]

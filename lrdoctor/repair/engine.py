@@ -10,6 +10,7 @@ from typing import Any
 
 from lrdoctor import __version__
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.facts import Storage
 from lrdoctor.core.state import RunState
 from lrdoctor.findings import Finding
 from lrdoctor.repair.policies import Refusal, Target, make_target
@@ -134,7 +135,7 @@ def plan_fix(path: str | Path, *, policy: str | None = None, k: float | None = N
         return plan
     from lrdoctor.repair import dcp
 
-    if state.extras.get("storage") == "dcp" or dcp.folders(state):
+    if state.facts.storage is Storage.DCP or dcp.folders(state):
         writer: Any = dcp  # torch_dist, torch_dcp, torchtitan, NeMo-RL, any DCP folder
     else:
         try:

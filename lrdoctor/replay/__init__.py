@@ -194,13 +194,13 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
         summary["config_keys_used"] = cfg._keys_used
         found.extend(analysis.unmodelled_keys(cfg._unmodelled))
     if cross is not None and cross.get("ran") and not cross["agree"]:
-        from lrdoctor.findings import finding
+        from lrdoctor.rules import lrd214_replay_engines_disagree as lrd214
 
-        found.append(finding(
-            "LRD214", f"The real torch loop disagrees with the fast replay on "
+        found.append(lrd214.RULE.finding(
+            f"The real torch loop disagrees with the fast replay on "
             f"{len(cross['mismatches'])} column(s) of the {cross['micro_batches']} "
             f"micro-batches it ran: {'; '.join(cross['mismatches'])}.",
-            {"cross_check": cross}))
+            lrd214.EnginesDisagree(cross_check=cross)))
     for f in found:
         if f.location and not f.location.startswith(str(config)):
             f.location = f"{config}:{f.location}"

@@ -88,27 +88,3 @@ def scale(rep, strategy: str) -> dict[str, Any] | None:
             "token_weight": {"min": float(min(lo)), "max": float(max(hi))},
             "worst_update": worst, "worst_scale": float(s[worst]),
             "updates_off": int((np.abs(s - 1) > TOL).sum())}
-
-
-def findings(rep) -> list:
-    """LRD215 when the configured divisor makes updates train at another LR than planned,
-    or weights the tokens of one update unequally."""
-    from lrdoctor.findings import finding
-
-    strategy = getattr(rep.cfg.batching, "loss_normalization", None)
-    if strategy is None:
-        return []
-    sc = scale(rep, strategy)
-    if sc is None:
-        return []
-    sp, tw = sc["scale_per_update"], sc["token_weight"]
-    off = sc["updates_off"] > 0
-    spread = tw["max"] / tw["min"] if tw["min"] > 0 else float("inf")
-    if not off and spread <= 1 + TOL:
-        return []
-    msg = (f"loss divided by {strategy.replace('_', ' ')}: the effective LR scale per update "
-           f"ranges {sp['min']:.3g}..{sp['max']:.3g} (mean {sp['mean']:.3g}; "
-           f"{sc['updates_off']} of {sc['updates']} updates off 1 by more than {TOL:.0%}, "
-           f"update {sc['worst_update']} at {sc['worst_scale']:.3g}x), and a token weighs "
-           f"{tw['min']:.3g}..{tw['max']:.3g}x what it should inside one update.")
-    return [finding("LRD215", msg, sc, location="batching.loss_normalization")]

@@ -5,7 +5,13 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lrdoctor.core.findings import Finding, Rule, Severity
+from lrdoctor.core.state import RunState
+from lrdoctor.rules.common import LiveEvidence, PastHorizon, fmt, horizon, past_horizon
 
 RULE = Rule(
     code="LRD101",
@@ -24,3 +30,54 @@ RULE = Rule(
          "nominal/actual per update or compute the budget from the real micro-batch count. Next "
          "to LRD103/LRD104/LRD109 it follows from that finding and is repaired with it."),
 )
+
+
+@dataclass(frozen=True)
+class PastDecayHorizon(PastHorizon):
+    pass
+
+
+def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
+    """Past the horizon while the trainer's counters say training is not over."""
+    h = horizon(state)
+    if h is None or not h.past or h.planned_run:
+        return []
+    spec, prog = h.spec, h.progress
+    base = past_horizon(h)
+    lr_now = base.lr_at_scheduler_progress
+    # Megatron/HF/DeepSpeed hold min_lr past the horizon; torch's CosineAnnealingLR climbs back.
+    holds = lr_now is None or math.isclose(lr_now, spec.min_lr, rel_tol=1e-6, abs_tol=1e-15)
+    trainer, end = state.trainer_progress, state.planned_end
+    where = ""
+    done = reached = None
+    if trainer is not None and end is not None and end.value:
+        done = trainer.value / end.value
+        where = (f" at {trainer.name} {fmt(trainer.value)} of {fmt(end.value)}"
+                 f" planned ({done:.0%} of training)")
+        # Where in training the floor was reached, if progress grew linearly.
+        reached = done * h.horizon / prog.value
+        where += (f"; the LR reached its floor at about {reached:.0%} of training" if holds
+                  else f"; the planned decay ended at about {reached:.0%} of training")
+    at_floor = (prog.value - h.horizon) / prog.value
+    tail = (f"{at_floor:.0%} of the scheduler's progress ran at min_lr {spec.min_lr:g}"
+            if holds else
+            f"{at_floor:.0%} of the scheduler's progress lies past the horizon, where "
+            f"{spec.kind} does not hold min_lr {spec.min_lr:g} (the LR is {lr_now:.6g} now)")
+    ev = PastDecayHorizon(**{
+        **base.raw(),
+        "training_fraction_done": None if done is None else round(done, 6),
+        "floor_reached_at_training_fraction": None if reached is None else round(reached, 6),
+        "ratio_to_nominal": round(h.ratio, 6) if h.ratio is not None and h.ratio > 1 else None})
+    return [RULE.finding(
+        f"{prog.name} = {fmt(prog.value)} is {prog.value / h.horizon:.2f}x the decay horizon "
+        f"{fmt(h.horizon)} {prog.unit.value}{where}: {tail}.", ev)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveHorizon(LiveEvidence):
+    """The live guard: the scheduler reached its horizon before the loop's last update."""
+
+    scheduler_progress: float
+    horizon: float
+    optimizer_updates: int
+    max_steps: float

@@ -5,7 +5,13 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
+from lrdoctor.core.state import RunState
+from lrdoctor.rules.common import fmt, horizon
 
 RULE = Rule(
     code="LRD102",
@@ -17,3 +23,39 @@ RULE = Rule(
     example="`lr_decay_iters` 800, `train_iters` 1000: the last 20% runs at `min_lr`.",
     fix="Nothing to do if this is intended.",
 )
+
+
+@dataclass(frozen=True)
+class MinLrTail(Evidence):
+    horizon: float
+    planned_end: float
+    tail_fraction: float
+    lr_at_planned_end: float | None = optional()
+
+    def headline(self) -> str | None:
+        return f"min-LR tail {self.tail_fraction:.0%}"
+
+
+def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
+    """The horizon ends before the planned end of training (by configuration)."""
+    from lrdoctor.schedules import lr_or_none
+
+    h = horizon(state)
+    if h is None or not h.tail or h.planned is None:
+        return []
+    spec, planned = h.spec, h.planned
+    tail = 1 - h.horizon / planned
+    lr_end = lr_or_none(spec, planned)
+    what = f"runs at min_lr {spec.min_lr:g} by configuration"
+    lr_kept = None
+    if lr_end is not None and not math.isclose(lr_end, spec.min_lr, rel_tol=1e-6,
+                                                abs_tol=1e-15):
+        lr_kept = lr_end
+        what = (f"is past the horizon, where {spec.kind} does not hold min_lr "
+                f"{spec.min_lr:g} (it gives {lr_end:.6g} at the planned end)")
+    unit = h.progress.unit.value
+    return [RULE.finding(
+        f"The decay horizon ({fmt(h.horizon)} {unit}) ends before the planned end of "
+        f"training ({fmt(planned)} {unit}): the last {tail:.0%} {what}.",
+        MinLrTail(horizon=h.horizon, planned_end=planned, tail_fraction=round(tail, 6),
+                  lr_at_planned_end=lr_kept))]

@@ -5,7 +5,18 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lrdoctor.core.findings import Finding, Rule, Severity
+from lrdoctor.core.state import RunState
+from lrdoctor.rules.common import (
+    LiveEvidence,
+    ProgressEvidence,
+    fmt,
+    off_nominal,
+    progress_evidence,
+)
 
 RULE = Rule(
     code="LRD103",
@@ -22,3 +33,82 @@ RULE = Rule(
     fix=("Step the scheduler only when the optimizer steps (inside the accumulation branch), or "
          "divide the budget by k; repair the checkpoint with `lrdoctor fix --policy rescale`."),
 )
+
+
+@dataclass(frozen=True)
+class SchedulerKTimesFast(ProgressEvidence):
+    def headline(self) -> str | None:
+        return self.versus("the nominal progress")
+
+
+def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
+    """The scheduler advanced k times what the trainer's counters say."""
+    ev = progress_evidence(state)
+    prog, nominal = state.scheduler_progress, state.nominal_progress
+    if ev is None or prog is None or nominal is None or not off_nominal(state) \
+            or prog.value <= nominal.value:
+        return []
+    ratio = prog.value / nominal.value
+    k = round(ratio)
+    near_int = k >= 2 and abs(ratio - k) <= 0.02 * k
+    causes = _k_causes(state, k) if near_int else (
+        "the scheduler is stepped per dynamic micro-batch window while the budget "
+        "was computed from nominal batches")
+    fix = (f"Advance the scheduler by nominal/actual = {1 / ratio:.4g} per update, or make "
+           "the budget follow the real update count.")
+    multiplier = near_int and _steps_per_call(state, k)
+    if near_int:
+        fix = f"Step the scheduler only when the optimizer steps (or divide its budget by {k})."
+        if multiplier:
+            fix = (f"Size the scheduler's budget in num_processes x updates (x {k}, as "
+                   "accelerate's examples do) or prepare with split_batches=True.")
+    # accelerate's multiplier is intended when the budget was multiplied too, and the
+    # checkpoint cannot tell which: warn rather than fail.
+    severity = Severity.WARNING if multiplier else None
+    return [RULE.finding(
+        f"{prog.name} = {fmt(prog.value)} is {ratio:.3g}x {nominal.source} = "
+        f"{fmt(nominal.value)}: likely {causes}.",
+        SchedulerKTimesFast(**{**ev.raw(), "k": k if near_int else round(ratio, 4)}),
+        fix=fix, severity=severity)]
+
+
+def _steps_per_call(state: RunState, k: int) -> bool:
+    """One call of ``scheduler.step()`` steps it k times (accelerate's AcceleratedScheduler)."""
+    return state.facts.scheduler_steps_per_call == k
+
+
+def _k_causes(state: RunState, k: int) -> str:
+    """The likely reason for k scheduler steps per update, as far as the reader knows."""
+    if _steps_per_call(state, k):
+        return (f"accelerate's AcceleratedScheduler steps it num_processes={k} times per "
+                "call (split_batches=False) while its budget counts optimizer updates (that is "
+                f"intended only if the budget was multiplied by {k} too)")
+    if state.facts.extra_scheduler_calls:
+        return ("the scheduler is stepped by hand (e.g. in training_step) on top of "
+                "Lightning's own step")
+    why = f"stepped on every micro-batch of a gradient-accumulation window of {k}"
+    n = state.facts.processes
+    if n and n > 1:
+        why += f", or stepped num_processes={n} times per call"
+    return "the scheduler is " + why
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveSteppedBetweenUpdates(LiveEvidence):
+    """The live guard (StepGuard): the scheduler stepped more than once between two
+    optimizer steps."""
+
+    scheduler_steps: int
+    optimizer_steps: int
+    since_last_update: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveAdvance(LiveEvidence):
+    """The live guard (LoopWatch): one update advanced the scheduler more than its rate
+    (``max_advance``: the most seen so far)."""
+
+    scheduler_progress: float
+    optimizer_updates: int
+    advance: float
+    max_advance: float

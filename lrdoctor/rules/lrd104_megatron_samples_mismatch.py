@@ -5,7 +5,13 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lrdoctor.core.facts import Invariant
+from lrdoctor.core.findings import Finding, Rule, Severity
+from lrdoctor.core.state import RunState
+from lrdoctor.rules.common import ProgressEvidence, fmt, progress_evidence
 
 RULE = Rule(
     code="LRD104",
@@ -18,3 +24,30 @@ RULE = Rule(
     fix=("Resume with `--override-opt_param-scheduler` after fixing the counter, or run "
          "`lrdoctor fix --policy nominal`."),
 )
+
+
+@dataclass(frozen=True)
+class MegatronSamplesMismatch(ProgressEvidence):
+    def headline(self) -> str | None:
+        return self.versus("consumed - skipped samples")
+
+
+def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
+    """Megatron's law ``num_steps == consumed - skipped samples`` does not hold."""
+    ev = progress_evidence(state)
+    prog, nominal = state.scheduler_progress, state.nominal_progress
+    if state.facts.invariant is not Invariant.MEGATRON_SAMPLES or ev is None or prog is None \
+            or nominal is None or prog.value == nominal.value:
+        return []
+    ratio = prog.value / nominal.value
+    micro = state.facts.micro_batches_per_update
+    why, k = "", None
+    if micro and micro > 1 and abs(ratio - micro) <= 1e-9 * micro:
+        k = micro
+        why = (f": one scheduler step per micro-batch ({micro} micro-batches per iteration) "
+               "instead of one per iteration")
+    unit = prog.unit.value
+    return [RULE.finding(
+        f"{prog.name} is {fmt(prog.value)} {unit} but {nominal.source} is "
+        f"{fmt(nominal.value)} {unit} ({ratio:.3g}x){why}.",
+        MegatronSamplesMismatch(**{**ev.raw(), "k": k}))]

@@ -5,7 +5,11 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
+from lrdoctor.core.state import RunState
 
 RULE = Rule(
     code="LRD106",
@@ -17,3 +21,20 @@ RULE = Rule(
     example="`lr_warmup_steps` 3000 >= `lr_decay_steps` 2400.",
     fix="Correct the configuration.",
 )
+
+
+@dataclass(frozen=True)
+class ImpossibleConfig(Evidence):
+    schedule: str
+    source: str
+
+
+def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
+    """One finding per problem :func:`lrdoctor.schedules.problems` names."""
+    spec = state.schedule
+    if spec is None:
+        return []
+    from lrdoctor.schedules import problems
+
+    return [RULE.finding(msg, ImpossibleConfig(schedule=spec.kind, source=spec.source))
+            for msg in problems(spec)]

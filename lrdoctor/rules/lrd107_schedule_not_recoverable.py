@@ -5,7 +5,11 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
+from lrdoctor.core.state import RunState
 
 RULE = Rule(
     code="LRD107",
@@ -19,3 +23,24 @@ RULE = Rule(
     fix=("Give the schedule to `lrdoctor fix --schedule` (the replay config's schedule "
          "section, inline or a YAML file) or `--from-replay` when repairing."),
 )
+
+
+@dataclass(frozen=True)
+class ScheduleNotRecoverable(Evidence):
+    """``format``: no schedule at all; ``source``: one fitted to logged LRs."""
+
+    format: str | None = optional()
+    source: str | None = optional()
+
+
+def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
+    spec = state.schedule
+    if spec is None:
+        why = "; ".join(state.notes) or "the checkpoint does not save the schedule"
+        return [RULE.finding(f"No schedule could be rebuilt: {why}.",
+                             ScheduleNotRecoverable(format=state.format))]
+    if spec.source and "fitted" in spec.source:
+        return [RULE.finding(f"Schedule {spec.kind!r} was {spec.source}; the schedule LRs "
+                             "reported rest on that fit.",
+                             ScheduleNotRecoverable(source=spec.source))]
+    return []

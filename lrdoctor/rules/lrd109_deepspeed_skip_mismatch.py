@@ -5,7 +5,13 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lrdoctor.core.facts import Invariant
+from lrdoctor.core.findings import Finding, Rule, Severity
+from lrdoctor.core.state import RunState
+from lrdoctor.rules.common import ProgressEvidence, fmt, progress_evidence
 
 RULE = Rule(
     code="LRD109",
@@ -17,3 +23,27 @@ RULE = Rule(
     example="`last_batch_iteration` 119, `global_steps` 100, `skipped_steps` 0.",
     fix="Repair the scheduler state with `lrdoctor fix --policy nominal`.",
 )
+
+
+@dataclass(frozen=True)
+class DeepspeedSkipMismatch(ProgressEvidence):
+    def headline(self) -> str | None:
+        return self.versus("global_steps - skipped_steps")
+
+
+def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
+    """DeepSpeed's law ``last_batch_iteration + 1 == global_steps - skipped_steps`` does
+    not hold."""
+    ev = progress_evidence(state)
+    prog, nominal = state.scheduler_progress, state.nominal_progress
+    if state.facts.invariant is not Invariant.DEEPSPEED_STEPS or ev is None or prog is None \
+            or nominal is None or prog.value == nominal.value:
+        return []
+    ratio = prog.value / nominal.value
+    unit = prog.unit.value
+    return [RULE.finding(
+        f"{prog.name} is {fmt(prog.value)} {unit} but {nominal.source} is "
+        f"{fmt(nominal.value)} {unit} ({ratio:.3g}x)"
+        + (": engine.step() already steps the scheduler it was given, so the script "
+           "steps it again" if ratio > 1 else "") + ".",
+        DeepspeedSkipMismatch(**ev.raw()))]

@@ -5,7 +5,12 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lrdoctor.core.findings import Finding, Rule, Severity
+from lrdoctor.core.state import RunState
+from lrdoctor.rules.common import PastHorizon, fmt, horizon, past_horizon
 
 RULE = Rule(
     code="LRD110",
@@ -16,3 +21,24 @@ RULE = Rule(
     example="Healthy run that finished its schedule.",
     fix="Nothing to do.",
 )
+
+
+@dataclass(frozen=True)
+class LrAtFloor(PastHorizon):
+    pass
+
+
+def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
+    """Past the horizon as planned (or with no plan saved to tell otherwise)."""
+    h = horizon(state)
+    if h is None or not h.past or not h.planned_run:
+        return []
+    prog, unit = h.progress, h.progress.unit.value
+    ev = LrAtFloor(**past_horizon(h).raw())
+    if h.consistent and h.planned is not None:
+        # Trainer and scheduler agree; training simply ran past its plan.
+        return [RULE.finding(f"{prog.name} {fmt(prog.value)} is past the horizon "
+                             f"{fmt(h.horizon)} {unit}, as are the trainer's counters.", ev)]
+    return [RULE.finding(f"{prog.name} {fmt(prog.value)} is past the {h.spec.kind} "
+                         f"horizon {fmt(h.horizon)} {unit}; the planned end of training is not "
+                         "saved, so lrdoctor cannot tell whether that was the plan.", ev)]

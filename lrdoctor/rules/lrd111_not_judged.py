@@ -5,7 +5,13 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lrdoctor.core.facts import LrLog, LrsUnread
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
+from lrdoctor.core.state import RunState
+from lrdoctor.rules.common import fmt, judged, scanned
 
 RULE = Rule(
     code="LRD111",
@@ -24,3 +30,98 @@ RULE = Rule(
     fix=("Save the scheduler's `state_dict()` (and the optimizer's) in the checkpoint, or point "
          "lrdoctor at the file or folder that holds it."),
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class NotJudged(Evidence):
+    """What could not be judged and what was scanned. One of: no scheduler state
+    (``contents``: what each file held), a scheduler with nothing to compare it with
+    (``scheduler_progress``), param-group LRs saved but unread (``optimizer_lrs_unread``),
+    a logged-LR file that could not be used (``lr_log_unused``)."""
+
+    optimizer_lrs_unread: LrsUnread | None = optional()
+    optimizer_lrs_read: list[float] | None = optional()
+    lr_log_unused: list[LrLog] | None = optional()
+    scheduler_progress: float | None = optional()
+    scanned: list[str]
+    contents: dict[str, str] | None = optional()
+
+
+def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
+    """Never silent: say what could not be judged, and what was scanned."""
+    out = _lrs_unread(state) + _lr_log_unused(state)
+    return out + _nothing_to_judge(state, [*found, *out])
+
+
+def _lrs_unread(state: RunState) -> list[Finding]:
+    """The reader saw that param-group LRs were saved (Megatron's distributed optimizer)
+    but could not read them all."""
+    unread = state.facts.optimizer_lrs_unread
+    if unread is None or state.scheduler_progress is None:
+        return []
+    what = ("Some of the optimizer's param-group LRs are in this checkpoint but could not be "
+            "read" if state.optimizer_lrs else
+            "The optimizer's param-group LRs should be in this checkpoint but could not be read")
+    checked = (f"; those read ({len(state.optimizer_lrs)}) were" if state.optimizer_lrs
+               else ", so they were not")
+    return [RULE.finding(
+        f"{what} ({unread.reason}){checked} compared with the schedule (LRD105); "
+        f"scanned: {', '.join(state.files[:8]) or state.path}.",
+        NotJudged(optimizer_lrs_unread=unread, optimizer_lrs_read=list(state.optimizer_lrs),
+                  scanned=scanned(state)),
+        fix="Read the named item with the framework's own loader to check its param-group "
+            "`lr` against the schedule (lrdoctor unpickles only allow-listed classes and "
+            "bounded item sizes), or save the optimizer state in a form lrdoctor reads.",
+        location=state.path)]
+
+
+def _lr_log_unused(state: RunState) -> list[Finding]:
+    """A logged-LR file beside the checkpoint (Lightning's metrics.csv or a TensorBoard
+    event file) that the reader could not use to fit the schedule."""
+    unused = state.facts.lr_log_unused
+    if not unused:
+        return []
+    what = "; ".join(f"{u.file}: {u.reason}" for u in unused[:4])
+    used = state.facts.lr_log
+    then = (f"{used.file} was used instead" if used is not None
+            else "so the LambdaLR's schedule was not fitted from it and the scheduler's LR "
+                 "could not be judged")
+    return [RULE.finding(
+        f"A metrics log beside the checkpoint could not be used ({what}); {then}.",
+        NotJudged(lr_log_unused=list(unused), scanned=scanned(state)),
+        fix="Log the LR with Lightning's LearningRateMonitor to a CSVLogger (a 'step' and an "
+            "'lr-<Optimizer>' column) or a TensorBoardLogger (an 'lr-<Optimizer>' scalar), "
+            "or give the schedule in a run config.",
+        location=state.path)]
+
+
+def _nothing_to_judge(state: RunState, found: Sequence[Finding]) -> list[Finding]:
+    """No scheduler state, or nothing to compare its progress with."""
+    from lrdoctor.rules.common import horizon_is_budget
+
+    if judged(found):
+        return []
+    prog, spec = state.scheduler_progress, state.schedule
+    files = ", ".join(state.files[:8]) + (" ..." if len(state.files) > 8 else "") \
+        if state.files else state.path
+    if prog is None:
+        # What each file was found to hold, where the reader said (a content scan).
+        contents = state.facts.contents
+        if contents:
+            files = "; ".join(f"{f} ({what})" for f, what in list(contents.items())[:4]) \
+                + (f"; +{len(state.files) - 4} more" if len(state.files) > 4 else "")
+        return [RULE.finding(f"No LR scheduler state was found, so scheduler progress "
+                             f"could not be checked; scanned: {files}.",
+                             NotJudged(scanned=scanned(state), contents=contents or None),
+                             location=state.path)]
+    if state.nominal_progress is not None:  # compared (a ratio, or both still at 0)
+        return []
+    if spec is not None and spec.horizon and horizon_is_budget(spec):
+        return []
+    if state.planned_end is not None and spec is not None and spec.horizon:
+        return []
+    return [RULE.finding(f"{prog.name} = {fmt(prog.value)} was found but nothing to compare "
+                         "it with (no optimizer step, loop counter or budget was saved), so it "
+                         f"could not be judged; scanned: {files}.",
+                         NotJudged(scheduler_progress=prog.value, scanned=scanned(state)),
+                         location=state.path)]

@@ -5,7 +5,10 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lrdoctor.core.findings import Rule, Severity
+from lrdoctor.rules.common import IntervalEvidence
 
 RULE = Rule(
     code="LRD112",
@@ -26,3 +29,9 @@ RULE = Rule(
          "client_state); repair the checkpoint with `lrdoctor fix --policy nominal`, which sets "
          "scheduler progress to the trainer's counters."),
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerRestarted(IntervalEvidence):
+    """With ``restarted_near``: the update count the scheduler's progress restarted at
+    (``resumed_from``: the checkpoint resumed from, when one matches)."""

@@ -5,7 +5,10 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lrdoctor.core.findings import Rule, Severity
+from lrdoctor.rules.common import IntervalEvidence
 
 RULE = Rule(
     code="LRD113",
@@ -22,3 +25,9 @@ RULE = Rule(
     fix=("Do not step the scheduler after loading its state (the state already holds the "
          "progress); repair the checkpoint with `lrdoctor fix --policy nominal`."),
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgressDoubleCounted(IntervalEvidence):
+    """With ``excess`` and ``excess_matches`` (``{what, value, multiple}``): the progress
+    the resume added again."""

@@ -5,7 +5,10 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass
+from typing import Any
+
+from lrdoctor.core.findings import Evidence, Rule, Severity, optional
 
 RULE = Rule(
     code="LRD114",
@@ -22,3 +25,13 @@ RULE = Rule(
          "the horizon in updates (`max_steps`) so it does not depend on them; `lrdoctor fix "
          "--policy extend-horizon` rewrites a checkpoint's horizon."),
 )
+
+
+@dataclass(frozen=True)
+class ScheduleChanged(Evidence):
+    from_checkpoint: str
+    to_checkpoint: str
+    #: ``{what, from, to[, unit]}`` per changed parameter.
+    changes: list[dict[str, Any]]
+    lr_at_resume_old_schedule: float | None = optional()
+    lr_at_resume_new_schedule: float | None = optional()

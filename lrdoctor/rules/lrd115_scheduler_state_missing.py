@@ -5,7 +5,10 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass
+from typing import Any
+
+from lrdoctor.core.findings import Evidence, Rule, Severity, optional
 
 RULE = Rule(
     code="LRD115",
@@ -23,3 +26,16 @@ RULE = Rule(
          "from `configure_optimizers`, keep `scheduler.pt`), or rebuild it on resume with "
          "`last_epoch` set to the restored step."),
 )
+
+
+@dataclass(frozen=True)
+class SchedulerStateMissing(Evidence):
+    checkpoint: str
+    optimizer_lrs: list[float]
+    peak_lr: float
+    peak_from: str
+    #: ``{counter, value, unit}``: where the checkpoint is in the run.
+    updates: dict[str, Any] | None = optional()
+    #: The nearest checkpoint that has a scheduler, and its progress ``{counter, value}``.
+    checkpoint_with_scheduler: str | None = optional()
+    scheduler_there: dict[str, Any] | None = optional()

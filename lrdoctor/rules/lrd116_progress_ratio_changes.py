@@ -5,7 +5,10 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lrdoctor.core.findings import Rule, Severity
+from lrdoctor.rules.common import IntervalEvidence
 
 RULE = Rule(
     code="LRD116",
@@ -21,3 +24,9 @@ RULE = Rule(
     fix=("Drive the scheduler by the nominal progress (samples or planned updates) so its rate "
          "does not depend on batching; repair with `lrdoctor fix --policy nominal`."),
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgressRatioChanges(IntervalEvidence):
+    """The first interval that differs, with every interval's ratio, the run's rate before
+    (``ratio_before``) and the interval's (``ratio_in_interval``)."""

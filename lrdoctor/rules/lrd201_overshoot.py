@@ -5,7 +5,12 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from typing import TYPE_CHECKING
+
+from lrdoctor.core.findings import Finding, Rule, Severity
+
+if TYPE_CHECKING:
+    from lrdoctor.replay.analysis import ReplayContext
 
 RULE = Rule(
     code="LRD201",
@@ -19,3 +24,40 @@ RULE = Rule(
     fix=("Advance the scheduler by nominal/actual per update, or make the budget follow the "
          "replayed update count."),
 )
+
+
+def check(c: ReplayContext) -> list[Finding]:
+    """The scheduler runs past its horizon: the LR reaches its floor early."""
+    from lrdoctor.replay.analysis import REL_TOL, short
+
+    s, spec = c.s, c.spec
+    ratio = s["progress_ratio"]
+    if not ratio > 1 + REL_TOL:
+        return []
+    where = (f"; the LR reaches its floor ({short(spec.min_lr)}) after train step "
+             f"{s['floor_step']} of {c.cfg.train.steps} ({s['floor_fraction']:.0%})"
+             if s["floor_step"] is not None else "")
+    return [RULE.finding(
+        f"The replayed loop advances the scheduler to {short(s['scheduler_progress_end'])} "
+        f"{spec.unit.value}, {ratio:.3g}x its "
+        f"horizon of {short(s['horizon'])} ({s['actual_updates']} optimizer updates vs "
+        f"{short(s['budget_updates'])} budgeted, {_cause(c)}){where}.",
+        c.ev_core, fix=c.fix_tail, location="scheduler",
+        # A few percent early is a drift to fix, not a broken run.
+        severity=Severity.WARNING if ratio < 1.05 else None)]
+
+
+def _cause(c: ReplayContext) -> str:
+    """Why the loop overruns: more updates per train step than planned, or (the rate as
+    planned) a budget that counts fewer train steps than the loop runs. "1 per train step
+    instead of 1" named a rate that was not the cause."""
+    from lrdoctor.replay.analysis import REL_TOL, short
+
+    s, steps = c.s, c.cfg.train.steps
+    mean, nominal = s["updates_per_step"]["mean"], s["nominal_updates_per_step"]
+    if abs(mean - nominal) > REL_TOL * max(abs(nominal), 1e-12):
+        return f"{short(mean)} per train step instead of {short(nominal)}"
+    covers = s["budget_updates"] / nominal if nominal else None
+    return (f"{short(mean)} per train step as planned, but the budget covers only "
+            + (f"{short(covers)} of the {steps} train steps" if covers is not None
+               else f"part of the {steps} train steps"))

@@ -5,7 +5,12 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from typing import TYPE_CHECKING
+
+from lrdoctor.core.findings import Finding, Rule, Severity
+
+if TYPE_CHECKING:
+    from lrdoctor.replay.analysis import ReplayContext
 
 RULE = Rule(
     code="LRD202",
@@ -17,3 +22,20 @@ RULE = Rule(
     example="budget 1024 updates, 512 taken: the LR ends mid-curve.",
     fix="Make the budget follow the replayed update count.",
 )
+
+
+def check(c: ReplayContext) -> list[Finding]:
+    """The scheduler stops short of its horizon: the LR never decays to its floor."""
+    from lrdoctor.replay.analysis import REL_TOL, budget_cause, short
+
+    s = c.s
+    ratio = s["progress_ratio"]
+    if not ratio < 1 - REL_TOL:
+        return []
+    return [RULE.finding(
+        f"The replayed loop advances the scheduler to only {short(s['scheduler_progress_end'])} "
+        f"of {short(s['horizon'])} {c.spec.unit.value} "
+        f"({ratio:.1%}): {s['actual_updates']} optimizer updates vs "
+        f"{short(s['budget_updates'])} budgeted; the last LR is {short(s['lr_end'])}, the "
+        f"floor {short(c.spec.min_lr)}{budget_cause(c)}.",
+        c.ev_core, fix=c.fix_tail, location="scheduler")]

@@ -5,7 +5,13 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
+
+if TYPE_CHECKING:
+    from lrdoctor.replay.analysis import ReplayContext
 
 RULE = Rule(
     code="LRD203",
@@ -17,3 +23,24 @@ RULE = Rule(
     example="max_tokens 8192 -> 2 updates per step; 16384 -> 1 update per step.",
     fix="Drive the scheduler by samples or nominal progress, not by update count.",
 )
+
+
+@dataclass(frozen=True)
+class MemoryKnob(Evidence):
+    key: str
+    #: (knob value, optimizer updates, scheduler progress at the end) per value tried.
+    rows: list[tuple[Any, int, float]]
+
+
+def check(c: ReplayContext) -> list[Finding]:
+    """A memory knob (micro-batch size, token cap) changes scheduler progress."""
+    from lrdoctor.replay.analysis import short
+
+    knob = c.knob
+    if not (knob and knob.get("differs")):
+        return []
+    rows = "; ".join(f"{knob['key'].split('.')[-1]} {short(v)}: {short(u)} updates, "
+                     f"progress {short(p)}" for v, u, p in knob["rows"])
+    return [RULE.finding(
+        f"Scheduler progress depends on {knob['key']} ({knob['source']}): {rows}.",
+        MemoryKnob(key=knob["key"], rows=knob["rows"]), location=knob["key"])]

@@ -5,7 +5,13 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
+
+if TYPE_CHECKING:
+    from lrdoctor.replay.analysis import ReplayContext
 
 RULE = Rule(
     code="LRD204",
@@ -17,3 +23,35 @@ RULE = Rule(
     example="k=4: window sizes 1, 4, 4, ...",
     fix="Use `(global_step + 1) % k == 0` as the optimizer-step condition.",
 )
+
+
+@dataclass(frozen=True)
+class ShortFirstWindow(Evidence):
+    window_sizes_head: list[int]
+    k: int
+    rule: str
+
+    def headline(self) -> str | None:
+        """The first window's real size, from the replayed window sizes (never assumed
+        k - 1: an off-by-one with ``global_step % k`` closes a window of 1, not k - 1)."""
+        if not self.window_sizes_head:
+            return None
+        return f"first window {self.window_sizes_head[0]} of {self.k} micro-batches"
+
+
+def check(c: ReplayContext) -> list[Finding]:
+    """The first accumulation window is short, so every later window is shifted."""
+    from lrdoctor.replay.analysis import has_boundaries
+
+    t, ws = c.t, c.s["window_sizes"]
+    ruled = ~has_boundaries(c.rep)
+    if not (len(t["lr"]) and ruled[0] and ws["first"] is not None and ws["nominal"] > 1
+            and ws["first"] < ws["nominal"] and ws["max"] >= ws["nominal"]):
+        return []
+    sizes = t["window_size"][t["is_update"]][:4].tolist()
+    return [RULE.finding(
+        f"The first optimizer update uses {ws['first']} micro-batch(es) instead of "
+        f"{ws['nominal']} (window sizes {', '.join(map(str, sizes))}, ...), and every "
+        "later window is shifted.",
+        ShortFirstWindow(window_sizes_head=sizes, k=ws["nominal"], rule=c.cfg.accumulation.rule),
+        location="accumulation.rule")]

@@ -5,7 +5,14 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
+from lrdoctor.rules.common import LiveEvidence
+
+if TYPE_CHECKING:
+    from lrdoctor.replay.analysis import ReplayContext
 
 RULE = Rule(
     code="LRD205",
@@ -17,3 +24,46 @@ RULE = Rule(
     example="k=4: LR changes 3 times inside each window.",
     fix="Step the scheduler only when the optimizer steps; divide a micro-step budget by k.",
 )
+
+
+@dataclass(frozen=True)
+class LrChangesInsideWindow(Evidence):
+    changes: int
+    updates: int
+    step_on: str
+    scheduler_moves_per_update: float
+
+    def headline(self) -> str | None:
+        return f"{self.scheduler_moves_per_update:.3g}x scheduler moves per update"
+
+
+def check(c: ReplayContext) -> list[Finding]:
+    """The LR moves inside accumulation windows (scheduler stepped per micro-batch)."""
+    from lrdoctor.replay.analysis import REL_TOL, scheduler_calls_per_update
+
+    s, cfg = c.s, c.cfg
+    changes = s["lr_changes_inside_windows"]
+    if not changes:
+        return []
+    nwin = max(1, s["actual_updates"])
+    calls = scheduler_calls_per_update(c.t)
+    speed = (f"; the scheduler moves {calls:.3g} times per optimizer update, so a budget "
+             f"counted in updates runs {calls:.3g}x fast" if calls > 1 + REL_TOL else "")
+    return [RULE.finding(
+        f"The LR changes {changes} times inside accumulation windows "
+        f"({changes / nwin:.2g} per update): micro-batches of one update see different "
+        f"LRs (scheduler stepped on {cfg.scheduler.step_on.replace('_', ' ')}){speed}.",
+        LrChangesInsideWindow(changes=changes, updates=s["actual_updates"],
+                              step_on=cfg.scheduler.step_on,
+                              scheduler_moves_per_update=calls),
+        location="scheduler.step_on")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveLrChange(LiveEvidence):
+    """The live guard: the LR changed inside an accumulation window."""
+
+    lr_before: list[float]
+    lr_after: list[float]
+    micro_batch_in_window: int
+    optimizer_update: int

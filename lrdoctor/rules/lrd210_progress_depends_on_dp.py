@@ -5,7 +5,13 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
+
+if TYPE_CHECKING:
+    from lrdoctor.replay.analysis import ReplayContext
 
 RULE = Rule(
     code="LRD210",
@@ -17,3 +23,34 @@ RULE = Rule(
     example="dp 4 -> 8: scheduler advance per step halves.",
     fix="Increment the scheduler by the global batch (samples) or once per update.",
 )
+
+
+@dataclass(frozen=True)
+class ProgressDependsOnDp(Evidence):
+    #: dp size -> mean scheduler advance per train step.
+    advance_by_dp: dict[int, float]
+    increment: Any
+
+
+def check(c: ReplayContext) -> list[Finding]:
+    """Scheduler advance per train step depends on the dp size (elastic runs)."""
+    import numpy as np
+
+    from lrdoctor.replay.analysis import REL_TOL, per_step, short
+
+    if not c.cfg.dp.changes:
+        return []
+    ps = per_step(c.rep)
+    by_dp = {int(d): float(np.mean(ps["advance"][ps["dp"] == d]))
+             for d in np.unique(ps["dp"])}
+    vals = list(by_dp.values())
+    if not max(vals) - min(vals) > REL_TOL * max(abs(v) for v in vals):
+        return []
+    desc = ", ".join(f"dp {d}: {short(v)}" for d, v in by_dp.items())
+    inc = c.cfg.scheduler.increment
+    return [RULE.finding(
+        f"Scheduler advance per train step depends on the dp size ({desc} "
+        f"{c.spec.unit.value} per "
+        f"step) with the same global batch: increment '{inc}' counts per-rank work.",
+        ProgressDependsOnDp(advance_by_dp=by_dp, increment=inc),
+        location="scheduler.increment")]

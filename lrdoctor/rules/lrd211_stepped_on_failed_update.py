@@ -5,7 +5,13 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
+
+if TYPE_CHECKING:
+    from lrdoctor.replay.analysis import ReplayContext
 
 RULE = Rule(
     code="LRD211",
@@ -16,3 +22,21 @@ RULE = Rule(
     example="10 skipped updates advanced the scheduler 10 times.",
     fix="Step the scheduler only after a successful optimizer step.",
 )
+
+
+@dataclass(frozen=True)
+class SteppedOnFailedUpdate(Evidence):
+    failed_updates: int
+
+    def headline(self) -> str | None:
+        return f"{self.failed_updates} failed update(s)"
+
+
+def check(c: ReplayContext) -> list[Finding]:
+    """Failed (skipped) updates still advanced the scheduler."""
+    if not (c.cfg.scheduler.step_on_failed_update and c.s["failed_updates"]):
+        return []
+    return [RULE.finding(
+        f"{c.s['failed_updates']} failed update(s) still advanced the scheduler.",
+        SteppedOnFailedUpdate(failed_updates=c.s["failed_updates"]),
+        location="scheduler.step_on_failed_update")]

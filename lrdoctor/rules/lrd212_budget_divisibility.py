@@ -5,7 +5,13 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
+
+if TYPE_CHECKING:
+    from lrdoctor.replay.analysis import ReplayContext
 
 RULE = Rule(
     code="LRD212",
@@ -17,3 +23,22 @@ RULE = Rule(
     example="SkyRL step-wise: 37 sequences, mini-batch 16: 3 updates instead of 2.",
     fix="Cut mini-batches at prompt boundaries.",
 )
+
+
+@dataclass(frozen=True)
+class BudgetDivisibility(Evidence):
+    steps: int
+    #: The first case: (step, sequences, updates taken, nominal) or (note, step, value).
+    example: tuple[Any, ...]
+
+
+def check(c: ReplayContext) -> list[Finding]:
+    """A step's samples do not divide into the configured mini-batches or dp ranks."""
+    from lrdoctor.replay.analysis import divisibility
+
+    found = divisibility(c.rep)
+    if found is None:
+        return []
+    msg, steps, example = found
+    return [RULE.finding(msg, BudgetDivisibility(steps=steps, example=example),
+                         location="train.mini_batch_size")]

@@ -5,7 +5,10 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass
+from typing import Any
+
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 
 RULE = Rule(
     code="LRD213",
@@ -19,3 +22,18 @@ RULE = Rule(
     example="verl trainer.critic_warmup: 10: the actor and its LR do not move for 10 steps.",
     fix="Check the key's effect by hand, or replay a batch log recorded from the run.",
 )
+
+
+@dataclass(frozen=True)
+class ConfigKeyNotModelled(Evidence):
+    key: str
+    value: Any
+
+
+def findings(items: list[dict[str, Any]]) -> list[Finding]:
+    """One finding per key of a framework's own config that changes step accounting and
+    is not replayed (the translator lists them with why)."""
+    return [RULE.finding(f"{it['key']} = {it['value']!r}: {it['why']}.",
+                         ConfigKeyNotModelled(key=it["key"], value=it["value"]),
+                         location=it["key"])
+            for it in items]

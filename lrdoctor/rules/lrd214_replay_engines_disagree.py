@@ -5,7 +5,10 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass
+from typing import Any
+
+from lrdoctor.core.findings import Evidence, Rule, Severity
 
 RULE = Rule(
     code="LRD214",
@@ -21,3 +24,9 @@ RULE = Rule(
     example="lr at trace row 96: fast 0.000412, torch 0.000398.",
     fix="Replay the whole run with `--torch` and report the config to lrdoctor.",
 )
+
+
+@dataclass(frozen=True)
+class EnginesDisagree(Evidence):
+    #: The cross-check as run: micro-batches compared, the columns that disagree, ...
+    cross_check: dict[str, Any]

@@ -5,7 +5,13 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
+
+if TYPE_CHECKING:
+    from lrdoctor.replay.analysis import ReplayContext
 
 RULE = Rule(
     code="LRD215",
@@ -24,3 +30,41 @@ RULE = Rule(
     fix=("Divide by the update's global token count (all-reduce it across ranks, multiply the "
          "loss by dp to undo DDP's mean), as `num_items_in_batch` does."),
 )
+
+
+@dataclass(frozen=True)
+class LossDivisorLrScale(Evidence):
+    """The effective LR scale per update the configured divisor implies
+    (:func:`lrdoctor.replay.loss_scale.scale`)."""
+
+    strategy: str
+    updates: int
+    scale_per_update: dict[str, float]
+    token_weight: dict[str, float]
+    worst_update: int
+    worst_scale: float
+    updates_off: int
+
+
+def check(c: ReplayContext) -> list[Finding]:
+    """LRD215 when the configured divisor makes updates train at another LR than planned,
+    or weights the tokens of one update unequally."""
+    from lrdoctor.replay.loss_scale import TOL, scale
+
+    strategy = getattr(c.cfg.batching, "loss_normalization", None)
+    if strategy is None:
+        return []
+    sc = scale(c.rep, strategy)
+    if sc is None:
+        return []
+    sp, tw = sc["scale_per_update"], sc["token_weight"]
+    off = sc["updates_off"] > 0
+    spread = tw["max"] / tw["min"] if tw["min"] > 0 else float("inf")
+    if not off and spread <= 1 + TOL:
+        return []
+    msg = (f"loss divided by {strategy.replace('_', ' ')}: the effective LR scale per update "
+           f"ranges {sp['min']:.3g}..{sp['max']:.3g} (mean {sp['mean']:.3g}; "
+           f"{sc['updates_off']} of {sc['updates']} updates off 1 by more than {TOL:.0%}, "
+           f"update {sc['worst_update']} at {sc['worst_scale']:.3g}x), and a token weighs "
+           f"{tw['min']:.3g}..{tw['max']:.3g}x what it should inside one update.")
+    return [RULE.finding(msg, LossDivisorLrScale(**sc), location="batching.loss_normalization")]

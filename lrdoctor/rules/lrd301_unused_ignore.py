@@ -5,7 +5,9 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass
+
+from lrdoctor.core.findings import Evidence, Rule, Severity
 
 RULE = Rule(
     code="LRD301",
@@ -16,3 +18,10 @@ RULE = Rule(
     example="ignore LRD103 for ckpt/ but no LRD103 found there.",
     fix="Remove the ignore.",
 )
+
+
+@dataclass(frozen=True)
+class UnusedIgnore(Evidence):
+    code: str
+    config_key: str
+    reason: str

@@ -5,7 +5,9 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass
+
+from lrdoctor.core.findings import Evidence, Rule, Severity
 
 RULE = Rule(
     code="LRD302",
@@ -16,3 +18,14 @@ RULE = Rule(
     example="ratio 3.51 > 1.05.",
     fix="Fix the step accounting, or raise the tolerance with a reason.",
 )
+
+
+@dataclass(frozen=True)
+class ProgressRatioExceeded(Evidence):
+    progress_ratio: float
+    max_progress_ratio: float
+    config_key: str | None
+
+    def headline(self) -> str | None:
+        return (f"{self.progress_ratio:.3g}x nominal, over the limit "
+                f"{self.max_progress_ratio}")

@@ -5,7 +5,10 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
-from lrdoctor.core.findings import Rule, Severity
+from dataclasses import dataclass, field
+from typing import Any
+
+from lrdoctor.core.findings import Evidence, Rule, Severity
 
 RULE = Rule(
     code="LRD303",
@@ -18,3 +21,15 @@ RULE = Rule(
     example="ckpt/missing: no such file.",
     fix="Correct the path.",
 )
+
+
+@dataclass(frozen=True)
+class InputUnusable(Evidence):
+    """The target, and the refusal's structured record verbatim (what was scanned: the
+    keys are :class:`~lrdoctor.core.errors.UnusableInput`'s ``detail``)."""
+
+    target: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def raw(self) -> dict[str, Any]:
+        return {"target": self.target, **self.detail}

@@ -25,7 +25,10 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lrdoctor.rules.common import LiveEvidence
 
 
 class SchedulerStepError(RuntimeError):
@@ -114,17 +117,17 @@ class _Reporter:
         """What was caught, as :class:`lrdoctor.findings.Finding` (one per code)."""
         return list(self._found.values())
 
-    def _report(self, code: str, message: str, evidence: dict[str, Any]) -> None:
+    def _report(self, code: str, message: str, evidence: LiveEvidence) -> None:
         if code in self.ignore:
             return
-        from lrdoctor.findings import finding
+        from lrdoctor.core.findings import finding
 
         text = f"lrdoctor {code}: {message}"
         if code in self._found:
             f = self._found[code]
             f.evidence = f.evidence.replaced(occurrences=f.evidence["occurrences"] + 1)
         else:
-            self._found[code] = finding(code, message, {**evidence, "occurrences": 1})
+            self._found[code] = finding(code, message, evidence)
         if self.strict:
             raise SchedulerStepError(text)
         if self._found[code].evidence["occurrences"] == 1:
@@ -146,9 +149,11 @@ class _Reporter:
         expected = restored * rate + offset
         if abs(now - expected) <= max(1e-6, 1e-6 * abs(expected)):
             return
-        ev = {"scheduler_progress": now, "restored_updates": restored,
-              "expected_progress": expected, "progress_per_update": rate,
-              "difference": now - expected}
+        from lrdoctor.rules.common import LiveResume
+
+        ev = LiveResume(scheduler_progress=now, restored_updates=restored,
+                        expected_progress=expected, progress_per_update=rate,
+                        difference=now - expected)
         if now < expected:
             self._report(
                 "LRD112",
@@ -166,6 +171,8 @@ class _Reporter:
 
     def _check_horizon(self, progress: float | None, horizon: float | None, updates: int,
                        max_steps: float | None) -> None:
+        from lrdoctor.rules.lrd101_past_decay_horizon import LiveHorizon
+
         if (progress is None or horizon is None or max_steps is None or "LRD101" in self._found
                 or progress < horizon - 1e-9 or updates >= max_steps):
             return
@@ -176,19 +183,21 @@ class _Reporter:
             "updates run past the schedule (at its floor, or for a cosine, climbing back). "
             "Size the horizon in optimizer updates (the budget the loop really takes) or "
             "advance the scheduler by nominal/actual per update (NormalizedStepper)",
-            {"scheduler_progress": progress, "horizon": horizon, "optimizer_updates": updates,
-             "max_steps": max_steps})
+            LiveHorizon(scheduler_progress=progress, horizon=horizon, optimizer_updates=updates,
+                        max_steps=max_steps))
 
     def _window_changed(self, before: list[float], now: list[float], micro: int,
                         updates: int) -> None:
+        from lrdoctor.rules.lrd205_lr_changes_inside_window import LiveLrChange
+
         self._report(
             "LRD205",
             f"the LR changed from {before[0]:.6g} to {now[0]:.6g} inside an accumulation "
             f"window (seen at micro-batch {micro + 1} of optimizer update {updates + 1}): the "
             "scheduler is stepped per micro-batch or out of line with the optimizer step. "
             "Step it only right after optimizer.step()",
-            {"lr_before": before, "lr_after": now, "micro_batch_in_window": micro,
-             "optimizer_update": updates + 1})
+            LiveLrChange(lr_before=before, lr_after=now, micro_batch_in_window=micro,
+                         optimizer_update=updates + 1))
 
 
 class NormalizedStepper:
@@ -393,6 +402,8 @@ class StepGuard(_Reporter):
             self._window_lr = now
 
     def _violation(self) -> None:
+        from lrdoctor.rules.lrd103_scheduler_k_times_fast import LiveSteppedBetweenUpdates
+
         self.violations += 1
         self._report(
             "LRD103",
@@ -400,8 +411,9 @@ class StepGuard(_Reporter):
             f"(optimizer steps {self.optimizer_steps}, scheduler steps "
             f"{self.scheduler_steps}): step it only when the optimizer steps (inside the "
             "gradient-accumulation branch, and not on skipped updates)",
-            {"scheduler_steps": self.scheduler_steps, "optimizer_steps": self.optimizer_steps,
-             "since_last_update": self._since_update})
+            LiveSteppedBetweenUpdates(scheduler_steps=self.scheduler_steps,
+                                      optimizer_steps=self.optimizer_steps,
+                                      since_last_update=self._since_update))
 
     def close(self) -> None:
         for obj, orig in ((self.optimizer, self._orig_opt), (self.scheduler, self._orig_sched)):
@@ -503,14 +515,16 @@ class LoopWatch(_Reporter):
         d, self._last = now - self._last, now
         self.scheduler_steps += d
         if d > self.per_update + 1e-9:
+            from lrdoctor.rules.lrd103_scheduler_k_times_fast import LiveAdvance
+
             self._report(
                 "LRD103",
                 f"scheduler advanced {d:g} steps {where} (expected at most {self.per_update:g}; "
                 f"scheduler progress {now:g} after {self.updates} optimizer updates): something "
                 "steps it again (per micro-batch, a second callback, a manual step next to the "
                 "framework's). Step it only when the optimizer steps",
-                {"scheduler_progress": now, "optimizer_updates": self.updates, "advance": d,
-                 "max_advance": d})
+                LiveAdvance(scheduler_progress=now, optimizer_updates=self.updates, advance=d,
+                            max_advance=d))
             found = self._found.get("LRD103")
             if found is not None:
                 found.evidence = found.evidence.replaced(

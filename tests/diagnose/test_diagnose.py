@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from lrdoctor.core.facts import Facts, Invariant
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.diagnose import diagnose
 from lrdoctor.findings import Severity
@@ -18,6 +19,7 @@ def megatron_state(num_steps, consumed, *, decay=2400 * 256, train_iters=2400, g
     iteration = consumed // gbs if iteration is None else iteration
     st = RunState(
         format="megatron", path="x", schedule=spec,
+        facts=Facts(invariant=Invariant.MEGATRON_SAMPLES),
         scheduler_progress=Counter("scheduler.num_steps", num_steps, Unit.SAMPLES),
         counters=[Counter("megatron.iteration", iteration, Unit.UPDATES),
                   Counter("consumed_train_samples", consumed, Unit.SAMPLES)],

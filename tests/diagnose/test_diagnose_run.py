@@ -394,7 +394,7 @@ def test_megatron_rampup_iteration_horizon_is_named(tmp_path):
     assert consumed == [8 * 4 + 4 * 8 + 3 * 12 + 5 * 16, 500]
     reps = inspect_path(truth.root, all=True)
     for r, real in zip(reps, consumed, strict=True):
-        ramp = r.state["extras"]["rampup"]
+        ramp = r.state["facts"]["rampup"]
         assert ramp["samples_at_iteration"] == real  # lrdoctor's ramp == megatron-core's
         assert r.state["planned_end"]["value"] == 500
     f = the(reps[-1], "LRD118")

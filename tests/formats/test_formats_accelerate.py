@@ -90,7 +90,7 @@ def test_counters_match_the_live_objects(saved, name):
     # A healthy single-process run: the scheduler is exactly where the optimizer is.
     assert st.scheduler_progress.value == st.nominal_progress.value
     assert st.optimizer_lrs == pytest.approx(t["lr"])
-    assert st.extras["num_processes"] == t["num_processes"] == 1
+    assert st.facts.processes == t["num_processes"] == 1
     assert st.counter("accelerate.step").value == t["acc_step"]
     assert st.counter("accelerate.step").unit is Unit.MICRO_STEPS
     if st.schedule is not None:  # the rebuilt schedule gives the LR the optimizer holds
@@ -181,7 +181,7 @@ def test_two_processes_step_the_scheduler_twice_per_update(tmp_path):
                    capture_output=True, timeout=300)
     t = truth(tmp_path / "cosine")
     st = acc_fmt.read(tmp_path / "cosine")
-    assert st.extras["num_processes"] == t["num_processes"] == 2
+    assert st.facts.processes == t["num_processes"] == 2
     assert st.scheduler_progress.value == t["last_epoch"] == 2 * t["opt_step"] == 10
     assert st.nominal_progress.value == 5
     assert any("2 times per optimizer step" in n for n in st.notes)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lrdoctor.core.facts import Storage
 from lrdoctor.findings import Severity
 from lrdoctor.inspect_api import inspect_path, read_state
 
@@ -300,7 +301,7 @@ def test_generic_dcp_loop_in_a_torchtitan_named_folder(tmp_path, per_update):
 def _check_generic_loop(tmp_path, per_update):
     (rep,) = inspect_path(tmp_path / "ckpts")
     st = read_state(tmp_path / "ckpts")
-    assert rep.format == "dcp" and st.extras["storage"] == "dcp"
+    assert rep.format == "dcp" and st.facts.storage is Storage.DCP
     assert st.counter("optimizer.step").value == 8
     assert st.schedule.kind == "LinearLR" and st.schedule.horizon == 100
     assert st.scheduler_progress.value == 8 * per_update
@@ -353,7 +354,7 @@ def test_accelerate_fsdp_sharded_optimizer(tmp_path, calls):
     live = json.loads(p.stdout.strip().splitlines()[-1])
     (rep,) = inspect_path(out)
     st = read_state(out)
-    assert rep.format == "accelerate" and st.extras["storage"] == "dcp"
+    assert rep.format == "accelerate" and st.facts.storage is Storage.DCP
     assert st.counter("optimizer.step").value == 5
     assert st.optimizer_lrs == pytest.approx(live["lr"])
     assert st.scheduler_progress.value == live["last_epoch"] == 5 * calls

@@ -182,7 +182,7 @@ def test_extra_manual_scheduler_calls_show(saved):
     assert t["last_epoch"] == 10 and t["global_step"] == 5
     assert st.scheduler_progress.value == 10
     assert st.nominal_progress.value == 5
-    assert st.extras["lightning.extra_scheduler_calls"] == 5
+    assert st.facts.extra_scheduler_calls == 5
     assert any("stepped 5 times more" in n for n in st.notes)
 
 
@@ -266,7 +266,7 @@ def test_manual_optimization_with_a_saved_budget(saved):
     assert t["global_step"] == t["last_epoch"] == 6
     assert st.counter("lightning.manual_optimizer_steps").value == 6
     assert st.scheduler_progress.value == st.nominal_progress.value == 6
-    assert "lightning.extra_scheduler_calls" not in st.extras  # the user steps it by design
+    assert st.facts.extra_scheduler_calls == 0  # the user steps it by design
     # save_hyperparameters(total_steps=40) is the only budget a .ckpt can hold.
     assert st.planned_end.name == "hyper_parameters.total_steps" and st.planned_end.value == 40
     assert st.trainer_progress.value == 6

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from lrdoctor.core.errors import LimitExceeded, UnusableInput
+from lrdoctor.core.facts import LrLog
 from lrdoctor.inspect_api import inspect_path
 from lrdoctor.read.bytes import safetext
 from lrdoctor.read.layouts import lightning as pl_fmt
@@ -141,7 +142,7 @@ def test_healthy_lambda_is_fitted_from_metrics_csv(runs):
     assert (s.family, s.kind, s.max_lr, s.warmup, s.horizon) == ("hf", "linear", 1e-3, 3, 12)
     assert csv in s.source and "column 'lr-AdamW'" in s.source
     assert "8 points logged as lambda(step)" in s.source
-    assert st.extras["lr_log"] == {"file": csv, "column": "lr-AdamW", "points": 8}
+    assert st.facts.lr_log == LrLog(file=csv, column="lr-AdamW", points=8)
     assert csv in st.files
     assert st.scheduler_progress.value == t["last_epoch"] == 8
     assert s.lr_at(st.scheduler_progress.value) == pytest.approx(t["lr"][0], rel=1e-12)
@@ -196,7 +197,7 @@ def test_without_the_log_the_lambda_stays_unknown(runs, tmp_path):
     f.parent.mkdir(parents=True)
     shutil.copy(the_ckpt(runs, "per_batch"), f)
     st = pl_fmt.read(f)
-    assert st.schedule is None and "lr_log" not in st.extras
+    assert st.schedule is None and st.facts.lr_log is None
     assert any("no LearningRateMonitor metrics.csv" in n for n in st.notes)
     (r,) = inspect_path(f)
     assert codes(r) == ["LRD107", "LRD103"]
@@ -223,8 +224,8 @@ def test_found_by_content_not_by_name(runs, tmp_path):
     (vd / "blob.csv").write_bytes(b"\x80\x81")  # unreadable, and not by its name a log: a note
     shutil.copy(version_dir(runs, "healthy") / "metrics.csv", vd / "lr_log.csv")
     st = pl_fmt.read(vd / "checkpoints" / "x.ckpt")
-    assert st.schedule.kind == "linear" and st.extras["lr_log"]["file"] == str(vd / "lr_log.csv")
-    assert "lr_log_unused" not in st.extras
+    assert st.schedule.kind == "linear" and st.facts.lr_log.file == str(vd / "lr_log.csv")
+    assert not st.facts.lr_log_unused
     assert any(n.startswith(f"{vd / 'blob.csv'}: not read (not a UTF-8") for n in st.notes)
     (r,) = inspect_path(vd / "checkpoints" / "x.ckpt")
     assert codes(r) == ["LRD107"]
@@ -251,7 +252,7 @@ def test_a_malformed_metrics_csv_is_reported_not_skipped(runs, tmp_path, case):
     csv.write_bytes(content if isinstance(content, bytes) else content.encode())
     st = pl_fmt.read(ckpt)  # never an error: the checkpoint itself is fine
     assert st.schedule is None
-    (unused,) = st.extras["lr_log_unused"]
+    (unused,) = st.facts.lr_log_unused
     assert unused["file"] == str(csv) and why in unused["reason"]
     assert str(csv) not in unused["reason"]  # the file is named once, in the finding
     (r,) = inspect_path(ckpt)
@@ -269,7 +270,7 @@ def test_a_good_log_nearer_wins_over_a_bad_one_and_the_bad_one_is_still_said(run
     (vd / "checkpoints" / "metrics.csv").write_text("epoch,step\n0,0\n")
     shutil.copy(version_dir(runs, "healthy") / "metrics.csv", vd / "metrics.csv")
     st = pl_fmt.read(ckpt)
-    assert st.schedule.kind == "linear" and st.extras["lr_log"]["file"] == str(vd / "metrics.csv")
+    assert st.schedule.kind == "linear" and st.facts.lr_log.file == str(vd / "metrics.csv")
     (r,) = inspect_path(ckpt)
     assert codes(r) == ["LRD107", "LRD111"]
     assert "was used instead" in r.findings[1].message

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from lrdoctor.core.errors import LimitExceeded
+from lrdoctor.core.facts import LrLog
 from lrdoctor.inspect_api import inspect_path
 from lrdoctor.read.bytes import tfevents
 from lrdoctor.read.layouts import lightning as pl_fmt
@@ -84,8 +85,8 @@ def test_healthy_lambda_is_fitted_from_the_event_file(runs):
     assert (s.family, s.kind, s.max_lr, s.warmup, s.horizon) == ("hf", "linear", 1e-3, 3, 12)
     assert ev in s.source and "column 'lr-AdamW'" in s.source
     assert "8 points logged as lambda(step)" in s.source
-    assert st_.extras["lr_log"] == {"file": ev, "column": "lr-AdamW", "points": 8}
-    assert ev in st_.files and "lr_log_unused" not in st_.extras
+    assert st_.facts.lr_log == LrLog(file=ev, column="lr-AdamW", points=8)
+    assert ev in st_.files and not st_.facts.lr_log_unused
     assert st_.scheduler_progress.value == t["last_epoch"] == 8
     assert s.lr_at(st_.scheduler_progress.value) == pytest.approx(t["lr"][0], rel=1e-12)
     (r,) = inspect_path(runs / "healthy")
@@ -110,7 +111,7 @@ def test_a_metrics_csv_beside_it_is_preferred(runs, tmp_path):
     (vd / "metrics.csv").write_text("step,lr-AdamW\n" + "".join(
         f"{n},{1e-3 * (n / 3 if n < 3 else (12 - n) / 9)!r}\n" for n in range(8)))
     st_ = pl_fmt.read(vd)
-    assert st_.extras["lr_log"]["file"] == str(vd / "metrics.csv")
+    assert st_.facts.lr_log.file == str(vd / "metrics.csv")
 
 
 # ---------------------------------------------------------------- the decoder itself
@@ -164,7 +165,7 @@ def test_a_malformed_event_file_is_reported_not_skipped(runs, tmp_path, case):
     ev.write_bytes(content)
     st_ = pl_fmt.read(ckpt)
     assert st_.schedule is None
-    (unused,) = st_.extras["lr_log_unused"]
+    (unused,) = st_.facts.lr_log_unused
     assert unused["file"] == str(ev) and why in unused["reason"]
     assert "\n" not in unused["reason"] and str(ev) not in unused["reason"]
     (r,) = inspect_path(ckpt)
@@ -187,7 +188,7 @@ def test_a_truncated_tail_is_tolerated_and_said(runs, tmp_path):
     ev = vd / events_file(runs, "healthy").name
     ev.write_bytes(data + data[:20])  # a record's header and a few bytes of its data
     st_ = pl_fmt.read(vd / "checkpoints" / "x.ckpt")
-    assert st_.schedule.kind == "linear" and st_.extras["lr_log"]["file"] == str(ev)
+    assert st_.schedule.kind == "linear" and st_.facts.lr_log.file == str(ev)
     assert f"{ev}: its last record is cut short (a writer mid-flush?): read up to it" \
         in st_.notes
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.facts import Storage
 from lrdoctor.core.state import Unit
 from lrdoctor.read.layouts import megatron
 from tests.helpers.factories import free_port, megatron_run
@@ -285,7 +286,7 @@ def test_torch_dist_019_common_state_healthy():
     assert st.counter("optimizer.step").value == 5  # optimizer.state.common_step
     assert (st.schedule.kind, st.schedule.warmup, st.schedule.horizon) == ("cosine", 64, 640)
     assert math.isclose(st.schedule.lr_at(80), st.optimizer_lrs[0], rel_tol=1e-12)
-    assert st.extras["storage"] == "dcp"
+    assert st.facts.storage is Storage.DCP
     assert not [f for f in diagnose(st) if f.severity >= Severity.WARNING]
 
 
@@ -382,7 +383,7 @@ def test_torch_dcp_flattened_leaves(tmp_path, per_micro):
     from lrdoctor.findings import Severity
 
     st = megatron.read(tmp_path)
-    assert st.files[0] == str(ckpt / ".metadata") and st.extras["storage"] == "dcp"
+    assert st.files[0] == str(ckpt / ".metadata") and st.facts.storage is Storage.DCP
     assert st.scheduler_progress.value == sched.num_steps
     assert st.nominal_progress.value == 96 and st.counter("optimizer.step").value == 6
     assert st.optimizer_lrs == [opt.param_groups[0]["lr"]]

@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from lrdoctor.core.facts import Storage
 from lrdoctor.diagnose import diagnose
 from lrdoctor.findings import Severity
 from lrdoctor.read.layouts import megatron
@@ -45,7 +46,7 @@ def test_dp_reshardable_param_groups_are_read():
     assert st.counter("optimizer.step").value == t["step"][0] == 5
     assert st.counter("optimizer.step").source.endswith("iter_0000005:" + ITEM)
     assert st.extras["use_distributed_optimizer"] is True
-    assert "optimizer_lrs_unread" not in st.extras
+    assert st.facts.optimizer_lrs_unread is None
     assert math.isclose(st.schedule.lr_at(st.scheduler_progress.value), st.optimizer_lrs[0],
                         rel_tol=1e-12)
     assert not warnings_of(st)
@@ -124,7 +125,7 @@ def test_unreadable_param_groups_are_never_silent():
     """The param-group item holds a class outside the allow-list: LRD111, naming it."""
     st = megatron.read(MCORE_019 / "distopt_unreadable")
     assert st.optimizer_lrs == []
-    assert st.extras["optimizer_lrs_unread"]["items"] == [ITEM]
+    assert st.facts.optimizer_lrs_unread.items == [ITEM]
     (f,) = [f for f in diagnose(st) if f.code == "LRD111"]
     assert f.severity is Severity.WARNING
     assert ITEM in f.message and "fractions.Fraction" in f.message and "LRD105" in f.message
@@ -216,7 +217,7 @@ def test_torch_dcp_chained_state_dict_flattened():
     st = megatron.read(MCORE_019 / "distopt_torch_dcp")
     assert t["chained"] == 2 and st.optimizer_lrs == t["lrs"]
     assert st.counter("optimizer.step").value == 5
-    assert st.extras["storage"] == "dcp" and not warnings_of(st)
+    assert st.facts.storage is Storage.DCP and not warnings_of(st)
 
 
 def test_partly_unreadable_param_groups_are_never_silent():
@@ -226,7 +227,7 @@ def test_partly_unreadable_param_groups_are_never_silent():
     st = megatron.read(MCORE_019 / "distopt_partly_unreadable")
     assert st.optimizer_lrs == t["lrs"][:2]  # chained_0's two groups
     assert st.extras["distributed_optimizer_items"] == ["chained_0." + ITEM]
-    assert st.extras["optimizer_lrs_unread"]["items"] == ["chained_1." + ITEM]
+    assert st.facts.optimizer_lrs_unread.items == ["chained_1." + ITEM]
     assert any("chained_1." + ITEM in n for n in st.notes)
     findings = diagnose(st)
     (f,) = [f for f in findings if f.code == "LRD111"]
@@ -280,6 +281,6 @@ def test_common_pt_with_broken_dcp_metadata_still_reads_and_says_so(tmp_path):
     (ckpt / ".metadata").write_bytes(b"\x80\x04K\x01.")  # a pickle of the int 1
     st = megatron.read(tmp_path / "run")
     assert st.scheduler_progress.value == 80 and st.optimizer_lrs == []
-    assert ".metadata" in st.extras["optimizer_lrs_unread"]["reason"]
+    assert ".metadata" in st.facts.optimizer_lrs_unread.reason
     (f,) = [f for f in diagnose(st) if f.code == "LRD111"]
     assert "could not be read" in f.message

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.facts import Storage
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.layouts import _common
 
@@ -260,7 +261,7 @@ def load_optimizer(f: Path, st: RunState | None = None) -> Any:
 
     ds = dcp.load(f, prefixes=("optimizer",))
     if st is not None:
-        st.extras["storage"] = "dcp"
+        st.facts.storage = Storage.DCP
         st.files += [x for x in ds.files if x not in st.files]
         dcp.note_skipped(st, ds)
     opt = ds.tree.get("optimizer")

@@ -149,7 +149,9 @@ def read(path: Path) -> RunState:
 
     if randoms:
         n = len(randoms)
-        st.extras["num_processes"] = n
+        st.facts.processes = n
+        # AcceleratedScheduler (split_batches=False) steps num_processes times per call.
+        st.facts.scheduler_steps_per_call = n
         st.files.append(str(randoms[0]))
         _read_random_state(st, randoms[0])
         if n > 1:

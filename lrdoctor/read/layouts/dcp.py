@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
+from lrdoctor.core.facts import Storage
 from lrdoctor.core.state import RunState
 from lrdoctor.read.bytes.storage import as_path, open_binary
 
@@ -495,7 +496,7 @@ def read(path: Path) -> RunState:
     st = torchsave.read_checkpoint(found)
     st.format = NAME if st.format == torchsave.NAME else st.format
     st.files = [f for f in st.files if f != str(ckpt / METADATA)] + _data_files(ckpt, st)
-    st.extras["storage"] = "dcp"
+    st.facts.storage = Storage.DCP
     return st
 
 

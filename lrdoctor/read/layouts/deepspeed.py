@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.facts import Invariant
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.bytes import safetext
 from lrdoctor.read.bytes.storage import as_path
@@ -163,6 +164,8 @@ def read(path: Path) -> RunState:
                             "checkpoint", str(main))
     src = str(main)
     st = RunState(format=NAME, path=str(tag), files=[src])
+    # last_batch_iteration + 1 == global_steps - skipped_steps by DeepSpeed's law (LRD109).
+    st.facts.invariant = Invariant.DEEPSPEED_STEPS
     cfg, cfg_src = _ds_config(sd, tag)
     cfg_src = f"{src}:ds_config" if cfg_src == "ds_config" else cfg_src
     if cfg_src and not cfg_src.startswith(src):

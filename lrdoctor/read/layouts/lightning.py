@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.facts import LrLog
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import _common, _logfit
@@ -304,8 +305,8 @@ def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
     """Fit the LambdaLR's schedule to a LearningRateMonitor log near the checkpoint.
 
     Never silent: a metrics file that could not be used is put in
-    ``extras["lr_log_unused"]`` (diagnose reports it as LRD111)."""
-    unused: list[dict] = []
+    ``facts.lr_log_unused`` (LRD111 reports it)."""
+    unused: list[LrLog] = []
     found = None
     for f in lr_log_files(ckpt, path):
         try:
@@ -322,9 +323,8 @@ def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
             found = (f, col, history)
             break
         if f.name == METRICS_CSV or _is_tfevents(f) or why != "no 'step' column":
-            unused.append({"file": str(f), "reason": why})
-    if unused:
-        st.extras["lr_log_unused"] = unused
+            unused.append(LrLog(file=str(f), reason=why))
+    st.facts.lr_log_unused = unused
     if found is None:
         if not unused:
             st.notes.append(f"no LearningRateMonitor metrics.csv or TensorBoard events.out."
@@ -333,7 +333,7 @@ def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
         return
     f, col, history = found
     st.files.append(str(f))
-    st.extras["lr_log"] = {"file": str(f), "column": col, "points": len(history)}
+    st.facts.lr_log = LrLog(file=str(f), column=col, points=len(history))
     st.extras["logged_lr_points"] = len(history)
     if st.extras.get("lightning.interval") != "step":
         st.notes.append(f"{f}: LRs logged per step, but the scheduler steps per epoch: "
@@ -427,7 +427,7 @@ def _scheduler(st: RunState, scheds: list, info: dict | None, src: str,
                         "Lightning's scheduler_progress does not apply")
     if made is not None and None not in lasts:
         extra = sum(lasts) - made.value
-        st.extras["lightning.extra_scheduler_calls"] = extra
+        st.facts.extra_scheduler_calls = extra
         if extra > 0:
             st.notes.append(f"schedulers were stepped {extra:g} times more than Lightning's loop "
                             "stepped them: something else calls scheduler.step() (e.g. "

@@ -29,7 +29,7 @@ bytes item ``[chained_<i>.]optimizer.distributed.dp_group_idx_<g>.optimizer/shar
 (``[{"param_groups": [...]}]``) and the common state keeps only
 ``optimizer.param_state_sharding_type``. Those items are found by key pattern in
 ``.metadata``; when a checkpoint shows a distributed optimizer but its param groups
-cannot be read, ``extras["optimizer_lrs_unread"]`` says why (diagnose: LRD111).
+cannot be read, ``facts.optimizer_lrs_unread`` says why (LRD111).
 
 ``model_optim_rng.pt`` holds ``args`` (argparse.Namespace), ``iteration``,
 ``opt_param_scheduler`` (``lr_scheduler`` in old checkpoints), ``optimizer``,
@@ -43,10 +43,12 @@ update.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.facts import Invariant, LrsUnread, Rampup, Storage
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import _common, dcp
@@ -381,9 +383,21 @@ def read(path: Path) -> RunState:
             st.files.append(str(ckpt.parent / TRACKER))
     st.extras["rank_files"] = len(files)
     if main.is_dir():
-        st.extras["storage"] = "dcp"
+        st.facts.storage = Storage.DCP
+    # num_steps counts consumed - skipped samples by Megatron's own law (LRD104).
+    st.facts.invariant = Invariant.MEGATRON_SAMPLES
+    st.facts.micro_batches_per_update = _micro_batches(args)
     _check_ranks(st, sd, sched, files)
     return st
+
+
+def _micro_batches(args: dict) -> int | None:
+    """Micro-batches per iteration: global batch / (micro batch x data-parallel size)."""
+    try:
+        return int(args["global_batch_size"] // (args["micro_batch_size"]
+                                                 * args["data_parallel_size"]))
+    except (KeyError, TypeError, ZeroDivisionError, ValueError):
+        return None
 
 
 def _distributed_param_groups(st: RunState, ckpt: Path,
@@ -393,14 +407,14 @@ def _distributed_param_groups(st: RunState, ckpt: Path,
 
     The lowest ``dp_group_idx`` of each chained optimizer is taken (the model-parallel
     rank 0, as a ``torch``-format read takes ``mp_rank_00``). Items that are there but
-    could not be read go to ``st.extras["optimizer_lrs_unread"]``."""
+    could not be read go to ``st.facts.optimizer_lrs_unread``."""
     if dcp_state is None:  # common.pt (megatron-core < 0.19): the objects are in the DCP files
         if not dcp.is_dcp(ckpt):
             return None
         try:
             dcp_state = dcp.load(ckpt, select=lambda fqn: bool(DIST_OPT_GROUPS.match(fqn)))
         except UnusableInput as exc:  # common.pt was read: judge it, say what was not
-            st.extras["optimizer_lrs_unread"] = {"reason": str(exc), "items": []}
+            st.facts.optimizer_lrs_unread = LrsUnread(reason=str(exc))
             return None
         st.files += [f for f in dcp_state.files if f not in st.files]
     items: dict[int, tuple[int, str, Any]] = {}
@@ -416,9 +430,9 @@ def _distributed_param_groups(st: RunState, ckpt: Path,
             items[chained] = (group, fqn, value)
     unread.update({k: why for k, why in dcp_state.skipped.items() if DIST_OPT_GROUPS.match(k)})
     if unread:
-        st.extras["optimizer_lrs_unread"] = {
-            "reason": "; ".join(f"{k}: {why}" for k, why in sorted(unread.items())),
-            "items": sorted(unread)}
+        st.facts.optimizer_lrs_unread = LrsUnread(
+            reason="; ".join(f"{k}: {why}" for k, why in sorted(unread.items())),
+            items=sorted(unread))
     if not items:
         return None
     keys = [items[c][1] for c in sorted(items)]
@@ -427,7 +441,7 @@ def _distributed_param_groups(st: RunState, ckpt: Path,
         return None
     if unread:
         st.notes.append(f"optimizer param-group LRs read from {', '.join(keys)} only; not "
-                        f"read: {st.extras['optimizer_lrs_unread']['reason']}")
+                        f"read: {'; '.join(f'{k}: {why}' for k, why in sorted(unread.items()))}")
     st.extras["distributed_optimizer_items"] = keys
     return opt, f"{dcp_state.path}:{keys[0]}" + (f" (+{len(keys) - 1})" if len(keys) > 1 else "")
 
@@ -440,7 +454,7 @@ def _lrs_expected(st: RunState, sd: dict, args: dict, opt: dict) -> None:
         return
     o = sd.get("optimizer")
     sharding = o.get("param_state_sharding_type") if isinstance(o, dict) else None
-    unread = st.extras.get("optimizer_lrs_unread")
+    unread = st.facts.optimizer_lrs_unread
     if unread is None and (sharding is not None or args.get("use_distributed_optimizer")):
         why = (f"the distributed optimizer's state is here (param_state_sharding_type "
                f"{_common.plain(sharding)!r}) but no param-group item "
@@ -448,9 +462,9 @@ def _lrs_expected(st: RunState, sd: dict, args: dict, opt: dict) -> None:
                if sharding is not None else
                "args.use_distributed_optimizer is set and --no-save-optim is not, but no "
                "optimizer param groups were found")
-        unread = st.extras["optimizer_lrs_unread"] = {"reason": why, "items": []}
+        unread = st.facts.optimizer_lrs_unread = LrsUnread(reason=why)
     if unread is not None:
-        st.notes.append(f"optimizer param-group LRs not read: {unread['reason']}")
+        st.notes.append(f"optimizer param-group LRs not read: {unread.reason}")
     elif not opt["found"]:
         st.notes.append("no optimizer state in this file (--no-save-optim?)")
 
@@ -588,17 +602,16 @@ def _rampup_budget(st: RunState, args: dict, src: str, unit: Unit) -> None:
     if ramp[1] <= 0 or ramp[0] <= 0 or ramp[0] > gbs:
         return
     train_iters = args.get("train_iters")
-    info: dict[str, Any] = {"start_global_batch": ramp[0], "increment": ramp[1],
-                            "rampup_samples": ramp[2], "global_batch_size": gbs}
+    info = Rampup(start_global_batch=ramp[0], increment=ramp[1], rampup_samples=ramp[2],
+                  global_batch_size=gbs)
     it = st.counter("megatron.iteration")
     if it is not None:
         done, segs = rampup_samples(int(it.value), ramp, gbs)
-        info["samples_at_iteration"] = done
-        info["segments_so_far"] = segs
+        info = replace(info, samples_at_iteration=done, segments_so_far=segs)
     if isinstance(train_iters, int) and train_iters > 0 and unit is Unit.SAMPLES:
         real, segs = rampup_samples(train_iters, ramp, gbs)
-        info.update(samples_at_train_iters=real, segments=segs,
-                    train_iters_x_global_batch=train_iters * gbs)
+        info = replace(info, samples_at_train_iters=real, segments=segs,
+                       train_iters_x_global_batch=train_iters * gbs)
         st.planned_end = Counter(
             "samples consumed by train_iters along the ramp-up", real, Unit.SAMPLES,
             f"{src}:args.train_iters {train_iters} with args.rampup_batch_size {ramp} "
@@ -608,7 +621,7 @@ def _rampup_budget(st: RunState, args: dict, src: str, unit: Unit) -> None:
         st.notes.append(
             f"ramp-up: train_iters {train_iters} iterations consume {real:,} samples, not "
             f"train_iters x global_batch_size = {train_iters * gbs:,}")
-    st.extras["rampup"] = info
+    st.facts.rampup = info
 
 
 def _expected_from_args(args: dict) -> dict[str, float]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from lrdoctor.core.facts import Storage
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import _common, dcp
@@ -63,7 +64,7 @@ def read(path: Path) -> RunState:
     info_file = ckpt / INFO
     info = _common.read_json(info_file)
     st = RunState(format=NAME, path=str(ckpt), files=[str(info_file)])
-    st.extras["storage"] = "dcp"
+    st.facts.storage = Storage.DCP
     for key, unit in (("total_steps", Unit.ROLLOUT_STEPS), ("current_step", Unit.ROLLOUT_STEPS),
                       ("consumed_samples", Unit.SAMPLES), ("current_epoch", Unit.EPOCHS)):
         v = _common.number(info.get(key))

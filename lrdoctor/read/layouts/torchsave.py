@@ -251,7 +251,7 @@ def build(sc: discover.Scan, fmt: str = NAME) -> RunState:
     if sched is None:
         st.notes.append("no LR scheduler state found in " + _scanned(sc))
         # What each file holds instead (LRD111 names it: weights only, an unrelated dict).
-        st.extras["contents"] = {f: sc.what(f) for f in sc.files_read[:8]}
+        st.facts.contents = {f: sc.what(f) for f in sc.files_read[:8]}
     if len(sc.files_read) == 1:
         obj = sc.objects[sc.files_read[0]]
         if isinstance(obj, dict):

@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from lrdoctor.core.facts import Storage
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import _common, dcp
@@ -81,7 +82,7 @@ def read(path: Path) -> RunState:
         return st
     src = str(ckpt)
     st = RunState(format=NAME, path=src, files=list(ds.files))
-    st.extras["storage"] = "dcp"
+    st.facts.storage = Storage.DCP
     dcp.note_skipped(st, ds)
 
     opt_sd = ds.tree.get("optimizer")
