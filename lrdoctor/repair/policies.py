@@ -271,7 +271,7 @@ def _infer_k(state: RunState, findings: list[Finding]) -> float | None:
 
 def _pace(state: RunState) -> float | None:
     """Scheduler progress per nominal progress when the run does not step 1:1 (None)."""
-    from lrdoctor.diagnose import REL_TOL, progress_ratio
+    from lrdoctor.rules.common import REL_TOL, progress_ratio
 
     r = progress_ratio(state)
     return r if r is not None and abs(r - 1) > REL_TOL else None
