@@ -5,9 +5,11 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Finding, Rule, Severity
+from lrdoctor.rules.common import ReplayBudget
 
 if TYPE_CHECKING:
     from lrdoctor.replay.analysis import ReplayContext
@@ -26,6 +28,11 @@ RULE = Rule(
 )
 
 
+@dataclass(frozen=True, kw_only=True)
+class Overshoot(ReplayBudget):
+    """The replay's budget evidence: the loop takes more updates than budgeted."""
+
+
 def check(c: ReplayContext) -> list[Finding]:
     """The scheduler runs past its horizon: the LR reaches its floor early."""
     from lrdoctor.replay.analysis import REL_TOL, short
@@ -42,7 +49,7 @@ def check(c: ReplayContext) -> list[Finding]:
         f"{spec.unit.value}, {ratio:.3g}x its "
         f"horizon of {short(s['horizon'])} ({s['actual_updates']} optimizer updates vs "
         f"{short(s['budget_updates'])} budgeted, {_cause(c)}){where}.",
-        c.ev_core, fix=c.fix_tail, location="scheduler",
+        Overshoot(**c.ev_core.raw()), fix=c.fix_tail, location="scheduler",
         # A few percent early is a drift to fix, not a broken run.
         severity=Severity.WARNING if ratio < 1.05 else None)]
 

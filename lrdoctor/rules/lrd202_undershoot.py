@@ -5,9 +5,11 @@ The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Finding, Rule, Severity
+from lrdoctor.rules.common import ReplayBudget
 
 if TYPE_CHECKING:
     from lrdoctor.replay.analysis import ReplayContext
@@ -24,6 +26,11 @@ RULE = Rule(
 )
 
 
+@dataclass(frozen=True, kw_only=True)
+class Undershoot(ReplayBudget):
+    """The replay's budget evidence: the loop takes fewer updates than budgeted."""
+
+
 def check(c: ReplayContext) -> list[Finding]:
     """The scheduler stops short of its horizon: the LR never decays to its floor."""
     from lrdoctor.replay.analysis import REL_TOL, budget_cause, short
@@ -38,4 +45,4 @@ def check(c: ReplayContext) -> list[Finding]:
         f"({ratio:.1%}): {s['actual_updates']} optimizer updates vs "
         f"{short(s['budget_updates'])} budgeted; the last LR is {short(s['lr_end'])}, the "
         f"floor {short(c.spec.min_lr)}{budget_cause(c)}.",
-        c.ev_core, fix=c.fix_tail, location="scheduler")]
+        Undershoot(**c.ev_core.raw()), fix=c.fix_tail, location="scheduler")]

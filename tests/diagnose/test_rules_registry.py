@@ -1,0 +1,124 @@
+"""The rules registry is the one place a finding is added: every rule file registers,
+every code is documented, and every evidence type serialises to the JSON keys the
+report contract names."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import types
+import typing
+from pathlib import Path
+
+import pytest
+
+import lrdoctor.rules as rules
+from lrdoctor.core.findings import Evidence, Record
+from lrdoctor.findings import RULES, catalog_markdown
+from tests.helpers.paths import REPO
+
+RULE_FILES = sorted(p.stem for p in (REPO / "lrdoctor" / "rules").glob("lrd*.py"))
+REGISTERED = [*rules.CHECKPOINT, *rules.REPLAY, *rules.RAISED]
+
+
+def _module(name: str) -> types.ModuleType:
+    # The test walks the folder on purpose: a file the registry forgot is what it finds.
+    return importlib.import_module(f"lrdoctor.rules.{name}")
+
+
+def test_every_rule_file_is_registered_once_under_its_code():
+    names = [m.__name__.rsplit(".", 1)[-1] for m in REGISTERED]
+    assert sorted(names) == RULE_FILES, "a rule file is missing from lrdoctor.rules or twice"
+    assert len(set(names)) == len(names)
+    for name in RULE_FILES:
+        rule = _module(name).RULE
+        assert name.startswith(rule.code.lower() + "_"), (name, rule.code)
+        assert name == f"{rule.code.lower()}_{rule.name.replace('-', '_')}"
+    assert [r.code for r in rules.RULES] == sorted(RULES) == sorted(rules.BY_CODE)
+
+
+def test_checks_have_the_protocol_of_their_kind():
+    for m in rules.CHECKPOINT:
+        assert list(inspect.signature(m.check).parameters) == ["state", "found"], m.__name__
+    for m in rules.REPLAY:
+        assert list(inspect.signature(m.check).parameters) == ["c"], m.__name__
+    for m in rules.RAISED:  # raised elsewhere: a check here would never run
+        assert not hasattr(m, "check"), m.__name__
+
+
+def test_every_code_is_documented():
+    doc = (REPO / "docs" / "findings.md").read_text()
+    assert doc == catalog_markdown() + "\n"
+    for r in rules.RULES:
+        assert f"## {r.code} `{r.name}` ({r.severity})" in doc
+        assert r.explanation in doc and r.fix in doc
+
+
+def _sample(tp: object, name: str) -> object:
+    """A value of the annotated type (the first member of a union that is not None)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+        origin = typing.get_origin(tp)
+    if tp is typing.Any:
+        return name
+    if origin in (list, tuple):
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        item = _sample(args[0], name) if args else name
+        return [item] if origin is list else (item,)
+    if origin is dict:
+        k, v = typing.get_args(tp)
+        return {_sample(k, name): _sample(v, name)}
+    if isinstance(tp, type) and issubclass(tp, Record):
+        return _instance(tp)
+    return {str: name, int: 3, float: 2.5, bool: True}.get(tp, name)  # type: ignore[call-overload]
+
+
+def _instance(cls: type[Record]) -> Record:
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _sample(hints[f.name], f.name) for f in dataclasses.fields(cls)
+                  if f.init})
+
+
+def _evidence_types() -> list[type[Evidence]]:
+    found: dict[str, type[Evidence]] = {}
+    for name in [*RULE_FILES, "common"]:
+        mod = _module(name)
+        for obj in vars(mod).values():
+            if isinstance(obj, type) and issubclass(obj, Evidence) and obj.__module__ == \
+                    mod.__name__:
+                found[obj.__qualname__ + obj.__module__] = obj
+    return list(found.values())
+
+
+@pytest.mark.parametrize("cls", _evidence_types(), ids=lambda c: c.__name__)
+def test_evidence_serialises_to_its_json_keys(cls):
+    ev = _instance(cls)
+    doc = json.loads(json.dumps(ev.to_dict(), allow_nan=False))
+    keys = {f.metadata.get("key", f.name) for f in dataclasses.fields(cls)}
+    if cls.raw is not Record.raw:  # an evidence that flattens an open record (LRD303)
+        assert doc and set(doc) >= {"target"}
+    else:
+        assert set(doc) == keys  # every field filled: every key present
+    assert ev.to_dict() == doc  # JSON values already: nothing changes on the way through
+    # A field marked optional and left None is left out; one not marked stays as null.
+    omitted = [f for f in dataclasses.fields(cls) if f.metadata.get("omit_none")]
+    if omitted:
+        sparse = dataclasses.replace(ev, **{f.name: None for f in omitted})
+        assert not set(sparse.to_dict()) & {f.name for f in omitted}
+    headline = ev.headline()
+    assert headline is None or isinstance(headline, str) and headline
+
+
+def test_every_rule_with_a_check_has_typed_evidence():
+    by_module = {}
+    for cls in _evidence_types():
+        by_module.setdefault(cls.__module__, []).append(cls)
+    for m in [*rules.CHECKPOINT, *rules.REPLAY]:
+        src = Path(m.__file__).read_text()
+        own = by_module.get(m.__name__, [])
+        shared = [c.__name__ for c in by_module.get("lrdoctor.rules.common", [])
+                  if c.__name__ in src]
+        assert own or shared, f"{m.__name__}: no evidence type"
