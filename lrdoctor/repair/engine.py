@@ -268,7 +268,10 @@ def write_fix(plan: FixPlan, out: str | Path, *, force: bool = False, progress: 
 
 
 # Names that say "a file" for --out (a checkpoint file's own suffix also does).
-FILE_SUFFIXES = {".pt", ".pth", ".ckpt", ".bin", ".pkl", ".tar"}
+def _file_suffixes() -> set[str]:
+    from lrdoctor.read.scan.discover import PICKLE_SUFFIXES
+
+    return set(PICKLE_SUFFIXES)
 
 
 def _names_the_file(plan: FixPlan, out: Path) -> bool:
@@ -277,7 +280,7 @@ def _names_the_file(plan: FixPlan, out: Path) -> bool:
     if plan.root is None or not plan.root.is_dir() or len(plan.files) != 1 or out.is_dir():
         return False
     suffix = out.suffix.lower()
-    return bool(suffix) and (suffix in FILE_SUFFIXES
+    return bool(suffix) and (suffix in _file_suffixes()
                              or suffix == Path(plan.files[0]).suffix.lower())
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.state import RunState
+from lrdoctor.read.scan.discover import PICKLE_SUFFIXES
 from lrdoctor.repair.megatron import scheduler_edits
 from lrdoctor.repair.policies import Refusal, Target
 from lrdoctor.repair.torchstate import (
@@ -29,7 +30,7 @@ from lrdoctor.repair.torchstate import (
 )
 from lrdoctor.repair.writer import Change, get_at, load_pickle
 
-PICKLES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".tar", ".pickle")
+PICKLES = PICKLE_SUFFIXES  # discovery's one list
 
 
 def _is_megatron(d: Any) -> bool:

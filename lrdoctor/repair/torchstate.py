@@ -10,21 +10,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lrdoctor.read.scan.discover import is_optimizer as discover_is_optimizer
+from lrdoctor.read.scan.discover import is_torch_scheduler
 from lrdoctor.repair.policies import Refusal, Target
 from lrdoctor.repair.writer import Change, Key, get_at, load_pickle, walk
 from lrdoctor.schedules import group_lr
+from lrdoctor.schedules.torch_builtin import HORIZON_FIELD
 
-# Horizon fields of torch's built-in schedulers (state_dict() keys).
-HORIZON_KEYS = ("T_max", "total_iters")
+# Horizon fields of torch's built-in schedulers (state_dict() keys): the one table.
+HORIZON_KEYS = tuple(dict.fromkeys(h for k, h in HORIZON_FIELD.items() if k != "OneCycleLR"))
 
 
 def is_scheduler(d: Any) -> bool:
-    return isinstance(d, dict) and "last_epoch" in d and "base_lrs" in d
+    """A torch LRScheduler state: discovery's one definition, with the ``last_epoch`` a
+    repair moves."""
+    return is_torch_scheduler(d) and "last_epoch" in d
 
 
 def is_optimizer(d: Any) -> bool:
-    return (isinstance(d, dict) and isinstance(d.get("param_groups"), list)
-            and all(isinstance(g, dict) and "lr" in g for g in d["param_groups"]))
+    """Discovery's optimizer shape, every param group with the ``lr`` a repair sets."""
+    return discover_is_optimizer(d) and all(isinstance(g, dict) and "lr" in g
+                                            for g in d["param_groups"])
 
 
 def find(obj: Any, pred) -> list[Key]:

@@ -400,3 +400,40 @@ def test_generality_a_dcp_layout_no_repair_code_names(tmp_path):
         hopt.step()
         hsched.step()
     assert not _loud_after(out) & {"LRD103", "LRD105"}
+
+
+MCORE_019_LOAD = """
+import sys, warnings
+from unittest import mock
+warnings.filterwarnings("ignore")
+sys.modules["megatron.core.transformer.moe.ops.paged_stash"] = mock.MagicMock()  # GPU-only
+import megatron.core
+from megatron.core import dist_checkpointing
+c = dist_checkpointing.load_common_state_dict(sys.argv[1])
+print("RESULT", megatron.core.__version__, c["opt_param_scheduler"]["num_steps"],
+      c["optimizer"]["param_groups"][0]["lr"])
+"""
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("LRDOCTOR_MCORE_019"),
+                    reason="set LRDOCTOR_MCORE_019 to an unpacked megatron-core 0.19 wheel "
+                           "(tests/data/megatron_core_0_19/make_fixtures.py says how)")
+def test_megatron_core_019_own_loader_reads_the_repaired_copy(tmp_path):
+    """megatron-core 0.19.2's own load_common_state_dict on the repaired copy (the wheel is
+    cp312-only: its pure-Python dist_checkpointing is put first on the path)."""
+    import os
+
+    out = tmp_path / "out"
+    assert write_fix(plan_fix(MCORE_019 / "buggy"), out).verified
+    p = subprocess.run([sys.executable, "-c", MCORE_019_LOAD, str(out / "iter_0000005")],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=os.environ["LRDOCTOR_MCORE_019"]))
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT")]
+    assert p.returncode == 0 and line, p.stderr[-2000:]
+    version, num_steps, lr = line[-1].split()[1:]
+    assert version.startswith("0.19") and float(num_steps) == 80
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=3e-4)
+    sched = _mcore_scheduler(opt, 16)
+    for _ in range(5):
+        sched.step(increment=16)
+    assert math.isclose(float(lr), opt.param_groups[0]["lr"], rel_tol=1e-9)
