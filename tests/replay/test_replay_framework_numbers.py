@@ -174,3 +174,27 @@ def test_knob_check_reuse_gives_what_replanning_gives(name, monkeypatch):
     assert fast["rows"] == slow["rows"] and fast["differs"] == slow["differs"]
     # verl and NeMo-RL step the scheduler per train step and update per mini-batch
     assert "reused" in fast["source"] and "reused" not in slow["source"]
+
+
+def test_nemo_rl_recipe_bins_match_nemo_rl_packer_on_padded_lengths():
+    """Per global batch: NeMo-RL's packer on lengths padded to make_sequence_length_divisible_by
+    (lm_policy.py's sequence_length_pad_multiple) gives the micro-batches the replay plans."""
+    nemo = peers.nemo_rl_packing()
+    if nemo is None:
+        pytest.skip("nemo_rl not importable and LRDOCTOR_PEER_NEMO_RL not set")
+    cfg = load_config(NEMO_SH)
+    b, t, dp = cfg.batching, cfg.train, cfg.dp.size
+    rng = np.random.default_rng(89)
+    tokens = rng.integers(64, 4096, t.samples_per_step).astype(np.int64)
+    plan = packing.plan_step(b, t, {"tokens": tokens}, dp)
+    want, start = [], 0
+    for a in range(0, len(tokens), t.mini_batch_size):
+        padded = (-(-tokens[a:a + t.mini_batch_size] // b.round_to) * b.round_to).tolist()
+        bins = nemo.get_packer(b.algorithm, b.max_tokens_per_microbatch, min_bin_count=dp,
+                               bin_count_multiple=dp).pack(padded)
+        want.append(len(bins) // dp)
+    got = []
+    for end in plan.boundaries:
+        got.append(end + 1 - start)
+        start = end + 1
+    assert got == want

@@ -14,7 +14,10 @@ What NeMo-RL does with the keys (``algorithms/grpo.py``,
   (dynamic batching) or ``make_sequence_length_divisible_by`` (sequence packing,
   ``lm_policy.py``'s ``sequence_length_pad_multiple``);
 - the scheduler steps once per ``train()`` call, i.e. once per GRPO step, in
-  the DTensor v2 and Megatron workers (not per global batch): the DTensor path's
+  the DTensor v2 and Megatron workers, not per global batch (NeMo-RL main
+  7ea279a, 2026-08: ``workers/dtensor_policy_worker_v2.py`` "increment scheduler
+  after all batches in rollout are processed"; ``workers/megatron_policy_worker.py``
+  ``scheduler.step(increment=gbs)``, "one tick == one train() call"): the DTensor path's
   list of torch schedulers with ``milestones`` (``SequentialLR``), or
   ``megatron_cfg.scheduler``;
 - dp = ``cluster.num_nodes x gpus_per_node`` / (tp x cp, x pp for megatron).
