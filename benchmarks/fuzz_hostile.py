@@ -133,6 +133,27 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
                      ["inspect", str(path), "--format", "torchsave"]):
             cases.append({"argv": argv, "input": str(path), "kind": "corpus"})
 
+    # issue 23: the new payloads in the bare, HF and Megatron layouts, through every
+    # command (fix and report write real outputs, checked for code-execution globals)
+    lay = work / "layouts"
+    new = {**hostile.laughs_payloads(), **hostile.code_exec_payloads(marker)}
+    for name, blob in sorted(new.items()):
+        for layout in hostile.LAYOUTS:
+            target, bad = hostile.in_layout(layout, lay, name, blob)
+            out = lay / f"out-{layout}-{name}"
+            for argv in (["inspect", str(target)], ["inspect", str(target), "--json"],
+                         ["fix", str(target), "--out", str(out / "fixed"), "--policy",
+                          "rescale", "--k", "2"],
+                         ["report", str(target), "--out", str(out / "page")],
+                         ["check", "--inspect", str(target)]):
+                cases.append({"argv": argv, "input": str(bad), "kind": f"layout-{layout}",
+                              "out": str(out)})
+    for _name, (argv, inp) in sorted(hostile.crash_reproducers(work / "crash").items()):
+        cases.append({"argv": argv, "input": str(inp), "kind": "crash-site"})
+    hf_epoch = hostile.hf_last_epoch(work / "hf-epoch")
+    cases.append({"argv": ["inspect", str(hf_epoch), "--json"], "input": str(hf_epoch),
+                  "kind": "crash-site"})
+
     # fuzz bases: one-file checkpoints (torch zips) and sidecars/configs of the samples
     pickles = [p for p in SAMPLES.rglob("*") if p.is_file() and p.suffix in (".pt", ".pth", ".bin")]
     pickles = [p for p in pickles if zipfile.is_zipfile(p)]
@@ -140,7 +161,43 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
     yamls = sorted((ROOT / "examples").glob("*.yaml")) + sorted(SAMPLES.rglob("*.yaml"))
     fz = work / "fuzz"
     fz.mkdir(parents=True, exist_ok=True)
+    sizing = _sizing_keys(yamls)
+    hf_base = work / "hf-base"
+    shutil.copytree(SAMPLES / "hf-healthy", hf_base)
+    for ck in hf_base.iterdir():
+        (ck / "training_args.bin").unlink()
     for i in range(n):
+        r = rng.random()
+        if r < 0.12:  # shared references under allow-listed callables, bare or in a folder
+            blob = hostile.reference_program(hostile.random_steps(rng))
+            if rng.random() < 0.5:
+                p = fz / f"{i}.pt"
+                p.write_bytes(hostile.torch_zip(blob))
+                target, bad = p, p
+            else:
+                target, bad = hostile.in_layout(rng.choice(hostile.LAYOUTS[1:]), fz, str(i),
+                                                blob)
+            out = fz / f"out-{i}"
+            cmd = rng.choice([["inspect", str(target), "--json"],
+                              ["fix", str(target), "--out", str(out / "fixed"), "--policy",
+                               "rescale", "--k", "2"]])
+            cases.append({"argv": cmd, "input": str(bad), "kind": "refs", "out": str(out)})
+            continue
+        if r < 0.22:  # a sizing key of a framework config at an extreme
+            base, key = rng.choice(sizing)
+            p = fz / f"{i}.yaml"
+            p.write_text(_set_key(base, key, rng.choice(EXTREMES)))
+            cases.append({"argv": ["replay", "--config", str(p), "--json", "--fast"],
+                          "input": str(p), "kind": "config-extreme"})
+            continue
+        if r < 0.30:  # a saved counter at an extreme (HF Trainer, schedule fitted to the log)
+            run = fz / f"hf-{i}"
+            shutil.copytree(hf_base, run)
+            _set_counter(run, rng)
+            cases.append({"argv": rng.choice([["inspect", str(run), "--json"],
+                                              ["inspect", str(run)]]),
+                          "input": str(run), "kind": "counter-extreme"})
+            continue
         r = rng.random()
         if r < 0.65:  # a pickle inside its zip, run as a one-file checkpoint
             base = rng.choice(pickles)
@@ -149,9 +206,12 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
                 else _mutate(blob, rng)
             p = fz / f"{i}.pt"
             p.write_bytes(mutated)
+            out = fz / f"out-{i}"
             cmd = rng.choice([["inspect", str(p), "--json"], ["inspect", str(p)],
-                              ["fix", str(p), "--dry-run", "--json"]])
-            cases.append({"argv": cmd, "input": str(p), "kind": "pickle"})
+                              ["fix", str(p), "--dry-run", "--json"],
+                              ["fix", str(p), "--out", str(out / "fixed.pt"), "--policy",
+                               "rescale", "--k", "2"]])
+            cases.append({"argv": cmd, "input": str(p), "kind": "pickle", "out": str(out)})
         elif r < 0.96:  # a JSON sidecar inside a copy of its checkpoint folder
             base = rng.choice(jsons)
             folder = fz / f"{i}"
@@ -167,6 +227,66 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
                 if rng.random() < 0.5 else ["inspect", str(p)]
             cases.append({"argv": cmd, "input": str(p), "kind": "yaml"})
     return cases
+
+
+EXTREMES = [2**31, 2**31 - 1, 2**63, 2**63 - 1, -1, -(2**31), ".nan", ".inf", "1e400", 0]
+
+
+def _int_keys(doc, prefix=()) -> list[tuple]:
+    if isinstance(doc, dict):
+        return [k for key, v in doc.items() for k in _int_keys(v, (*prefix, key))]
+    if isinstance(doc, list):
+        return [k for i, v in enumerate(doc) for k in _int_keys(v, (*prefix, i))]
+    return [prefix] if type(doc) is int else []
+
+
+def _sizing_keys(yamls: list[Path]) -> list[tuple[Path, tuple]]:
+    """Every integer key of every example config: each can size something."""
+    import yaml
+
+    out = []
+    for p in yamls:
+        try:
+            out += [(p, k) for k in _int_keys(yaml.safe_load(p.read_text()))]
+        except yaml.YAMLError:
+            continue
+    return out
+
+
+def _set_key(base: Path, key: tuple, value) -> str:
+    import yaml
+
+    doc = yaml.safe_load(base.read_text())
+    d = doc
+    for k in key[:-1]:
+        d = d[k]
+    d[key[-1]] = "@@V@@"
+    out = yaml.safe_dump(doc, sort_keys=False)
+    data_dir = base.parent  # batch-log paths in a config are relative to it
+    return out.replace("'@@V@@'", str(value)).replace("batchlogs/", f"{data_dir}/batchlogs/")
+
+
+def _set_counter(run: Path, rng: random.Random) -> None:
+    """One saved counter of an HF checkpoint at an extreme (scheduler.pt via torch, which
+    this script's own sample files are safe to load with; trainer_state.json as text)."""
+    ck = run / "checkpoint-20"
+    if rng.random() < 0.6:
+        import torch
+
+        f = ck / "scheduler.pt"
+        sd = torch.load(f, weights_only=False)
+        v = rng.choice([2**31, 2**31 - 1, 2**63 - 1, -1, float("nan"), float("inf"), 10**30])
+        sd[rng.choice(["last_epoch", "_step_count"])] = v
+        torch.save(sd, f)
+    else:
+        f = ck / "trainer_state.json"
+        doc = json.loads(f.read_text())
+        v = rng.choice([2**31, 2**63 - 1, -1, 10**30, 1.5])
+        key = rng.choice(["global_step", "max_steps", "logging_steps", "save_steps"])
+        doc[key] = v
+        if doc.get("log_history") and rng.random() < 0.5:
+            doc["log_history"][-1]["step"] = v
+        f.write_text(json.dumps(doc))
 
 
 # ---------------------------------------------------------------- worker
@@ -202,12 +322,27 @@ def worker(cases_file: str, out_file: str) -> None:
                 signal.alarm(0)
             wall = time.perf_counter() - t0
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            held = _code_in_outputs(case.get("out"))
             imported = sorted({m for m in sys.modules if m.split(".")[0] in FRAMEWORKS}
                               - before_mods)
             out.write(json.dumps({**case, "code": code if isinstance(code, (int, str)) else
                                   str(code), "stderr": err.getvalue()[-2000:], "wall": wall,
-                                  "rss_mb": rss, "imported": imported}) + "\n")
+                                  "rss_mb": rss, "imported": imported,
+                                  "fix_output_code": held}) + "\n")
             out.flush()
+
+
+def _code_in_outputs(out: str | None) -> list[str]:
+    """Code-execution globals in what a fix of this case wrote (every pickle under ``out``)."""
+    if not out or not os.path.exists(out):
+        return []
+    from lrdoctor.read.bytes import unsafe_globals
+
+    found: set[str] = set()
+    for f in ([Path(out)] if os.path.isfile(out) else Path(out).rglob("*")):
+        if f.is_file():
+            found.update(unsafe_globals.dangerous_in_file(str(f)))
+    return sorted(found)
 
 
 def run_fuzz(cases: list[dict], work: Path, workers: int, batch: int) -> list[dict]:
@@ -268,6 +403,8 @@ def summarize_fuzz(results: list[dict], marker: Path) -> dict:
         "exit2_runs": len(exit2),
         "exit2_not_one_line_naming_the_input": sum(1 for r in exit2 if not names_input(r)),
         "framework_imports_during_a_run": sum(1 for r in results if r["imported"]),
+        "fix_outputs_holding_a_code_execution_global": sum(
+            1 for r in results if r.get("fix_output_code")),
     }
 
 

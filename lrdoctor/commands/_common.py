@@ -52,6 +52,22 @@ OutFileOpt = Annotated[Path | None, typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (same as --output-format json).")]
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Text: only the one-line verdict per target.")]
+AllowUnsafeOpt = Annotated[list[str] | None, typer.Option(
+    "--allow-unsafe-global", metavar="NAME",
+    help="Read a pickle global that can run code (e.g. torch.storage._load_from_bytes) as "
+         "an inert value instead of refusing the file; only for a file you trust. "
+         "Repeatable; fix records it in its manifest (docs/security.md).")]
+
+
+def allow_unsafe(names: list[str] | None) -> None:
+    """``--allow-unsafe-global``: the names reach every reader, here and in the processes
+    ``check`` starts (:func:`lrdoctor.unsafe_globals.allow`)."""
+    if names:
+        from lrdoctor.read.bytes import unsafe_globals
+
+        unsafe_globals.allow(names)
+
+
 VerboseOpt = Annotated[bool, typer.Option(
     "--verbose", "-v", help="Text: every value read, not only the ones compared.")]
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from lrdoctor.commands._common import (
+    AllowUnsafeOpt,
     ConfigFileOpt,
     FailOn,
     JsonOpt,
@@ -15,6 +16,7 @@ from lrdoctor.commands._common import (
     OutputFormatOpt,
     QuietOpt,
     VerboseOpt,
+    allow_unsafe,
     die,
     emit_to,
     guarded,
@@ -79,6 +81,7 @@ def check_cmd(
     output_format: OutputFormatOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    allow_unsafe_global: AllowUnsafeOpt = None,
 ) -> None:
     import sys
 
@@ -87,6 +90,7 @@ def check_cmd(
     from lrdoctor.parallel import check_executor
 
     fmt = resolve_format(json_, output_format)
+    allow_unsafe(allow_unsafe_global)
     guarded(lambda: check_executor(executor))
     cfg = guarded(lambda: ci_config.load(config, required=config is not None),
                   lambda exc: print_unusable("check", exc.path or str(config or "pyproject.toml"),

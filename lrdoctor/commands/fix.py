@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from lrdoctor.commands._common import (
+    AllowUnsafeOpt,
     ConfigFileOpt,
     FailOn,
     FormatOpt,
@@ -21,6 +22,7 @@ from lrdoctor.commands._common import (
     OutputFormat,
     QuietOpt,
     VerboseOpt,
+    allow_unsafe,
     die,
     guarded,
     output_format_help,
@@ -99,7 +101,9 @@ def register(app: typer.Typer) -> None:
         config: ConfigFileOpt = None,
         quiet: QuietOpt = False,
         verbose: VerboseOpt = False,
+        allow_unsafe_global: AllowUnsafeOpt = None,
     ) -> None:
+        allow_unsafe(allow_unsafe_global)
         fmt = resolve_format(json_out, output_format or OutputFormat.text)
         if k is not None and not k > 0:
             die(f"--k {k:g}: must be greater than 0 (how many times too fast the scheduler ran)")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from lrdoctor.commands._common import (
+    AllowUnsafeOpt,
     ConfigFileOpt,
     FailOnOpt,
     FormatOpt,
@@ -17,6 +18,7 @@ from lrdoctor.commands._common import (
     OutputFormatOpt,
     QuietOpt,
     VerboseOpt,
+    allow_unsafe,
     emit_to,
     guarded,
     png_path,
@@ -60,10 +62,12 @@ def inspect_cmd(
     fail_on: FailOnOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    allow_unsafe_global: AllowUnsafeOpt = None,
 ) -> None:
     from lrdoctor.commands import _settings
     from lrdoctor.inspect_api import inspect_path
 
+    allow_unsafe(allow_unsafe_global)
     fmt = resolve_format(json_, output_format)
     png_path(plot)
     conf = settings(config, "inspect", path, "inspect", fmt)

@@ -8,11 +8,13 @@ from typing import Annotated
 import typer
 
 from lrdoctor.commands._common import (
+    AllowUnsafeOpt,
     ConfigFileOpt,
     FailOn,
     FormatOpt,
     QuietOpt,
     VerboseOpt,
+    allow_unsafe,
     guarded,
     warn_unusable,
 )
@@ -63,12 +65,14 @@ def report_cmd(
         "[tool.lrdoctor] fail-on, else never: the page is written either way).")] = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    allow_unsafe_global: AllowUnsafeOpt = None,
 ) -> None:
     from lrdoctor.ci import check as ci_check
     from lrdoctor.ci import config as ci_config
     from lrdoctor.findings import exit_code
     from lrdoctor.render.html import write_report_files
 
+    allow_unsafe(allow_unsafe_global)
     cfg = guarded(lambda: ci_config.load(config, required=config is not None))
     if not cfg.fail_on_set:
         cfg.fail_on = "never"  # a page is written either way: gate only when asked

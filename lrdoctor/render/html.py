@@ -18,7 +18,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from lrdoctor import __version__
-from lrdoctor.atomic import write_text
+from lrdoctor.atomic import refuse_checkpoint, write_text
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.numbers import number
 from lrdoctor.core.report import Report
@@ -307,6 +307,7 @@ def write_report_files(reports: list[Report], out_dir: Path, title: str = "lrdoc
     replays = replays or {}
     out_dir = Path(out_dir)
     try:
+        refuse_checkpoint(out_dir / "index.html")  # before the folder is made
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UnusableInput(f"cannot create the report directory ({exc.strerror})",

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.read.bytes import limits
+from lrdoctor.read.bytes import limits, safeload, unsafe_globals
 from lrdoctor.read.bytes.limited_pickle import LimitedUnpickler
 from lrdoctor.repair.standins import EnumStandIn, PlainStandIn
 
@@ -240,6 +240,7 @@ class _Reader(LimitedUnpickler):
     """
 
     buildable = (Reduced, argparse.Namespace, OrderedDict, PlainStandIn)
+    children = staticmethod(lambda obj: _children(obj))
 
     def __init__(self, file: Any, archive: _Archive, size: int):
         super().__init__(file, str(archive.path), encoding="ASCII", size=size)
@@ -257,6 +258,8 @@ class _Reader(LimitedUnpickler):
         cls = standins.classes().get(f"{module}.{name}")
         if cls is not None:
             return cls
+        if not safeload.allow_listed(f"{module}.{name}"):  # builtins.list is data
+            unsafe_globals.refuse(str(self.archive.path), f"{module}.{name}")
         return self.refs.setdefault((module, name), GlobalRef(module, name))
 
     def persistent_load(self, pid: Any) -> StorageRef:
@@ -473,10 +476,18 @@ def _put(zf: zipfile.ZipFile, name: str, size: int, chunks: Any) -> None:
             f.write(chunk)
 
 
-def _copy(src: zipfile.ZipFile, name: str) -> Any:
-    with src.open(name) as f:
-        while chunk := f.read(_CHUNK):
-            yield chunk
+def _copy(src: zipfile.ZipFile, name: str, path: str) -> Any:
+    """A member's bytes, in chunks, checked by zipfile against the member's CRC-32 as they
+    are read: a corrupt record is one line naming it (and no output is published)."""
+    import zlib
+
+    try:
+        with src.open(name) as f:
+            while chunk := f.read(_CHUNK):
+                yield chunk
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+        raise UnusableInput(f"cannot copy the record {name}: {str(exc).splitlines()[0][:120]} "
+                            "(a corrupt checkpoint file)", path) from None
 
 
 def write(loaded: _Loaded, dst: Path) -> None:
@@ -516,7 +527,7 @@ def write(loaded: _Loaded, dst: Path) -> None:
             if n == f"{arch.prefix}data.pkl":
                 _put(zf, n, len(data_pkl), [data_pkl])
             elif n not in dropped:
-                _put(zf, n, arch.zf.getinfo(n).file_size, _copy(arch.zf, n))
+                _put(zf, n, arch.zf.getinfo(n).file_size, _copy(arch.zf, n, str(arch.path)))
             if n == after:
                 for st in new:
                     _put(zf, f"{arch.prefix}data/{st.key}", len(st.data or b""), [st.data])

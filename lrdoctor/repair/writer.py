@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lrdoctor.atomic import refuse_checkpoint
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.read.bytes import unsafe_globals
 
 MANIFEST = "lrdoctor-fix.json"
 _CHUNK = 8 << 20
@@ -438,6 +440,7 @@ def write_output(src: Path, out: Path, files: list[str], changes: list[Change],
     are not rewritten field by field (a DCP ``.metadata`` and its new storage file).
     """
     check_output(src, out, force, protect)
+    refuse_checkpoint(out)
     with OutputLock(out):
         check_output(src, out, force, protect)  # again, now that no other fix can race us
         cleaned = remove_stale(out)
@@ -516,8 +519,12 @@ def _write_locked(src: Path, out: Path, files: list[str], changes: list[Change],
         for rel, build in (builders or {}).items():
             for made in build(src, tmp, by_file.get(rel, [])):
                 written.changed[made] = sha256(tmp / made)
+        _refuse_code_in(src, tmp, [*files, *(m for m in written.changed if m not in files)],
+                        single)
         doc = dict(manifest)
         doc["changed_files"] = [{"file": f, "sha256": h} for f, h in written.changed.items()]
+        if unsafe_globals.allowed():  # the user's escape, on record beside the output
+            doc["allowed_unsafe_globals"] = sorted(unsafe_globals.allowed())
         mtext = json.dumps(doc, indent=2, allow_nan=False) + "\n"
         mtmp = (tmp / MANIFEST) if not single else holder / written.manifest.name
         mtmp.write_text(mtext)
@@ -542,6 +549,20 @@ def _link(src: Path, dst: Path) -> bool:
     except OSError:
         return False
     return True
+
+
+def _refuse_code_in(src: Path, tmp: Path, files: list[str], single: bool) -> None:
+    """A repaired copy never holds a code-execution global (:mod:`lrdoctor.unsafe_globals`):
+    every pickle written or copied is checked by name before the output is published, so
+    that ``torch.load(weights_only=False)`` of a "verified" copy cannot run one. The line
+    names the input file the global came from."""
+    for rel in files:
+        bad = unsafe_globals.dangerous_in_file(str(tmp if single else tmp / rel))
+        if bad:
+            raise UnusableInput(f"refused to write a repaired copy of it: it names "
+                                f"{bad[0]!r}, a code-execution primitive: it "
+                                f"{unsafe_globals.danger(bad[0])}",
+                                str(src if single else src / rel))
 
 
 def _publish(holder: Path, tmp: Path, out: Path, mtmp: Path | None, manifest: Path,

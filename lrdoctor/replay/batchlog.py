@@ -389,6 +389,9 @@ def synthetic(dist: str, steps: int, samples_per_step: int, seed: int = 0):
     if steps * samples_per_step > limits.get("replay_samples"):
         raise limits.over("replay_samples", "--synthetic",
                           f"{steps:,} steps x {samples_per_step:,} samples per step")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**128:
+        raise UnusableInput(f"--synthetic seed {seed!r}: expected a whole number >= 0 "
+                            "(data.seed in a run config)")
     rng = np.random.default_rng(seed)
     parts = [p.strip() for p in str(dist).split(";") if p.strip()]
     if not parts:

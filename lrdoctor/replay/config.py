@@ -311,6 +311,27 @@ def _check_sizes(cfg: RunConfig) -> None:
                          f"rows, more than one replay materialises "
                          f"(limit {limits.LIMITS['replay_samples'].env}="
                          f"{limits.get('replay_samples')})")
+    # The planners hold a list per data-parallel rank per step: dp is a size too.
+    dp = max([cfg.dp.size, *(c.size for c in cfg.dp.changes)])
+    if dp > limits.get("replay_ranks"):
+        raise ValueError(f"dp.size {dp:,} is more data-parallel ranks than one replay "
+                         f"simulates (limit {limits.LIMITS['replay_ranks'].env}="
+                         f"{limits.get('replay_ranks')})")
+    # A rank's plan of one mini-batch (its rows, its packer run) costs about ten sample rows.
+    minis = max(1, per_step // (t.mini_batch_size or per_step))
+    rank_rows = t.steps * t.epochs_per_step * dp * minis
+    if rank_rows * 10 > limits.get("replay_samples"):
+        raise ValueError(f"train.steps x mini-batches x dp ranks is {rank_rows:,} per-rank "
+                         f"plans, more than one replay materialises (limit "
+                         f"{limits.LIMITS['replay_samples'].env}={limits.get('replay_samples')}"
+                         ", one plan counting as ten rows)")
+    # ~100 bytes per sample row (lengths, ids, plan entries), ~200 per rank plan
+    need = rows * 100 + rank_rows * 200
+    have = limits.machine_memory()
+    if have is not None and need > have // 2:
+        raise ValueError(f"the replay would hold about {need / 2**30:,.1f} GiB (train.steps "
+                         f"{t.steps:,}, {per_step:,} rows per step, dp {dp:,}), more than half "
+                         f"of this machine's {have / 2**30:,.1f} GiB")
 
 
 def _clean_loc(err: dict) -> list[str]:

@@ -55,7 +55,10 @@ class BatchLogRecorder:
     ...         rec.log(step, tokens=batch["attention_mask"].sum(-1))
 
     ``path`` may hold ``{rank}`` (one file per rank). ``rank`` is written on every
-    row when given. ``append`` continues an existing JSONL/CSV log (a resumed run).
+    row when given. ``append`` continues an existing JSONL/CSV log (a resumed run);
+    without it an existing log is never truncated: it is renamed to ``NAME.1.EXT``
+    (the first free number, :attr:`rotated`) when the first rows are written, and
+    left untouched when none are.
     ``fsync``: also fsync each written step (slower; survives a power cut).
     """
 
@@ -78,20 +81,24 @@ class BatchLogRecorder:
         self._table: list[tuple] = []  # parquet only
         self._fd: int | None = None
         self.closed = False
+        self.append = append
+        self.rotated: Path | None = None  # where an earlier log was moved (not append)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.format == "parquet":
             if append:
                 raise ValueError("append is for JSONL/CSV logs; Parquet is written at close")
             return
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        if not append:
-            flags |= os.O_TRUNC
-        self._fd = os.open(self.path, flags, 0o666)
         if append:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
             self._trim_torn_tail()
             if self.format == "csv" and os.fstat(self._fd).st_size:
                 with open(self.path, encoding="utf-8") as fh:
                     self._columns = tuple(fh.readline().strip().split(","))
+        # Otherwise an existing log is moved aside (never truncated) only when the first
+        # step's rows are written (see _open), so a run that fails before logging anything
+        # leaves it exactly as it was. A new log is created at once (empty).
+        elif not self.path.exists():
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o666))
 
     # -- public ---------------------------------------------------------------
     def log(self, step: int, tokens: Any, prompt_ids: Any = None, docs: Any = None,
@@ -138,6 +145,7 @@ class BatchLogRecorder:
         if self.format == "parquet":
             self._table.extend(rows)
             return
+        self._open()
         self._write(self._encode(rows))
 
     def close(self) -> None:
@@ -182,6 +190,29 @@ class BatchLogRecorder:
         w.writerows(rows)
         return buf.getvalue().encode()
 
+    def _open(self) -> None:
+        """Open the log for the first rows (not ``append``): an existing non-empty log is
+        renamed to the first free ``NAME.N.EXT`` beside it (rotated), then a new file made."""
+        if self._fd is not None:
+            return
+        self._rotate()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+
+    def _rotate(self) -> None:
+        try:
+            if self.path.stat().st_size == 0:
+                return
+        except FileNotFoundError:
+            return
+        n = 1
+        while True:
+            dest = self.path.with_name(f"{self.path.stem}.{n}{self.path.suffix}")
+            if not dest.exists():
+                break
+            n += 1
+        os.rename(self.path, dest)
+        self.rotated = dest
+
     def _write(self, data: bytes) -> None:
         # One write of whole lines per step; loop only on a short write.
         view = memoryview(data)
@@ -220,6 +251,7 @@ class BatchLogRecorder:
                           for k, v in data.items()})
         from lrdoctor.atomic import replacing
 
+        self._rotate()  # an earlier log is kept beside the new one, not replaced
         with replacing(self.path, suffix=".tmp") as tmp:
             pq.write_table(table, tmp)
 

@@ -163,6 +163,86 @@ def code_payloads(marker: Path) -> dict[str, bytes]:
     }
 
 
+def _laughs_list(levels: int, fan: int) -> bytes:
+    """Pushes lol_levels (memo slot ``levels``), lol_i = [lol_{i-1}] * fan: fan**levels leaves."""
+    out = _str("lol") + _put(0)
+    for i in range(1, levels + 1):
+        out += b"](" + _get(i - 1) * fan + b"e" + _put(i)
+    return out
+
+
+def call_on_laughs(module: str, name: str, levels: int = 10, fan: int = 10) -> bytes:
+    """An allow-listed callable applied to a 10**10-element list built by references (issue
+    23: ``builtins.str`` of it ran for hours, though every copy charged was 10 long)."""
+    return PROTO + _laughs_list(levels, fan) + _global(module, name) + _get(levels) \
+        + b"\x85R" + STOP
+
+
+def newobj_on_laughs(module: str = "builtins", name: str = "str") -> bytes:
+    """``str.__new__(str, lol)`` through NEWOBJ: the same cost by another opcode."""
+    return PROTO + _laughs_list(10, 10) + _global(module, name) + _get(10) + b"\x85\x81" + STOP
+
+
+def text_laughs(levels: int = 8) -> bytes:
+    """A 64 KiB string referenced 10**levels times: str() of it would print 64 KiB x 10**8."""
+    out = PROTO + _str("x" * (64 << 10)) + _put(0)
+    for i in range(1, levels + 1):
+        out += b"](" + _get(i - 1) * 10 + b"e" + _put(i)
+    return out + _global("builtins", "str") + _get(levels) + b"\x85R" + STOP
+
+
+def rebuild_on_laughs() -> bytes:
+    """A tensor rebuild whose size argument is the laughs list."""
+    return (PROTO + _laughs_list(10, 10) + _global("torch._utils", "_rebuild_tensor_v2")
+            + b"(N" + b"K\x00" + _get(10) + b")" + b"\x89" + _global("collections", "OrderedDict")
+            + b")R" + b"tR" + STOP)
+
+
+def key_by_references(levels: int = 40) -> bytes:
+    """A set key made by ``builtins.tuple`` of a tuple built by references: hashing it
+    would visit 2**levels tuples."""
+    out = PROTO + _str("x") + b"\x85" + _put(0)
+    for i in range(1, levels + 1):
+        out += _get(i - 1) + _get(i - 1) + b"\x86" + _put(i)
+    return (out + _global("builtins", "set") + b"]" + _global("builtins", "tuple") + _get(levels)
+            + b"\x85R" + b"a\x85R" + STOP)
+
+
+def laughs_payloads() -> dict[str, bytes]:
+    """Issue 23: bounded work for every allow-listed callable (the arguments' expansion)."""
+    return {
+        "str_laughs": call_on_laughs("builtins", "str"),
+        "newobj_str_laughs": newobj_on_laughs(),
+        "text_laughs": text_laughs(),
+        "tuple_laughs": call_on_laughs("builtins", "tuple"),
+        "list_laughs": call_on_laughs("builtins", "list"),
+        "set_laughs": call_on_laughs("builtins", "set"),
+        "dict_laughs": call_on_laughs("builtins", "dict"),
+        "bytes_laughs": call_on_laughs("builtins", "bytes"),
+        "int_laughs": call_on_laughs("builtins", "int"),
+        "float_laughs": call_on_laughs("builtins", "float"),
+        "ordereddict_laughs": call_on_laughs("collections", "OrderedDict"),
+        "rebuild_laughs": rebuild_on_laughs(),
+        "key_by_references": key_by_references(),
+    }
+
+
+#: One payload per entry of the issue's list of code-execution primitives: (module, name).
+CODE_EXEC_GLOBALS = [
+    ("torch.storage", "_load_from_bytes"), ("torch", "load"), ("pickle", "loads"),
+    ("marshal", "loads"), ("builtins", "eval"), ("builtins", "exec"), ("builtins", "compile"),
+    ("builtins", "getattr"), ("importlib", "import_module"), ("os", "system"),
+    ("posix", "system"), ("subprocess", "Popen"), ("runpy", "run_path"), ("code", "interact"),
+    ("pty", "spawn"), ("webbrowser", "open"), ("builtins", "__import__"),
+]
+
+
+def code_exec_payloads(marker: Path) -> dict[str, bytes]:
+    """REDUCE of each code-execution primitive with a command that would create ``marker``."""
+    return {f"exec_{m.replace('.', '_')}_{n}": reduce_call(m, n, f"touch {marker}")
+            for m, n in CODE_EXEC_GLOBALS}
+
+
 def poison_payloads() -> dict[str, bytes]:
     """BUILDs that, if obeyed, change how every later file is read."""
     return {
@@ -243,7 +323,8 @@ def corpus(root: Path, marker: Path, real_ckpt: bytes | None = None,
            kinds: Callable[[str], bool] = lambda name: True) -> dict[str, Path]:
     """Every payload, as a plain pickle and as the data.pkl of a torch zip: {name: path}."""
     root.mkdir(parents=True, exist_ok=True)
-    payloads = {**code_payloads(marker), **poison_payloads(), **resource_payloads()}
+    payloads = {**code_payloads(marker), **poison_payloads(), **resource_payloads(),
+                **laughs_payloads(), **code_exec_payloads(marker)}
     out: dict[str, Path] = {}
     for name, blob in payloads.items():
         if not kinds(name):
@@ -262,3 +343,166 @@ def corpus(root: Path, marker: Path, real_ckpt: bytes | None = None,
             p.write_bytes(data)
             out[name] = p
     return out
+
+
+# ------------------------------------------------------------------ checkpoint layouts
+
+def in_layout(layout: str, root: Path, name: str, data_pkl: bytes) -> tuple[Path, Path]:
+    """``data_pkl`` as a torch zip placed where a reader meets it: (the path to give a command,
+    the hostile file). ``bare``: one .pt file; ``hf``: a Trainer checkpoint folder's
+    ``scheduler.pt`` (the sample ``hf-healthy`` run); ``megatron``: a rank file
+    ``model_optim_rng.pt`` of the sample ``megatron-healthy`` run."""
+    import shutil
+
+    from tests.helpers.paths import REPO
+
+    blob = torch_zip(data_pkl)
+    samples = REPO / "sample_checkpoints"
+    if layout == "bare":
+        root.mkdir(parents=True, exist_ok=True)
+        f = root / f"{name}.pt"
+        f.write_bytes(blob)
+        return f, f
+    if layout == "hf":
+        run = root / f"hf-{name}"
+        shutil.copytree(samples / "hf-healthy", run)
+        f = run / "checkpoint-20" / "scheduler.pt"
+        f.write_bytes(blob)
+        return run / "checkpoint-20", f
+    if layout == "megatron":
+        run = root / f"megatron-{name}"
+        shutil.copytree(samples / "megatron-healthy", run)
+        f = run / "iter_0000400" / "mp_rank_00" / "model_optim_rng.pt"
+        f.write_bytes(blob)
+        return run, f
+    raise ValueError(layout)
+
+
+LAYOUTS = ("bare", "hf", "megatron")
+
+
+# ------------------------------------------------------------------ issue 23 crash sites
+
+def bad_crc(real: bytes) -> bytes:
+    """A real torch zip whose largest tensor record fails its CRC-32 (one byte flipped)."""
+    data = bytearray(real)
+    with zipfile.ZipFile(io.BytesIO(real)) as zf:
+        info = max((i for i in zf.infolist() if "/data/" in i.filename),
+                   key=lambda i: i.file_size)
+    n, e = struct.unpack_from("<HH", data, info.header_offset + 26)
+    data[info.header_offset + 30 + n + e + info.file_size // 2] ^= 0xFF
+    return bytes(data)
+
+
+def _yaml_edit(src: Path, edits: dict[str, object]) -> str:
+    import yaml
+
+    doc = yaml.safe_load(src.read_text())
+    for dotted, value in edits.items():
+        d = doc
+        *head, last = dotted.split(".")
+        for k in head:
+            d = d[int(k)] if isinstance(d, list) else d[k]
+        if isinstance(d, list):
+            d[int(last)] = value
+        else:
+            d[last] = value
+    return yaml.safe_dump(doc)
+
+
+def crash_reproducers(root: Path) -> dict[str, tuple[list[str], Path]]:
+    """The inputs behind issue 23's crash sites, each as (argv after ``lrdoctor``, the input
+    the one stderr line must name). Written from the samples and examples of this repo."""
+
+    from tests.helpers.paths import REPO
+
+    root.mkdir(parents=True, exist_ok=True)
+    samples, examples = REPO / "sample_checkpoints", REPO / "examples"
+    out: dict[str, tuple[list[str], Path]] = {}
+    crc = root / "bad_crc.pt"  # repair/torchzip.py _copy: BadZipFile
+    crc.write_bytes(bad_crc((samples / "torch-microstep" / "checkpoint_60.pt").read_bytes()))
+    out["bad_crc_fix"] = (["fix", str(crc), "--out", str(root / "bad_crc-fixed.pt"),
+                           "--policy", "rescale", "--k", "4"], crc)
+    nemo = examples / "nemo-rl-grpo-math.yaml"  # nemo_rl.py _torch_schedule: TypeError
+    for name, edit in {"nemo_milestones_int": {"policy.scheduler.2.milestones": 50},
+                       "nemo_kwargs_int": {"policy.scheduler.0.kwargs": 7}}.items():
+        p = root / f"{name}.yaml"
+        p.write_text(_yaml_edit(nemo, edit))
+        out[name] = (["replay", "--config", str(p), "--fast"], p)
+    seed = root / "synthetic_negative_seed.yaml"  # batchlog.py synthetic: ValueError
+    seed.write_text(_yaml_edit(examples / "onevision-offbyone.yaml", {"data.seed": -5}))
+    out["synthetic_negative_seed"] = (["replay", "--config", str(seed), "--fast"], seed)
+    for v in (2**31, 2**63 - 1):  # balanced_first_fit._stage_chunks: MemoryError
+        p = root / f"skyrl_gpus_{v}.yaml"
+        p.write_text(_yaml_edit(examples / "skyrl-trainer.yaml",
+                                {"trainer.placement.policy_num_gpus_per_node": v}))
+        out[f"skyrl_gpus_{v}"] = (["replay", "--config", str(p), "--fast"], p)
+    return out
+
+
+def hf_last_epoch(root: Path, value: int = 2**31 - 1) -> Path:
+    """An HF Trainer run (the sample) without training_args.bin whose scheduler.pt says
+    ``last_epoch = value``: the LambdaLR fit once tried ``value`` warmups (9.9 GB)."""
+    import shutil
+
+    import torch
+
+    from tests.helpers.paths import REPO
+
+    run = root / "hf-last-epoch"
+    shutil.copytree(REPO / "sample_checkpoints" / "hf-healthy", run)
+    for ck in run.iterdir():
+        (ck / "training_args.bin").unlink()
+    f = run / "checkpoint-20" / "scheduler.pt"
+    sd = torch.load(f, weights_only=False)  # the sample, made by this repo
+    sd["last_epoch"] = value
+    torch.save(sd, f)
+    return run
+
+
+# ------------------------------------------------------------------ reference programs
+
+#: allow-listed callables a reference program may apply (module, name)
+CALLS = [("builtins", "str"), ("builtins", "tuple"), ("builtins", "list"), ("builtins", "set"),
+         ("builtins", "frozenset"), ("builtins", "dict"), ("builtins", "bytes"),
+         ("builtins", "int"), ("builtins", "float"), ("collections", "OrderedDict"),
+         ("builtins", "bool")]
+
+
+def reference_program(steps: list) -> bytes:
+    """A pickle that builds shared sub-structures through the memo and applies allow-listed
+    callables to them (the shape of billion laughs, generalised)."""
+    out = PROTO + _str("x") + _put(0)
+    n = 1
+    for kind, arg in steps:
+        if kind == "call":
+            (ci, slot) = arg
+            mod, name = CALLS[ci]
+            out += _global(mod, name) + _get(slot % n) + b"\x85R"
+        elif kind == "list":
+            out += b"](" + b"".join(_get(i % n) for i in arg) + b"e"
+        elif kind == "tuple":
+            out += b"(" + b"".join(_get(i % n) for i in arg) + b"t"
+        else:  # dict: string keys, shared values
+            out += b"}(" + b"".join(_str(f"k{j}") + _get(i % n)
+                                    for j, i in enumerate(arg)) + b"u"
+        out += _put(n)
+        n += 1
+    return out + _get(n - 1) + STOP
+
+
+def random_steps(rng, n: int | None = None) -> list:
+    """A random reference program (``reference_program``'s steps): the fuzz harness's
+    form of the test suite's hypothesis strategy."""
+    steps: list = []
+    for _ in range(n or rng.randint(1, 30)):
+        r = rng.random()
+        if r < 0.4:
+            steps.append(("list", [rng.randrange(1 << 16) for _ in range(rng.randint(1, 12))]))
+        elif r < 0.55:
+            steps.append(("tuple", [rng.randrange(1 << 16) for _ in range(rng.randint(1, 6))]))
+        elif r < 0.7:
+            steps.append(("dict", [rng.randrange(1 << 16) for _ in range(rng.randint(1, 6))]))
+        else:
+            steps.append(("call", (rng.randrange(len(CALLS)), rng.randrange(1 << 16))))
+    return steps

@@ -81,9 +81,10 @@ def test_the_reread_enforces_the_limits_itself(name, tmp_path, monkeypatch):
     ("hash_bomb", hostile.hash_bomb(), "costly to hash"),
     ("int_collisions", hostile.int_collisions(2000), "costly to hash"),
     ("bytearray_bomb", hostile.bytearray_bomb(), "BYTEARRAY8 longer than the pickle"),
-    ("append_to_a_global", hostile.PROTO + hostile._global("os", "system") + b"Na"
+    ("append_to_a_global", hostile.PROTO + hostile._global("mymod", "Thing") + b"Na"
      + hostile.STOP, "APPEND to a GlobalRef"),
     ("build_on_a_global", hostile.poison_payloads()["poison_storage_dtype"], "BUILD on a"),
+    ("code_execution", hostile.reduce_call("os", "system", "x"), "'os.system', a code-exec"),
 ])
 def test_the_reread_refuses_what_the_limited_machine_refuses(name, blob, why, tmp_path):
     with pytest.raises(UnusableInput, match=why) as e:

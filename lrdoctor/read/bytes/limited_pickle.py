@@ -82,6 +82,85 @@ def _key_ok(key: Any, depth: int = 0) -> bool | None:
     return False
 
 
+def plain_children(obj: Any) -> Any:
+    """The values a container holds (None for a leaf): what a copy, a ``str`` or a hash visits."""
+    if isinstance(obj, dict):
+        return [*obj.keys(), *obj.values()]
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return obj
+    return None
+
+
+def _leaf_weight(obj: Any) -> int:
+    """A leaf's share of the budget: 1, and one more per 64 bytes of text (``str`` copies it)."""
+    if isinstance(obj, (str, bytes, bytearray)):
+        return 1 + (len(obj) >> 6)
+    return 1
+
+
+def expanded_size(roots: list[Any], children: Any, limit: int, max_depth: int
+                  ) -> tuple[int, int]:
+    """(values the roots expand to with shared references repeated, containers' elements
+    visited to find out). Stops as soon as the size passes ``limit``; the size is -1 when
+    the roots nest deeper than ``max_depth``. Iterative, memoised by identity: one visit
+    per distinct container. A reference back up the path (a cycle) counts as one value,
+    as ``repr`` prints it as ``[...]``."""
+    sizes: dict[int, int] = {}
+    keep: list[Any] = []  # visited containers stay alive, so their ids stay theirs
+    total, work = 0, 0
+    for root in roots:
+        kids = children(root)
+        if kids is None:
+            total += _leaf_weight(root)
+            continue
+        if id(root) in sizes:
+            total += sizes[id(root)]
+            if total > limit:
+                return total, work
+            continue
+        kids = list(kids)  # the roots' own elements were charged as the call's copies
+        keep.append(root)
+        on_path = {id(root)}
+        stack: list[tuple[Any, Any, list[int]]] = [(root, iter(kids), [1])]
+        while stack:
+            node, it, acc = stack[-1]
+            pushed = False
+            for child in it:
+                cid = id(child)
+                n = sizes.get(cid)
+                if n is None:
+                    ck = children(child)
+                    if ck is None:
+                        n = _leaf_weight(child)
+                    elif cid in on_path:
+                        n = 1
+                    else:
+                        if len(stack) >= max_depth:
+                            return -1, work
+                        ck = list(ck)
+                        work += len(ck)
+                        keep.append(child)
+                        on_path.add(cid)
+                        stack.append((child, iter(ck), [1]))
+                        pushed = True
+                        break
+                acc[0] += n
+                if total + acc[0] > limit:
+                    return total + acc[0], work
+            if pushed:
+                continue
+            stack.pop()
+            on_path.discard(id(node))
+            sizes[id(node)] = acc[0]
+            if stack:
+                stack[-1][2][0] += acc[0]
+            else:
+                total += acc[0]
+            if total > limit:
+                return total, work
+    return total, work
+
+
 class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
     """``pickle._Unpickler`` with :mod:`lrdoctor.read.bytes.limits` checked as it runs (see the module doc).
 
@@ -92,6 +171,8 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
 
     buildable: ClassVar[tuple[type, ...]] = ()
     hashing_calls: ClassVar[tuple[Any, ...]] = (set, frozenset, dict, OrderedDict, Counter)
+    #: what a container holds, for the expansion a call's arguments are weighed by
+    children: ClassVar[Any] = staticmethod(plain_children)
     dispatch: ClassVar[dict[int, Any]] = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
 
     def __init__(self, file: Any, path: str | None, *, encoding: str = "latin1",
@@ -103,8 +184,10 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
         self._items = limits.get("items")
         self._depth = limits.get("depth")
         self._int_bytes = limits.get("pickle_int_bytes")
+        self._nodes = limits.get("nodes")
         self._size = size if size is not None else limits.get("pickle_bytes")
         self._found: dict[int, Any] = {}  # id -> what find_class returned (kept alive)
+        self._names: dict[int, str] = {}  # id -> the global's name, for messages
         self._composite_keys = 0
         self._tuple_depth: dict[int, tuple[int, tuple]] = {}
 
@@ -135,6 +218,7 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
             raise pickle.UnpicklingError("malformed global")
         obj = self.find_class(module, name)
         self._found[id(obj)] = obj
+        self._names[id(obj)] = f"{module}.{name}"
         return obj
 
     # ------------------------------------------------------------ the loop
@@ -401,6 +485,7 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
                 self.charge(len(a) * weight)
             elif isinstance(a, (str, bytes, bytearray)):  # a copy: one item per 64 bytes
                 self.charge(len(a) >> 6)
+        self.bound_args(func, args, kwargs)
         if args and func in self.hashing_calls and isinstance(args[0], (list, tuple)):
             pairs = func not in (set, frozenset)
             for e in args[0]:
@@ -409,6 +494,29 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
         if type(out) is int and out.bit_length() > 8 * self._int_bytes:
             raise self._over("pickle_int_bytes", "the pickle builds an integer too large")
         return out
+
+    def bound_args(self, func: Any, args: tuple, kwargs: dict | None) -> None:
+        """Refuse a call whose arguments expand, through shared references, past ``nodes``.
+
+        What an allow-listed callable costs is bounded by what its arguments expand to:
+        ``str`` of a list built as ``[l] * 10`` ten levels deep prints 10**10 values, though
+        every copy charged above is ten elements long. The expansion is weighed here before
+        the call (the walk is memoised by identity; the nested containers it visits are
+        charged against ``items``, so repeated calls cannot make it quadratic)."""
+        roots = [a for a in (*args, *(kwargs or {}).values()) if self.children(a) is not None]
+        if not roots:
+            return
+        name = self._names.get(id(func)) or self._names.get(id(args[0] if args else None)) \
+            or getattr(func, "__qualname__", None) or type(func).__name__
+        size, work = expanded_size(roots, self.children, self._nodes, self._depth)
+        self.charge(work)
+        if size > self._nodes:
+            raise self._over("nodes", f"the pickle calls {name} on arguments that expand to "
+                                      f"more than {self._nodes:,} values through repeated "
+                                      "references")
+        if size < 0:
+            raise self._over("depth", f"the pickle calls {name} on arguments nested more than "
+                                      f"{self._depth} levels")
 
     def load_reduce(self) -> None:
         args = self.stack.pop()

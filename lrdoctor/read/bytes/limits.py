@@ -22,7 +22,8 @@ from typing import Any
 
 from lrdoctor.core.errors import LimitExceeded, UnusableInput
 
-__all__ = ["LIMITS", "Limit", "get", "over", "check_tree", "check_size"]
+__all__ = ["LIMITS", "Limit", "get", "over", "check_tree", "check_size", "check_memory",
+           "machine_memory"]
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,26 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in [
                                       "--synthetic steps)"),
     Limit("replay_samples", 50_000_000, "samples one replay materialises (steps x samples "
                                         "per step, batch-log rows)"),
+    Limit("replay_ranks", 65_536, "data-parallel ranks one replay simulates (dp.size, "
+                                  "nodes x GPUs per node / model parallel)"),
 ]}
+
+
+def machine_memory() -> int | None:
+    """Bytes of physical memory of this machine (None where the platform does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(need: int, path: str | None, what: str) -> None:
+    """Refuse work estimated at ``need`` bytes when it is over half this machine's memory:
+    checked before the work starts, so it ends in one line, not in the OOM killer."""
+    have = machine_memory()
+    if have is not None and need > have // 2:
+        raise UnusableInput(f"{what} would need about {need / 2**30:,.1f} GiB, more than half "
+                            f"of this machine's {have / 2**30:,.1f} GiB", path)
 
 
 def get(name: str) -> int:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
-from lrdoctor.read.bytes import limits
+from lrdoctor.read.bytes import limits, unsafe_globals
 from lrdoctor.read.bytes.limited_pickle import BoundedReader, LimitedUnpickler
 
 __all__ = ["TensorRef", "Opaque", "KeyOpaque", "load", "load_obj", "load_bytes", "load_pickle_file",
@@ -552,28 +552,15 @@ def _allowed() -> dict[str, Any]:
 # --------------------------------------------------------------------------- unpickler
 
 
-# Globals that execute code or reach the system. Never stood in for, even where unknown
-# classes are kept opaque: a pickle that names one is refusing-worthy on its own.
-_CODE_EXEC = (
-    "os", "posix", "nt", "subprocess", "sys", "importlib", "runpy", "shutil", "socket",
-    "ctypes", "marshal", "pickle", "_pickle", "copyreg", "code", "codeop", "pty",
-    "multiprocessing", "signal", "webbrowser", "builtins", "__builtin__", "operator",
-    "functools", "types", "inspect", "threading", "_thread", "asyncio", "tempfile", "io",
-    "_io", "codecs", "_codecs", "zipimport", "pkgutil", "imp", "timeit", "pdb", "bdb",
-    "cProfile", "profile", "trace", "doctest", "ensurepip", "venv", "http", "urllib",
-    "ftplib", "smtplib", "telnetlib", "xmlrpc", "logging", "distutils", "setuptools", "pip",
-    "glob", "pathlib", "torch.hub", "torch.jit", "torch._C", "torch.ops", "torch.classes",
-    "torch.package", "torch.utils", "torch.load", "torch.save", "torch.serialization",
-    "torch._dynamo", "torch.compile", "torch.fx", "numpy.testing", "numpy.f2py",
-    "numpy.distutils", "numpy.load", "numpy.lib", "numpy.ctypeslib", "joblib", "dill",
-    "cloudpickle", "yaml", "jinja2", "IPython", "_posixsubprocess", "gc", "weakref",
-    "ast", "dis", "compileall", "py_compile", "sysconfig", "site",
-)
+def allow_listed(global_name: str) -> bool:
+    """Whether ``global_name`` is one of the harmless names the reader maps to data."""
+    return global_name in _allowed()
 
 
 def runs_code(global_name: str) -> bool:
-    """True for a global that could execute code or touch the system (never kept opaque)."""
-    return any(global_name == p or global_name.startswith(p + ".") for p in _CODE_EXEC)
+    """True for a global that could execute code or touch the system (never kept opaque):
+    one on :data:`lrdoctor.unsafe_globals.DANGEROUS`, the one list."""
+    return unsafe_globals.danger(global_name) is not None
 
 
 def opaque_classes(obj: Any, limit: int = 100_000) -> set[str]:
@@ -605,6 +592,7 @@ class _Unpickler(LimitedUnpickler):
 
     buildable = (Opaque, OrderedDict, Counter)
     hashing_calls = (*LimitedUnpickler.hashing_calls, _DictRecord)
+    children = staticmethod(lambda obj: _children(obj))
 
     def __init__(self, file, path: str, storage_ref=None, unknown_as_opaque: bool = False):
         super().__init__(file, path, encoding="latin1")  # py2-era pickles: numpy byte strings
@@ -622,11 +610,16 @@ class _Unpickler(LimitedUnpickler):
         try:
             return _allowed()[key]
         except KeyError:
-            # An inert stand-in (the real global is never touched), except for a name that
-            # can run code: a file asking for one is hostile, whatever else it holds.
-            if self._unknown_as_opaque and not runs_code(key):
-                return _record(key)
-            raise UnsafePickle(self._path, key) from None
+            pass
+        # A name that can run code is a verdict on the file, whatever else it holds (one
+        # line: the file, the global, why). The user may let one through, as an inert
+        # stand-in: the real global is never touched.
+        if runs_code(key):
+            unsafe_globals.refuse(self._path, key)
+            return _record(key)
+        if self._unknown_as_opaque:
+            return _record(key)
+        raise UnsafePickle(self._path, key)
 
     def persistent_load(self, pid: Any) -> Any:
         if self._storage_ref is None:

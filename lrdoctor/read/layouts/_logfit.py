@@ -43,6 +43,28 @@ def _horizons(kind: str, w: int, points: list[tuple[float, float]]) -> list[int 
     return sorted({max(w + 1, math.floor(t)), max(w + 1, math.ceil(t))})
 
 
+FIT_MAX_WARMUPS = 4096  # warmups tried one by one; a wider span is sampled (see _warmups)
+
+
+def _warmups(lo: int, hi: int, scale: float) -> list[int]:
+    """The warmups to try: every step between the logged points either side of the peak
+    (``lo``, ``hi``, in logged steps), in the scheduler's counter (``scale`` calls per
+    step). The span comes from saved values (a step, a last_epoch of 2**31): never more
+    than :data:`FIT_MAX_WARMUPS` candidates. Past that, the steps a k-times-stepped
+    scheduler can hit (k x a logged-step count) where those are few, else an even grid:
+    a warmup between grid points is then not found, and the fit says "no schedule"
+    rather than run for minutes."""
+    a, b = max(0, lo - 1), hi
+    if scale != 1:  # in the scheduler's counter, for either logging offset
+        a, b = int(max(0, lo - 1) * scale), int(math.ceil(hi * scale))
+    if b + 1 - a <= FIT_MAX_WARMUPS:
+        return sorted({0, *range(a, b + 1)})
+    if scale != 1 and hi + 2 - max(0, lo - 1) <= FIT_MAX_WARMUPS:
+        return sorted({0, *(int(round(x * scale)) for x in range(max(0, lo - 1), hi + 2))})
+    stride = -(-(b + 1 - a) // FIT_MAX_WARMUPS)
+    return sorted({0, *range(a, b + 1, stride), b})
+
+
 def fit_schedule(history: list[tuple[int, float]], max_lr: float,
                  max_steps: int | None, anchor: tuple[float, float] | None = None,
                  scale: float = 1.0, label: str = "log_history") -> ScheduleSpec | None:
@@ -71,9 +93,7 @@ def fit_schedule(history: list[tuple[int, float]], max_lr: float,
     peak_i = max(range(len(history)), key=lambda i: history[i][1])
     lo = steps[peak_i - 1] if peak_i > 0 else 0
     hi = steps[peak_i + 1] + 1 if peak_i + 1 < len(steps) else steps[peak_i] + 1
-    if scale != 1:  # in the scheduler's counter, for either logging offset
-        lo, hi = int(max(0, lo - 1) * scale), int(math.ceil(hi * scale))
-    candidates = sorted({0, *range(max(0, lo - 1), hi + 1)})
+    candidates = _warmups(lo, hi, scale)
     best: tuple[float, str, int, float, int | None] | None = None
     for offset in _call_offsets(scale):
         points = [(s * scale - offset, lr / max_lr) for s, lr in history]

@@ -347,7 +347,7 @@ def _read_item(files: _Files, fqn: str, cls: Any, meta: Any, chunks: list, st: D
         except UnsafePickle as exc:
             # DCP's default planner torch.saves an io.BytesIO value as a pickled BytesIO
             # (older torchtitan's loss logs): inert, left unread like any unknown class.
-            if safeload.runs_code(exc.global_name) and exc.global_name != "_io.BytesIO":
+            if safeload.runs_code(exc.global_name):
                 raise
             # An unknown (not on the allow-list) class in one item: that item stays
             # unread, the rest of the checkpoint can still be judged.

@@ -65,13 +65,20 @@ def _torch_schedule(r: Reader, lr: float) -> dict[str, Any]:
         if not isinstance(it, dict):
             raise UnusableInput(f"{P}.scheduler: {it!r} is not a mapping")
         if "milestones" in it:
-            milestones = [int(x) for x in it["milestones"]]
+            ms = it["milestones"]
+            if not isinstance(ms, list) or not all(type(x) is int and x >= 0 for x in ms):
+                raise UnusableInput(f"{P}.scheduler milestones {ms!r}: expected a list of "
+                                    "step counts (whole numbers >= 0)")
+            milestones = ms
             continue
         kind = str(it.get("name", "")).rsplit(".", 1)[-1]
         if kind not in _TORCH_KWARGS:
             raise UnusableInput(f"{P}.scheduler name {it.get('name')!r}: lrdoctor reads "
                                 f"{', '.join(_TORCH_KWARGS)}")
-        kw = dict(it.get("kwargs") or {})
+        kw = it.get("kwargs") or {}
+        if not isinstance(kw, dict) or not all(isinstance(k, str) for k in kw):
+            raise UnusableInput(f"{P}.scheduler {kind} kwargs {kw!r}: expected a mapping")
+        kw = dict(kw)
         kinds.append(kind)
         children.append({"kind": kind, **kw, "base_lrs": [lr], "last_epoch": 0})
     if len(children) == 1:
