@@ -393,6 +393,10 @@ def replay_context_lines(report) -> list[tuple[str, str, str | None]]:
         lines.append(("config", f"the {src['entry_point']} command at line {src['line']} of the "
                       f"launch script, {src.get('overrides', 0)} overrides on "
                       f"{src.get('base_config', 'its defaults')}", None))
+    unresolved = src.get("unresolved") or {}
+    if unresolved:
+        lines.append(("not set by the script (not read by the replay)", "; ".join(
+            f"{k} <- {', '.join(v)}" for k, v in unresolved.items()), None))
     for miss in src.get("defaults_not_followed", []):
         lines.append(("defaults not followed", f"{miss} (the keys it sets are not seen)",
                       "yellow"))

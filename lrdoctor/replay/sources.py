@@ -78,14 +78,34 @@ def load(path: Path, text: str, sets: tuple[str, ...] = (),
         cfg._base_dir = path.resolve().parent
         return cfg
     skipped: list[str] = []
-    tree = load_tree(path, config_root, _data=data, skipped=skipped)
+    tree = load_tree(path, config_root or project_root(path), _data=data, skipped=skipped)
     tr = translate.detect(tree)
     if tr is None:
         raise UnusableInput(
             "matches no framework config lrdoctor knows (" + translate.known() + ") and is not "
             "an lrdoctor run config (no 'train' section; see docs/replay.md)", str(path))
     source = {"defaults_not_followed": skipped} if skipped else None
-    return translated(tr, apply_overrides(tree, key_sets), path, source)
+    try:
+        return translated(tr, apply_overrides(tree, key_sets), path, source)
+    except UnusableInput as exc:
+        if not skipped:
+            raise
+        # The missing key may be in the file the defaults name: say which were not read.
+        msg, prefix = str(exc), f"{exc.path}: " if exc.path else ""
+        msg = msg[len(prefix):] if prefix and msg.startswith(prefix) else msg
+        raise UnusableInput(f"{msg} (defaults not followed: {'; '.join(skipped)})",
+                            exc.path or str(path)) from None
+
+
+def project_root(path: Path, levels: int = 6) -> Path:
+    """The folder tree ``defaults:`` may read from: the nearest ancestor holding a
+    project marker (``.git``, ``pyproject.toml``, ``setup.py``), at most ``levels`` up;
+    else the config's own folder. NeMo-RL recipes name ``../../grpo_math_1B.yaml``."""
+    here = path.resolve().parent
+    for cand in (here, *list(here.parents)[:levels]):
+        if any((cand / m).exists() for m in (".git", "pyproject.toml", "setup.py")):
+            return cand
+    return here
 
 
 def _args_text(text: str, key_sets: list[str]) -> str:

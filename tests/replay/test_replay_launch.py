@@ -185,3 +185,39 @@ def test_every_framework_launch_script_replays_without_a_batch_log(name, tmp_pat
     assert s["actual_updates"] > 0
     assert "no batch log given" in s["lengths"]
     assert s["config_source"]["launch_script"] == str(EX / name)
+
+
+def test_nemo_rl_recipe_yaml_follows_defaults_inside_its_project(tmp_path):
+    """The recipe alone (no launch script): ``defaults: ../../grpo_math_1B.yaml`` is inside
+    the project (the nearest folder with a project marker), so it is followed."""
+    recipe = (EX / "nemo-rl" / "examples" / "configs" / "recipes" / "llm" /
+              "grpo-qwen2.5-7b-instruct-4n8g-fsdp2tp4-seqpack.yaml")
+    cfg = load_config(recipe)
+    assert (cfg.train.samples_per_step, cfg.train.mini_batch_size) == (512, 128)
+
+
+def test_defaults_do_not_escape_the_folder_tree_unless_allowed(tmp_path):
+    base = (EX / "nemo-rl" / "examples" / "configs" / "grpo_math_1B.yaml").read_text()
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "grpo_math_1B.yaml").write_text(base)
+    (tmp_path / "a" / "b" / "r.yaml").write_text(
+        "defaults: ../grpo_math_1B.yaml\ngrpo: {max_num_steps: 5}\n"
+        "policy: {train_global_batch_size: 128}\n")
+    with pytest.raises(UnusableInput) as exc:
+        load_config(tmp_path / "a" / "b" / "r.yaml")
+    assert "grpo.num_prompts_per_step is missing" in str(exc.value)
+    assert "defaults not followed" in str(exc.value) and "--config-root" in str(exc.value)
+    cfg = load_config(tmp_path / "a" / "b" / "r.yaml", config_root=tmp_path / "a")
+    assert (cfg.train.steps, cfg.train.samples_per_step) == (5, 512)
+    # merged as NeMo-RL merges: the child's scalars win, the parent's other keys stay
+    assert cfg.train.mini_batch_size == 128 and cfg.batching.strategy == "sequence_packing"
+
+
+def test_defaults_chain_is_bounded(tmp_path):
+    for i in range(12):
+        (tmp_path / f"c{i}.yaml").write_text(f"defaults: c{i + 1}.yaml\nx{i}: 1\n")
+    (tmp_path / "pyproject.toml").write_text("")
+    from lrdoctor.replay.translate.compose import load_tree
+
+    with pytest.raises(UnusableInput, match="nested more than 8 deep"):
+        load_tree(tmp_path / "c0.yaml")
