@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -310,16 +311,36 @@ def _mark_unverified(tmp: Path, left: list[Finding]) -> None:
     m.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
 
 
+def _as_named(plan: FixPlan, tmp: Path) -> Path:
+    """The written copy under the input's own folder name (a symlink beside it in the
+    temporary holder), so a layout whose reader finds checkpoints by their name (NeMo-RL's
+    ``step_N``) reads an ``--out fixed/`` copy as it read the input; ``tmp`` otherwise."""
+    if not tmp.is_dir() or not plan.path.is_dir() or tmp.name == plan.path.name:
+        return tmp
+    view = tmp.parent / ".as-input" / plan.path.name
+    try:
+        view.parent.mkdir()
+        os.symlink(tmp, view, target_is_directory=True)
+    except OSError:
+        return tmp
+    return view
+
+
 def _verify(plan: FixPlan, tmp: Path) -> list[Finding]:
     """Inspect the written copy. A copy that cannot be read back or does not hold the
     planned progress is a writer failure (nothing is published); the findings it shows
     are judged by :func:`unresolved`."""
     target = plan.target
     assert target is not None
+    view = _as_named(plan, tmp)
     try:
-        _, state, findings = read_state(tmp, plan.format)
+        _, state, findings = read_state(view, plan.format)
     except UnusableInput as exc:
         raise FixFailed(f"verification: the written copy cannot be read back: {exc}") from None
+    finally:
+        if view != tmp:
+            view.unlink()
+            view.parent.rmdir()
     sp = state.scheduler_progress
     if sp is None or not math.isclose(sp.value, target.progress, rel_tol=1e-9, abs_tol=1e-9):
         raise FixFailed(f"verification: the written copy holds scheduler progress "

@@ -326,8 +326,7 @@ def test_nemo_rl_optimizer_dcp_sequential_lr(tmp_path):
     ckpt = nemo_rl_run(tmp_path / "run", grpo_steps=8, sched_per_step=3)
     healthy = nemo_rl_run(tmp_path / "ok", grpo_steps=8, sched_per_step=1)
     before = tree_hash(tmp_path / "run")
-    (tmp_path / "fixed").mkdir()
-    out = tmp_path / "fixed" / "step_8"  # the NeMo-RL reader wants its step_N name
+    out = tmp_path / "fixed"  # not step_N: verification reads it under the input's name
     res = write_fix(plan_fix(ckpt), out)
     assert res.verified and tree_hash(tmp_path / "run") == before
     _tensor_files_kept(ckpt / "policy" / "weights", out / "policy" / "weights", changed=False)
