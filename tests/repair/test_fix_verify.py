@@ -133,3 +133,47 @@ def test_a_finished_run_says_the_fix_changes_nothing_useful(tmp_path):
     assert any(n.startswith("this changes nothing useful") for n in plan.notes), plan.notes
     r = runner.invoke(app, ["fix", str(src), "--out", str(tmp_path / "o.pt")])
     assert r.exit_code == 0 and "changes nothing useful" in " ".join(r.stdout.split())
+
+
+def test_linear_extend_horizon_resumes_on_the_moved_line(tmp_path):
+    """LinearLR is chainable too (each factor applies to the previous group lr): after
+    total_iters 100 -> 400 the copy's group lr is the moved line's value, so every later
+    step of a real resume matches a LinearLR built with total_iters 400 (rel 1e-9)."""
+    k, n = 4, 50
+
+    def linear(o, total):
+        return torch.optim.lr_scheduler.LinearLR(o, start_factor=1.0, end_factor=0.1,
+                                                 total_iters=total)
+
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 4)
+    o = torch.optim.SGD(m.parameters(), lr=LR)
+    s = linear(o, TOTAL)
+    for _ in range(n):
+        o.step()
+        for _ in range(k):
+            s.step()
+    src = tmp_path / "bad.pt"
+    torch.save({"model": m.state_dict(), "optimizer": o.state_dict(),
+                "scheduler": s.state_dict(), "step": n, "total_steps": TOTAL}, src)
+    plan = plan_fix(src, policy="extend-horizon")
+    assert plan.target.horizon == TOTAL * k
+    assert write_fix(plan, tmp_path / "ext.pt").verified
+    sd = load(tmp_path / "ext.pt")
+    o2 = torch.optim.SGD(torch.nn.Linear(4, 4).parameters(), lr=LR)
+    s2 = linear(o2, TOTAL)
+    o2.load_state_dict(sd["optimizer"])
+    s2.load_state_dict(sd["scheduler"])
+    ref_o = torch.optim.SGD(torch.nn.Linear(4, 4).parameters(), lr=LR)
+    ref = linear(ref_o, TOTAL * k)
+    for _ in range(n * k):
+        ref_o.step()
+        ref.step()
+    for _ in range((TOTAL - n) * k):
+        assert math.isclose(o2.param_groups[0]["lr"], ref_o.param_groups[0]["lr"],
+                            rel_tol=1e-9), s2.last_epoch
+        o2.step()
+        s2.step()
+        ref_o.step()
+        ref.step()
+    assert math.isclose(o2.param_groups[0]["lr"], 0.1 * LR, rel_tol=1e-9)
