@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -164,14 +164,18 @@ def _packer_only_fields() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for p in PACKERS.values():
         for name, f in p.params.model_fields.items():
-            if name not in _BatchingBase.model_fields and name not in out:
-                out[name] = (f.annotation | None, None)
+            ann = f.annotation
+            if ann is not None and name not in _BatchingBase.model_fields and name not in out:
+                out[name] = (ann | None, None)
     return out
 
 
-BatchingCfg = create_model(  # type: ignore[call-overload]
-    "BatchingCfg", __base__=_BatchingBase, __doc__="The framework's micro-batching.",
-    **_packer_only_fields())
+if TYPE_CHECKING:
+    BatchingCfg = _BatchingBase
+else:
+    BatchingCfg = create_model(
+        "BatchingCfg", __base__=_BatchingBase, __doc__="The framework's micro-batching.",
+        **_packer_only_fields())
 
 
 class AccumulationCfg(_Section):

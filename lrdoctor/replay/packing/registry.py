@@ -18,26 +18,26 @@ from lrdoctor.replay.packing.common import Packer
 
 
 def _packers() -> tuple[Packer, ...]:
-    from lrdoctor.replay.packing import (
-        balanced_first_fit,
-        doc_target,
-        karmarkar_karp,
-        prompt_unit,
-        roll_sequence_packing,
-        sequence_packing,
-        static,
-        token_budget,
-    )
+    # Each packer module by its PACKER (the package re-exports functions that share
+    # some module names, so the modules are not imported by package attribute).
+    from lrdoctor.replay.packing.balanced_first_fit import PACKER as BALANCED_FIRST_FIT
+    from lrdoctor.replay.packing.doc_target import PACKER as DOC_TARGET
+    from lrdoctor.replay.packing.karmarkar_karp import PACKER as KARMARKAR_KARP
+    from lrdoctor.replay.packing.prompt_unit import PACKER as PROMPT_UNIT
+    from lrdoctor.replay.packing.roll_sequence_packing import PACKER as ROLL_SEQUENCE_PACKING
+    from lrdoctor.replay.packing.sequence_packing import PACKER as SEQUENCE_PACKING
+    from lrdoctor.replay.packing.static import PACKER as STATIC
+    from lrdoctor.replay.packing.token_budget import PACKER as TOKEN_BUDGET
 
     return (
-        static.PACKER,
-        token_budget.PACKER,
-        karmarkar_karp.PACKER,
-        balanced_first_fit.PACKER,
-        prompt_unit.PACKER,
-        doc_target.PACKER,
-        sequence_packing.PACKER,
-        roll_sequence_packing.PACKER,
+        STATIC,
+        TOKEN_BUDGET,
+        KARMARKAR_KARP,
+        BALANCED_FIRST_FIT,
+        PROMPT_UNIT,
+        DOC_TARGET,
+        SEQUENCE_PACKING,
+        ROLL_SEQUENCE_PACKING,
     )
 
 
