@@ -22,7 +22,12 @@ def plan(path: Path, state: RunState, target: Target):
     opts = reader.numbered_files(ckpt, reader.OPTIMIZER_FILE)
     if not scheds:
         raise Refusal("no scheduler.bin to repair", str(ckpt))
-    changes, _, _ = plan_scheduler_file(scheds[0], opts[0] if opts else None, target)
+    from lrdoctor.repair.hf import _named_file
+
+    named = _named_file(state)
+    sfile = named if named is not None and named in scheds else scheds[0]
+    opt = opts[scheds.index(sfile)] if len(opts) == len(scheds) else (opts[0] if opts else None)
+    changes, _, _ = plan_scheduler_file(sfile, opt, target)
     notes = []
     if target.policy == "rescale":
         notes.append("a prepared AcceleratedScheduler steps num_processes times per update: "

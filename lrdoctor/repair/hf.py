@@ -25,7 +25,7 @@ def plan(path: Path, state: RunState, target: Target):
                       "(max_steps / num_train_epochs) when it resumes, and lrdoctor never rewrites "
                       "training_args.bin: use --policy nominal, or resume with a new --max_steps")
     ckpt = reader.find_checkpoints(Path(path))[-1]
-    sfile = reader.scheduler_file(ckpt)
+    sfile = _named_file(state) or reader.scheduler_file(ckpt)
     if not sfile.is_file():
         raise Refusal(f"no {reader.SCHEDULER_FILE} to repair", str(ckpt))
     changes, has_opt, lrs = plan_scheduler_file(sfile, reader.optimizer_file(ckpt), target)
@@ -36,3 +36,9 @@ def plan(path: Path, state: RunState, target: Target):
         notes.append(f"the output is a repaired copy of {ckpt.name} (resume from it with "
                      "trainer.train(resume_from_checkpoint=OUT))")
     return FormatPlan(root=ckpt, files=None, changes=changes, notes=notes)
+
+
+def _named_file(state: RunState) -> Path | None:
+    """The scheduler file the reader named with a FieldRef (``Counter.ref``)."""
+    ref = state.scheduler_progress.ref if state.scheduler_progress is not None else None
+    return Path(ref.file) if ref is not None and not ref.item else None

@@ -55,6 +55,10 @@ def test_fitted_log_at_k_step_minus_one_gives_the_exact_lr_on_a_real_resume(tmp_
     assert spec is not None
     assert "lambda(4 x step - 1)" in spec.source, spec.source
     assert plan.target.policy == "rescale" and plan.target.k == 4
+    from lrdoctor.core.fieldref import FieldRef  # the field the repair edits, named by the reader
+
+    assert plan.state.scheduler_progress.ref == FieldRef(str(ck / "scheduler.pt"), ("last_epoch",))
+    assert ("last_epoch",) in {c.key for c in plan.changes if c.file == "scheduler.pt"}
     assert math.isclose(plan.target.lr, healthy_lrs.lrs[9], rel_tol=1e-9)
     out = tmp_path / "fixed"
     res = write_fix(plan, out)

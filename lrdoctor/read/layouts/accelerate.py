@@ -138,6 +138,10 @@ def read(path: Path) -> RunState:
         spec, prog, notes = torch_scheduler(sd, unit=Unit.UPDATES, source=str(scheds[0]),
                                             opt=infos[0] if infos else None)
         st.schedule, st.scheduler_progress = spec, prog
+        if prog is not None and "last_epoch" in sd:
+            from lrdoctor.core.fieldref import FieldRef
+
+            prog.ref = FieldRef(str(scheds[0]), ("last_epoch",))
         st.notes += notes
         if "_step_count" in sd:
             st.extras["scheduler._step_count"] = sd["_step_count"]

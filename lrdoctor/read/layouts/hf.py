@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import _common, _logfit
@@ -145,7 +146,7 @@ def read(path: Path) -> RunState:
         last_epoch = _common.number(sched.get("last_epoch"))
         if last_epoch is not None:
             st.scheduler_progress = Counter("scheduler.last_epoch", last_epoch, Unit.UPDATES,
-                                            str(sfile))
+                                            str(sfile), ref=FieldRef(str(sfile), ("last_epoch",)))
         st.extras["scheduler_state"] = {k: v for k, v in sched.items()
                                         if k in ("last_epoch", "_step_count", "base_lrs",
                                                  "_last_lr")}
