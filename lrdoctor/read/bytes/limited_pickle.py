@@ -91,6 +91,10 @@ def plain_children(obj: Any) -> Any:
     return None
 
 
+_TEXT = frozenset({str, bytes, bytearray})
+_SCALAR_WEIGHT = frozenset({type(None), bool, int, float, complex, *_TEXT})
+
+
 def _leaf_weight(obj: Any) -> int:
     """A leaf's share of the budget: 1, and one more per 64 bytes of text (``str`` copies it)."""
     if isinstance(obj, (str, bytes, bytearray)):
@@ -126,6 +130,10 @@ def expanded_size(roots: list[Any], children: Any, limit: int, max_depth: int
             node, it, acc = stack[-1]
             pushed = False
             for child in it:
+                t = type(child)
+                if t in _SCALAR_WEIGHT:  # the common leaves, without a call
+                    acc[0] += 1 if t not in _TEXT else 1 + (len(child) >> 6)
+                    continue
                 cid = id(child)
                 n = sizes.get(cid)
                 if n is None:
