@@ -370,3 +370,27 @@ def test_sequence_packing_matches_nemo_rl_packers(algorithm):
         dp = int(rng.integers(1, min(n, 8) + 1))
         want = NEMO.get_packer(algorithm, cap, min_bin_count=dp, bin_count_multiple=dp).pack(lens)
         assert SP.pack(lens, cap, algorithm, dp) == want, (case, cap, dp, lens)
+
+
+@pytest.mark.skipif(SKYRL_STEP is None, reason="skyrl not installed and LRDOCTOR_PEER_SKYRL (an "
+                    "unpacked skyrl wheel; it needs Python 3.12 to install) not set, or no torch")
+def test_skyrl_launch_script_step_matches_skyrl_dispatch():
+    """examples/skyrl-gsm8k-stepwise.sh as the replay reads it (no batch log: synthetic
+    lengths, prompt ids from n_samples_per_prompt), one step against SkyRL's own trainer
+    boundaries, ``stage_chunks`` and micro-batch iterator."""
+    from lrdoctor.replay import batchlog
+    from lrdoctor.replay.config import load_config
+    from tests.helpers.paths import REPO
+
+    cfg = load_config(REPO / "examples" / "skyrl-gsm8k-stepwise.sh")
+    b, t, dp = cfg.batching, cfg.train, cfg.dp.size
+    df = batchlog.synthetic(cfg.data.synthetic, 1, t.samples_per_step, seed=3)
+    toks = df["tokens"].to_numpy().astype(np.int64)
+    pid = df["prompt_id"].to_numpy()
+    n = t.samples_per_step // len(np.unique(pid))
+    uids = [f"p{int(p)}" for p in pid]
+    bounds = SKYRL_STEP.compute_prompt_mini_batch_boundaries(
+        uids, b.prompts_per_mini_batch, len(np.unique(pid)), True, n)
+    want = _skyrl_real_layout(SKYRL_STEP, toks, bounds, dp, 0, t.micro_batch_size)
+    plan = P.plan_step(b, t, {"tokens": toks, "prompt_id": pid}, dp)
+    assert _lrd_layout(plan, dp) == want
