@@ -238,8 +238,10 @@ def test_a_plain_torch_dict_named_ckpt_is_read_as_torchsave(tmp_path):
     assert any("not a Lightning checkpoint" in n for n in st.notes)
     bare = tmp_path / "bare.ckpt"
     torch.save({"state_dict": {}}, bare)
-    st = pl_fmt.read(bare)
-    assert st.format != "lightning" and st.scheduler_progress is None
+    # Issue 19: a file with no training state at all is unusable input (exit 2), not a
+    # state with nothing in it that a gate would let through as checked.
+    with pytest.raises(UnusableInput, match="no training state"):
+        pl_fmt.read(bare)
 
 
 @pytest.mark.parametrize("name", ["ckpts_epoch", "ckpts_step"])
