@@ -436,3 +436,32 @@ def test_megatron_core_019_own_loader_reads_the_repaired_copy(tmp_path):
     for _ in range(5):
         sched.step(increment=16)
     assert math.isclose(float(lr), opt.param_groups[0]["lr"], rel_tol=1e-9)
+
+
+def test_megatron_core_019_distributed_optimizer_items(tmp_path):
+    """megatron-core 0.19.2 DistributedOptimizer, dp_reshardable, two chained optimizers
+    (the fixture's param-group lr set by hand): the param groups live in the ShardedObject
+    items chained_<i>.optimizer.distributed.dp_group_idx_0.optimizer/shard_0_1, and
+    sync-lr rewrites every one of them; torch's DCP loader reads the schedule's LR back."""
+    src = MCORE_019 / "distopt_lr_by_hand"
+    before = tree_hash(src)
+    out = tmp_path / "out"
+    plan = plan_fix(src)
+    assert plan.target.policy == "sync-lr"
+    assert write_fix(plan, out).verified and tree_hash(src) == before
+    ck = out / "iter_0000005"
+    _tensor_files_kept(src / "iter_0000005", ck)
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=3e-4)
+    sched = _mcore_scheduler(opt, 16)
+    for _ in range(5):
+        sched.step(increment=16)
+    for i in (0, 1):
+        key = f"chained_{i}.optimizer.distributed.dp_group_idx_0.optimizer/shard_0_1"
+        got = _tdcp_load({key: io.BytesIO()}, ck)[key]
+        if isinstance(got, io.BytesIO):
+            got.seek(0)
+            got = torch.load(got, weights_only=False)
+        lrs = [g["lr"] for g in got[0]["param_groups"]]
+        assert lrs and all(math.isclose(x, opt.param_groups[0]["lr"], rel_tol=1e-9)
+                           for x in lrs), (key, lrs)
+    assert "LRD105" not in _loud_after(out)
