@@ -120,12 +120,17 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def expand(text: str, env: dict[str, str]) -> str:
+_MAX_NESTING = 16  # ${A:-${B:-...}} deeper than this is left unresolved, not recursed
+
+
+def expand(text: str, env: dict[str, str], _depth: int = 0) -> str:
     """Shell parameter expansion of the simple forms, outside single quotes.
 
     ``$(...)``, backquotes and unknown variables become an unresolved marker that
     names them; ``${VAR:=default}`` also assigns ``VAR``.
     """
+    if _depth > _MAX_NESTING:
+        return _UNRESOLVED.format("nested-too-deep")
     out: list[str] = []
     i, n = 0, len(text)
     quote = ""
@@ -167,13 +172,13 @@ def expand(text: str, env: dict[str, str]) -> str:
                     if depth == 0:
                         break
                 j += 1
-            out.append(_command(text[i + 2:j], env))
+            out.append(_command(text[i + 2:j], env, _depth))
             i = j + 1
             continue
         if nxt == "{":
             j = _closing_brace(text, i + 1)
             body = text[i + 2:j]
-            out.append(_param(body, env))
+            out.append(_param(body, env, _depth))
             i = j + 1
             continue
         if nxt == "0":
@@ -191,13 +196,13 @@ def expand(text: str, env: dict[str, str]) -> str:
     return "".join(out)
 
 
-def _command(body: str, env: dict[str, str]) -> str:
+def _command(body: str, env: dict[str, str], depth: int = 0) -> str:
     """``$(...)``: only ``dirname``/``basename`` of a known path are pure string
     functions worth evaluating (ROLL's scripts name their config folder so);
     anything else is unresolved."""
     words = body.strip().split(None, 1)
     if len(words) == 2 and words[0] in ("dirname", "basename"):
-        arg = expand(words[1], env).strip().strip("\"'")
+        arg = expand(words[1], env, depth + 1).strip().strip("\"'")
         if arg and not UNRESOLVED_RE.search(arg):
             p = arg.rstrip("/") or "/"
             import posixpath
@@ -218,7 +223,7 @@ def _closing_brace(text: str, start: int) -> int:
     raise UnusableInput(f"unclosed ${{ in {text[start - 1:start + 40]!r}")
 
 
-def _param(body: str, env: dict[str, str]) -> str:
+def _param(body: str, env: dict[str, str], depth: int = 0) -> str:
     m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=+?])(.*))?", body, re.S)
     if not m:  # ${#VAR}, ${VAR/x/y}, ...: not ours to evaluate
         return _UNRESOLVED.format("${" + body.replace("@", "") + "}")
@@ -226,13 +231,13 @@ def _param(body: str, env: dict[str, str]) -> str:
     val = env.get(name)
     unset_or_empty = val is None or (op is not None and op.startswith(":") and val == "")
     if op in (":-", "-"):
-        return expand(arg, env) if unset_or_empty else str(val)
+        return expand(arg, env, depth + 1) if unset_or_empty else str(val)
     if op in (":=", "="):
         if unset_or_empty:
-            env[name] = expand(arg, env)
+            env[name] = expand(arg, env, depth + 1)
         return env[name]
     if op in (":+", "+"):
-        return "" if unset_or_empty else expand(arg, env)
+        return "" if unset_or_empty else expand(arg, env, depth + 1)
     if val is None:
         return _UNRESOLVED.format(name)
     return val

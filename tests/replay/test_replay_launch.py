@@ -221,3 +221,28 @@ def test_defaults_chain_is_bounded(tmp_path):
 
     with pytest.raises(UnusableInput, match="nested more than 8 deep"):
         load_tree(tmp_path / "c0.yaml")
+
+
+def test_hostile_scripts_are_one_line_errors_or_configs(tmp_path):
+    """Whatever a .sh holds, the reader answers with a config or one UnusableInput line
+    (never a traceback): random edits of a real launch script, deep nesting, bad quoting."""
+    import random
+
+    real = (EX / "verl-grpo-seq-balance.sh").read_text()
+    rng = random.Random(18)
+    texts = ["python3 -m verl.trainer.main_ppo data.train_batch_size=${A:-" * 3000,
+             "python3 -m verl.trainer.main_ppo 'unclosed", "x=$(\n" * 50, "\x00\x01\\\n" * 20]
+    for _ in range(120):
+        chars = list(real)
+        for _ in range(rng.randint(1, 12)):
+            pos = rng.randrange(len(chars))
+            chars[pos] = rng.choice(["$", "{", "}", "'", '"', "\\", "(", ")", "`", "\n", "=",
+                                     "~", "+", "#", " "])
+        texts.append("".join(chars))
+    for i, text in enumerate(texts):
+        p = tmp_path / f"s{i}.sh"
+        p.write_text(text)
+        try:
+            load_config(p)
+        except UnusableInput as exc:
+            assert "\n" not in str(exc)
