@@ -366,7 +366,7 @@ def _missing_scheduler(pts: list[Point]) -> list[Finding]:
 
 def _peak(pts: list[Point], i: int) -> tuple[float | None, str]:
     p = pts[i]
-    init = p.state.extras.get("optimizer_initial_lrs")
+    init = p.state.facts.optimizer_initial_lrs
     if init:
         return float(init[0]), "the optimizer's initial_lr, set by a torch LR scheduler"
     if p.state.schedule is not None and p.state.schedule.max_lr:

@@ -112,3 +112,9 @@ class Facts:
     lr_log_unused: list[LrLog] = field(default_factory=list)
     #: How an epoch-based loop sized its horizon (LRD117).
     epoch_plan: EpochPlan | None = None
+    #: The files a content read took the state from (None: not read by content); ``fix``
+    #: edits these.
+    files_used: list[str] | None = None
+    #: The param groups' ``initial_lr``: a torch LRScheduler was built on the optimizer,
+    #: and this was its peak, even where no scheduler state was saved (LRD115).
+    optimizer_initial_lrs: list[float] = field(default_factory=list)

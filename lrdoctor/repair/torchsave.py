@@ -1,7 +1,7 @@
 """Writer for checkpoints read by content (the ``torch`` format and the layouts refined
 from it: ROLL's bare ``scheduler.pt``, verl, SkyRL, Composer, torchtune).
 
-Edits go where ``inspect`` found the state (``state.extras["files_used"]``), in the
+Edits go where ``inspect`` found the state (``state.facts.files_used``), in the
 format it was read from (each file is rewritten with ``torch.save``): torch
 ``LRScheduler`` states (``last_epoch``, ``_step_count``, horizon, ``_last_lr``),
 megatron-core scheduler states (``num_steps``, ``lr_decay_steps``), the optimizer's
@@ -43,7 +43,7 @@ def plan(path: Path, state: RunState, target: Target):
     from lrdoctor.repair.engine import FormatPlan
 
     ckpt = Path(state.path)
-    used = [Path(f) for f in state.extras.get("files_used") or [state.path]]
+    used = [Path(f) for f in state.facts.files_used or [state.path]]
     used = [f for f in used if f.is_file() and (f.suffix.lower() in PICKLES or f == ckpt)]
     if not used:
         raise Refusal("no checkpoint file holds the state inspect read", str(path))

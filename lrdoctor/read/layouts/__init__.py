@@ -79,7 +79,7 @@ def read(mod: ModuleType, ckpt: Path) -> RunState:
     the checkpoint, never a traceback."""
     try:
         st = mod.read(ckpt)
-        if "files_used" not in st.extras:  # not read by content: check the side files too
+        if st.facts.files_used is None:  # not read by content: check the side files too
             from lrdoctor.read.scan.discover import refuse_code
 
             refuse_code(ckpt, st.files)

@@ -230,7 +230,8 @@ def _initial_lrs(st: RunState, info: dict[str, Any]) -> None:
     optimizer: with no scheduler state saved, it still says a scheduler was there and
     what its peak was (the run-level rule LRD115 reads it)."""
     if info.get("initial_lrs"):
-        st.extras["optimizer_initial_lrs"] = info["initial_lrs"]
+        st.facts.optimizer_initial_lrs = [float(x) for x in info["initial_lrs"]
+                                          if isinstance(x, (int, float)) and not isinstance(x, bool)]
 
 
 def read_optimizer_file(st: RunState, f: Path) -> dict[str, Any]:

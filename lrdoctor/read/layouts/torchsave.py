@@ -247,7 +247,7 @@ def build(sc: discover.Scan, fmt: str = NAME) -> RunState:
     for f in sc.files_read:  # every file read is named: the ones not used last
         if f not in st.files:
             st.files.append(f)
-    st.extras["files_used"] = [f for f in st.files if f in used]
+    st.facts.files_used = [f for f in st.files if f in used]
     if sched is None:
         st.notes.append("no LR scheduler state found in " + _scanned(sc))
         # What each file holds instead (LRD111 names it: weights only, an unrelated dict).
