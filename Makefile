@@ -53,6 +53,7 @@ $(PEERS_DIR)/.done: $(STAMP)-test scripts/fetch_peers.py
 
 test: install-test $(PEERS_DIR)/.done
 	$(BIN)/python -m ruff check lrdoctor tests scripts benchmarks
+	$(BIN)/python -m mypy
 	LRDOCTOR_PEER_VERL_OLD=$(PEERS_DIR)/verl-0.9.0 LRDOCTOR_PEER_SKYRL=$(PEERS_DIR)/skyrl-0.4.0 \
 		$(BIN)/python -m pytest -q
 

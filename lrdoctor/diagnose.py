@@ -9,6 +9,7 @@ healthy checkpoint of any supported framework must produce no warning or error.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +105,7 @@ def recommend(findings: list[Finding]) -> Recommendation | None:
                           why="only the param-group lr disagrees with the schedule")
 
 
-def _with(cause: str, codes: list[str], consequences: tuple[str, ...]) -> tuple[str, ...]:
+def _with(cause: str, codes: Sequence[str], consequences: tuple[str, ...]) -> tuple[str, ...]:
     return (cause,) + tuple(c for c in codes if c in consequences)
 
 

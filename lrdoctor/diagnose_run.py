@@ -67,6 +67,13 @@ class Point:
     lr_at_updates: float | None
     flags: list[str] = field(default_factory=list)
 
+    @property
+    def counters(self) -> tuple[Counter, Counter]:
+        """(scheduler, updates) of a point the continuity rules compare (both saved)."""
+        if self.scheduler is None or self.updates is None:
+            raise ValueError(f"{self.name}: no scheduler progress or no update count")
+        return self.scheduler, self.updates
+
 
 def _lr(spec, x: float | None) -> float | None:
     if spec is None or x is None:
@@ -160,8 +167,9 @@ def _comparable(p: Point) -> bool:
 
 
 def _ratio(a: Point, b: Point) -> float | None:
-    du = b.updates.value - a.updates.value
-    return (b.scheduler.value - a.scheduler.value) / du if du > 0 else None
+    (a_s, a_u), (b_s, b_u) = a.counters, b.counters
+    du = b_u.value - a_u.value
+    return (b_s.value - a_s.value) / du if du > 0 else None
 
 
 def _baseline(p: Point) -> float:
@@ -169,7 +177,8 @@ def _baseline(p: Point) -> float:
     (1 when healthy, k for a scheduler k times fast from the start: the one-checkpoint
     rules report that). Later intervals are judged against it, so one bad interval (a
     restart) does not become the norm."""
-    s, u = p.scheduler.value, p.updates.value
+    sc, up = p.counters
+    s, u = sc.value, up.value
     return s / u if s > 0 and u > 0 else 1.0
 
 
@@ -182,18 +191,19 @@ def _continuity(a: Point, b: Point, resumes: list[Point], rate: float,
     there, it is a changed rate (the drift rule's), not a double count. Returns the
     findings and, when the interval is no resume shape, its ratio for the drift rule.
     """
-    if a.scheduler.unit != b.scheduler.unit or a.updates.unit != b.updates.unit:
+    (a_s, a_u), (b_s, b_u) = a.counters, b.counters
+    if a_s.unit != b_s.unit or a_u.unit != b_u.unit:
         return [], None
-    du = b.updates.value - a.updates.value
+    du = b_u.value - a_u.value
     if du <= 0:
         return [], None
-    sa, sb = a.scheduler.value, b.scheduler.value
+    sa, sb = a_s.value, b_s.value
     ds = sb - sa
     expected = rate * du
-    unit = b.scheduler.unit.value
-    ev = {"from_checkpoint": a.path, "to_checkpoint": b.path,
-          "scheduler": _counter_ev(b.scheduler, sa, sb),
-          "updates": _counter_ev(b.updates, a.updates.value, b.updates.value),
+    unit = b_s.unit.value
+    ev: dict[str, Any] = {"from_checkpoint": a.path, "to_checkpoint": b.path,
+          "scheduler": _counter_ev(b_s, sa, sb),
+          "updates": _counter_ev(b_u, a_u.value, b_u.value),
           "expected_scheduler_delta": expected, "run_rate": round(rate, 6)}
     lr_b = b.lr_at_scheduler
     lr_txt = ""
@@ -202,17 +212,17 @@ def _continuity(a: Point, b: Point, resumes: list[Point], rate: float,
         ev["lr_at_scheduler"], ev["lr_at_updates"] = lr_b, b.lr_at_updates
         lr_txt = (f"; the schedule gives {lr_b:.6g} at {b.name} where the counters imply "
                   f"{b.lr_at_updates:.6g}")
-    head = (f"{a.name} -> {b.name}: {b.updates.name} {_fmt(a.updates.value)} -> "
-            f"{_fmt(b.updates.value)} (+{_fmt(du)}) but {b.scheduler.name} {_fmt(sa)} -> "
+    head = (f"{a.name} -> {b.name}: {b_u.name} {_fmt(a_u.value)} -> "
+            f"{_fmt(b_u.value)} (+{_fmt(du)}) but {b_s.name} {_fmt(sa)} -> "
             f"{_fmt(sb)} ({'+' if ds >= 0 else ''}{_fmt(ds)}) {unit}")
     restarted_at = None
     if ds < 0 and _differ(sa, sb):
-        restarted_at = b.updates.value - sb / rate
+        restarted_at = b_u.value - sb / rate
         why = "went backwards"
     elif sa > ABS_TOL and _differ(ds, expected):
         for r in resumes:
             if r.updates is not None and r.updates.value > 0 and _same(
-                    sb, rate * (b.updates.value - r.updates.value)):
+                    sb, rate * (b_u.value - r.updates.value)):
                 restarted_at = r.updates.value
                 why = f"counts only the updates since {r.name}"
                 ev["resumed_from"] = r.path
@@ -221,7 +231,7 @@ def _continuity(a: Point, b: Point, resumes: list[Point], rate: float,
         ev["restarted_near"] = restarted_at
         return [lrd112.RULE.finding(
             f"{head}: the scheduler {why}, as if it restarted from 0 at a resume near "
-            f"{b.updates.name} {_fmt(restarted_at)} (state not saved or not restored){lr_txt}.",
+            f"{b_u.name} {_fmt(restarted_at)} (state not saved or not restored){lr_txt}.",
             lrd112.SchedulerRestarted(**ev), location=b.path)], None
     persists = next_ratio is not None and _same(next_ratio * du, ds)
     if ds > expected and _differ(ds, expected) and not persists:
@@ -232,7 +242,7 @@ def _continuity(a: Point, b: Point, resumes: list[Point], rate: float,
         # Either the scheduler's own saved progress or the trainer's (iteration x global
         # batch), which differ from the second double-counted resume on.
         for what, base in ((f"the scheduler progress saved at {a.name}", sa),
-                           (f"{a.updates.name} at {a.name}", rate * a.updates.value)):
+                           (f"{a_u.name} at {a.name}", rate * a_u.value)):
             m = round(excess / base) if base > 0 else 0
             if m >= 1 and _same(excess, m * base):
                 ev["excess_matches"] = {"what": what, "value": base, "multiple": m}
@@ -256,6 +266,7 @@ def _ratio_drift(pts: list[Point], intervals: list[dict[str, Any]]) -> list[Find
     ratios = [round(i["ratio"], 6) for i in intervals]
     first = bad[0]
     a, b = first["from"], first["to"]
+    (a_s, a_u), (b_s, b_u) = a.counters, b.counters
     ev = dict(first["ev"])
     ev["interval_ratios"] = [{"from": i["from"].name, "to": i["to"].name,
                               "ratio": round(i["ratio"], 6)} for i in intervals]
@@ -263,9 +274,9 @@ def _ratio_drift(pts: list[Point], intervals: list[dict[str, Any]]) -> list[Find
     ev["ratio_in_interval"] = round(first["ratio"], 6)
     more = (f"; {len(bad) - 1} more interval(s) differ too" if len(bad) > 1 else "")
     return [lrd116.RULE.finding(
-        f"{a.name} -> {b.name}: {b.scheduler.name} advanced {first['ratio']:.4g} per unit "
-        f"of {b.updates.name} (+{_fmt(b.scheduler.value - a.scheduler.value)} over "
-        f"+{_fmt(b.updates.value - a.updates.value)}) where the run advanced "
+        f"{a.name} -> {b.name}: {b_s.name} advanced {first['ratio']:.4g} per unit "
+        f"of {b_u.name} (+{_fmt(b_s.value - a_s.value)} over "
+        f"+{_fmt(b_u.value - a_u.value)}) where the run advanced "
         f"{first['rate']:.4g}{more} (per-interval ratios "
         f"{', '.join(f'{r:.4g}' for r in ratios)}): scheduler progress per update depends on something that changed (batch "
         "composition, accumulation, world size, a resume).", lrd116.ProgressRatioChanges(**ev),
@@ -350,12 +361,12 @@ def _missing_scheduler(pts: list[Point]) -> list[Finding]:
             where = f" at {p.updates.name} {_fmt(p.updates.value)}"
         other = next((q for q in reversed(pts[:i]) if q.scheduler is not None), None) or \
             next((q for q in pts[i + 1:] if q.scheduler is not None), None)
-        if other is not None:
+        also = ""
+        if other is not None and other.scheduler is not None:
+            there = other.scheduler
             ev["checkpoint_with_scheduler"] = other.path
-            ev["scheduler_there"] = {"counter": other.scheduler.name,
-                                     "value": other.scheduler.value}
-        also = (f" ({other.name} has {other.scheduler.name} {_fmt(other.scheduler.value)})"
-                if other is not None else "")
+            ev["scheduler_there"] = {"counter": there.name, "value": there.value}
+            also = f" ({other.name} has {there.name} {_fmt(there.value)})"
         out.append(lrd115.RULE.finding(
             f"{p.name} saves no scheduler state{where}, but its optimizer lr "
             f"{lrs[0]:.6g} is {lrs[0] / peak:.3g}x the peak {peak:.6g} ({whence}): a "

@@ -88,9 +88,9 @@ def plan_from(fields: dict[str, Any], source: str = "") -> EpochPlan | None:
     epoch length (dataset length and batch size, or ``len(dataloader)``)."""
     got: dict[str, Any] = {}
     for what, names in _KEYS.items():
-        for n in names:
-            if n in fields and fields[n] is not None:
-                got[what] = fields[n]
+        for key in names:
+            if key in fields and fields[key] is not None:
+                got[what] = fields[key]
                 break
     epochs, ga = _num(got.get("epochs")), _num(got.get("ga"))
     if epochs is None or ga is None or epochs <= 0 or ga < 1 or epochs != int(epochs):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def one_line(text: str) -> str:
     """``text`` as one printable line: a name taken from a hostile file (a pickle global,
@@ -14,7 +16,8 @@ def one_line(text: str) -> str:
 class UnusableInput(Exception):
     """The input could not be used. ``str(exc)`` is the one line shown to the user."""
 
-    def __init__(self, message: str, path: str | None = None, detail: dict | None = None):
+    def __init__(self, message: str, path: str | None = None,
+                 detail: dict[str, Any] | None = None):
         self.path = path
         # A structured record of what was looked at (``lrdoctor check --json`` shows it as
         # the LRD303 finding's evidence); the one line stays the message.

@@ -54,7 +54,8 @@ class LrsUnread(Record):
     (Megatron's distributed optimizer): why, and the items (LRD111)."""
 
     reason: str
-    items: list[str] = field(default_factory=list)
+    #: The unread items' keys (JSON ``items``).
+    names: list[str] = field(default_factory=list, metadata={"key": "items"})
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ class Record(Mapping[str, Any]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mapping):
             return NotImplemented
-        return self.raw() == dict(other.items())
+        return self.raw() == {k: other[k] for k in other}
 
     __hash__ = None  # type: ignore[assignment]  # equal to dicts, so not hashable
 
@@ -100,13 +100,13 @@ class FreeEvidence(Evidence):
     """Evidence whose keys are open by nature: a refusal's record of what was scanned
     (LRD303 carries :class:`~lrdoctor.core.errors.UnusableInput`'s ``detail`` verbatim)."""
 
-    items: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    data: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def raw(self) -> dict[str, Any]:
-        return {str(k): v for k, v in self.items.items()}
+        return {str(k): v for k, v in self.data.items()}
 
     def replaced(self, **changes: Any) -> Evidence:
-        return FreeEvidence({**self.items, **changes})
+        return FreeEvidence({**self.data, **changes})
 
 
 @dataclass(frozen=True)

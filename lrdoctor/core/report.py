@@ -49,7 +49,8 @@ class Report:
         return exit_code(self.findings, fail_on)
 
 
-def unusable_report(command: str, target: str, message: str, detail: dict | None = None, *,
+def unusable_report(command: str, target: str, message: str,
+                    detail: dict[str, Any] | None = None, *,
                     format: str | None = None, location: str | None = None,
                     **evidence: Any) -> Report:
     """The report of an input that could not be used: one LRD303 finding whose message is

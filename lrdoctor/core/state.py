@@ -163,7 +163,8 @@ class RunState:
         self.optimizer_lrs = [float(x) for x in lrs]
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(asdict(self))
+        doc: dict[str, Any] = _jsonable(asdict(self))
+        return doc
 
 
 def _bad_number(value: Any) -> str | None:

@@ -125,7 +125,7 @@ def test_unreadable_param_groups_are_never_silent():
     """The param-group item holds a class outside the allow-list: LRD111, naming it."""
     st = megatron.read(MCORE_019 / "distopt_unreadable")
     assert st.optimizer_lrs == []
-    assert st.facts.optimizer_lrs_unread.items == [ITEM]
+    assert st.facts.optimizer_lrs_unread.names == [ITEM]
     (f,) = [f for f in diagnose(st) if f.code == "LRD111"]
     assert f.severity is Severity.WARNING
     assert ITEM in f.message and "fractions.Fraction" in f.message and "LRD105" in f.message
@@ -227,7 +227,7 @@ def test_partly_unreadable_param_groups_are_never_silent():
     st = megatron.read(MCORE_019 / "distopt_partly_unreadable")
     assert st.optimizer_lrs == t["lrs"][:2]  # chained_0's two groups
     assert st.extras["distributed_optimizer_items"] == ["chained_0." + ITEM]
-    assert st.facts.optimizer_lrs_unread.items == ["chained_1." + ITEM]
+    assert st.facts.optimizer_lrs_unread.names == ["chained_1." + ITEM]
     assert any("chained_1." + ITEM in n for n in st.notes)
     findings = diagnose(st)
     (f,) = [f for f in findings if f.code == "LRD111"]

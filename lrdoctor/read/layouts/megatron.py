@@ -432,7 +432,7 @@ def _distributed_param_groups(st: RunState, ckpt: Path,
     if unread:
         st.facts.optimizer_lrs_unread = LrsUnread(
             reason="; ".join(f"{k}: {why}" for k, why in sorted(unread.items())),
-            items=sorted(unread))
+            names=sorted(unread))
     if not items:
         return None
     keys = [items[c][1] for c in sorted(items)]
