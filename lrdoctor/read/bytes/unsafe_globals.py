@@ -183,10 +183,11 @@ def globals_in_pickle(data: Any) -> Iterator[str]:
             yield f"{mod}.{nm}" if mod is not None and nm is not None else "?.?"
         if isinstance(arg, str) and "UNICODE" in name:
             strings.append(arg)
-        elif name in ("GET", "BINGET", "LONG_BINGET"):
-            strings.append(memo.get(int(arg)))
+        elif name in ("GET", "BINGET", "LONG_BINGET"):  # pickletools: arg is the int index
+            strings.append(memo.get(arg) if isinstance(arg, int) else None)
         elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-            memo[int(arg)] = strings[-1] if strings else None
+            if isinstance(arg, int):
+                memo[arg] = strings[-1] if strings else None
         elif name == "MEMOIZE":
             memo[len(memo)] = strings[-1] if strings else None
         else:
