@@ -72,7 +72,7 @@ def _plain_click() -> None:
 
     # typer 0.29 vendors click as typer._click; older typer uses click itself.
     try:
-        from typer import _click as click  # type: ignore[attr-defined]
+        from typer import _click as click
     except ImportError:  # pragma: no cover - typer < 0.29
         import click  # type: ignore[no-redef]
 

@@ -53,6 +53,7 @@ def stage_bar() -> Iterator[Callable[[str, int, int], None]]:
         BarColumn,
         MofNCompleteColumn,
         Progress,
+        TaskID,
         TextColumn,
         TimeRemainingColumn,
     )
@@ -60,7 +61,7 @@ def stage_bar() -> Iterator[Callable[[str, int, int], None]]:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), console=Console(stderr=True),
                   transient=True) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def progress(stage: str, done: int, total: int) -> None:
             if stage not in tasks:

@@ -272,8 +272,8 @@ def divisibility(rep: Replay) -> tuple[str, int, Any] | None:
     """A step's samples that do not divide into the configured mini-batches or dp ranks
     (LRD212): the message, the steps affected and one example."""
     cfg = rep.cfg
-    keys = ("fixed_size_not_divisible", "prompts_not_divisible", "mini_batch_not_divisible_by_dp",
-            "not_divisible_by_dp")
+    keys: tuple[str, ...] = ("fixed_size_not_divisible", "prompts_not_divisible",
+                             "mini_batch_not_divisible_by_dp", "not_divisible_by_dp")
     if cfg.batching.strategy == "prompt_unit":
         # There the note says what fixed-size mini-batches *would* do: not a problem.
         keys = tuple(k for k in keys if k != "fixed_size_not_divisible")

@@ -99,7 +99,8 @@ def cross_check(cfg, infos: list, fast, *, device: str = "cpu") -> dict[str, Any
     epochs = cfg.train.epochs_per_step
     segs, skipped = plan_segments(F, infos, epochs, list(cfg.scheduler.failed_updates))
     sps = samples_per_step(cfg, infos)
-    first_row = np.searchsorted(F["train_step"], [i.step for i in infos]) if infos else []
+    first_row = (np.searchsorted(F["train_step"], [i.step for i in infos]) if infos
+                 else np.zeros(0, dtype=np.int64))
     checked = ran = 0
     loop_seconds = 0.0
     mismatches: list[str] = []

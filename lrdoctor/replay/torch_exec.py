@@ -368,6 +368,8 @@ def _run(cfg, infos, dev, model_factory, optimizer, progress, notes, start,
                 open_rows.append(row)
                 failed = False
                 if do_step:
+                    # backward() through count and weight filled both grads
+                    assert count.grad is not None and weight.grad is not None
                     wsize = int(round(count.grad.item()))
                     wsum = float(weight.grad.item())
                     failed = update_index in failed_set

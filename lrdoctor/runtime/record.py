@@ -185,7 +185,7 @@ class BatchLogRecorder:
 
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        if os.fstat(self._fd).st_size == 0:
+        if os.fstat(self._handle).st_size == 0:
             w.writerow(self._columns)
         w.writerows(rows)
         return buf.getvalue().encode()
@@ -213,17 +213,24 @@ class BatchLogRecorder:
         os.rename(self.path, dest)
         self.rotated = dest
 
+    @property
+    def _handle(self) -> int:
+        """The open log's descriptor (opened before any row is written)."""
+        if self._fd is None:
+            raise RuntimeError(f"{self.path}: the batch log is not open")
+        return self._fd
+
     def _write(self, data: bytes) -> None:
         # One write of whole lines per step; loop only on a short write.
         view = memoryview(data)
         while view:
-            view = view[os.write(self._fd, view):]
+            view = view[os.write(self._handle, view):]
         if self.fsync:
-            os.fsync(self._fd)
+            os.fsync(self._handle)
 
     def _trim_torn_tail(self) -> None:
         """A log left by a killed writer of another tool may end mid-line: drop that line."""
-        size = os.fstat(self._fd).st_size
+        size = os.fstat(self._handle).st_size
         if not size:
             return
         with open(self.path, "rb+") as fh:

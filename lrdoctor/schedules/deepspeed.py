@@ -45,7 +45,7 @@ def with_horizon(spec: ScheduleSpec, horizon: float) -> ScheduleSpec:
     return replace(spec, horizon=float(horizon), params=params)
 
 
-def _warmup_steps(spec: ScheduleSpec) -> int:
+def _warmup_steps(spec: ScheduleSpec) -> float:
     w = spec.params.get("warmup_num_steps")
     if w is None:
         w = spec.warmup if spec.warmup else 1000
@@ -64,7 +64,7 @@ def _warmup_type(spec: ScheduleSpec) -> str:
     return wt if wt in WARMUP_TYPES else "log"  # DeepSpeed falls back to log too
 
 
-def _warmup_gamma(it: float, w: int, wtype: str) -> float:
+def _warmup_gamma(it: float, w: float, wtype: str) -> float:
     if wtype == "log":
         return (1.0 / math.log(w)) * math.log(it + 1)
     return it / w
@@ -95,7 +95,7 @@ def lr_at(spec: ScheduleSpec, progress: float) -> float:
     raise ValueError(f"unknown deepspeed scheduler {spec.kind!r}")
 
 
-def _cosine_ratio(spec: ScheduleSpec, it: float, w: int, wtype: str) -> float:
+def _cosine_ratio(spec: ScheduleSpec, it: float, w: float, wtype: str) -> float:
     p = spec.params
     if it < w:
         ratio = _warmup_gamma(it, w, wtype)

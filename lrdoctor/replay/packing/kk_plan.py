@@ -265,7 +265,8 @@ def _plan_arrays(frames, dps, max_tokens, *, mini_per_rank, num_micro_batches, e
     last_mb = np.searchsorted(m_step, steps_with, side="right")
     worst_step = np.zeros(n_steps, dtype=np.int64)
     np.maximum.at(worst_step, mb_step, worst_mb)
-    over_step = np.bincount(mb_step[worst_mb > cap], minlength=n_steps) if cap else None
+    over_step = (np.bincount(mb_step[worst_mb > cap], minlength=n_steps) if cap
+                 else np.zeros(n_steps, dtype=np.int64))  # read only where over the cap
     asserts = ASSERTS_ON_LONG_SEQUENCE.get(flavor)
     longest = np.zeros(n_steps, dtype=np.int64)
     np.maximum.at(longest, step, tokens)
