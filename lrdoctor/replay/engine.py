@@ -536,7 +536,9 @@ def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = 
         np.zeros(0, dtype=np.int64)
     applied = window < (ncl[-1] if n else 0)
     update_index = np.where(close, window, -1)
-    failed = close & np.isin(update_index, np.asarray(sch.failed_updates, dtype=np.int64))
+    # An index past int64 names no update of a replay (and numpy cannot hold it).
+    fail_idx = [u for u in sch.failed_updates if u <= np.iinfo(np.int64).max]
+    failed = close & np.isin(update_index, np.asarray(fail_idx, dtype=np.int64))
 
     # Loss weight: this micro-batch's share of a nominal update.
     samp = t["samples"].astype(float)
