@@ -31,7 +31,9 @@ $(VENV)/.torch: $(BIN)/python
 
 # verl and OpenRLHF without their dependencies (Ray, vLLM, CUDA): the randomized
 # comparisons of tests/test_replay_peers.py load only their pure packing functions.
-PEERS := "verl==0.9.1" "openrlhf==0.11.2"
+# timm, torchtune and torchtitan likewise (their __init__ needs torchvision/torchao/
+# spmd_types, no CPU wheels): tests/helpers/pkgsrc.py loads only their scheduler files.
+PEERS := "verl==0.9.1" "openrlhf==0.11.2" "timm==1.0.31" "torchtune==0.6.1" "torchtitan==0.3.0"
 
 $(STAMP)-test: $(STAMP) $(VENV)/.torch
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -e '.[test]'

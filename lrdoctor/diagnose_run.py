@@ -346,6 +346,8 @@ def _missing_scheduler(pts: list[Point]) -> list[Finding]:
     for i, p in enumerate(pts):
         if p.scheduler is not None or p.optimizer_lr is None:
             continue
+        if p.state.stateless:  # saved, and stateless by design: LRD133 places it by its LR
+            continue
         peak, whence = _peak(pts, i)
         if peak is None or peak <= 0:
             continue

@@ -100,6 +100,10 @@ class RunState:
     # Files of the checkpoint that could not be read at all (file -> why): truncated,
     # corrupt or not what their kind says. A resume would fail on them (LRD130).
     unreadable: dict[str, str] = field(default_factory=dict)
+    # The schedule was rebuilt from state or config that keeps no position of its own
+    # (timm's schedulers, a config beside the checkpoint): what it was rebuilt from. Its
+    # position is solved from the saved LR and the trainer's counters (LRD133).
+    stateless: str | None = None
     notes: list[str] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
     # What the rules judge by beyond the counters (lrdoctor.core.facts).

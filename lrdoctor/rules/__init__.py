@@ -45,6 +45,7 @@ from lrdoctor.rules import (
     lrd117_epoch_end_arithmetic,
     lrd118_decay_unfinished_at_planned_end,
     lrd130_resume_file_unreadable,
+    lrd133_stateless_schedule_mismatch,
     lrd201_overshoot,
     lrd202_undershoot,
     lrd203_progress_depends_on_memory_knob,
@@ -104,6 +105,7 @@ CHECKPOINT: tuple[CheckpointRule, ...] = (
     lrd105_optimizer_lr_mismatch,
     lrd117_epoch_end_arithmetic,
     lrd130_resume_file_unreadable,
+    lrd133_stateless_schedule_mismatch,
     lrd111_not_judged,
 )
 

@@ -102,6 +102,8 @@ def _nothing_to_judge(state: RunState, found: Sequence[Finding]) -> list[Finding
     if judged(found):
         return []
     prog, spec = state.scheduler_progress, state.schedule
+    if prog is None and state.stateless:  # placed by the saved LR: LRD133 says how it went
+        return []
     files = ", ".join(state.files[:8]) + (" ..." if len(state.files) > 8 else "") \
         if state.files else state.path
     if prog is None:

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from lrdoctor.core.state import ScheduleSpec
 
-FAMILIES = ("megatron", "hf", "torch", "deepspeed")
+FAMILIES = ("megatron", "hf", "torch", "deepspeed", "timm", "torchtitan")
 
 
 def _family(spec: ScheduleSpec) -> ModuleType:
     """The family module of ``spec``: the one lookup (the replay engine asks here too)."""
-    from lrdoctor.schedules import deepspeed, hf, megatron, torch_builtin
+    from lrdoctor.schedules import deepspeed, hf, megatron, timm, torch_builtin, torchtitan
 
     module = {"megatron": megatron, "hf": hf, "torch": torch_builtin,
-              "deepspeed": deepspeed}.get(spec.family)
+              "deepspeed": deepspeed, "timm": timm, "torchtitan": torchtitan}.get(spec.family)
     if module is None:
         raise ValueError(f"unknown schedule family {spec.family!r}")
     return module

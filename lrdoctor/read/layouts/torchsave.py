@@ -153,6 +153,9 @@ def read_checkpoint(ckpt: discover.Checkpoint) -> RunState:
 
     for cfg in sc.of(discover.CONFIG):  # a loop's args Namespace, hparams, a config dict
         epochs.attach(st, cfg.value, cfg.where)
+    from lrdoctor.read.layouts import _stateless
+
+    _stateless.attach(sc, st)  # a scheduler that saves no position (timm)
     _finish(st)
     _require_training_state(st, ckpt)
     return st

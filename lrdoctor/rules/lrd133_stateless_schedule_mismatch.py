@@ -1,0 +1,152 @@
+"""LRD133 `stateless-schedule-mismatch`: the saved LR says the schedule is not where the
+step count puts it.
+
+A scheduler that keeps no position (``RunState.stateless``: timm's, a schedule rebuilt
+from a config) is placed by the LR the optimizer saved: every whole position ``t`` with
+``f(t) == lr`` (:func:`lrdoctor.schedules.solve.positions`). If the trainer's counter is
+among them the two agree (a real comparison); if not, ``t / counter`` is k, the schedule
+steps per counted step, and the run's schedule ends k times too early (or late).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, finding, optional
+from lrdoctor.core.numbers import number
+
+if TYPE_CHECKING:
+    from lrdoctor.core.state import Counter, RunState
+
+# Order in which counters stand for "where the schedule should be", by unit.
+_UPDATE_COUNTERS = ("optimizer.step", "loop.global_step", "loop.num_updates", "loop.update",
+                    "loop.updates", "loop.iteration", "loop.step", "loop.optimizer_step")
+_MAX_K = 64
+
+
+@dataclass(frozen=True)
+class StatelessPlacement(Evidence):
+    lr: float
+    counter: str
+    counter_value: float
+    unit: str
+    positions: tuple[tuple[int, int], ...]  # runs of positions whose LR is the saved LR
+    expected_lr: float | None
+    k: float | None = optional()
+
+    def headline(self) -> str | None:
+        return f"schedule at {number(self.k)}x the step count" if self.k else None
+
+
+RULE = Rule(
+    code="LRD133",
+    name="stateless-schedule-mismatch",
+    severity=Severity.ERROR,
+    title="The saved LR says the schedule is not where the step count puts it",
+    explanation=("Frameworks that save no scheduler position (timm's schedulers; torchtune, "
+                 "torchtitan and trainers that rebuild the schedule from the step count; a "
+                 "schedule kept in a config beside the checkpoint) still save the LR they used "
+                 "and their own counters. lrdoctor rebuilds the schedule with the family's exact "
+                 "formula and finds every position t where it gives the saved LR: when the "
+                 "trainer's counter is not among them, `lr == f(k * step)` gives k, and the "
+                 "schedule ends k times too early (or late). An LR the schedule never gives is "
+                 "a warning: it was set elsewhere."),
+    example=("timm CosineLRScheduler t_initial 40 updates, saved lr 5.0e-4: the schedule gives "
+             "it at t = 20, while optimizer.step is 5: k = 4 (step_update called per "
+             "micro-batch of 4)."),
+    fix=("Pass the counter the horizon is counted in (timm: `step(epoch + 1)` with "
+         "`t_in_epochs=True`, `step_update(num_updates)` with optimizer updates), or size the "
+         "horizon in the unit the schedule is stepped in."),
+    evidence=(StatelessPlacement,),
+)
+
+
+def _counter(state: RunState) -> Counter | None:
+    from lrdoctor.core.state import Unit
+
+    unit = state.schedule.unit if state.schedule else None
+    if unit is Unit.EPOCHS:
+        return next((c for c in state.counters if c.unit is Unit.EPOCHS), None)
+    for name in _UPDATE_COUNTERS:
+        c = state.counter(name)
+        if c is not None and c.value > 0:
+            return c
+    return None
+
+
+def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
+    from lrdoctor.core.state import Unit
+    from lrdoctor.schedules import lr_or_none
+    from lrdoctor.schedules.solve import MAX_EVALS, positions, runs
+
+    spec = state.schedule
+    if not state.stateless or spec is None:
+        return []
+    where = spec.source or state.path
+    if not state.optimizer_lrs:
+        return [finding("LRD111", f"{state.stateless}, but no optimizer LR was saved to place "
+                        "it: its position could not be judged.", {"schedule": where},
+                        location=state.path)]
+    lr = state.optimizer_lrs[0]
+    c = _counter(state)
+    scale = max(c.value if c else 0, 1)
+    upto = int(min(MAX_EVALS, max(scale * _MAX_K, (spec.horizon or 0) * 2 + 2, 64)))
+    found_runs = runs(positions(spec, lr, upto))
+    if c is None:
+        return [finding("LRD111", f"{state.stateless}: the saved lr {number(lr)} lies at "
+                        f"{_where(found_runs, upto)}, but no counter in {spec.unit.value} was "
+                        "saved to compare it with.", {"schedule": where, "lr": lr},
+                        location=state.path)]
+    value = c.value
+    # timm's loops call step(epoch + 1) at an epoch's end and save the epoch index.
+    agree = {value, value + 1} if spec.unit is Unit.EPOCHS else {value}
+    if any(a <= v <= b for a, b in found_runs for v in agree):
+        return []
+    expected = lr_or_none(spec, value)
+    ev = dict(lr=lr, counter=c.name, counter_value=value, unit=spec.unit.value,
+              positions=tuple(found_runs[:6]), expected_lr=expected)
+    head = (f"{spec.family} {spec.kind} ({where}) saves no position; the saved lr "
+            f"{number(lr)} lies at {_where(found_runs, upto)} {spec.unit.value}, but "
+            f"{c.name} is {number(value)}")
+    if not found_runs:
+        return [RULE.finding(
+            f"{head}: the rebuilt schedule never gives that LR up to {number(upto)} "
+            f"(at {number(value)} it gives {number(expected) if expected is not None else '?'}): "
+            "the LR was set elsewhere, or the schedule is not the one rebuilt.",
+            StatelessPlacement(**ev), severity=Severity.WARNING, location=c.source or None)]
+    k, base = _k(found_runs, sorted(agree, reverse=True), upto)
+    said = (f": lr == f({number(k)} x {number(base)}), the schedule runs {number(k)} times as "
+            "fast as the counter" if k and k > 1 else
+            f": lr == f({number(k)} x {number(base)}), the schedule is behind the counter"
+            if k else "")
+    return [RULE.finding(
+        f"{head}, where the schedule gives {number(expected) if expected is not None else '?'}"
+        f"{said}.", StatelessPlacement(**ev, k=k), location=c.source or None)]
+
+
+def _k(found_runs: list[tuple[int, int]], values: list[float],
+       upto: int) -> tuple[float | None, float]:
+    """The whole (or simplest) ratio position / counter that the runs allow; ``values``:
+    the counter's readings that mean "on schedule" (epochs: the index and the next)."""
+    for k in range(2, _MAX_K + 1):
+        for v in values:
+            if any(a <= k * v <= b for a, b in found_runs):
+                return float(k), v
+    for k in range(2, _MAX_K + 1):  # behind: one schedule step per k counted steps
+        for v in values:
+            if any(a <= v / k <= b for a, b in found_runs):
+                return 1 / k, v
+    value = values[-1]
+    a, b = min(found_runs, key=lambda r: min(abs(r[0] - value), abs(r[1] - value)))
+    t = a if b >= upto else (a if abs(a - value) < abs(b - value) else b)
+    return (round(t / value, 4) if value else None), value
+
+
+def _where(found_runs: list[tuple[int, int]], upto: int) -> str:
+    if not found_runs:
+        return "no position"
+    parts = [f"t = {a}" if a == b else (f"t >= {a} (the floor)" if b >= upto
+                                        else f"t = {a}..{b}") for a, b in found_runs[:3]]
+    return " or ".join(parts) + (" ..." if len(found_runs) > 3 else "")
