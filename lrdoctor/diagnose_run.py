@@ -159,6 +159,9 @@ def diagnose_run(states: list[RunState]) -> list[Finding]:
         if interval is not None:
             drift.append(interval)
     out += _ratio_drift(pts, drift)
+    from lrdoctor.rules import lrd131_lr_zero_while_training
+
+    out += lrd131_lr_zero_while_training.check_run(states)
     return out
 
 

@@ -104,6 +104,11 @@ class RunState:
     # (timm's schedulers, a config beside the checkpoint): what it was rebuilt from. Its
     # position is solved from the saved LR and the trainer's counters (LRD133).
     stateless: str | None = None
+    # LRs the run logged, as (step, lr) in the log's own step count (HF log_history,
+    # Lightning's LearningRateMonitor), and where from: evidence of the LR actually used
+    # (LRD131 LR 0 while training went on, LRD132 a log the configured type cannot give).
+    lr_log: list[tuple[float, float]] = field(default_factory=list)
+    lr_log_source: str = ""
     notes: list[str] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
     # What the rules judge by beyond the counters (lrdoctor.core.facts).

@@ -45,6 +45,8 @@ from lrdoctor.rules import (
     lrd117_epoch_end_arithmetic,
     lrd118_decay_unfinished_at_planned_end,
     lrd130_resume_file_unreadable,
+    lrd131_lr_zero_while_training,
+    lrd132_lr_contradicts_schedule_type,
     lrd133_stateless_schedule_mismatch,
     lrd201_overshoot,
     lrd202_undershoot,
@@ -105,6 +107,8 @@ CHECKPOINT: tuple[CheckpointRule, ...] = (
     lrd105_optimizer_lr_mismatch,
     lrd117_epoch_end_arithmetic,
     lrd130_resume_file_unreadable,
+    lrd131_lr_zero_while_training,
+    lrd132_lr_contradicts_schedule_type,
     lrd133_stateless_schedule_mismatch,
     lrd111_not_judged,
 )

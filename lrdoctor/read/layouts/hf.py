@@ -167,6 +167,7 @@ def read(path: Path) -> RunState:
     args, why = training_args(ckpt)
     history = _lr_history(ts)
     st.extras["logged_lr_points"] = len(history)
+    st.lr_log, st.lr_log_source = [(float(s), lr) for s, lr in history], f"{ssrc}:log_history"
     if args is not None:
         st.files.append(str(ckpt / TRAINING_ARGS))
         st.schedule = _schedule_from_args(args, max_steps, base_lr)

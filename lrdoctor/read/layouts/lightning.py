@@ -335,6 +335,7 @@ def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
     st.files.append(str(f))
     st.facts.lr_log = LrLog(file=str(f), column=col, points=len(history))
     st.extras["logged_lr_points"] = len(history)
+    st.lr_log, st.lr_log_source = [(float(s), lr) for s, lr in history], f"{f} column {col!r}"
     if st.extras.get("lightning.interval") != "step":
         st.notes.append(f"{f}: LRs logged per step, but the scheduler steps per epoch: "
                         "not fitted")
