@@ -76,7 +76,13 @@ def _updates(state: RunState) -> Counter | None:
     return next((c for c in state.counters if c.name == "optimizer.step"), None)
 
 
+# Findings that already say the rest of the run trains at the floor, and why.
+_CAUSES = frozenset({"LRD101", "LRD103", "LRD104", "LRD109"})
+
+
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
+    if any(f.code in _CAUSES for f in found):
+        return []
     out = _from_log(state)
     if out:
         return out
@@ -103,16 +109,34 @@ def _from_log(state: RunState) -> list[Finding]:
         return []
     # From the first time the LR is near its peak: a warmup that starts at 0 is no finding.
     peak_i = next(i for i, (_, lr) in enumerate(log) if lr >= 0.9 * peak)
-    zeros = [(s, lr) for s, lr in log[peak_i + 1:] if _is_zero(lr, peak)]
-    if not zeros:
-        return []
-    first = zeros[0][0]
+    after = log[peak_i + 1:]
     last_step = log[-1][0]
     end = max(last_step, state.planned_end.value if state.planned_end is not None
               and state.planned_end.unit.value == "optimizer updates" else last_step)
-    if first >= last_step and first >= end:
-        return []  # the LR reaches 0 at the very end of training: a schedule that ends at 0
-    at_zero = float(len(zeros)) + (end - last_step)
+    # Runs of logged zeros. One zero followed by a rise is a warmup (re)starting at 0 (HF's
+    # warmup, a scheduler restarted on resume: LRD112) or the bottom of a cycle (LRD132):
+    # the LR stays at 0 only in a run of two or more, or at the end of the log short of
+    # the planned end.
+    zeros: list[tuple[float, float]] = []
+    runs: list[list[tuple[float, float]]] = []
+    for i, (s, lr) in enumerate(after):
+        if _is_zero(lr, peak):
+            if runs and i > 0 and _is_zero(after[i - 1][1], peak):
+                runs[-1].append((s, lr))
+            else:
+                runs.append([(s, lr)])
+    for run in runs:
+        if len(run) >= 2 or (run[-1][0] == last_step and last_step < end):
+            zeros += run
+    if not zeros:
+        return []
+    first = zeros[0][0]
+    gaps = [b - a for (a, _), (b, _) in zip(log, log[1:], strict=False) if b > a]
+    every = min(gaps) if gaps else 1.0  # logging_steps: each logged point stands for these
+    at_zero = sum(r[-1][0] - r[0][0] + every for r in runs
+                  if len(r) >= 2 or (r[-1][0] == last_step and last_step < end))
+    if zeros[-1][0] == last_step:
+        at_zero += end - last_step
     return [RULE.finding(
         f"The logged LR ({state.lr_log_source}) is 0 at step {number(first)}, after the peak "
         f"{number(peak)}, and training went on to step {number(last_step)}"
@@ -135,7 +159,9 @@ def check_run(states: Sequence[RunState]) -> list[Finding]:
         pts.append((c.value, st.optimizer_lrs[0]))
         name = c.name
     pts.sort()
-    if len(pts) < 3 or pts[-1][1] != 0:
+    # Only where the LRs are the evidence: a known schedule is judged by the per-checkpoint
+    # rules (LRD101, LRD105), and a trend of points it explains says nothing more.
+    if len(pts) < 4 or pts[-1][1] != 0 or states[-1].schedule is not None:
         return []
     peak = max(lr for _, lr in pts)
     live = [(x, lr) for x, lr in pts if lr > 0]
@@ -144,7 +170,7 @@ def check_run(states: Sequence[RunState]) -> list[Finding]:
     live = [(x, lr) for x, lr in live if x < first_zero]
     top = max(range(len(live)), key=lambda i: live[i][1]) if live else 0
     line = live[top:]
-    if len(line) < 2:
+    if len(line) < 3:  # two points are always on a line
         return []
     n = len(line)
     mx, my = sum(x for x, _ in line) / n, sum(y for _, y in line) / n

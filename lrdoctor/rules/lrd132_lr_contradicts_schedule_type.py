@@ -112,6 +112,8 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
             "that was used.", LogContradiction(**ev), severity=Severity.INFO,
             location=state.lr_log_source or None)]
     (ls, llr), (bs, blr) = cycle
+    if _restarted(spec, log, ls, peak):
+        return []  # the configured schedule again from a resume: LRD112's finding, run-level
     end = state.planned_end
     return [RULE.finding(
         f"The configuration says {spec.family} {spec.kind} ({spec.source or 'as read'}), which "
@@ -122,6 +124,25 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         "run, a restart, or another scheduler than the configured one).",
         LogContradiction(**ev, low_step=ls, low_lr=llr, back_step=bs, back_lr=blr),
         location=state.lr_log_source or None)]
+
+
+def _restarted(spec, log: list[tuple[float, float]], low_step: float, peak: float) -> bool:
+    """Whether the log from ``low_step`` on is the configured schedule started afresh
+    (a scheduler restarted at a resume), at either logging offset."""
+    from lrdoctor.schedules import lr_or_none
+
+    tail = [(s, lr) for s, lr in log if s >= low_step]
+    for s0 in (low_step - 1, low_step, low_step + 1):
+        for off in (0.0, 1.0):
+            ok = True
+            for s, lr in tail:
+                want = lr_or_none(spec, max(0.0, s - s0 - off))
+                if want is None or abs(lr - want) > FIT_RTOL * peak:
+                    ok = False
+                    break
+            if ok:
+                return True
+    return False
 
 
 def _configured(spec, log: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -20,11 +20,11 @@ def _loud(rep):
     return [f for f in rep.findings if f.severity >= Severity.WARNING]
 
 
-def _cosine_callback(t_max: int):
-    """A TrainerCallback-free way to hand Trainer another scheduler: ``optimizers=`` is
-    not reachable through hf_run, so the callback swaps the trainer's scheduler for a
-    torch CosineAnnealingLR(T_max) at the start of training (what a user passing
-    ``optimizers=(opt, CosineAnnealingLR(opt, T_max=steps_per_epoch))`` gets)."""
+def _cosine_callback(t_max: int, make=None):
+    """Hand the Trainer another scheduler than its arguments name: ``optimizers=`` is not
+    reachable through hf_run, so a callback swaps the trainer's scheduler for a torch
+    CosineAnnealingLR(T_max) (or ``make(opt)``) at the start of training, what a user
+    passing ``optimizers=(opt, CosineAnnealingLR(opt, T_max=steps_per_epoch))`` gets."""
     from transformers import TrainerCallback
 
     class Swap(TrainerCallback):
@@ -35,7 +35,8 @@ def _cosine_callback(t_max: int):
             opt = kw["optimizer"]
             for g in opt.param_groups:
                 g["lr"] = g["initial_lr"]
-            cos = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=t_max)
+            cos = make(opt) if make else torch.optim.lr_scheduler.CosineAnnealingLR(
+                opt, T_max=t_max)
             sched.__dict__.clear()
             sched.__dict__.update(cos.__dict__)
             sched.__class__ = type(cos)
@@ -56,10 +57,26 @@ def test_hf_log_that_cycles_while_args_say_linear(tmp_path):
     assert ev["configured"].startswith("hf linear (training_args.bin)")
     assert ev["low_lr"] == 0 and ev["low_step"] == 6
     assert ev["back_step"] > ev["low_step"] and ev["back_lr"] >= 0.9 * ev["peak_lr"]
-    z = by["LRD131"]
+    # One logged 0 at the bottom of each cycle: the cycle is the finding, not "stuck at 0".
+    assert "LRD131" not in by
+
+
+def test_hf_log_stuck_at_zero_while_training_went_on(tmp_path):
+    """The scheduler driving the run decays to 0 over 10 of 16 steps (its horizon sized
+    for another unit): the logged LR stays 0 for the last 6 updates."""
+    import torch
+
+    def linear10(opt):
+        return torch.optim.lr_scheduler.LinearLR(opt, start_factor=1.0, end_factor=0.0,
+                                                 total_iters=10)
+
+    hf_run(tmp_path / "out", max_steps=16, save_steps=16, scheduler="linear", warmup_steps=0,
+           callbacks=[_cosine_callback(0, make=linear10)])
+    (rep,) = inspect_path(tmp_path / "out" / "checkpoint-16")
+    (z,) = [f for f in rep.findings if f.code == "LRD131"]
     assert z.severity is Severity.ERROR and z.evidence["source"] == "log"
-    assert z.evidence["zero_from"] == 6 and z.evidence["end"] == 16
-    assert z.evidence["steps_at_zero"] == 2  # steps 6 and 16 used LR 0 (cos(pi) at 5, 15)
+    assert z.evidence["zero_from"] == 11 and z.evidence["end"] == 16
+    assert z.evidence["steps_at_zero"] == 6 and z.evidence["share_at_zero"] == 6 / 16
 
 
 def test_hf_healthy_twin_cosine_over_the_whole_run_is_quiet(tmp_path):
