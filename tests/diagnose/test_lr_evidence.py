@@ -168,3 +168,78 @@ def test_optimizer_lr_zero_before_the_planned_end(tmp_path):
     assert f.evidence["share_at_zero"] == 0.5
     (rep,) = inspect_path(tmp_path / "ok.pt")
     assert not [x for x in rep.findings if x.code == "LRD131"], rep.findings
+
+
+def _lightning_run(root: Path, horizon: int, steps: int = 15, every: int = 3) -> None:
+    """A real Lightning run: a LambdaLR decaying linearly to 0 at ``horizon`` (clamped),
+    stepped per batch, ModelCheckpoint every ``every`` steps, no logger: the lambda is
+    not saved and no LR was logged, so only the checkpoints' LRs tell the schedule."""
+    import warnings
+
+    import pytorch_lightning as pl
+    import torch
+    from pytorch_lightning.callbacks import ModelCheckpoint
+    from torch.utils.data import DataLoader, TensorDataset
+
+    warnings.filterwarnings("ignore")
+
+    class M(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.save_hyperparameters({"max_steps": steps})
+            self.lin = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, i):
+            return self.lin(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            o = torch.optim.AdamW(self.parameters(), lr=1e-3)
+            s = torch.optim.lr_scheduler.LambdaLR(o, lambda n: max(0.0, (horizon - n) / horizon))
+            return {"optimizer": o, "lr_scheduler": {"scheduler": s, "interval": "step"}}
+
+    torch.manual_seed(0)
+    dl = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=2)
+    t = pl.Trainer(default_root_dir=root, logger=False, max_steps=steps,
+                   callbacks=[ModelCheckpoint(dirpath=root / "ckpts", save_top_k=-1,
+                                              every_n_train_steps=every)],
+                   enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    t.fit(M(), dl)
+
+
+def test_lightning_checkpoint_trend_reaching_zero_early(tmp_path):
+    """Generality: the checkpoint-trend rule (written against a plain torch loop's
+    ckpt_N.pt files) on Lightning ModelCheckpoint .ckpt files read by the Lightning layout."""
+    _lightning_run(tmp_path / "bug", horizon=12)
+    reps = inspect_path(tmp_path / "bug" / "ckpts")
+    (f,) = [x for x in reps[-1].findings if x.code == "LRD131"]
+    assert f.severity is Severity.ERROR and f.evidence["source"] == "checkpoints"
+    assert f.evidence["zero_from"] == pytest.approx(12) and f.evidence["end"] == 15
+    assert f.evidence["steps_at_zero"] == pytest.approx(3)
+    _lightning_run(tmp_path / "ok", horizon=15)
+    reps = inspect_path(tmp_path / "ok" / "ckpts")
+    assert not [x for x in reps[-1].findings if x.code == "LRD131"], reps[-1].findings
+
+
+def test_log_fitted_at_the_schedulers_own_counter_when_stepped_k_times(tmp_path):
+    """A run whose scheduler steps 4 times per update (what accelerate's
+    AcceleratedScheduler does with num_processes=4 and a budget in updates), with no
+    training_args.bin: the schedule is fitted to log_history as a function of the
+    scheduler's counter (4 x step, the logged LR sitting at a call offset inside the
+    window), recovers the real cosine (warmup 3, horizon 12), and the run is LRD103 k=4."""
+    from transformers import TrainerCallback
+
+    class StepsAgain(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            for _ in range(3):
+                kw["lr_scheduler"].step()
+
+    truth = hf_run(tmp_path / "out", max_steps=12, save_steps=3, save_state=False,
+                   callbacks=[StepsAgain()])
+    ck = tmp_path / "out" / "checkpoint-3"
+    (ck / "training_args.bin").unlink()
+    (rep,) = inspect_path(ck)
+    s = rep.state["schedule"]
+    assert (s["kind"], s["warmup"], s["horizon"]) == ("cosine", 3.0, 12.0), s
+    assert "4 x" in s["source"] and "fitted from log_history" in s["source"]
+    f = next(x for x in rep.findings if x.code == "LRD103")
+    assert f.evidence["k"] == 4 and truth.saves[0].scheduler["last_epoch"] == 12

@@ -50,7 +50,7 @@ def test_warmup_beyond_horizon_is_reported(spec):
 
 def test_unknown_family():
     bad = mk("keras", "cosine")
-    assert problems(bad) == ["schedule family='keras' is not one of megatron, hf, torch, deepspeed"]
+    assert problems(bad) == ["schedule family='keras' is not one of megatron, hf, torch, deepspeed, timm, torchtitan"]
     with pytest.raises(ValueError, match="keras"):
         lr_at(bad, 1)
 

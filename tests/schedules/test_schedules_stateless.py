@@ -104,3 +104,77 @@ def test_torchtune_cosine_is_the_hf_cosine():
         sched.step()
         assert math.isclose(lr_at(spec, k), opt.param_groups[0]["lr"], rel_tol=1e-12,
                             abs_tol=1e-20), k
+
+
+def _titan_container(opt, total: int, **cfg):
+    """torchtitan's own LRSchedulersContainer.Config(...).build, as the trainer calls it."""
+    import logging
+
+    class Configurable:
+        @dataclasses.dataclass(kw_only=True, slots=True)
+        class Config:
+            pass
+
+    src = load("torchtitan.components.optimizer.lr_scheduler", stubs={
+        "torchtitan.config": {"Configurable": Configurable},
+        "torchtitan.tools.logging": {"logger": logging.getLogger("titan")},
+        "torchtitan.components.optimizer.optimizer": {"OptimizersContainer": list},
+    })
+    return src.LRSchedulersContainer.Config(**cfg).build(optimizers=[opt], training_steps=total)
+
+
+def _titan_run(root, *, config_steps: int, run_steps: int = 20, done: int = 10):
+    """A torchtitan-layout DCP checkpoint (checkpoint/step-N: flat optimizer, lr_scheduler
+    = {"last_epoch"}, train_state) of a loop driven by torchtitan's own scheduler container
+    over ``run_steps``, with a job config TOML in the dump folder saying ``config_steps``."""
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as tdcp
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = _titan_container(opt, run_steps, warmup_steps=2, decay_type="cosine",
+                             min_lr_factor=0.1)
+    for _ in range(done):
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+    names = {id(p): n for n, p in model.named_parameters()}
+    osd = opt.state_dict()
+    params = [p for g in opt.param_groups for p in g["params"]]
+    flat = {f"state.{names[id(params[i])]}.{k}": v for i, s in osd["state"].items()
+            for k, v in s.items()}
+    for g, live in zip(osd["param_groups"], opt.param_groups, strict=True):
+        for p in live["params"]:
+            flat.update({f"param_groups.{names[id(p)]}.{k}": v for k, v in g.items()
+                         if k != "params"})
+    state = {**model.state_dict(), "optimizer": flat, "lr_scheduler": sched.state_dict(),
+             "train_state": {"step": done, "ntokens_seen": done * 64}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tdcp.save(state, checkpoint_id=str(root / "checkpoint" / f"step-{done}"))
+    (root / "job_config.toml").write_text(
+        "[optimizer]\nname = \"AdamW\"\nlr = 1e-3\n\n[lr_scheduler]\nwarmup_steps = 2\n"
+        f"decay_type = \"cosine\"\nmin_lr_factor = 0.1\n\n[training]\nsteps = {config_steps}\n")
+    return opt.param_groups[0]["lr"]
+
+
+def test_torchtitan_schedule_rebuilt_from_the_job_config(tmp_path):
+    from lrdoctor.findings import Severity
+    from lrdoctor.inspect_api import inspect_path
+
+    lr = _titan_run(tmp_path / "ok", config_steps=20)
+    (rep,) = inspect_path(tmp_path / "ok")
+    s = rep.state["schedule"]
+    assert s["family"] == "torchtitan" and s["horizon"] == 20 and s["kind"] == "cosine"
+    assert math.isclose(rep.state["optimizer_lrs"][0], lr, rel_tol=1e-12)
+    assert not [f for f in rep.findings if f.severity >= Severity.WARNING], rep.findings
+    # The job config beside the checkpoint was edited (40 steps) after the run saved: the
+    # LR the run used is not what the config's schedule gives at last_epoch 10.
+    _titan_run(tmp_path / "edited", config_steps=40)
+    (rep,) = inspect_path(tmp_path / "edited")
+    (f,) = [x for x in rep.findings if x.code == "LRD105"]
+    assert math.isclose(f.evidence["optimizer_lrs"][0], lr, rel_tol=1e-12)

@@ -125,4 +125,91 @@ def read(path: Path) -> RunState:
     else:
         st.notes.append("no train_state.step in this checkpoint")
     st.extras["step_dir"] = ckpt.name
+    if st.schedule is None:
+        _schedule_from_job_config(st, ckpt, info)
     return st
+
+
+# How far above ``step-N`` a job config is looked for (checkpoint/, the dump folder, its
+# parent), and how many config files are read at most.
+CONFIG_LEVELS = 3
+CONFIG_FILES = 24
+_CONFIG_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
+
+
+def job_config(ckpt: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The torchtitan job config beside the run, found by content: a mapping with an
+    ``lr_scheduler`` table and ``training.steps`` (TOML ``--job.config_file``, or the
+    config dumped as JSON/YAML), nearest folder first. Unreadable files are skipped."""
+    from lrdoctor.core.errors import UnusableInput
+    from lrdoctor.read.bytes import safetext
+
+    seen = 0
+    d = ckpt.parent
+    for _ in range(CONFIG_LEVELS):
+        try:
+            files = sorted(f for f in d.iterdir() if f.is_file()
+                           and f.suffix.lower() in _CONFIG_SUFFIXES)
+        except OSError:
+            files = []
+        for f in files:
+            seen += 1
+            if seen > CONFIG_FILES:
+                return None
+            try:
+                if f.suffix.lower() == ".toml":
+                    obj: Any = safetext.toml_loads(safetext.read_text(f, "config_bytes",
+                                                                      "TOML"), str(f))
+                elif f.suffix.lower() == ".json":
+                    obj = safetext.read_json(f)
+                else:
+                    obj = safetext.read_yaml(f)
+            except (UnusableInput, ValueError):
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("lr_scheduler"), dict) \
+                    and isinstance(obj.get("training"), dict) \
+                    and _common.number(obj["training"].get("steps")) is not None:
+                return f, obj
+        if d.parent == d:
+            break
+        d = d.parent
+    return None
+
+
+def _schedule_from_job_config(st: RunState, ckpt: Path, info: dict[str, Any] | None) -> None:
+    """The LambdaLR torchtitan builds from ``[lr_scheduler]`` and ``training.steps``
+    (family ``torchtitan``, exact to ``LRSchedulersContainer.Config.build``)."""
+    from lrdoctor.core.state import ScheduleSpec
+    from lrdoctor.schedules import torchtitan as titan
+
+    found = job_config(ckpt)
+    if found is None:
+        return
+    f, cfg = found
+    ls, tr = cfg["lr_scheduler"], cfg["training"]
+    steps = int(_common.number(tr["steps"]) or 0)
+    total = _common.number(ls.get("total_steps"))
+    total_steps = int(total) if total is not None else steps
+    lr = _common.number((cfg.get("optimizer") or {}).get("lr")) \
+        if isinstance(cfg.get("optimizer"), dict) else None
+    if lr is None:
+        st.notes.append(f"{f}: a torchtitan job config without optimizer.lr: its schedule "
+                        "cannot be rebuilt")
+        return
+    warmup = int(_common.number(ls.get("warmup_steps", 200)) or 0)
+    ratio = _common.number(ls.get("decay_ratio"))
+    params = titan.build_params(total_steps, warmup, ratio,
+                                float(_common.number(ls.get("min_lr_factor", 0.0)) or 0.0))
+    src = f"{f}:lr_scheduler"
+    st.schedule = ScheduleSpec(family="torchtitan", kind=str(ls.get("decay_type", "linear")),
+                               max_lr=float(lr), unit=Unit.UPDATES,
+                               min_lr=float(lr) * params["min_lr_factor"],
+                               warmup=float(params["warmup_steps"]),
+                               horizon=float(total_steps), params=params, source=src)
+    if st.planned_end is None and steps > 0:
+        st.planned_end = Counter("training.steps", float(steps), Unit.UPDATES,
+                                 f"{f}:training.steps")
+    st.files.append(str(f))
+    st.notes = [n for n in st.notes if not n.startswith("torchtitan saves only")]
+    st.notes.append(f"schedule rebuilt from the job config {f} (torchtitan saves only "
+                    "lr_scheduler.last_epoch)")
