@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
 
 FIT_RTOL = 1e-6
+MAX_K = 8  # whole scheduler calls per logged step tried
 LOW = 0.05  # a logged LR at or below this share of the peak is at the floor
 BACK = 0.9  # and climbing back to this share of the peak is a new cycle
 
@@ -80,7 +81,9 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     peak = max(lr for _, lr in log)
     if peak <= 0:
         return []
-    scales = {1.0}
+    # The log at the scheduler's own pace too: k scheduler calls per logged step is
+    # LRD103's finding (and a repaired checkpoint keeps the log of its k-fast past).
+    scales = {float(k) for k in range(1, MAX_K + 1)}
     sp, nom = state.scheduler_progress, state.nominal_progress
     if sp is not None and nom is not None and nom.value > 0 and sp.value > 0:
         scales.add(sp.value / nom.value)
