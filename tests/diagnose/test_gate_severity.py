@@ -131,6 +131,9 @@ dist.destroy_process_group()
 
 
 def test_fsdp2_dtensor_records_are_read_not_called_corrupt(tmp_path):
+    """The DTensor record reader was written for torch.save pickles; generality: the same
+    FSDP2 state saved by torch.distributed.checkpoint (a DCP folder, another layout) reads
+    the same verdict."""
     from lrdoctor.read.bytes import safeload
 
     _fsdp2_checkpoint(tmp_path / "f")
