@@ -4,8 +4,9 @@ Three sources of the LR that was used, each judged where it is:
 
 - one checkpoint: every param-group LR is 0 while the trainer's counter is short of the
   planned end (:func:`check`);
-- the run's log: a logged LR of 0 after the peak, with logged steps after it (:func:`check`;
-  a warmup that starts at 0 is not counted);
+- the run's log: the logged LR is 0 from a step after the peak to the end of the log (and
+  the optimizer's LR is 0), with logged steps after the first 0 (:func:`check`; a warmup
+  that starts at 0 is not counted);
 - the run's checkpoints: their LRs lie on a line that reaches 0 before the last of them,
   which saved LR 0 (:func:`check_run`): the zero crossing says from which update on the
   run trained at 0, and what share of it that is.
@@ -113,30 +114,24 @@ def _from_log(state: RunState) -> list[Finding]:
     last_step = log[-1][0]
     end = max(last_step, state.planned_end.value if state.planned_end is not None
               and state.planned_end.unit.value == "optimizer updates" else last_step)
-    # Runs of logged zeros. One zero followed by a rise is a warmup (re)starting at 0 (HF's
-    # warmup, a scheduler restarted on resume: LRD112) or the bottom of a cycle (LRD132):
-    # the LR stays at 0 only in a run of two or more, or at the end of the log short of
-    # the planned end.
-    zeros: list[tuple[float, float]] = []
-    runs: list[list[tuple[float, float]]] = []
-    for i, (s, lr) in enumerate(after):
-        if _is_zero(lr, peak):
-            if runs and i > 0 and _is_zero(after[i - 1][1], peak):
-                runs[-1].append((s, lr))
-            else:
-                runs.append([(s, lr)])
-    for run in runs:
-        if len(run) >= 2 or (run[-1][0] == last_step and last_step < end):
-            zeros += run
-    if not zeros:
+    # The LR logged 0 from some step after the peak to the end of the log, with the
+    # optimizer's LR still 0 (or not saved): the run is at 0 and went on training there.
+    # A 0 followed by a rise is a warmup (re)starting at 0 (LRD112) or the bottom of a
+    # cycle (LRD132); a repaired checkpoint's log keeps its past, but its LR is no longer 0.
+    if not after or not _is_zero(after[-1][1], peak):
         return []
+    if state.optimizer_lrs and not all(_is_zero(x, peak) for x in state.optimizer_lrs):
+        return []
+    i = len(after) - 1
+    while i > 0 and _is_zero(after[i - 1][1], peak):
+        i -= 1
+    zeros = after[i:]
+    if len(zeros) < 2 and last_step >= end:
+        return []  # one logged 0 at the planned end: a schedule that ends at 0
     first = zeros[0][0]
     gaps = [b - a for (a, _), (b, _) in zip(log, log[1:], strict=False) if b > a]
     every = min(gaps) if gaps else 1.0  # logging_steps: each logged point stands for these
-    at_zero = sum(r[-1][0] - r[0][0] + every for r in runs
-                  if len(r) >= 2 or (r[-1][0] == last_step and last_step < end))
-    if zeros[-1][0] == last_step:
-        at_zero += end - last_step
+    at_zero = end - first + every
     return [RULE.finding(
         f"The logged LR ({state.lr_log_source}) is 0 at step {number(first)}, after the peak "
         f"{number(peak)}, and training went on to step {number(last_step)}"
