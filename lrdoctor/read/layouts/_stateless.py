@@ -66,7 +66,8 @@ def attach(sc: discover.Scan, st: RunState) -> None:
             st.stateless = (f"timm {kind} state ({where}): timm schedulers keep no position; "
                             "it is solved from the saved LR")
             st.notes = [n for n in st.notes if not n.startswith("no LR scheduler state found")]
-            st.extras.pop("contents", None)
-            if file not in st.extras.setdefault("files_used", []):
-                st.extras["files_used"].append(file)
+            st.facts.contents = {}
+            used = st.facts.files_used if st.facts.files_used is not None else []
+            if file not in used:
+                st.facts.files_used = [*used, file]
             return
