@@ -407,6 +407,13 @@ def replay_context_lines(report) -> list[tuple[str, str, str | None]]:
     if s.get("cycled"):
         lines.append(("batch log", f"{s['cycled']}: every later step repeats logged lengths, "
                       "so per-step variation is the log's, not the run's", "yellow"))
+    from lrdoctor.rules.lrd216_scheduler_before_optimizer import is_step_order_warning
+
+    for w in s.get("torch_warnings") or []:
+        if not is_step_order_warning(w.get("message", "")):  # that one is LRD216
+            lines.append(("torch warned in the replayed loop",
+                          f"{w.get('category')}: {w.get('message')} ({w.get('count')}x)",
+                          "yellow"))
     knob = s.get("memory_knob")
     if isinstance(knob, dict):
         rows = knob.get("rows") or []

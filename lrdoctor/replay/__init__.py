@@ -168,6 +168,9 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
         summary["config_source"] = dict(cfg._source)
     if cross is not None:
         summary["cross_check"] = cross
+        if cross.get("torch_warnings"):  # the sampled real loop's, from the run's start
+            summary.setdefault("torch_warnings", cross.pop("torch_warnings"))
+        cross.pop("torch_warnings", None)
     sweep_results: list = []
     key = None
     knob = None

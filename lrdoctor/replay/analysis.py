@@ -143,7 +143,7 @@ def summarize(rep: Replay) -> dict[str, Any]:
 
         s["loss_scale"] = loss_scale.scale(rep, cfg.batching.loss_normalization)
     for key in ("scheduler_class", "micro_batches_per_second", "torch_seconds", "cycled",
-                "logged_steps"):
+                "logged_steps", "torch_warnings"):
         if key in rep.notes:
             s[key] = rep.notes[key]
     return s

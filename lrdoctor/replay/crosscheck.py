@@ -107,6 +107,7 @@ def cross_check(cfg, infos: list, fast, *, device: str = "cpu") -> dict[str, Any
     segments = []
     t0 = time.perf_counter()
     backend = None
+    warned: list[dict] = []
     for a, b, why in segs:
         r0 = int(first_row[a])
         n = sum(len(i.plan.micro_batches) for i in infos[a:b]) * epochs
@@ -116,6 +117,8 @@ def cross_check(cfg, infos: list, fast, *, device: str = "cpu") -> dict[str, Any
         rep = torch_exec.replay_torch(cfg, infos[a:b], device=device, start=start,
                                       framework_scheduler=False)
         backend = rep.notes.get("scheduler_class")
+        if r0 == 0:  # a later segment restarts the optimizer: its step order is not the run's
+            warned = rep.notes.get("torch_warnings") or []
         loop_seconds += rep.notes.get("torch_seconds") or 0.0
         ran += n
         T = rep.trace
@@ -137,6 +140,7 @@ def cross_check(cfg, infos: list, fast, *, device: str = "cpu") -> dict[str, Any
             "segments": segments, "not_covered": skipped, "agree": not mismatches,
             "mismatches": mismatches[:5], "device": torch_exec.pick_device(device),
             "scheduler_class": backend, "seconds": round(seconds, 3),
+            "torch_warnings": warned,
             # The loop alone (the first optimizer also imports torch._dynamo: seconds).
             "micro_batches_per_second": round(ran / loop_seconds, 1) if loop_seconds else None}
 

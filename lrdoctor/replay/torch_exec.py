@@ -191,11 +191,33 @@ def replay_torch(cfg, infos: list[StepInfo], device: str = "auto",
         # The probe is tiny: intra-op threads only contend (measured 13x slower with 2).
         torch.set_num_threads(1)
     try:
-        with _eager_without_dynamo(torch):
-            return _run(cfg, infos, dev, model_factory, optimizer, progress, notes,
-                        start or {}, framework_scheduler)
+        import warnings
+
+        # What torch (or the user's --model) warns while the loop runs is the loop's, not
+        # lrdoctor's: held here, counted, and put in the replay's notes (the report says
+        # it, LRD216 where it is a step-order bug) instead of printed at torch_exec.py.
+        with warnings.catch_warnings(record=True) as caught, _eager_without_dynamo(torch):
+            warnings.simplefilter("always")
+            rep = _run(cfg, infos, dev, model_factory, optimizer, progress, notes,
+                       start or {}, framework_scheduler)
+        held = loop_warnings(caught)
+        if held:
+            rep.notes["torch_warnings"] = held
+        return rep
     finally:
         torch.set_num_threads(threads)
+
+
+def loop_warnings(caught: list) -> list[dict]:
+    """Warnings raised while the replayed loop ran, one entry per (category, message) with
+    how often and the first trace row's train step unknown here (the loop order is
+    what matters): ``[{"category", "message", "count"}]``."""
+    out: dict[tuple[str, str], dict] = {}
+    for w in caught:
+        key = (w.category.__name__, " ".join(str(w.message).split()))
+        entry = out.setdefault(key, {"category": key[0], "message": key[1], "count": 0})
+        entry["count"] += 1
+    return list(out.values())
 
 
 def _eager_step(cls):

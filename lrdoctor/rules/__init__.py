@@ -63,6 +63,7 @@ from lrdoctor.rules import (
     lrd213_config_key_not_modelled,
     lrd214_replay_engines_disagree,
     lrd215_loss_divisor_lr_scale,
+    lrd216_scheduler_before_optimizer,
     lrd301_unused_ignore,
     lrd302_progress_ratio_exceeded,
     lrd303_check_input_unusable,
@@ -128,6 +129,7 @@ REPLAY: tuple[ReplayRule, ...] = (
     lrd211_stepped_on_failed_update,
     lrd212_budget_divisibility,
     lrd215_loss_divisor_lr_scale,
+    lrd216_scheduler_before_optimizer,
 )
 
 #: Raised where their evidence is (the run, the replay, the live guard, ``check``).

@@ -101,6 +101,29 @@ def _same(a: list[float] | None, b: list[float]) -> bool:
                             for x, y in zip(a, b, strict=False))
 
 
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the user's line: the first frame
+    outside lrdoctor and outside torch (the guard runs inside the scheduler's and the
+    optimizer's step hooks), counted from the caller of this function. A fixed number
+    pointed at ``guard.py`` whenever the call came through another hook or wrapper."""
+    import os
+    import sys
+
+    skip = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "__file__", None):
+        skip.append(os.path.dirname(os.path.abspath(torch.__file__)))
+    frame = sys._getframe(1)  # the caller of this function (the one that warns)
+    level = 1
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        if not any(name.startswith(d + os.sep) for d in skip):
+            return level
+        frame = frame.f_back
+        level += 1
+    return 2
+
+
 class _Reporter:
     """Raise or warn with the finding code; keep one Finding per code with its count."""
 
@@ -131,7 +154,7 @@ class _Reporter:
         if self.strict:
             raise SchedulerStepError(text)
         if self._found[code].evidence["occurrences"] == 1:
-            warnings.warn(text, LRDoctorWarning, stacklevel=4)
+            warnings.warn(text, LRDoctorWarning, stacklevel=user_stacklevel())
 
     def _check_resume(self, scheduler: Any, restored: float | None, rate: float) -> None:
         """On the first update after a resume, the scheduler must sit where the restored
