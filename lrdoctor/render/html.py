@@ -37,7 +37,13 @@ th{background:#f6f8fa} code{font:12px ui-monospace,SFMono-Regular,Menlo,monospac
 border-radius:4px} .ok{background:#dafbe1;color:#1a7f37;font-weight:600;padding:0 .4rem;
 border-radius:4px} figure{margin:1rem 0} figure img{max-width:100%;border:1px solid #d0d7de}
 figcaption{color:#57606a;font-size:.9rem} details pre{background:#f6f8fa;padding:.5rem;
-overflow:auto;max-height:20rem}
+overflow:auto;max-height:20rem} td code{overflow-wrap:anywhere}
+details.summary{margin:.8rem 0} details.summary>summary{cursor:pointer;color:#57606a}
+tr.failing td:first-child{border-left:3px solid #cf222e}
+td.code{white-space:nowrap}
+@media (max-width:700px){body{margin:1rem auto;font-size:13px} th,td{padding:.25rem .3rem}
+.opt{display:none}}
+@media (min-width:701px){.fix-inline{display:none}}
 """
 
 _NUMBERS = (  # (label, getter on report.state) shown for inspect reports
@@ -142,26 +148,56 @@ def render_html(reports: list[Report], figures: dict[int, list[tuple[str, Path]]
         f"<h1>{_esc(title)}</h1>",
         f'<p class="meta">lrdoctor {_esc(__version__)} &middot; {now} &middot; '
         f"{header_counts(reports, failing)}</p>",
-        "<table><thead><tr><th>target</th><th>command</th><th>format</th><th>threshold</th>"
+        "<table class=\"targets\"><thead><tr><th>target</th><th class=\"opt\">command</th>"
+        "<th class=\"opt\">format</th><th class=\"opt\">threshold</th>"
         "<th>findings</th><th>verdict</th></tr></thead><tbody>",
     ]
-    for i, (rep, bad) in enumerate(zip(reports, failing, strict=True)):
+    order = page_order(reports, failing)
+    for i in order:
+        rep, bad = reports[i], failing[i]
         counts = {s: sum(1 for f in rep.findings if f.severity == s) for s in Severity}
         summary = ", ".join(f'<span class="{s}">{n} {s}</span>'
                             for s, n in sorted(counts.items(), reverse=True) if n) or "none"
-        verdict = '<span class="fail">FAIL</span>' if bad else '<span class="ok">ok</span>'
-        if not bad and rep.findings and rep.extra.get("fail_on") == "never":
-            verdict = "not gated"  # 'ok' beside an error read as if the error did not count
         parts.append(
-            f'<tr><td><a href="#t{i}"><code>{_esc(rep.target)}</code></a></td>'
-            f"<td>{_esc(rep.command)}</td><td>{_esc(rep.format or '')}</td>"
-            f"<td>{_esc(rep.extra.get('fail_on', 'warning'))}</td><td>{summary}</td>"
-            f"<td>{verdict}</td></tr>")
+            f'<tr class="{"failing" if bad else "passing"}">'
+            f'<td><a href="#t{i}"><code>{_esc(rep.target)}</code></a></td>'
+            f'<td class="opt">{_esc(rep.command)}</td>'
+            f'<td class="opt">{_esc(rep.format or "")}</td>'
+            f'<td class="opt">{_esc(rep.extra.get("fail_on", "warning"))}</td>'
+            f"<td>{summary}</td><td>{gate_verdict(rep, bad)}</td></tr>")
     parts.append("</tbody></table>")
-    for i, rep in enumerate(reports):
-        parts += _section(i, rep, figures.get(i, []), notes.get(i))
+    for i in order:
+        parts += _section(i, reports[i], figures.get(i, []), notes.get(i))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def page_order(reports: list[Report], failing: list[int]) -> list[int]:
+    """Indexes in the page's order: failing targets first, then by worst finding, then as
+    given (a fleet's one failing run must not sit below twenty clean ones)."""
+    return sorted(range(len(reports)), key=lambda i: (
+        -failing[i], -max((f.severity for f in reports[i].findings), default=0), i))
+
+
+def gate_verdict(rep: Report, failing: int) -> str:
+    """The verdict cell, honest about the gate: FAIL at the threshold; findings that the
+    threshold does not gate are named with their severity ("2 errors, not gated"), never
+    "ok" or a bare "not gated" beside them; "not judged" when nothing was compared."""
+    threshold = rep.extra.get("fail_on", "warning")
+    if failing:
+        return f'<span class="fail">FAIL</span> (fail-on {_esc(threshold)})'
+    worst = max((f.severity for f in rep.findings), default=None)
+    if worst is not None and worst >= Severity.WARNING:
+        n = sum(1 for f in rep.findings if f.severity == worst)
+        why = "not gated: --fail-on never" if threshold == "never" else \
+            f"below fail-on {threshold}"
+        return (f'<span class="{worst}">{n} {worst}{"s" if n > 1 else ""}</span> '
+                f"({_esc(why)})")
+    from lrdoctor.render.text import not_compared
+
+    if not rep.findings and rep.command in ("inspect", "replay") and not_compared(rep):
+        return '<span class="warning">not judged</span>'
+    return '<span class="ok">ok</span>'
 
 
 def header_counts(reports: list[Report], failing: list[int]) -> str:
@@ -229,26 +265,30 @@ def _section(i: int, rep: Report, figs: list[tuple[str, Path]], note: str | None
                     isinstance(x, (int, float, str, type(None))) for x in v.values()):
                 rows.append((label, ", ".join(f"{a.replace('_', ' ')} {_num(x)}"
                                               for a, x in v.items() if x is not None)))
-    if rows:
-        out.append("<table><tbody>" + "".join(
-            f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
-            + "</tbody></table>")
     if rep.findings:
-        out.append("<table><thead><tr><th>code</th><th>severity</th><th>finding</th>"
-                   "<th>fix</th></tr></thead><tbody>")
+        out.append('<table class="findings"><thead><tr><th>code</th><th>finding</th>'
+                   '<th class="opt">fix</th></tr></thead><tbody>')
         for f in sorted(rep.findings, key=lambda f: -f.severity):
             ev = ""
             if f.evidence:
                 ev = ("<details><summary>evidence</summary><pre>"
                       + _esc(json.dumps(f.evidence.to_dict(), indent=2)) + "</pre></details>")
+            # On a narrow screen the fix follows the finding in its own cell (the
+            # four columns were cut at 420 px).
+            inline = (f'<p class="fix-inline"><b>fix:</b> {_esc(f.fix)}</p>' if f.fix else "")
             out.append(
-                f"<tr><td><code>{_esc(f.code)}</code></td>"
-                f'<td class="{f.severity}">{f.severity}</td>'
-                f"<td><b>{_esc(f.title)}</b><br>{_esc(f.message)}{ev}</td>"
-                f"<td>{_esc(f.fix)}</td></tr>")
+                f'<tr><td class="code"><code>{_esc(f.code)}</code><br>'
+                f'<span class="{f.severity}">{f.severity}</span></td>'
+                f"<td><b>{_esc(f.title)}</b><br>{_esc(f.message)}{inline}{ev}</td>"
+                f'<td class="opt fix">{_esc(f.fix)}</td></tr>')
         out.append("</tbody></table>")
     else:
-        out.append('<p><span class="ok">No findings.</span></p>')
+        from lrdoctor.render.text import not_compared
+
+        why = not_compared(rep) if rep.command in ("inspect", "replay") else None
+        out.append('<p><span class="ok">No findings.</span></p>' if why is None else
+                   f'<p><span class="warning">No findings, but not judged: {_esc(why)}.'
+                   "</span></p>")
     for ig in rep.extra.get("ignored", []) or []:
         out.append(f'<p class="meta">ignored <code>{_esc(ig.get("code"))}</code>: '
                    f'{_esc(ig.get("reason"))} ({_esc(ig.get("config_key"))})</p>')
@@ -259,6 +299,11 @@ def _section(i: int, rep: Report, figs: list[tuple[str, Path]], note: str | None
                    "</figcaption></figure>")
     if note:
         out.append(f'<p class="meta">{_esc(note)}</p>')
+    if rows:  # the raw numbers last, folded: the findings and figures say what matters
+        out.append(f'<details class="summary"><summary>{len(rows)} numbers read and '
+                   "computed</summary><table><tbody>" + "".join(
+                       f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
+                   + "</tbody></table></details>")
     return out
 
 

@@ -169,17 +169,29 @@ def plot_run(reports, out: Path) -> Path:
             ax.axvline(x, color="black", ls="-.", lw=1,
                        label="resume (from the findings)" if i == 0 and ax is top else None)
     lr_max = 0.0
-    # Widest first, so lines that coincide (a healthy run) show as nested lines.
+    curves = schedule_between(reports, xs, rows) if have_x else {}
+    # Widest first, so lines that coincide (a healthy run) show as nested lines. Where the
+    # schedule can be rebuilt, its curve is drawn between the checkpoints (a cosine is not
+    # a straight segment) and the checkpoints are markers on it.
     for key, style, color, label, kw in (
             ("lr_at_updates", "o-", "#2ca02c", "schedule at the nominal progress",
              {"lw": 6, "alpha": 0.4, "ms": 14, "mfc": "none", "mew": 2}),
-            ("optimizer_lr", "s-", "#1f77b4", "optimizer param-group lr (saved)",
-             {"lw": 2.5, "ms": 8}),
+            # Saved at each checkpoint only: markers, never a segment between them.
+            ("optimizer_lr", "s", "#1f77b4", "optimizer param-group lr (saved at the "
+             "checkpoint)", {"ms": 8}),
             ("lr_at_scheduler", "X--", "#d62728", "schedule at the scheduler's progress",
              {"lw": 1.2, "ms": 6})):
         pts = [(x, r[key]) for x, r in zip(xs, rows, strict=True) if r.get(key) is not None]
-        if pts:
+        if pts and key in curves:
+            cx, cy = curves[key]
+            bot.plot(cx, cy, style.strip("osX"), color=color, label=label + " (curve)",
+                     **{k: v for k, v in kw.items() if k in ("lw", "alpha")})
+            bot.plot(*zip(*pts, strict=True), style[0], color=color, ls="none",
+                     **{k: v for k, v in kw.items() if k not in ("lw",)})
+            lr_max = max([lr_max, *(y for y in cy if y == y)])
+        elif pts:
             bot.plot(*zip(*pts, strict=True), style, color=color, label=label, **kw)
+        if pts:
             lr_max = max([lr_max, *(y for _, y in pts)])
     bot.set_ylabel("learning rate (param group 0)")
     bot.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
@@ -197,6 +209,47 @@ def plot_run(reports, out: Path) -> Path:
     return _save_plot(fig, out)
 
 
+def schedule_between(reports, xs: list[float], rows: list[dict]) -> dict[str, tuple]:
+    """The rebuilt schedule between a run's checkpoints, for the trend plot: x (nominal
+    progress) -> LR, ``{"lr_at_scheduler": (x, lr), "lr_at_updates": (x, lr)}``.
+
+    The scheduler's progress is taken as linear between two checkpoints (from 0 before
+    the first); the nominal curve needs the schedule to count the nominal progress's unit.
+    Empty when the latest checkpoint's schedule cannot be rebuilt."""
+    from lrdoctor.core.state import ScheduleSpec, Unit
+    from lrdoctor.schedules import lr_or_none
+
+    spec_d = (reports[-1].state or {}).get("schedule") if reports else None
+    if not spec_d:
+        return {}
+    try:
+        spec = ScheduleSpec(**{**spec_d, "unit": Unit(spec_d["unit"])})
+    except (TypeError, ValueError, KeyError):
+        return {}
+    pts = [(0.0, 0.0)] + [(float(x), float(r["scheduler"]["value"]))
+                          for x, r in zip(xs, rows, strict=True) if r.get("scheduler")]
+    out: dict[str, tuple] = {}
+    cx: list[float] = []
+    cy: list[float] = []
+    for (x0, s0), (x1, s1) in zip(pts, pts[1:], strict=False):
+        if x1 <= x0:
+            continue
+        for j in range(41):
+            f = j / 40
+            lr = lr_or_none(spec, s0 + f * (s1 - s0))
+            cx.append(x0 + f * (x1 - x0))
+            cy.append(float("nan") if lr is None else lr)
+    if cx and any(y == y for y in cy):
+        out["lr_at_scheduler"] = (cx, cy)
+    units = {(r.get("updates") or {}).get("unit") for r in rows}
+    if units == {spec.unit.value} and xs:
+        nx = [max(xs) * j / 400 for j in range(401)]
+        ny = [lr_or_none(spec, x) for x in nx]
+        if all(y is not None for y in ny):
+            out["lr_at_updates"] = (nx, ny)
+    return out
+
+
 # ------------------------------------------------------------------ replay
 
 def intended_lr(rep: Replay):
@@ -210,9 +263,40 @@ def intended_lr(rep: Replay):
     return np.array([lr_at(rep.spec, hz * s / steps) for s in range(steps + 1)])
 
 
-def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
-                key: str | None = None) -> None:
-    """One replay (``[(None, rep)]``) or a sweep over ``key``: LR and update panels."""
+#: What one "train step" of the replay is, per framework (the x axis of the replay's
+#: figures): a plain loop's step is a data-loader batch, not a rollout.
+STEP_AXIS: dict[str, str] = {
+    "roll": "pipeline step (ROLL max_steps)",
+    "verl": "train step (verl: one rollout batch)",
+    "skyrl": "train step (SkyRL: one rollout batch)",
+    "openrlhf": "train step (OpenRLHF: one rollout batch)",
+    "nemo-rl": "train step (NeMo-RL: one rollout batch)",
+    "rlinf": "train step (RLinf: one rollout batch)",
+    "slime": "rollout step (slime: one rollout batch)",
+    "fast-llm": "training iteration (Fast-LLM)",
+}
+
+
+def step_axis(cfg: Any) -> str:
+    """The x-axis name for ``cfg``'s train steps (:data:`STEP_AXIS`)."""
+    name = (getattr(cfg, "framework", None) or "").split("==")[0].strip().lower()
+    name = name.replace("_", "-").replace("skyrl-train", "skyrl")
+    if not name and getattr(cfg, "_format", "") == "roll-yaml":
+        name = "roll"
+    return STEP_AXIS.get(name, "train step (one data-loader batch)")
+
+
+def replay_figure(results: list[tuple[Any, Replay]], key: str | None = None,
+                  size: tuple[float, float] | None = None):
+    """The replay's figure (one replay: ``[(None, rep)]``; a sweep over ``key``):
+
+    - LR per train step, intended vs replayed (the floor and the horizon marked);
+    - one replay: the first optimizer updates micro-batch by micro-batch (the LR each
+      micro-batch saw, each accumulation window shaded): an LR that moves inside a
+      window, or a short first window, shows at a glance;
+    - one replay: micro-batches per update against k (bars; a short window is a short
+      bar); a sweep: optimizer updates per train step for each value.
+    """
     import numpy as np
 
     plt = _pyplot()
@@ -222,8 +306,15 @@ def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
     base = results[0][1]
     steps = base.cfg.train.steps
     x = np.arange(steps)
-    fig, (ax_lr, ax_w) = plt.subplots(2, 1, figsize=(10, 7), sharex=False,
-                                      gridspec_kw={"height_ratios": [3, 2]})
+    xlabel = step_axis(base.cfg)
+    if key is None:
+        fig, (ax_lr, ax_mb, ax_w) = plt.subplots(
+            3, 1, figsize=size or (10, 10), dpi=110,
+            gridspec_kw={"height_ratios": [3, 2, 2]})
+    else:
+        fig, (ax_lr, ax_w) = plt.subplots(2, 1, figsize=size or (10, 7), dpi=110,
+                                          gridspec_kw={"height_ratios": [3, 2]})
+        ax_mb = None
     ax_lr.plot(np.arange(steps + 1), intended_lr(base), color="black", lw=2, ls="--",
                label="intended (budget followed evenly)")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -231,6 +322,7 @@ def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
     # dash pattern, the first drawn widest, so coinciding curves show as nested lines.
     dashes = ["-", (0, (6, 3)), (0, (2, 2)), (0, (8, 2, 2, 2)), (0, (1, 3))]
     n = len(results)
+    floors = []
     for i, (val, rep) in enumerate(results):
         ps = per_step(rep)
         s = summarize(rep)
@@ -241,43 +333,111 @@ def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
         ax_lr.plot(x, ps["lr"], color=c, **({"lw": 1.5} | style), label=label)
         if s["floor_step"] is not None and s["floor_step"] < steps:
             ax_lr.axvline(s["floor_step"], color=c, ls=":", lw=1)
-            ax_lr.annotate(f"floor at step {s['floor_step']}", (s["floor_step"], rep.spec.min_lr),
-                           textcoords="offset points", xytext=(4, 8 + 12 * i), color=c,
-                           fontsize=8)
-        if key is None:
-            upd = rep.trace["is_update"]
-            sizes = rep.trace["window_size"][upd]
-            ax_w.plot(np.arange(len(sizes)), sizes, ".", ms=3 if len(sizes) < 500 else 1.5,
-                      color=c, label="micro-batches per update")
-        else:
+            floors.append((s["floor_step"], c))
+        if key is not None:
             ax_w.step(x, ps["updates"], where="mid", color=c, label=label,
                       **({"lw": 1.2} | style))
+    # Floor labels in one stack at the top left, never on each other (a sweep's values
+    # often reach the floor at the same step).
+    if floors:
+        text = "\n".join(f"floor at step {st}" + (f" ({results[j][0]})" if key else "")
+                         for j, (st, _) in enumerate(floors))
+        ax_lr.text(0.01, 0.03, text, transform=ax_lr.transAxes, fontsize=8, va="bottom",
+                   ha="left", color="dimgray",
+                   bbox={"fc": "white", "ec": "none", "alpha": 0.85})
     ax_lr.axhline(base.spec.min_lr, color="grey", lw=0.8, ls="-.",
                   label=f"floor min_lr = {base.spec.min_lr:g}")
     ax_lr.axvline(steps, color="grey", lw=0.8, ls="--",
-                  label=f"horizon {base.spec.horizon:g} {base.spec.unit.value}")
-    ax_lr.annotate(f"horizon {base.spec.horizon:g} {base.spec.unit.value}\nreached here "
-                   "when on budget", (steps, base.spec.max_lr), ha="right", va="top",
-                   fontsize=8, color="grey")
-    ax_lr.set_xlabel("train step (rollout / pipeline step)")
-    ax_lr.set_ylabel("learning rate (at each train step's start)")
-    ax_lr.set_title(f"{base.spec.family} {base.spec.kind}: intended vs replayed LR")
-    ax_lr.legend(fontsize=8, loc="upper right", bbox_to_anchor=(1.0, 0.85))
+                  label=f"end of run: horizon {base.spec.horizon:g} {base.spec.unit.value} "
+                        "reached here on budget")
+    ax_lr.set_xlabel(xlabel)
+    ax_lr.set_ylabel("learning rate (at the step's start)")
+    ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    ax_lr.set_title(f"{base.spec.family} {base.spec.kind}: intended vs replayed LR",
+                    fontsize=10)
+    ax_lr.legend(fontsize=8, loc="upper right")
     ax_lr.grid(alpha=0.3)
     if key is None:
-        ref, ref_label = nominal_windows(base)
-        ax_w.step(np.arange(len(ref)), ref, where="mid", color="black", ls="--", lw=0.8,
-                  label=ref_label)
-        ax_w.set_xlabel("optimizer update (index)")
-        ax_w.set_ylabel("window size (micro-batches)")
+        _first_windows(ax_mb, base)
+        _window_bars(ax_w, base)
     else:
         ax_w.axhline(base.nominal_updates / steps, color="black", ls="--", lw=0.8,
                      label="nominal")
-        ax_w.set_xlabel("train step (rollout / pipeline step)")
-        ax_w.set_ylabel("optimizer updates per train step")
-    ax_w.legend(fontsize=8)
-    ax_w.grid(alpha=0.3)
+        ax_w.set_xlabel(xlabel)
+        ax_w.set_ylabel("updates per step (count)")
+        ax_w.legend(fontsize=8, loc="upper right")
+        ax_w.grid(alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def _first_windows(ax, rep: Replay, updates: int = 6) -> None:
+    """The first ``updates`` optimizer updates, micro-batch by micro-batch: the LR each
+    micro-batch saw, every accumulation window shaded (alternating), k marked."""
+    import numpy as np
+
+    t = rep.trace
+    upd = np.flatnonzero(t["is_update"])
+    end = int(upd[updates - 1]) + 1 if len(upd) >= updates else len(t["lr"])
+    end = max(1, min(end, 400))
+    lr = t["lr"][:end]
+    xs = np.arange(end)
+    start = 0
+    for j, u in enumerate(upd[upd < end]):
+        ax.axvspan(start - 0.5, u + 0.5, color="#1f77b4" if j % 2 == 0 else "#ff7f0e",
+                   alpha=0.12, lw=0)
+        ax.annotate(f"{int(u) - start + 1}", ((start + u) / 2, 0.97),
+                    xycoords=("data", "axes fraction"), ha="center", va="top",
+                    fontsize=8, color="dimgray")
+        start = int(u) + 1
+    ax.step(xs, lr, where="mid", color="#d62728", lw=1.5, marker="o", ms=3,
+            label="LR this micro-batch saw")
+    ax.set_xlim(-0.5, end - 0.5)
+    ax.set_xlabel("micro-batch (index from the start of the run)")
+    ax.set_ylabel("learning rate (per micro-batch)")
+    ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    k = rep.cfg.train.gradient_accumulation
+    ax.set_title(f"first {min(updates, len(upd))} optimizer updates: shaded = one "
+                 f"accumulation window, its size at the top (k = {k})", fontsize=9)
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(lo, hi + 0.15 * (hi - lo))  # room for the sizes above the curve
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+
+
+def _window_bars(ax, rep: Replay, first: int = 60) -> None:
+    """Micro-batches per optimizer update against the nominal k, as bars: a short window
+    is a short bar (a dot among thousands of dots was invisible)."""
+    import numpy as np
+
+    sizes = np.asarray(rep.trace["window_size"][rep.trace["is_update"]])
+    ref, ref_label = nominal_windows(rep)
+    ref = np.asarray(ref)
+    m = min(len(sizes), first)
+    idx = np.arange(m)
+    short = sizes[:m] < ref[:m]
+    ax.bar(idx[~short], sizes[:m][~short], width=0.8, color="#1f77b4",
+           label="micro-batches in this update")
+    if short.any():
+        ax.bar(idx[short], sizes[:m][short], width=0.8, color="#d62728",
+               label="fewer than nominal (short window)")
+    ax.step(idx, ref[:m], where="mid", color="black", ls="--", lw=1, label=ref_label)
+    n_short = int((sizes < ref).sum())
+    more = f" (first {m} of {len(sizes)}; {n_short} short in all)" if len(sizes) > m \
+        else f" ({n_short} short)"
+    ax.set_title("window size per optimizer update" + more, fontsize=9)
+    ax.set_xlabel("optimizer update (index)")
+    ax.set_ylabel("window size (micro-batches)")
+    ax.set_ylim(0, max(float(sizes[:m].max()) if m else 1, float(ref[:m].max()) if m else 1)
+                * 1.35)
+    ax.legend(fontsize=8, loc="upper right")
+    ax.grid(alpha=0.3, axis="y")
+
+
+def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
+                key: str | None = None) -> None:
+    """One replay (``[(None, rep)]``) or a sweep over ``key``: :func:`replay_figure`."""
+    fig = replay_figure(results, key)
     from lrdoctor.core.errors import UnusableInput
 
     path = Path(path)
