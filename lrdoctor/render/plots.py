@@ -335,8 +335,10 @@ def replay_figure(results: list[tuple[Any, Replay]], key: str | None = None,
             ax_lr.axvline(s["floor_step"], color=c, ls=":", lw=1)
             floors.append((s["floor_step"], c))
         if key is not None:
-            ax_w.step(x, ps["updates"], where="mid", color=c, label=label,
-                      **({"lw": 1.2} | style))
+            # Over many steps a 0/1 per-step pattern is a solid block: the running total
+            # stays readable (and where two values part is where progress differs).
+            ys = ps["updates"].cumsum() if steps > 200 else ps["updates"]
+            ax_w.step(x, ys, where="mid", color=c, label=label, **({"lw": 1.2} | style))
     # Floor labels in one stack at the top left, never on each other (a sweep's values
     # often reach the floor at the same step).
     if floors:
@@ -361,11 +363,16 @@ def replay_figure(results: list[tuple[Any, Replay]], key: str | None = None,
         _first_windows(ax_mb, base)
         _window_bars(ax_w, base)
     else:
-        ax_w.axhline(base.nominal_updates / steps, color="black", ls="--", lw=0.8,
-                     label="nominal")
+        per = base.nominal_updates / steps
+        if steps > 200:
+            ax_w.plot(x, per * (x + 1), color="black", ls="--", lw=0.8, label="nominal")
+            ax_w.set_ylabel("optimizer updates (cumulative)")
+        else:
+            ax_w.axhline(per, color="black", ls="--", lw=0.8, label="nominal")
+            ax_w.set_ylabel("optimizer updates (per step)")
         ax_w.set_xlabel(xlabel)
-        ax_w.set_ylabel("updates per step (count)")
-        ax_w.legend(fontsize=8, loc="upper right")
+        # A running total climbs to the top right: its legend goes top left.
+        ax_w.legend(fontsize=8, loc="upper left" if steps > 200 else "upper right")
         ax_w.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -491,8 +498,8 @@ def updates_per_step_plot(replay: Any, path: Path) -> Path:
     ax.step(range(1, len(ups) + 1), ups, where="mid", color="#1f77b4", lw=1.2,
             label="replayed")
     ax.axhline(nominal, color="black", ls="--", lw=1, label=f"nominal {nominal:g}")
-    ax.set_xlabel("train step")
-    ax.set_ylabel("optimizer updates per train step")
+    ax.set_xlabel(step_axis(replay.cfg))
+    ax.set_ylabel("optimizer updates (per train step)")
     ax.set_title("updates per train step", fontsize=10)
     ax_c.set_title("cumulative updates vs the scheduler's budget", fontsize=10)
     ax.yaxis.get_major_locator().set_params(integer=True)
@@ -512,7 +519,7 @@ def updates_per_step_plot(replay: Any, path: Path) -> Path:
         ax_c.annotate(f"budget used up at step {hit} of {steps}", (hit, replay.budget_updates),
                       textcoords="offset points", xytext=(6, -14), fontsize=8, color="#d62728",
                       bbox={"fc": "white", "ec": "none", "alpha": 0.85})
-    ax_c.set_xlabel("train step")
+    ax_c.set_xlabel(step_axis(replay.cfg))
     ax_c.set_ylabel("optimizer updates (cumulative)")
     ax_c.legend(fontsize=8)
     ax_c.grid(alpha=0.3)
