@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 from lrdoctor.core.report import Report
-from lrdoctor.findings import finding
 from lrdoctor.render.verdict import verdict_line
 from tests.helpers.paths import REPO
 
@@ -61,10 +60,13 @@ def test_a_config_named_in_batch_log_must_be_replayed(tmp_path):
 
 def test_lrd204_verdict_reads_the_real_first_window():
     # A first window of 1 of 4 (global_step % k off by one) read "3 of 4": k - 1 assumed.
-    f = finding("LRD204", "m", {"window_sizes_head": [1, 4, 4, 4], "k": 4, "rule": "off_by_one"})
+    from lrdoctor.rules.lrd204_short_first_window import RULE, ShortFirstWindow
+
+    f = RULE.finding("m", ShortFirstWindow(window_sizes_head=[1, 4, 4, 4], k=4,
+                                           rule="off_by_one"))
     rep = Report(command="replay", target="x.yaml", format="lrdoctor", findings=[f])
     assert verdict_line(rep)[2] == "first window 1 of 4 micro-batches"
-    f2 = finding("LRD204", "m", {"window_sizes_head": [3, 4, 4], "k": 4})
+    f2 = RULE.finding("m", ShortFirstWindow(window_sizes_head=[3, 4, 4], k=4, rule="x"))
     assert verdict_line(Report("replay", "x", None, findings=[f2]))[2].startswith(
         "first window 3 of 4")
 
