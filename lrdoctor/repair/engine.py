@@ -320,7 +320,7 @@ def _as_named(plan: FixPlan, tmp: Path) -> Path:
     view = tmp.parent / ".as-input" / plan.path.name
     try:
         view.parent.mkdir()
-        os.symlink(tmp, view, target_is_directory=True)
+        os.symlink(tmp.resolve(), view, target_is_directory=True)  # a relative --out too
     except OSError:
         return tmp
     return view
