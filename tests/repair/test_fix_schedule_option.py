@@ -113,8 +113,10 @@ def test_without_a_schedule_fix_writes_the_counters_and_one_warning_line(onevisi
     assert sd["lr_scheduler"]["last_epoch"] == DONE
     assert sd["optimizer"]["param_groups"][0]["lr"] == saved  # not guessed
     # The option the line names exists and sets it.
-    write_fix(plan_fix(onevision, schedule=SCHEDULE), tmp_path / "set.pt")
-    assert math.isclose(load(tmp_path / "set.pt")["optimizer"]["param_groups"][0]["lr"],
+    other = tmp_path.parent / (tmp_path.name + "-set")  # not inside the checkpoint folder
+    other.mkdir()
+    write_fix(plan_fix(onevision, schedule=SCHEDULE), other / "set.pt")
+    assert math.isclose(load(other / "set.pt")["optimizer"]["param_groups"][0]["lr"],
                         LR * lr_lambda(DONE), rel_tol=1e-9)
 
 
