@@ -25,49 +25,47 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from lrdoctor.core.findings import Finding, Rule
-from lrdoctor.rules import (
-    lrd101_past_decay_horizon,
-    lrd102_min_lr_tail,
-    lrd103_scheduler_k_times_fast,
-    lrd104_megatron_samples_mismatch,
-    lrd105_optimizer_lr_mismatch,
-    lrd106_impossible_config,
-    lrd107_schedule_not_recoverable,
-    lrd108_scheduler_behind,
-    lrd109_deepspeed_skip_mismatch,
-    lrd110_lr_at_floor,
-    lrd111_not_judged,
-    lrd112_scheduler_restarted_on_resume,
-    lrd113_progress_double_counted_on_resume,
-    lrd114_schedule_changed_between_checkpoints,
-    lrd115_scheduler_state_missing,
-    lrd116_progress_ratio_changes,
-    lrd117_epoch_end_arithmetic,
-    lrd118_decay_unfinished_at_planned_end,
-    lrd130_resume_file_unreadable,
-    lrd131_lr_zero_while_training,
-    lrd132_lr_contradicts_schedule_type,
-    lrd133_stateless_schedule_mismatch,
-    lrd201_overshoot,
-    lrd202_undershoot,
-    lrd203_progress_depends_on_memory_knob,
-    lrd204_short_first_window,
-    lrd205_lr_changes_inside_window,
-    lrd206_variable_updates_per_train_step,
-    lrd207_inconsistent_loss_divisor,
-    lrd208_short_padding,
-    lrd209_token_cap_exceeded,
-    lrd210_progress_depends_on_dp,
-    lrd211_stepped_on_failed_update,
-    lrd212_budget_divisibility,
-    lrd213_config_key_not_modelled,
-    lrd214_replay_engines_disagree,
-    lrd215_loss_divisor_lr_scale,
-    lrd216_scheduler_before_optimizer,
-    lrd301_unused_ignore,
-    lrd302_progress_ratio_exceeded,
-    lrd303_check_input_unusable,
-)
+from lrdoctor.rules import lrd101_past_decay_horizon as lrd101
+from lrdoctor.rules import lrd102_min_lr_tail as lrd102
+from lrdoctor.rules import lrd103_scheduler_k_times_fast as lrd103
+from lrdoctor.rules import lrd104_megatron_samples_mismatch as lrd104
+from lrdoctor.rules import lrd105_optimizer_lr_mismatch as lrd105
+from lrdoctor.rules import lrd106_impossible_config as lrd106
+from lrdoctor.rules import lrd107_schedule_not_recoverable as lrd107
+from lrdoctor.rules import lrd108_scheduler_behind as lrd108
+from lrdoctor.rules import lrd109_deepspeed_skip_mismatch as lrd109
+from lrdoctor.rules import lrd110_lr_at_floor as lrd110
+from lrdoctor.rules import lrd111_not_judged as lrd111
+from lrdoctor.rules import lrd112_scheduler_restarted_on_resume as lrd112
+from lrdoctor.rules import lrd113_progress_double_counted_on_resume as lrd113
+from lrdoctor.rules import lrd114_schedule_changed_between_checkpoints as lrd114
+from lrdoctor.rules import lrd115_scheduler_state_missing as lrd115
+from lrdoctor.rules import lrd116_progress_ratio_changes as lrd116
+from lrdoctor.rules import lrd117_epoch_end_arithmetic as lrd117
+from lrdoctor.rules import lrd118_decay_unfinished_at_planned_end as lrd118
+from lrdoctor.rules import lrd130_resume_file_unreadable as lrd130
+from lrdoctor.rules import lrd131_lr_zero_while_training as lrd131
+from lrdoctor.rules import lrd132_lr_contradicts_schedule_type as lrd132
+from lrdoctor.rules import lrd133_stateless_schedule_mismatch as lrd133
+from lrdoctor.rules import lrd201_overshoot as lrd201
+from lrdoctor.rules import lrd202_undershoot as lrd202
+from lrdoctor.rules import lrd203_progress_depends_on_memory_knob as lrd203
+from lrdoctor.rules import lrd204_short_first_window as lrd204
+from lrdoctor.rules import lrd205_lr_changes_inside_window as lrd205
+from lrdoctor.rules import lrd206_variable_updates_per_train_step as lrd206
+from lrdoctor.rules import lrd207_inconsistent_loss_divisor as lrd207
+from lrdoctor.rules import lrd208_short_padding as lrd208
+from lrdoctor.rules import lrd209_token_cap_exceeded as lrd209
+from lrdoctor.rules import lrd210_progress_depends_on_dp as lrd210
+from lrdoctor.rules import lrd211_stepped_on_failed_update as lrd211
+from lrdoctor.rules import lrd212_budget_divisibility as lrd212
+from lrdoctor.rules import lrd213_config_key_not_modelled as lrd213
+from lrdoctor.rules import lrd214_replay_engines_disagree as lrd214
+from lrdoctor.rules import lrd215_loss_divisor_lr_scale as lrd215
+from lrdoctor.rules import lrd216_scheduler_before_optimizer as lrd216
+from lrdoctor.rules import lrd301_unused_ignore as lrd301
+from lrdoctor.rules import lrd302_progress_ratio_exceeded as lrd302
+from lrdoctor.rules import lrd303_check_input_unusable as lrd303
 
 if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
@@ -95,55 +93,55 @@ class ReplayRule(Documented, Protocol):
 
 #: Judged on one checkpoint, in this order.
 CHECKPOINT: tuple[CheckpointRule, ...] = (
-    lrd106_impossible_config,
-    lrd107_schedule_not_recoverable,
-    lrd104_megatron_samples_mismatch,
-    lrd109_deepspeed_skip_mismatch,
-    lrd103_scheduler_k_times_fast,
-    lrd108_scheduler_behind,
-    lrd102_min_lr_tail,
-    lrd110_lr_at_floor,
-    lrd101_past_decay_horizon,
-    lrd118_decay_unfinished_at_planned_end,
-    lrd105_optimizer_lr_mismatch,
-    lrd117_epoch_end_arithmetic,
-    lrd130_resume_file_unreadable,
-    lrd131_lr_zero_while_training,
-    lrd132_lr_contradicts_schedule_type,
-    lrd133_stateless_schedule_mismatch,
-    lrd111_not_judged,
+    lrd106,
+    lrd107,
+    lrd104,
+    lrd109,
+    lrd103,
+    lrd108,
+    lrd102,
+    lrd110,
+    lrd101,
+    lrd118,
+    lrd105,
+    lrd117,
+    lrd130,
+    lrd131,
+    lrd132,
+    lrd133,
+    lrd111,
 )
 
 #: Judged on one replay (``lrdoctor replay``), in this order.
 REPLAY: tuple[ReplayRule, ...] = (
-    lrd201_overshoot,
-    lrd202_undershoot,
-    lrd203_progress_depends_on_memory_knob,
-    lrd204_short_first_window,
-    lrd205_lr_changes_inside_window,
-    lrd206_variable_updates_per_train_step,
-    lrd207_inconsistent_loss_divisor,
-    lrd208_short_padding,
-    lrd209_token_cap_exceeded,
-    lrd210_progress_depends_on_dp,
-    lrd211_stepped_on_failed_update,
-    lrd212_budget_divisibility,
-    lrd215_loss_divisor_lr_scale,
-    lrd216_scheduler_before_optimizer,
+    lrd201,
+    lrd202,
+    lrd203,
+    lrd204,
+    lrd205,
+    lrd206,
+    lrd207,
+    lrd208,
+    lrd209,
+    lrd210,
+    lrd211,
+    lrd212,
+    lrd215,
+    lrd216,
 )
 
 #: Raised where their evidence is (the run, the replay, the live guard, ``check``).
 RAISED: tuple[Documented, ...] = (
-    lrd112_scheduler_restarted_on_resume,
-    lrd113_progress_double_counted_on_resume,
-    lrd114_schedule_changed_between_checkpoints,
-    lrd115_scheduler_state_missing,
-    lrd116_progress_ratio_changes,
-    lrd213_config_key_not_modelled,
-    lrd214_replay_engines_disagree,
-    lrd301_unused_ignore,
-    lrd302_progress_ratio_exceeded,
-    lrd303_check_input_unusable,
+    lrd112,
+    lrd113,
+    lrd114,
+    lrd115,
+    lrd116,
+    lrd213,
+    lrd214,
+    lrd301,
+    lrd302,
+    lrd303,
 )
 
 #: Every rule, in code order (the catalog's order).

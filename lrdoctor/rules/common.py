@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lrdoctor.core.facts import Invariant
 from lrdoctor.core.findings import Evidence, Finding, optional
 from lrdoctor.core.numbers import number
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
@@ -104,6 +105,33 @@ def progress_evidence(state: RunState) -> ProgressEvidence | None:
         scheduler_progress=prog.value, scheduler_counter=prog.name,
         nominal_progress=nominal.value, nominal_from=nominal.source,
         unit=prog.unit.value, ratio=round(ratio, 6))
+
+
+@dataclass(frozen=True)
+class LawBroken:
+    """A framework's own law (``state.facts.invariant``) that the saved counters break
+    (LRD104, LRD109): the evidence, the two counters and their ratio."""
+
+    evidence: ProgressEvidence
+    progress: Counter
+    nominal: Counter
+    ratio: float
+
+    def head(self) -> str:
+        """``num_steps is 96,000 samples but consumed - skipped is 48,000 samples (2x)``."""
+        p, n, unit = self.progress, self.nominal, self.progress.unit.value
+        return (f"{p.name} is {fmt(p.value)} {unit} but {n.source} is {fmt(n.value)} {unit} "
+                f"({self.ratio:.3g}x)")
+
+
+def law_broken(state: RunState, law: Invariant) -> LawBroken | None:
+    """The comparison when ``law`` is the state's and its counters break it, else None."""
+    ev = progress_evidence(state)
+    prog, nominal = state.scheduler_progress, state.nominal_progress
+    if state.facts.invariant is not law or ev is None or prog is None or nominal is None \
+            or prog.value == nominal.value:
+        return None
+    return LawBroken(ev, prog, nominal, prog.value / nominal.value)
 
 
 def off_nominal(state: RunState) -> bool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from lrdoctor.core.facts import Invariant
 from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.core.state import RunState
-from lrdoctor.rules.common import ProgressEvidence, fmt, progress_evidence
+from lrdoctor.rules.common import ProgressEvidence, law_broken
 
 RULE = Rule(
     code="LRD104",
@@ -34,20 +34,15 @@ class MegatronSamplesMismatch(ProgressEvidence):
 
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     """Megatron's law ``num_steps == consumed - skipped samples`` does not hold."""
-    ev = progress_evidence(state)
-    prog, nominal = state.scheduler_progress, state.nominal_progress
-    if state.facts.invariant is not Invariant.MEGATRON_SAMPLES or ev is None or prog is None \
-            or nominal is None or prog.value == nominal.value:
+    broken = law_broken(state, Invariant.MEGATRON_SAMPLES)
+    if broken is None:
         return []
-    ratio = prog.value / nominal.value
+    ratio = broken.ratio
     micro = state.facts.micro_batches_per_update
     why, k = "", None
     if micro and micro > 1 and abs(ratio - micro) <= 1e-9 * micro:
         k = micro
         why = (f": one scheduler step per micro-batch ({micro} micro-batches per iteration) "
                "instead of one per iteration")
-    unit = prog.unit.value
-    return [RULE.finding(
-        f"{prog.name} is {fmt(prog.value)} {unit} but {nominal.source} is "
-        f"{fmt(nominal.value)} {unit} ({ratio:.3g}x){why}.",
-        MegatronSamplesMismatch(**{**ev.raw(), "k": k}))]
+    return [RULE.finding(f"{broken.head()}{why}.",
+                         MegatronSamplesMismatch(**{**broken.evidence.raw(), "k": k}))]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from lrdoctor.core.facts import Invariant
 from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.core.state import RunState
-from lrdoctor.rules.common import ProgressEvidence, fmt, progress_evidence
+from lrdoctor.rules.common import ProgressEvidence, law_broken
 
 RULE = Rule(
     code="LRD109",
@@ -34,16 +34,11 @@ class DeepspeedSkipMismatch(ProgressEvidence):
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     """DeepSpeed's law ``last_batch_iteration + 1 == global_steps - skipped_steps`` does
     not hold."""
-    ev = progress_evidence(state)
-    prog, nominal = state.scheduler_progress, state.nominal_progress
-    if state.facts.invariant is not Invariant.DEEPSPEED_STEPS or ev is None or prog is None \
-            or nominal is None or prog.value == nominal.value:
+    broken = law_broken(state, Invariant.DEEPSPEED_STEPS)
+    if broken is None:
         return []
-    ratio = prog.value / nominal.value
-    unit = prog.unit.value
     return [RULE.finding(
-        f"{prog.name} is {fmt(prog.value)} {unit} but {nominal.source} is "
-        f"{fmt(nominal.value)} {unit} ({ratio:.3g}x)"
+        broken.head()
         + (": engine.step() already steps the scheduler it was given, so the script "
-           "steps it again" if ratio > 1 else "") + ".",
-        DeepspeedSkipMismatch(**ev.raw()))]
+           "steps it again" if broken.ratio > 1 else "") + ".",
+        DeepspeedSkipMismatch(**broken.evidence.raw()))]
