@@ -15,13 +15,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
 from lrdoctor.core.numbers import number
 
 if TYPE_CHECKING:
-    from lrdoctor.core.state import RunState
+    from lrdoctor.core.state import RunState, ScheduleSpec
 
 FIT_RTOL = 1e-6
 MAX_K = 8  # whole scheduler calls per logged step tried
@@ -101,7 +101,7 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
             if worst is None or e[0] < worst[0]:
                 worst = e
     assert worst is not None
-    ev = dict(configured=f"{spec.family} {spec.kind} ({spec.source or 'as read'})",
+    ev: dict[str, Any] = dict(configured=f"{spec.family} {spec.kind} ({spec.source or 'as read'})",
               log=state.lr_log_source, peak_lr=peak,
               peak_step=next(s for s, lr in log if lr == peak), worst_step=worst[1],
               worst_logged_lr=worst[2], worst_configured_lr=worst[3])
@@ -129,7 +129,7 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         location=state.lr_log_source or None)]
 
 
-def _restarted(spec, log: list[tuple[float, float]], low_step: float, peak: float) -> bool:
+def _restarted(spec: ScheduleSpec, log: list[tuple[float, float]], low_step: float, peak: float) -> bool:
     """Whether the log from ``low_step`` on is the configured schedule started afresh
     (a scheduler restarted at a resume), at either logging offset."""
     from lrdoctor.schedules import lr_or_none
@@ -148,7 +148,7 @@ def _restarted(spec, log: list[tuple[float, float]], low_step: float, peak: floa
     return False
 
 
-def _configured(spec, log: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def _configured(spec: ScheduleSpec, log: list[tuple[float, float]]) -> list[tuple[float, float]]:
     from lrdoctor.schedules import lr_or_none
 
     out = []

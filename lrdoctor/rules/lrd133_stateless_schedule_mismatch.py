@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, finding, optional
 from lrdoctor.core.numbers import number
@@ -105,7 +105,7 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     if any(a <= v <= b for a, b in found_runs for v in agree):
         return []
     expected = lr_or_none(spec, value)
-    ev = dict(lr=lr, counter=c.name, counter_value=value, unit=spec.unit.value,
+    ev: dict[str, Any] = dict(lr=lr, counter=c.name, counter_value=value, unit=spec.unit.value,
               positions=tuple(found_runs[:6]), expected_lr=expected)
     head = (f"{spec.family} {spec.kind} ({where}) saves no position; the saved lr "
             f"{number(lr)} lies at {_where(found_runs, upto)} {spec.unit.value}, but "

@@ -10,6 +10,7 @@ LRD133 solves the position from the saved LR and the trainer's counters
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from lrdoctor.core.state import RunState, ScheduleSpec, Unit
@@ -20,7 +21,7 @@ from lrdoctor.schedules import timm
 _MAX_DEPTH = 4
 
 
-def _dicts(obj: Any, key: str = "", depth: int = 0):
+def _dicts(obj: Any, key: str = "", depth: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
     """(dotted key, dict) for every dict within ``_MAX_DEPTH`` levels, breadth-first."""
     if not isinstance(obj, dict) or depth > _MAX_DEPTH:
         return
@@ -30,7 +31,7 @@ def _dicts(obj: Any, key: str = "", depth: int = 0):
             yield from _dicts(v, f"{key}.{k}" if key else str(k), depth + 1)
 
 
-def _plain(sd: dict) -> dict[str, Any]:
+def _plain(sd: dict[str, Any]) -> dict[str, Any]:
     """The scheduler's knobs that are plain values (numbers, strings, lists of numbers)."""
     out: dict[str, Any] = {}
     for k, v in sd.items():
