@@ -136,3 +136,55 @@ def test_timm_in_a_nested_checkpoint_of_another_layout(tmp_path):
     (rep,) = inspect_path(tmp_path / "ep0-ba10-rank0.pt")
     (f,) = [x for x in rep.findings if x.code == "LRD133"]
     assert f.evidence["k"] == 2 and f.evidence["counter_value"] == 10
+
+
+def _timm_train_py(path: Path, *, per_iteration_bug: bool, epochs_done: int = 3,
+                   iters: int = 4, **over) -> float:
+    """timm's train.py as it runs: args -> ``create_scheduler_v2(opt, **scheduler_kwargs(args))``
+    (timm's own factory), ``lr_scheduler.step(epoch + 1)`` at each epoch's end, and
+    ``CheckpointSaver``'s dict (epoch, arch, state_dict, optimizer, version, args, metric):
+    no scheduler state is saved. The bug steps it with the update count per iteration."""
+    import argparse
+
+    import torch
+
+    factory = load("timm.scheduler.scheduler_factory")
+    args = argparse.Namespace(**{"sched": "cosine", "epochs": 30, "warmup_epochs": 2,
+                                 "warmup_lr": 1e-5, "min_lr": 1e-6, "lr": 1e-3,
+                                 "sched_on_updates": False, "decay_epochs": 10,
+                                 "decay_rate": 0.5, **over})
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    sched, _ = factory.create_scheduler_v2(opt, **factory.scheduler_kwargs(args))
+    n = 0
+    for epoch in range(epochs_done):
+        for _ in range(iters):
+            model(torch.randn(2, 4)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            n += 1
+            if per_iteration_bug:
+                sched.step(n)
+        if not per_iteration_bug:
+            sched.step(epoch + 1)
+    torch.save({"epoch": epoch, "arch": "linear", "state_dict": model.state_dict(),
+                "optimizer": opt.state_dict(), "version": 2, "args": args, "metric": 0.5},
+               path)
+    return opt.param_groups[0]["lr"]
+
+
+@pytest.mark.parametrize("sched", ["cosine", "step"])
+def test_timm_train_py_checkpoint_rebuilt_from_its_args(tmp_path, sched):
+    """Generality: the schedule is not saved at all, only timm train.py's ``args``
+    Namespace inside the pickle (a layout the state-dict finder was not written for)."""
+    _timm_train_py(tmp_path / "ok.pth.tar", per_iteration_bug=False, sched=sched)
+    (rep,) = inspect_path(tmp_path / "ok.pth.tar")
+    assert _loud(rep) == [], rep.findings
+    assert rep.state["schedule"]["source"].endswith("(timm create_scheduler)")
+    _timm_train_py(tmp_path / "bug.pth.tar", per_iteration_bug=True, sched=sched,
+                   epochs_done=3, iters=4)
+    (rep,) = inspect_path(tmp_path / "bug.pth.tar")
+    (f,) = [x for x in rep.findings if x.code == "LRD133"]
+    assert f.severity is Severity.ERROR and f.evidence["counter"] == "loop.epoch"
+    if sched == "cosine":  # f(12) after 3 epochs of 4 iterations: epoch index 2, k = 4
+        assert f.evidence["k"] == 4 and f.evidence["positions"] == ((12, 12),)

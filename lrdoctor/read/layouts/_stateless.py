@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from lrdoctor.core.state import RunState, ScheduleSpec, Unit
+from lrdoctor.read.bytes.safeload import Opaque
 from lrdoctor.read.layouts import _common
 from lrdoctor.read.scan import discover
 from lrdoctor.schedules import timm
@@ -42,8 +43,49 @@ def _plain(sd: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# timm's train.py arguments -> the scheduler create_scheduler_v2 builds from them
+# (timm/scheduler/scheduler_factory.py: scheduler_kwargs' defaults, then the per-kind
+# arguments), for the kinds modelled and a schedule stepped per epoch.
+_ARGS_KIND = {"cosine": "CosineLRScheduler", "step": "StepLRScheduler",
+              "multistep": "MultiStepLRScheduler", "constant": "StepLRScheduler"}
+
+
+def timm_args_state(args: Any) -> tuple[dict[str, Any] | None, str]:
+    """The scheduler ``state_dict()`` timm's ``create_scheduler(args, ...)`` would hold, from
+    the argparse Namespace timm's ``CheckpointSaver`` pickles as ``args``; (None, why)
+    when it cannot be rebuilt exactly."""
+    a = args.state if isinstance(args, Opaque) and isinstance(args.state, dict) else args
+    if not isinstance(a, dict) or not isinstance(a.get("sched"), str) or "epochs" not in a:
+        return None, ""
+    sched = a["sched"]
+    if sched not in _ARGS_KIND:
+        return None, f"timm sched={sched!r} is not modelled"
+    if a.get("sched_on_updates"):
+        return None, ("timm sched_on_updates: its horizon is epochs x updates per epoch, "
+                      "which the checkpoint does not save")
+    if a.get("lr_noise") is not None:
+        return None, "timm lr_noise: a noisy schedule cannot be placed by its LR"
+    warm = {"warmup_t": a.get("warmup_epochs", 5), "warmup_lr_init": a.get("warmup_lr", 1e-5),
+            "warmup_prefix": bool(a.get("warmup_prefix", False))}
+    if sched == "cosine":
+        sd = {"t_initial": a["epochs"], "lr_min": a.get("min_lr", 0.0),
+              "cycle_mul": a.get("lr_cycle_mul", 1.0), "cycle_decay": a.get("lr_cycle_decay", 0.1),
+              "cycle_limit": a.get("lr_cycle_limit", 1), "k_decay": a.get("lr_k_decay", 1.0)}
+    elif sched == "step":
+        sd = {"decay_t": a.get("decay_epochs", 30), "decay_rate": a.get("decay_rate", 0.1)}
+    elif sched == "constant":
+        sd = {"decay_t": 1, "decay_rate": 1.0}
+    else:
+        sd = {"decay_t": list(a.get("decay_milestones", [30, 60])),
+              "decay_rate": a.get("decay_rate", 0.1)}
+    return {**sd, **warm, "t_in_epochs": True, "param_group_field": "lr",
+            "base_values": None, "kind": _ARGS_KIND[sched]}, ""
+
+
 def attach(sc: discover.Scan, st: RunState) -> None:
-    """Rebuild a timm scheduler found anywhere in the scan, when nothing else was found."""
+    """Rebuild a timm scheduler found anywhere in the scan, when nothing else was found:
+    its saved state, else timm's train.py arguments (``args``) with the optimizer's
+    ``initial_lr`` as the base LR."""
     if st.schedule is not None or st.scheduler_progress is not None:
         return
     for file, obj in sc.objects.items():
@@ -72,3 +114,39 @@ def attach(sc: discover.Scan, st: RunState) -> None:
             if file not in used:
                 st.facts.files_used = [*used, file]
             return
+    _from_args(sc, st)
+
+
+def _from_args(sc: discover.Scan, st: RunState) -> None:
+    for file, obj in sc.objects.items():
+        if not isinstance(obj, dict) or "args" not in obj:
+            continue
+        sd, why = timm_args_state(obj["args"])
+        if sd is None:
+            if why:
+                st.notes.append(f"{file}:args: {why}")
+            continue
+        initial = st.facts.optimizer_initial_lrs or \
+            (_common.optimizer_summary(obj["optimizer"]).get("initial_lrs") or []
+             if _common.torch_optimizer_dicts(obj.get("optimizer")) else [])
+        base = _common.number(initial[0]) if initial else None  # timm sets initial_lr
+        if base is None:
+            a = obj["args"].state if isinstance(obj["args"], Opaque) else obj["args"]
+            base = _common.number(a.get("lr")) if isinstance(a, dict) else None
+        if base is None:
+            st.notes.append(f"{file}:args: a timm schedule without a base LR (no initial_lr "
+                            "in the optimizer, no args.lr)")
+            return
+        kind = sd.pop("kind")
+        sd["base_values"] = [base]
+        where = f"{discover.relpath(file, sc.checkpoint.path if sc.checkpoint.path.is_dir() else sc.checkpoint.path.parent)}:args"
+        st.schedule = ScheduleSpec(family="timm", kind=kind, max_lr=base, unit=Unit.EPOCHS,
+                                   min_lr=float(sd.get("lr_min") or 0.0),
+                                   warmup=float(sd.get("warmup_t") or 0),
+                                   horizon=timm.cycle_length(sd), params=sd,
+                                   source=f"{where} (timm create_scheduler)")
+        st.stateless = (f"timm {kind} built from train.py's args ({where}): timm schedulers "
+                        "keep no position; it is solved from the saved LR")
+        st.notes = [n for n in st.notes if not n.startswith("no LR scheduler state found")]
+        st.facts.contents = {}
+        return
