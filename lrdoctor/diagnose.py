@@ -25,6 +25,9 @@ def diagnose(state: RunState) -> list[Finding]:
     out: list[Finding] = []
     for rule in CHECKPOINT:
         out.extend(rule.check(state, out))
+    from lrdoctor.rules.evidence_checks import after_checks
+
+    after_checks(state, out)  # the explained horizon replaces its unexplained forms; harm ahead
     _agree(out, dcp=state.facts.storage is Storage.DCP)
     return out
 

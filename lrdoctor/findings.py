@@ -36,6 +36,9 @@ def catalog_markdown() -> str:
     out = ["# Findings catalog", "",
            "Every finding lrdoctor reports has a stable code. Severity is the default; "
            "`--fail-on` picks the threshold for exit code 1.", ""]
+    from lrdoctor.rules.hypotheses import how_findings_are_reached
+
+    out += [how_findings_are_reached()]
     for r in RULES.values():
         out += [f"## {r.code} `{r.name}` ({r.severity})", "", f"**{r.title}**", "",
                 r.explanation, "", f"*Example:* {r.example}", "", f"*Fix:* {r.fix}", ""]

@@ -130,5 +130,15 @@ def summarize(state: RunState) -> dict[str, Any]:
         lr = lr_or_none(spec, state.nominal_progress.value)
         if lr is not None:
             derived["lr_at_nominal_progress"] = lr
+    from lrdoctor.rules.evidence_checks import compared
+
+    # The two independent counters compared ("agree" is said only after one; None: none).
+    cmp = compared(state)
+    derived["compared"] = cmp.to_dict() if cmp is not None else None
+    doc["evidence"] = [e.to_dict() | {"ref": _ref_dict(e.ref)} for e in state.evidence]
     doc["derived"] = derived
     return doc
+
+
+def _ref_dict(ref: Any) -> dict[str, Any]:
+    return {"file": ref.file, "key": list(ref.key), "item": ref.item}

@@ -46,9 +46,13 @@ def threads(fn: Callable[[T], R], items: Sequence[T], workers: int | None = None
     if n <= 1 or len(items) <= 1:
         return [fn(x) for x in items]
     from concurrent.futures import ThreadPoolExecutor
+    from contextvars import copy_context
 
+    # Each item runs in a copy of the caller's context (what a reader records for the
+    # evidence collector, lrdoctor.evidence.seen, reaches the caller's list).
+    ctxs = [copy_context() for _ in items]
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="lrdoctor-io") as pool:
-        return list(pool.map(fn, items))
+        return list(pool.map(lambda c, x: c.run(fn, x), ctxs, items))
 
 
 def check_executor(executor: str) -> str:

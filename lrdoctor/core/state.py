@@ -113,6 +113,9 @@ class RunState:
     extras: dict[str, Any] = field(default_factory=dict)
     # What the rules judge by beyond the counters (lrdoctor.core.facts).
     facts: Facts = field(default_factory=Facts)
+    # Every number that measures progress, a horizon or an LR, with its unit and field
+    # (lrdoctor.evidence: filled after the reader, judged by the hypothesis rules).
+    evidence: list[Any] = field(default_factory=list)
 
     def counter(self, name: str) -> Counter | None:
         return next((c for c in self.counters if c.name == name), None)

@@ -92,6 +92,12 @@ def not_compared(report) -> str | None:
 def no_findings_line(report) -> str:
     """The clean verdict in words: "agree" only after a real comparison."""
     why = not_compared(report)
+    st = report.state if isinstance(report.state, dict) else {}
+    cmp = (st.get("derived") or {}).get("compared")
+    if why is None and isinstance(cmp, dict):  # the two counters compared (rules.hypotheses)
+        return (f"[green]No findings: the scheduler and the trainer agree "
+                f"({cmp['scheduler']} = {_num(cmp['scheduler_value'])}, "
+                f"{cmp['other']} = {_num(cmp['other_value'])}).[/green]")
     if why is None:
         return "[green]No findings: the scheduler and the trainer agree.[/green]"
     return f"[yellow]No findings, but not judged: {why}.[/yellow]"

@@ -43,6 +43,8 @@ from lrdoctor.rules import lrd115_scheduler_state_missing as lrd115
 from lrdoctor.rules import lrd116_progress_ratio_changes as lrd116
 from lrdoctor.rules import lrd117_epoch_end_arithmetic as lrd117
 from lrdoctor.rules import lrd118_decay_unfinished_at_planned_end as lrd118
+from lrdoctor.rules import lrd119_horizon_in_another_unit as lrd119
+from lrdoctor.rules import lrd120_horizon_unset as lrd120
 from lrdoctor.rules import lrd130_resume_file_unreadable as lrd130
 from lrdoctor.rules import lrd131_lr_zero_while_training as lrd131
 from lrdoctor.rules import lrd132_lr_contradicts_schedule_type as lrd132
@@ -105,6 +107,8 @@ CHECKPOINT: tuple[CheckpointRule, ...] = (
     lrd118,
     lrd105,
     lrd117,
+    lrd119,
+    lrd120,
     lrd130,
     lrd131,
     lrd132,

@@ -7,7 +7,7 @@ numbers from different sides; computing them once keeps the rules consistent.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +90,8 @@ class ProgressEvidence(Evidence):
     ratio: float
     # The whole number of scheduler steps per update, or the ratio when it is not whole.
     k: float | None = optional()
+    # Where, at this rate, the floor will come (rules.evidence_checks.harm_ahead).
+    harm_ahead: Mapping[str, Any] | None = optional()
 
     def versus(self, what: str) -> str:
         return f"{self.ratio:.3g}x {what}"

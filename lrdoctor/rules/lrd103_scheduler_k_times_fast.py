@@ -28,7 +28,9 @@ RULE = Rule(
                  "micro-batch of a gradient-accumulation window, wrapped by accelerate's "
                  "`AcceleratedScheduler` (which steps `num_processes` times per call), or "
                  "stepped per dynamic micro-batch window while its budget came from nominal "
-                 "batches."),
+                 "batches. With a planned end saved, the finding also gives the step at which, "
+                 "at this rate, the LR will reach its floor (ROLL issue 407: pipeline step 123 "
+                 "of 200)."),
     example="`scheduler.last_epoch` 400 while AdamW `step` is 100 and `global_step` 100: k = 4.",
     fix=("Step the scheduler only when the optimizer steps (inside the accumulation branch), or "
          "divide the budget by k; repair the checkpoint with `lrdoctor fix --policy rescale`."),

@@ -22,7 +22,9 @@ RULE = Rule(
     title="Scheduler progress is behind the optimizer's update count",
     explanation=("The scheduler advanced fewer times than the optimizer updated: steps skipped "
                  "on overflow or stepped once per rollout/epoch. By design in verl and NeMo-RL "
-                 "(once per rollout step); a bug elsewhere."),
+                 "(once per rollout step); a bug elsewhere. An error when, at the scheduler's rate "
+                 "so far, its decay cannot finish by the planned end (the finding gives the step "
+                 "where it would, and the share of the decay left at the planned end)."),
     example="DeepSpeed: `last_batch_iteration`+1 = 90, `global_steps` 100, `skipped_steps` 0.",
     fix="Step the scheduler on every successful optimizer update.",
 )

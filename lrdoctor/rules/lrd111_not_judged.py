@@ -19,7 +19,10 @@ RULE = Rule(
     severity=Severity.WARNING,
     title="Scheduler progress or the optimizer's LR could not be judged",
     explanation=("lrdoctor found no LR scheduler state in the files it scanned, or found one "
-                 "with nothing to compare it with (no optimizer step, loop counter or budget), "
+                 "with nothing independent to compare it with (no optimizer step, loop counter or "
+                 "nominal budget: a horizon alone is no comparison), or one whose counter "
+                 "differs from the optimizer's step while no nominal count says which the "
+                 "schedule should follow, "
                  "or the checkpoint shows that the optimizer's param-group LRs were saved "
                  "(Megatron's distributed optimizer) but they could not be read, so the LR check"
                  " (LRD105) was not done, or a metrics log beside a LambdaLR checkpoint "
@@ -97,11 +100,9 @@ def _lr_log_unused(state: RunState) -> list[Finding]:
 
 def _nothing_to_judge(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     """No scheduler state, or nothing to compare its progress with."""
-    from lrdoctor.rules.common import horizon_is_budget
-
     if judged(found):
         return []
-    prog, spec = state.scheduler_progress, state.schedule
+    prog = state.scheduler_progress
     if prog is None and state.stateless:  # placed by the saved LR: LRD133 says how it went
         return []
     files = ", ".join(state.files[:8]) + (" ..." if len(state.files) > 8 else "") \
@@ -118,10 +119,20 @@ def _nothing_to_judge(state: RunState, found: Sequence[Finding]) -> list[Finding
                              location=state.path)]
     if state.nominal_progress is not None:  # compared (a ratio, or both still at 0)
         return []
-    if spec is not None and spec.horizon and horizon_is_budget(spec):
+    from lrdoctor.rules.evidence_checks import compared, not_compared
+
+    # "Agree" only after two independent counters were compared: a horizon alone is not one.
+    if compared(state) is not None:
         return []
-    if state.planned_end is not None and spec is not None and spec.horizon:
-        return []
+    why = not_compared(state)
+    if why:
+        return [RULE.finding(f"Scheduler progress could not be judged: {why}; scanned: "
+                             f"{files}.",
+                             NotJudged(scheduler_progress=prog.value, scanned=scanned(state)),
+                             fix="Keep the run's config (its planned budget) beside the "
+                                 "checkpoint or save the trainer's own step, so the "
+                                 "scheduler's counter can be compared with the trainer's.",
+                             location=state.path)]
     return [RULE.finding(f"{prog.name} = {fmt(prog.value)} was found but nothing to compare "
                          "it with (no optimizer step, loop counter or budget was saved), so it "
                          f"could not be judged; scanned: {files}.",

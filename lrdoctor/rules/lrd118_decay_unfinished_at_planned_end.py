@@ -16,7 +16,7 @@ from lrdoctor.rules.common import REL_TOL, fmt, planned_end_in_schedule_units, p
 RULE = Rule(
     code="LRD118",
     name="decay-unfinished-at-planned-end",
-    severity=Severity.WARNING,
+    severity=Severity.ERROR,
     title="The decay horizon lies past the planned end of training",
     explanation=("Training ends before the schedule finishes its decay, so the last updates run "
                  "at a higher LR than planned. Megatron with `--rampup-batch-size` and "

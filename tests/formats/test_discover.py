@@ -76,12 +76,16 @@ def test_roll_bare_scheduler_past_its_budget(tmp_path):
     assert doc["state"]["scheduler_progress"]["source"].endswith("scheduler.pt:num_steps")
 
 
-def test_roll_bare_healthy_is_silent(tmp_path):
+def test_roll_bare_at_its_horizon_is_not_judged(tmp_path):
+    """Only the scheduler's own counter and horizon are saved (SGD keeps no step, no config):
+    nothing independent to compare with, so "could not judge" at warning level, never the
+    silent "agree" this test asserted before issue 19."""
     ck = tmp_path / "actor_train" / "checkpoint-99"
     roll_bare(ck, updates=2400)
     st = read_state(ck)
     assert st.format == "roll" and st.scheduler_progress.value == 2400
-    assert loud(diagnose(st)) == []
+    (f,) = loud(diagnose(st))
+    assert f == "LRD111"
 
 
 # ---------------------------------------------------------------- loose files

@@ -108,7 +108,8 @@ def megatron_args(**over) -> argparse.Namespace:
 def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
                  overflow_iters=(), fp16_wrapper: bool = False, sched_per_micro: bool = False,
                  resume_at=(), double_count_on_resume: bool = False,
-                 per_micro_from: int | None = None, **arg_over) -> Truth:
+                 per_micro_from: int | None = None, fill_consumed: bool = True,
+                 **arg_over) -> Truth:
     """Train with megatron-core's scheduler as Megatron-LM's train loop does and save
     like ``save_checkpoint`` (torch format) at each iteration in ``save_at``.
 
@@ -123,6 +124,8 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
     more ``scheduler.step(increment=iteration * global_batch_size)``.
     ``per_micro_from``: from this iteration on (a resumed job running changed code), the
     scheduler is stepped once per micro-batch.
+    ``fill_consumed=False``: a trainer that never fills ``args.consumed_train_samples``
+    (it stays 0 in every checkpoint; issue 19).
     """
     import copy
 
@@ -178,7 +181,8 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
             for _ in range(n_micro if per_micro else 1):
                 sched.step(increment=gbs)
         iteration = it
-        args.consumed_train_samples += gbs
+        if fill_consumed:
+            args.consumed_train_samples += gbs
         args.iteration = iteration
         if it in save_at:
             ckpt = root / f"iter_{iteration:07d}"

@@ -77,8 +77,11 @@ def read(mod: ModuleType, ckpt: Path) -> RunState:
     """``mod.read(ckpt)`` through the validation boundary: every value of the state is checked
     (:meth:`RunState.validate`), and a value no reader check caught is still one line naming
     the checkpoint, never a traceback."""
+    from lrdoctor.read.evidence import seen
+
     try:
-        st = mod.read(ckpt)
+        with seen.recording() as loaded:
+            st = mod.read(ckpt)
         if st.facts.files_used is None:  # not read by content: check the side files too
             from lrdoctor.read.scan.discover import refuse_code
 
@@ -93,6 +96,9 @@ def read(mod: ModuleType, ckpt: Path) -> RunState:
 
     _fixmanifest.apply(st, ckpt)  # a repaired copy's recorded nominal progress
     st.validate()
+    from lrdoctor.read.evidence.attach import attach
+
+    attach(st, ckpt, loaded)  # every counter, horizon and LR as evidence (lrdoctor.evidence)
     return st
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.read.evidence import seen
 from lrdoctor.read.scan import discover
 
 CHECKPOINT_N = re.compile(r"^checkpoint-(\d+)$")
@@ -25,12 +26,14 @@ def load(path: Path) -> Any:
     if not path.is_file():
         raise UnusableInput("missing file", str(path))
     try:
-        return safeload.load(path)
+        obj = safeload.load(path)
     except UnusableInput:
         raise
     except Exception as exc:  # noqa: BLE001 - corrupt input must not give a traceback
         line = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
         raise UnusableInput(f"cannot read: {line}", str(path)) from None
+    seen.note(path, obj)  # the evidence collector walks what was loaded (lrdoctor.evidence)
+    return obj
 
 
 def load_dict(path: Path, what: str = "a dict") -> dict:
@@ -46,6 +49,7 @@ def read_json(path: Path) -> dict:
     if not path.is_file():
         raise UnusableInput("missing file", str(path))
     obj = safetext.read_json(path)  # size, container and depth limits; one line on failure
+    seen.note(path, obj)
     if not isinstance(obj, dict):
         raise UnusableInput("expected a JSON object", str(path))
     return obj

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
 from lrdoctor.read.bytes.storage import as_path
+from lrdoctor.read.evidence import seen
 
 # Bounds: a run folder can hold thousands of files; discovery stays cheap and finite.
 MAX_FILES = 4096          # enumerated per input
@@ -667,6 +668,7 @@ def scan(ckpt: Checkpoint) -> Scan:
             continue
         sc.files_read.append(str(f))
         sc.objects[str(f)] = obj
+        seen.note(f, obj)  # the evidence collector walks what was loaded (lrdoctor.evidence)
         # A YAML sidecar is configuration; JSON sidecars hold state (trainer_state.json).
         sc.found.extend(classify(obj, str(f), config=f.suffix.lower() in (".yaml", ".yml")))
     return sc

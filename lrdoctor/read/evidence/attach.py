@@ -1,0 +1,101 @@
+"""Attach the evidence to a :class:`~lrdoctor.core.state.RunState` after a reader built it.
+
+Runs at the end of ``formats.read`` (one place for every layout): the items come from
+what the reader loaded (:mod:`lrdoctor.read.evidence.seen`), the config files beside the
+checkpoint, and the reader's own typed facts. Then one repair of the *model*, never of
+the input: a nominal counter the trainer never filled (0 while the scheduler and the
+optimizer moved on) is replaced by an independent counter that was filled, so the
+comparison is made instead of silently skipped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.core.evidence import EvidenceItem, first
+from lrdoctor.core.evidence import Quantity as Q
+from lrdoctor.core.evidence import Role as R
+from lrdoctor.core.fieldref import FieldRef
+from lrdoctor.core.state import Counter, RunState, Unit
+from lrdoctor.read.evidence.collect import collect
+
+_UNIT_QUANTITY = {Unit.SAMPLES: Q.SAMPLES, Unit.UPDATES: Q.ITERATIONS,
+                  Unit.MICRO_STEPS: Q.MICRO_BATCHES, Unit.ROLLOUT_STEPS: Q.ROLLOUTS,
+                  Unit.EPOCHS: Q.EPOCHS, Unit.SCHEDULER_CALLS: Q.SCHEDULER_CALLS}
+
+
+def _ref(c: Counter) -> FieldRef:
+    return c.ref if c.ref is not None else FieldRef(c.source or c.name)
+
+
+def from_state(st: RunState) -> list[EvidenceItem]:
+    """The reader's own facts as items (layouts whose loads are not recorded, such as a
+    torch.distributed.checkpoint read item by item, still give their counters)."""
+    out: list[EvidenceItem] = []
+    if st.scheduler_progress is not None:
+        out.append(EvidenceItem(R.PROGRESS, Q.SCHEDULER_CALLS, float(st.scheduler_progress.value),
+                            _ref(st.scheduler_progress)))
+    for c in st.counters:
+        q = Q.OPTIMIZER_STEPS if c.name == "optimizer.step" else _UNIT_QUANTITY[c.unit]
+        out.append(EvidenceItem(R.PROGRESS, q, float(c.value), _ref(c)))
+    if st.planned_end is not None:
+        out.append(EvidenceItem(R.PLANNED_END, _UNIT_QUANTITY[st.planned_end.unit],
+                            float(st.planned_end.value), _ref(st.planned_end)))
+    spec = st.schedule
+    if spec is not None:
+        src = FieldRef(spec.source or "schedule")
+        if spec.horizon is not None:
+            out.append(EvidenceItem(R.HORIZON, Q.SCHEDULER_CALLS, float(spec.horizon),
+                                spec.refs.get("horizon", src)))
+        if spec.warmup:
+            out.append(EvidenceItem(R.WARMUP, Q.SCHEDULER_CALLS, float(spec.warmup),
+                                spec.refs.get("warmup", src)))
+    return out
+
+
+def attach(st: RunState, ckpt: Any, loaded: list[tuple[str, str, Any]]) -> None:
+    """Fill ``st.evidence`` and compare through an independent counter where the nominal
+    one was never filled."""
+    path = getattr(ckpt, "path", ckpt)
+    items: list[EvidenceItem] = []
+    if isinstance(path, Path):
+        try:
+            items = collect(path, loaded)
+        except (OSError, RecursionError, ValueError, TypeError):  # evidence is best effort
+            items = []
+        items = [e for e in items if _finite(e.value)]
+    known = {(e.role, e.quantity, e.value) for e in items}
+    items += [e for e in from_state(st) if (e.role, e.quantity, e.value) not in known]
+    st.evidence = items
+    _unfilled_nominal(st)
+
+
+def _finite(x: float) -> bool:
+    return x == x and abs(x) < 1e15
+
+
+def _unfilled_nominal(st: RunState) -> None:
+    """``consumed_train_samples`` saved as 0 while the scheduler and the optimizer have
+    moved: the trainer never filled it. The optimizer's own step count (times the global
+    batch when the scheduler counts samples) is the independent counter to compare with."""
+    nominal, prog = st.nominal_progress, st.scheduler_progress
+    if nominal is None or prog is None or nominal.value != 0 or prog.value <= 0:
+        return
+    opt = first(st.evidence, R.PROGRESS, Q.OPTIMIZER_STEPS)
+    if opt is None or opt.value <= 0:
+        return
+    value, how = opt.value, f"optimizer step {opt.value:g} ({opt.where})"
+    if nominal.unit is Unit.SAMPLES:
+        spu = st.samples_per_update
+        gbs = first(st.evidence, R.FACTOR, Q.GLOBAL_BATCH)
+        if not spu and gbs is not None and gbs.value > 0:
+            spu = gbs.value
+        if not spu:
+            return
+        value, how = opt.value * spu, f"{how} x global batch {spu:g}"
+    st.notes.append(f"{nominal.source or nominal.name} is 0 while {prog.name} is "
+                    f"{prog.value:g} and the optimizer stepped {opt.value:g} times: the trainer "
+                    f"never filled it; compared with {how} instead")
+    st.nominal_progress = Counter(f"{how}", value, nominal.unit,
+                                  f"{how} ({nominal.name} is 0: never filled)", ref=opt.ref)

@@ -1,0 +1,142 @@
+"""Which saved names mean progress, a horizon, a planned end, a warmup, an LR or a factor.
+
+Read by content: the *key* a number is saved under and the shape of the object around
+it (an optimizer's ``param_groups``, a scheduler's ``last_epoch``), never the file's
+name. One table per role, so a trainer that saves its counters under a new name is one
+line here. Names are matched lower-cased, with leading underscores and dashes removed
+(``_step_count``, ``max-steps`` and ``MaxSteps`` are not told apart from their plain
+forms except by case).
+"""
+
+from __future__ import annotations
+
+from lrdoctor.core.evidence import Quantity as Q
+from lrdoctor.core.evidence import Role as R
+
+#: Counters: how far the run is (outside a config).
+PROGRESS: dict[str, Q] = {
+    **dict.fromkeys(("optimizer_step", "optimizer_steps", "num_updates", "updates", "update",
+                     "num_optimizer_steps", "opt_step", "optim_step"), Q.OPTIMIZER_STEPS),
+    **dict.fromkeys(("global_step", "global_steps", "globalstep", "iteration", "iterations",
+                     "iter", "iters", "step", "steps", "current_step", "train_step",
+                     "trainer_step", "steps_run", "completed_steps", "curr_step", "cur_step",
+                     "total_steps_done", "global_iteration", "it"), Q.ITERATIONS),
+    **dict.fromkeys(("consumed_samples", "consumed_train_samples", "global_samples",
+                     "samples", "samples_seen", "num_samples_seen", "examples_seen",
+                     "seen_samples", "num_examples_seen", "sample_count"), Q.SAMPLES),
+    **dict.fromkeys(("tokens", "consumed_tokens", "ntokens_seen", "tokens_seen", "num_tokens",
+                     "num_tokens_seen", "total_tokens", "consumed_train_tokens",
+                     "token_count"), Q.TOKENS),
+    **dict.fromkeys(("epoch", "epochs_run", "current_epoch", "epoch_idx", "cur_epoch",
+                     "curr_epoch", "epochs_done", "completed_epochs"), Q.EPOCHS),
+    **dict.fromkeys(("batches", "batches_seen", "total_batch_idx", "num_batches_seen",
+                     "batch_count"), Q.BATCHES),
+    **dict.fromkeys(("micro_step", "micro_steps", "micro_batches", "microbatches",
+                     "num_micro_batches_seen", "micro_batches_seen",
+                     "micro_step_count"), Q.MICRO_BATCHES),
+    **dict.fromkeys(("rollout_step", "rollout_steps", "pipeline_step", "rollouts",
+                     "num_rollouts", "episodes", "trajectories", "ppo_step"), Q.ROLLOUTS),
+}
+
+#: Where the schedule's decay ends, in the unit of the scheduler's own counter.
+HORIZON: dict[str, Q] = dict.fromkeys(
+    ("num_training_steps", "lr_decay_steps", "lr_decay_iters", "decay_steps", "t_max",
+     "total_iters", "total_num_steps", "decay_iters", "lr_decay_samples", "t_initial",
+     "num_decay_steps", "cosine_steps", "cycle_steps", "max_decay_steps",
+     "scheduler_total_steps", "lr_total_steps", "num_scheduler_steps",
+     "total_training_steps"), Q.SCHEDULER_CALLS)
+
+#: Where training is meant to end (configs, trainer state).
+PLANNED_END: dict[str, Q] = {
+    **dict.fromkeys(("max_steps", "train_iters", "total_steps", "max_train_steps",
+                     "train_steps", "num_steps", "total_updates", "max_updates",
+                     "max_iters", "max_iterations", "num_iterations", "total_iters_planned",
+                     "training_steps", "num_train_steps", "total_train_steps"), Q.ITERATIONS),
+    **dict.fromkeys(("num_train_epochs", "epochs", "max_epochs", "num_epochs",
+                     "total_epochs", "n_epochs", "train_epochs"), Q.EPOCHS),
+    **dict.fromkeys(("train_samples", "max_samples", "total_samples",
+                     "num_train_samples_planned"), Q.SAMPLES),
+    **dict.fromkeys(("train_tokens", "max_tokens_to_train", "total_tokens_planned",
+                     "token_budget"), Q.TOKENS),
+    **dict.fromkeys(("max_rollout_steps", "total_rollouts", "rollout_steps_total",
+                     "num_rollout_steps"), Q.ROLLOUTS),
+}
+
+#: Where warmup ends.
+WARMUP: dict[str, Q] = {
+    **dict.fromkeys(("warmup_steps", "num_warmup_steps", "lr_warmup_steps", "lr_warmup_iters",
+                     "warmup_iters", "warmup_num_steps", "warmup_t", "warmup",
+                     "lr_warmup_samples", "warmup_updates", "n_warmup_steps"),
+                    Q.SCHEDULER_CALLS),
+    **dict.fromkeys(("warmup_epochs", "lr_warmup_epochs"), Q.EPOCHS),
+    **dict.fromkeys(("warmup_ratio", "lr_warmup_fraction", "warmup_fraction",
+                     "pct_start", "warmup_proportion", "warmup_steps_proportion"), Q.FRACTION),
+}
+
+#: Learning rates.
+LR: frozenset[str] = frozenset({
+    "lr", "learning_rate", "base_lr", "max_lr", "min_lr", "initial_lr", "last_lr", "peak_lr",
+    "lr_min", "eta_min", "end_lr", "final_lr", "init_lr", "start_lr", "warmup_lr_init"})
+
+#: Conversions between the units.
+FACTOR: dict[str, Q] = {
+    **dict.fromkeys(("gradient_accumulation_steps", "accumulate_grad_batches", "grad_accum",
+                     "gradient_accumulation", "accumulation_steps", "grad_accum_steps",
+                     "grad_accumulation_steps", "accum_steps", "accum_iter",
+                     "num_microbatches", "num_micro_batches", "micro_batches_per_step",
+                     "update_freq"), Q.GRAD_ACCUM),
+    **dict.fromkeys(("world_size", "num_processes", "data_parallel_size", "dp_size",
+                     "num_gpus", "n_gpus", "ngpus", "nprocs", "num_devices", "devices"),
+                    Q.PROCESSES),
+    **dict.fromkeys(("global_batch_size", "train_batch_size", "total_batch_size",
+                     "effective_batch_size"), Q.GLOBAL_BATCH),
+    **dict.fromkeys(("per_device_train_batch_size", "micro_batch_size",
+                     "train_micro_batch_size_per_gpu", "batch_size", "micro_batch",
+                     "per_gpu_train_batch_size"), Q.MICRO_BATCH),
+    **dict.fromkeys(("len_dataloader", "len_train_dataloader", "num_batches_per_epoch",
+                     "batches_per_epoch", "steps_per_epoch_batches", "loader_len",
+                     "num_batches", "iters_per_epoch_micro"), Q.BATCHES_PER_EPOCH),
+    **dict.fromkeys(("steps_per_epoch", "updates_per_epoch", "num_update_steps_per_epoch",
+                     "iters_per_epoch", "optimizer_steps_per_epoch"), Q.UPDATES_PER_EPOCH),
+    **dict.fromkeys(("num_train_samples", "train_dataset_size", "dataset_size", "dataset_len",
+                     "len_train_dataset", "num_train_examples", "num_examples", "train_size",
+                     "n_train_samples"), Q.DATASET),
+}
+
+#: Keys below which numbers are never progress (random states, per-parameter knobs).
+NEVER_UNDER = frozenset({"rng", "rng_state", "rng_states", "rng_tracker_states",
+                         "random_state", "cuda_rng_state", "np_rng_state", "python_rng_state",
+                         "grad_scaler", "scaler", "ema", "model", "state_dict", "module",
+                         "model_state_dict", "weights", "params", "log_history",
+                         "stateful_callbacks", "trial_params"})
+
+#: Composer-style durations in a string: "10ep", "2000ba", "500sp", "1e6tok", "0.1dur".
+DURATION_UNITS: dict[str, Q] = {"ep": Q.EPOCHS, "ba": Q.ITERATIONS, "sp": Q.SAMPLES,
+                                "tok": Q.TOKENS, "dur": Q.FRACTION, "iter": Q.ITERATIONS}
+
+
+def norm(key: str) -> str:
+    """A key as the tables spell it."""
+    return key.strip().lstrip("_").replace("-", "_").lower()
+
+
+def meaning(key: str, in_config: bool) -> tuple[R, Q] | None:
+    """What a number saved under ``key`` says: in a config, budgets and knobs; in state,
+    counters as well (a config holds no progress)."""
+    k = norm(key)
+    if k in HORIZON:
+        return R.HORIZON, HORIZON[k]
+    if k in WARMUP:
+        return R.WARMUP, WARMUP[k]
+    if k in FACTOR:
+        return R.FACTOR, FACTOR[k]
+    if k in LR:
+        return R.LR, Q.LR
+    if k in PLANNED_END:
+        # "epochs" and "num_steps" are counters in some trainers' state: only a config's
+        # are budgets.
+        if in_config or k not in ("epochs", "num_steps"):
+            return R.PLANNED_END, PLANNED_END[k]
+    if not in_config and k in PROGRESS:
+        return R.PROGRESS, PROGRESS[k]
+    return None

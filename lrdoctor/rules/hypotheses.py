@@ -1,0 +1,408 @@
+"""Hypotheses tested against every item of evidence, with the numbers.
+
+Pure functions of a :class:`~lrdoctor.core.state.RunState` and its evidence. Each candidate
+explanation predicts a number the checkpoint holds (the horizon, the scheduler's
+counter); the one whose prediction equals the saved number explains the evidence, and
+every other candidate is ruled out by its own prediction. A finding names both, so a
+reader sees why this explanation and not another.
+
+- :func:`comparisons`: the scheduler's counter against an independent counter of the
+  trainer (the reader's nominal count, the optimizer's own step). "Agree" is said only
+  after one of these was made.
+- :func:`horizon_tests`: where the decay ends against where training is planned to end:
+  the planned end itself (healthy), or the planned end counted in another unit
+  (micro-batches, processes, batches per epoch, epochs, samples), minus the warmup, or a
+  horizon unset or negative.
+- :func:`projection`: harm ahead. At the scheduler's rate so far, the trainer step at
+  which the horizon will be reached, from the first checkpoint holding both.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from lrdoctor.core.evidence import EvidenceItem, first, of
+from lrdoctor.core.evidence import Quantity as Q
+from lrdoctor.core.evidence import Role as R
+from lrdoctor.core.numbers import number
+from lrdoctor.core.state import RunState, Unit
+
+#: Every explanation of a saved horizon :func:`horizon_tests` tries, and what it predicts.
+HYPOTHESES: tuple[tuple[str, str], ...] = (
+    ("the planned end", "scheduler calls per update x planned updates (healthy)"),
+    ("a horizon unset or negative", "the saved horizon is 0 or below (LRD120 with an LR of 0)"),
+    ("the planned end counted in micro-batches", "planned updates x gradient accumulation"),
+    ("the planned end divided by the accumulation again", "planned updates / accumulation"),
+    ("the planned end counted per process", "planned updates x process count"),
+    ("the planned end counted in micro-batches of every process",
+     "planned updates x processes x accumulation"),
+    ("the planned end counted in batches (dataloader length x epochs)",
+     "batches per epoch x epochs"),
+    ("the planned end counted in epochs", "the planned epochs"),
+    ("the planned end counted in samples", "planned updates x global batch"),
+    ("the planned end minus the warmup", "planned scheduler calls - warmup"),
+)
+
+REL_TOL = 0.01   # counters that differ by less agree (a rounding step)
+EXACT = 1e-3     # a hypothesis fits when it predicts the saved number this closely
+
+
+def _fits(predicted: float, saved: float) -> bool:
+    return abs(predicted - saved) <= max(0.5, EXACT * abs(saved))
+
+
+# ------------------------------------------------------------------ comparisons
+
+@dataclass(frozen=True)
+class Comparison:
+    """The scheduler's counter against an independent one, in the same unit."""
+
+    scheduler: str
+    scheduler_value: float
+    other: str
+    other_value: float
+    unit: str
+
+    @property
+    def ratio(self) -> float | None:
+        return self.scheduler_value / self.other_value if self.other_value > 0 else None
+
+    @property
+    def agree(self) -> bool:
+        return abs(self.scheduler_value - self.other_value) <= max(1.0, REL_TOL
+                                                                   * self.other_value)
+
+    def describe(self) -> str:
+        return (f"{self.scheduler} = {number(self.scheduler_value)} vs {self.other} = "
+                f"{number(self.other_value)} {self.unit}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scheduler": self.scheduler, "scheduler_value": self.scheduler_value,
+                "other": self.other, "other_value": self.other_value, "unit": self.unit,
+                "agree": self.agree}
+
+
+def evidence(st: RunState) -> list[EvidenceItem]:
+    """The state's evidence; for a state built by hand (no reader ran), its own facts."""
+    if st.evidence:
+        return st.evidence
+    from lrdoctor.read.evidence.attach import from_state
+
+    return from_state(st)
+
+
+def _updates_counter(st: RunState) -> EvidenceItem | None:
+    """The trainer's own count of optimizer updates: the optimizer's step, else the loop's
+    global step or iteration."""
+    for q in (Q.OPTIMIZER_STEPS, Q.ITERATIONS):
+        e = next((x for x in of(evidence(st), R.PROGRESS, q) if x.value > 0), None)
+        if e is not None:
+            return e
+    return None
+
+
+def comparisons(st: RunState) -> list[Comparison]:
+    """Every comparison of the scheduler's counter with an independent counter that the
+    checkpoint allows (empty: nothing was compared, so nothing may be called agreeing)."""
+    prog, nominal = st.scheduler_progress, st.nominal_progress
+    if prog is None:
+        return []
+    out = []
+    if nominal is not None:
+        out.append(Comparison(prog.name, prog.value, nominal.source or nominal.name,
+                              nominal.value, prog.unit.value))
+        return out
+    spec = st.schedule
+    unit = spec.unit if spec is not None else prog.unit
+    upd = _updates_counter(st)
+    if upd is None:
+        return out
+    if unit is Unit.UPDATES:
+        out.append(Comparison(prog.name, prog.value, upd.where, upd.value, unit.value))
+    elif unit is Unit.SAMPLES and st.samples_per_update:
+        out.append(Comparison(prog.name, prog.value,
+                              f"{upd.where} x global batch {number(st.samples_per_update)}",
+                              upd.value * st.samples_per_update, unit.value))
+    return out
+
+
+# ------------------------------------------------------------------ harm ahead
+
+@dataclass(frozen=True)
+class Projection:
+    """Where the horizon falls on the trainer's own clock, at the scheduler's rate so far."""
+
+    rate: float            # scheduler units per trainer step, so far
+    floor_at: float        # trainer step at which the scheduler reaches the horizon
+    planned: float         # the planned end, in trainer steps
+    unit: str              # the trainer's unit
+    trainer: str           # the trainer counter the rate was measured on
+    lr_at_planned_end: float | None
+    decay_left: float | None  # share of the decay not done at the planned end (0: done)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scheduler_rate_per_step": round(self.rate, 6),
+                "floor_at_step": round(self.floor_at, 3), "planned_end": self.planned,
+                "unit": self.unit, "measured_on": self.trainer,
+                "lr_at_planned_end": self.lr_at_planned_end,
+                "decay_left_at_planned_end": self.decay_left}
+
+    def sentence(self) -> str:
+        f, e = number(round(self.floor_at, 1)), number(self.planned)
+        if self.floor_at < self.planned:
+            return (f"At the scheduler's rate so far ({number(round(self.rate, 4))} per "
+                    f"{self.unit[:-1] if self.unit.endswith('s') else self.unit}), its decay "
+                    f"ends at {self.trainer.rsplit(':', 1)[-1]} {f} of {e} planned: the last "
+                    f"{1 - self.floor_at / self.planned:.0%} of training runs at the floor.")
+        left = f", {self.decay_left:.0%} of the decay not done" if self.decay_left else ""
+        return (f"At the scheduler's rate so far its decay would end at step {f}, after the "
+                f"planned end {e}{left}.")
+
+
+def projection(st: RunState) -> Projection | None:
+    """The step at which the horizon will be reached, if the scheduler keeps its rate."""
+    from lrdoctor.schedules import lr_or_none
+
+    spec, prog, end = st.schedule, st.scheduler_progress, st.planned_end
+    if spec is None or prog is None or end is None or not spec.horizon or spec.horizon <= 0:
+        return None
+    trainer = st.trainer_progress
+    if trainer is None or trainer.unit != end.unit:
+        nominal = st.nominal_progress
+        upd = _updates_counter(st)
+        if end.unit is Unit.UPDATES and upd is not None:
+            trainer_name, t = upd.where, upd.value
+        elif nominal is not None and nominal.unit == end.unit:
+            trainer_name, t = nominal.source or nominal.name, nominal.value
+        else:
+            return None
+    else:
+        trainer_name, t = trainer.source or trainer.name, trainer.value
+    if t <= 0 or prog.value <= 0 or end.value <= 0:
+        return None
+    rate = prog.value / t
+    floor_at = spec.horizon / rate
+    lr_end = lr_or_none(spec, rate * end.value)
+    left = None
+    span = spec.max_lr - spec.min_lr
+    if lr_end is not None and span > 0:
+        left = max(0.0, round((lr_end - spec.min_lr) / span, 6))
+    return Projection(rate, floor_at, float(end.value), end.unit.value, trainer_name,
+                      lr_end, left)
+
+
+# ------------------------------------------------------------------ the horizon
+
+@dataclass
+class Test:
+    """One candidate explanation of the horizon: what it predicts, and from which items."""
+
+    hypothesis: str
+    predicted: float
+    arithmetic: str
+    uses: list[str] = field(default_factory=list)
+    harmful: bool = True   # a fit means a bug (False: the healthy explanation)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hypothesis": self.hypothesis, "predicts": self.predicted,
+                "arithmetic": self.arithmetic, "uses": self.uses}
+
+
+@dataclass
+class HorizonVerdict:
+    """The horizon tested against the planned end: the fitting test, and the rest."""
+
+    horizon: EvidenceItem
+    planned_updates: float
+    planned_from: str
+    rate: float
+    rate_from: str
+    fit: Test | None
+    ruled_out: list[Test]
+    rounding: bool = False  # only floor vs ceil at the epoch end separates them (LRD117)
+    also: list[Test] = field(default_factory=list)  # other tests predicting the same number
+    scale: float = 1.0  # scheduler units per update at one call per update (samples: the batch)
+
+    @property
+    def healthy(self) -> bool:
+        return self.fit is not None and not self.fit.harmful
+
+
+def _factor(st: RunState, q: Q) -> EvidenceItem | None:
+    return next((e for e in of(evidence(st), R.FACTOR, q) if e.value >= 1), None)
+
+
+def _planned_updates(st: RunState) -> tuple[float, str, EvidenceItem | None] | None:
+    """The planned end in optimizer updates, and where it was read (or how computed)."""
+    end = st.planned_end
+    if end is not None and end.unit is Unit.UPDATES and end.value > 0:
+        return float(end.value), end.source or end.name, None
+    e = next((x for x in of(evidence(st), R.PLANNED_END, Q.ITERATIONS) if x.value > 0), None)
+    if e is not None:
+        return e.value, e.where, e
+    epochs = next((x for x in of(evidence(st), R.PLANNED_END, Q.EPOCHS) if x.value > 0), None)
+    if epochs is None:
+        return None
+    upe = _factor(st, Q.UPDATES_PER_EPOCH)
+    if upe is not None:
+        return epochs.value * upe.value, f"{epochs.where} x {upe.where}", epochs
+    bpe = _factor(st, Q.BATCHES_PER_EPOCH)
+    if bpe is not None:
+        ga = _factor(st, Q.GRAD_ACCUM)
+        g = ga.value if ga is not None else 1.0
+        return (epochs.value * math.ceil(bpe.value / g),
+                f"{epochs.where} x ceil({bpe.where} / {g:g})", epochs)
+    return None
+
+
+def _horizon_item(st: RunState) -> EvidenceItem | None:
+    """The horizon the scheduler decays over: its own state's, else a config's."""
+    spec = st.schedule
+    hs = of(evidence(st), R.HORIZON, Q.SCHEDULER_CALLS)
+    if spec is not None and spec.horizon is not None:
+        return next((e for e in hs if e.value == spec.horizon), None) or _spec_item(st)
+    return hs[0] if hs else None
+
+
+def _spec_item(st: RunState) -> EvidenceItem | None:
+    from lrdoctor.core.fieldref import FieldRef
+
+    spec = st.schedule
+    if spec is None or spec.horizon is None:
+        return None
+    return EvidenceItem(R.HORIZON, Q.SCHEDULER_CALLS, float(spec.horizon),
+                    spec.refs.get("horizon", FieldRef(spec.source or "schedule")))
+
+
+def _rate(st: RunState) -> tuple[float, str]:
+    """Scheduler calls per optimizer update so far (1 when no counter says otherwise)."""
+    cmp = comparisons(st)
+    spec = st.schedule
+    if cmp and cmp[0].ratio is not None and spec is not None and spec.unit is Unit.UPDATES:
+        c = cmp[0]
+        if c.agree:
+            return 1.0, c.describe()
+        return c.ratio or 1.0, c.describe()
+    return 1.0, "no second counter: one scheduler call per update assumed"
+
+
+def horizon_tests(st: RunState) -> HorizonVerdict | None:
+    """Test every explanation of the horizon against the planned end (in updates)."""
+    spec = st.schedule
+    scale = 1.0  # scheduler units per update at one call per update
+    if spec is not None and spec.unit is Unit.SAMPLES and st.samples_per_update:
+        scale = float(st.samples_per_update)  # Megatron: the scheduler counts samples
+    elif spec is not None and spec.unit is not Unit.UPDATES:
+        return None  # epochs, rollouts: LRD108/LRD118 reason in those units
+    h = _horizon_item(st)
+    planned = _planned_updates(st)
+    if h is None or planned is None:
+        return None
+    e_upd, e_from, _ = planned
+    rate, rate_from = _rate(st)
+    H = h.value
+    tests: list[Test] = []
+    e_s = rate * e_upd * scale
+    per = f" x {number(scale)} samples per update" if scale != 1 else ""
+    tests.append(Test("the planned end", e_s,
+                      f"{number(round(rate, 4))} call(s) per update x {number(e_upd)} planned "
+                      f"updates ({e_from}){per}", [e_from], harmful=False))
+    ga, ws = _factor(st, Q.GRAD_ACCUM), _factor(st, Q.PROCESSES)
+    gbs = _factor(st, Q.GLOBAL_BATCH)
+    bpe = _factor(st, Q.BATCHES_PER_EPOCH)
+    epochs = next((x for x in of(evidence(st), R.PLANNED_END, Q.EPOCHS) if x.value > 0), None)
+    warm = spec.warmup if spec is not None and spec.warmup else None
+    warm_item = first(evidence(st), R.WARMUP, Q.SCHEDULER_CALLS)
+    if warm is None and warm_item is not None and warm_item.value > 0:
+        warm = warm_item.value
+    if H <= 0:
+        tests.append(Test("a horizon unset or negative", H, f"{h.name} = {number(H)}", [h.where]))
+    if scale != 1:  # a samples horizon: only the warmup and an iteration count can explain it
+        ga = ws = gbs = bpe = epochs = None
+        tests.append(Test("the planned end counted in iterations, not samples", e_upd,
+                          f"{number(e_upd)} planned updates", [e_from]))
+    if ga is not None and ga.value >= 2:
+        tests.append(Test("the planned end counted in micro-batches", e_upd * ga.value,
+                          f"{number(e_upd)} updates x {ga.name} {number(ga.value)}",
+                          [e_from, ga.where]))
+        tests.append(Test("the planned end divided by the accumulation again",
+                          e_upd / ga.value, f"{number(e_upd)} / {ga.name} {number(ga.value)}",
+                          [e_from, ga.where]))
+    if ws is not None and ws.value >= 2:
+        tests.append(Test("the planned end counted per process", e_upd * ws.value,
+                          f"{number(e_upd)} updates x {ws.name} {number(ws.value)}",
+                          [e_from, ws.where]))
+        if ga is not None and ga.value >= 2:
+            tests.append(Test("the planned end counted in micro-batches of every process",
+                              e_upd * ws.value * ga.value,
+                              f"{number(e_upd)} x {ws.name} {number(ws.value)} x {ga.name} "
+                              f"{number(ga.value)}", [e_from, ws.where, ga.where]))
+    if bpe is not None and epochs is not None:
+        tests.append(Test("the planned end counted in batches (dataloader length x epochs)",
+                          bpe.value * epochs.value,
+                          f"{bpe.name} {number(bpe.value)} x {epochs.name} "
+                          f"{number(epochs.value)}", [bpe.where, epochs.where]))
+    if epochs is not None and epochs.value < e_upd:
+        tests.append(Test("the planned end counted in epochs", epochs.value,
+                          f"{epochs.name} = {number(epochs.value)}", [epochs.where]))
+    if gbs is not None and gbs.value >= 2:
+        tests.append(Test("the planned end counted in samples", e_upd * gbs.value,
+                          f"{number(e_upd)} updates x {gbs.name} {number(gbs.value)}",
+                          [e_from, gbs.where]))
+    if warm:
+        tests.append(Test("the planned end minus the warmup", e_s - warm,
+                          f"{number(e_s)} - warmup {number(warm)}",
+                          [e_from] + ([warm_item.where] if warm_item else [])))
+    fitting = [t for t in tests if _fits(t.predicted, H)]
+    fit = fitting[0] if fitting else None
+    ruled_out = [t for t in tests if t not in fitting]
+    rounding = False
+    if fit is None and epochs is not None and abs(H - e_s) <= max(1.0, epochs.value):
+        rounding = True  # floor vs ceil at every epoch end: LRD117 judges that
+    return HorizonVerdict(h, e_upd, e_from, rate, rate_from, fit, ruled_out, rounding,
+                          also=fitting[1:], scale=scale)
+
+
+# ------------------------------------------------------------------ the catalog page
+
+def how_findings_are_reached() -> str:
+    """The catalog's section on reasoning (docs/findings.md), made from the tables the
+    code uses: the units items are read in and the hypotheses tested."""
+    from lrdoctor.core.evidence import Quantity, Role
+
+    roles = ", ".join(f"*{r.value}*" for r in Role)
+    units = ", ".join(q.value for q in Quantity)
+    hyps = "\n".join(f"- **{name}**: predicts {what}." for name, what in HYPOTHESES)
+    return "\n".join([
+        "## How a finding is reached", "",
+        "lrdoctor first reads every number the checkpoint holds about progress, a horizon or "
+        "an LR into one *evidence item* with its value, its unit and the field it came from "
+        "(`file:key`, a `FieldRef`). Items come from what the readers loaded (scheduler and "
+        "optimizer state, trainer counters, objects registered for checkpointing such as an "
+        "`argparse.Namespace` or an OmegaConf config kept inert) and from the YAML, JSON and "
+        "TOML config files beside the checkpoint. Names and value shapes decide what a number "
+        "means, never the file's name: `step` inside an optimizer's per-parameter state counts "
+        "optimizer updates, `last_epoch` inside a scheduler's state counts scheduler calls, "
+        "`T_max` there is a horizon in scheduler calls. `inspect --json` lists the items under "
+        "`state.evidence`.", "",
+        f"Roles: {roles}. Units: {units}.", "",
+        "Findings are hypotheses tested against all the items with the numbers. The "
+        "scheduler's counter is compared with an independent counter (the trainer's nominal "
+        "count, else the optimizer's own step, times the global batch when the scheduler "
+        "counts samples; a nominal counter saved as 0 while both moved is taken as never "
+        "filled). The ratio names the rate: k scheduler calls per update (LRD103, with k from "
+        "the accumulation, the process count or the micro-batches), behind (LRD108), a "
+        "restart or double count at a resume (LRD112/LRD113, over a run's checkpoints). The "
+        "saved horizon is compared with the planned end through every explanation below; "
+        "the one that predicts the saved number exactly is reported (LRD119) with the "
+        "number every other one would have predicted, as the hypotheses ruled out; floor vs "
+        "ceil at an epoch end is LRD117's. From the first checkpoint holding the scheduler's "
+        "counter, a trainer counter, the horizon and the planned end, the step where the "
+        "floor will come is given (harm ahead): a decay that ends before the planned end, or "
+        "is unfinished at it, is an error.", "",
+        hyps, "",
+        "The report says the scheduler and the trainer agree only after two independent "
+        "counters were compared, and names them. When nothing could be compared, LRD111 "
+        "(warning) says what was scanned and what is missing.", ""])

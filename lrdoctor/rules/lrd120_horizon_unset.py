@@ -1,0 +1,38 @@
+"""LRD120 `horizon-unset`: the schedule's horizon is unset or negative.
+
+The rule lives here; its check is :func:`lrdoctor.rules.evidence_checks.horizon_unset` (the
+horizon as evidence, confirmed by the saved LR). :mod:`lrdoctor.rules` registers it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from lrdoctor.core.findings import Finding, Rule, Severity
+
+if TYPE_CHECKING:
+    from lrdoctor.core.state import RunState
+
+RULE = Rule(
+    code="LRD120",
+    name="horizon-unset",
+    severity=Severity.ERROR,
+    title="The schedule's horizon is unset or negative",
+    explanation=(
+        "A horizon saved as 0 or -1 (a config's `total_training_steps: -1` that was meant to "
+        "be computed, verl issue 6683) makes a linear or cosine decay return LR 0 from its "
+        "first step. lrdoctor reports it when the saved LR confirms it: 0 while the peak "
+        "(`initial_lr`, `base_lrs`) is not; a horizon in the scheduler's own state is "
+        "LRD106's."),
+    example="`total_training_steps` -1 in the config, optimizer lr 0.0 at step 5, initial_lr 1e-6.",
+    fix=(
+        "Compute the horizon before building the scheduler (verl: set `total_training_steps` "
+        "from the dataloader length x epochs) and resume from a checkpoint saved with it."),
+)
+
+
+def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
+    from lrdoctor.rules.evidence_checks import horizon_unset
+
+    return horizon_unset(state)
