@@ -151,13 +151,15 @@ class Projection:
 
     def sentence(self) -> str:
         f, e = number(round(self.floor_at, 1)), number(self.planned)
+        one = self.unit[:-1] if self.unit.endswith("s") else self.unit
         if self.floor_at < self.planned:
             return (f"At the scheduler's rate so far ({number(round(self.rate, 4))} per "
-                    f"{self.unit[:-1] if self.unit.endswith('s') else self.unit}), its decay "
-                    f"ends at {self.trainer.rsplit(':', 1)[-1]} {f} of {e} planned: the last "
-                    f"{1 - self.floor_at / self.planned:.0%} of training runs at the floor.")
+                    f"{one}, measured on {self.trainer}), its decay ends at {one} {f} of {e} "
+                    f"planned: the last {1 - self.floor_at / self.planned:.0%} of training "
+                    "runs at the floor.")
         left = f", {self.decay_left:.0%} of the decay not done" if self.decay_left else ""
-        return (f"At the scheduler's rate so far its decay would end at step {f}, after the "
+        return (f"At the scheduler's rate so far ({number(round(self.rate, 4))} per {one}, "
+                f"measured on {self.trainer}) its decay would end at {one} {f}, after the "
                 f"planned end {e}{left}.")
 
 
