@@ -43,6 +43,8 @@ HYPOTHESES: tuple[tuple[str, str], ...] = (
     ("the planned end counted in epochs", "the planned epochs"),
     ("the planned end counted in samples", "planned updates x global batch"),
     ("the planned end minus the warmup", "planned scheduler calls - warmup"),
+    ("the planned end counted in a unit k times smaller",
+     "a whole multiple k of the planned end when no saved factor explains it"),
 )
 
 REL_TOL = 0.01   # counters that differ by less agree (a rounding step)
@@ -357,6 +359,13 @@ def horizon_tests(st: RunState) -> HorizonVerdict | None:
         tests.append(Test("the planned end minus the warmup", e_s - warm,
                           f"{number(e_s)} - warmup {number(warm)}",
                           [e_from] + ([warm_item.where] if warm_item else [])))
+    k = round(H / e_s) if e_s > 0 else 0
+    if k >= 2 and _fits(k * e_s, H) and not any(_fits(t.predicted, H) for t in tests):
+        # No saved factor names k, but a whole multiple of the plan is no coincidence.
+        tests.append(Test(f"the planned end counted in a unit {k} times smaller (no saved "
+                          "accumulation, process count or batch size names it: micro-batches "
+                          f"under accumulation {k}, or {k} processes)", k * e_s,
+                          f"{number(e_s)} x {k}", [e_from]))
     fitting = [t for t in tests if _fits(t.predicted, H)]
     fit = fitting[0] if fitting else None
     ruled_out = [t for t in tests if t not in fitting]

@@ -407,3 +407,75 @@ def test_megatron_configured_tail_twin_stays_info(tmp_path):
     (r,) = inspect_path(truth.root)
     silent(r)
     assert [f.code for f in r.findings] == ["LRD102"]
+
+
+# ------------------------------------------------------------ objects registered for checkpointing
+
+class _Progress:
+    """The loop's own progress and plan, registered with accelerate for checkpointing."""
+
+    def __init__(self, max_train_steps: int, epochs: int):
+        self.completed_steps, self.max_train_steps, self.epochs = 0, max_train_steps, epochs
+
+    def state_dict(self) -> dict:
+        return {"completed_steps": self.completed_steps,
+                "max_train_steps": self.max_train_steps, "num_train_epochs": self.epochs}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.__dict__.update(sd)
+
+
+def _accelerate_run(tmp_path: Path, horizon_in: str) -> Path:
+    """accelerate with gradient accumulation 4 and a LinearLR sized from the dataloader:
+    ``len(train_dataloader) * epochs`` counts micro-batches (the bug) where
+    ``max_train_steps`` counts updates (the twin). GENERALITY: the planned end lives only in
+    an object registered with ``Accelerator.register_for_checkpointing``
+    (``custom_checkpoint_0.pkl``), which no reader reads."""
+    import torch
+    from accelerate import Accelerator
+    from torch.optim.lr_scheduler import LinearLR
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    acc = Accelerator(gradient_accumulation_steps=4, cpu=True)
+    data = DataLoader(TensorDataset(torch.randn(80, 4), torch.randn(80, 1)), batch_size=2)
+    epochs, ga = 2, 4
+    max_train_steps = epochs * math.ceil(len(data) / ga)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    total = len(data) * epochs if horizon_in == "micro-batches" else max_train_steps
+    sched = LinearLR(opt, start_factor=1.0, end_factor=0.0, total_iters=total)
+    model, opt, data, sched = acc.prepare(model, opt, data, sched)
+    progress = _Progress(max_train_steps, epochs)
+    acc.register_for_checkpointing(progress)
+    for x, y in data:  # one epoch of two
+        with acc.accumulate(model):
+            acc.backward(torch.nn.functional.mse_loss(model(x), y))
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+        if acc.sync_gradients:
+            progress.completed_steps += 1
+    out = tmp_path / horizon_in / "checkpoint_0"
+    acc.save_state(str(out))
+    return out
+
+
+def test_accelerate_horizon_in_micro_batches_with_plan_in_a_registered_object(tmp_path):
+    ck = _accelerate_run(tmp_path, "micro-batches")
+    (r,) = inspect_path(ck)
+    f = the(r, "LRD119")
+    assert f.severity == Severity.ERROR
+    ev = f.evidence
+    assert (ev["horizon"], ev["planned_end_updates"]) == (80, 20)
+    assert "custom_checkpoint_0.pkl" in ev["planned_end_from"]
+    # accelerate saves no accumulation count: the whole multiple is named as such
+    assert ev["hypothesis"]["predicts"] == 80 and "4 times smaller" in ev["hypothesis"][
+        "hypothesis"]
+    assert ev["decay_done_at_planned_end"] == pytest.approx(0.25)
+
+
+def test_accelerate_horizon_in_updates_twin_is_silent(tmp_path):
+    (r,) = inspect_path(_accelerate_run(tmp_path, "updates"))
+    silent(r)
+    assert r.state["derived"]["compared"]["agree"] is True

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.evidence import EvidenceItem
 from lrdoctor.core.evidence import Quantity as Q
 from lrdoctor.core.evidence import Role as R
@@ -235,7 +236,6 @@ def config_files(ckpt: Path, exclude: Iterable[str] = ()) -> list[Path]:
 def read_config(f: Path) -> Any:
     """A config file's content (None when it is too large or not parseable: evidence is
     gathered from what can be read; the readers say what they needed)."""
-    from lrdoctor.core.errors import UnusableInput
     from lrdoctor.read.bytes import safetext
 
     try:
@@ -250,6 +250,37 @@ def read_config(f: Path) -> Any:
         return safetext.yaml_loads(text, str(f))
     except (OSError, UnicodeDecodeError, UnusableInput, ValueError):
         return None
+
+
+def small_pickles(ckpt: Path, exclude: Iterable[str] = ()) -> list[tuple[Path, Any]]:
+    """The small pickles in a checkpoint folder that its layout did not read: the objects a
+    framework saves for the user's own state (accelerate's ``register_for_checkpointing``
+    writes ``custom_checkpoint_N.pkl``), read metadata-only through the allow-list
+    unpickler. Recognised by content; one that cannot be read safely is left out (the
+    layout did not need it)."""
+    from lrdoctor.core.errors import UnsafePickle
+    from lrdoctor.read.bytes import safeload
+    from lrdoctor.read.scan.discover import is_pickle
+
+    if not ckpt.is_dir():
+        return []
+    seen = {str(Path(e)) for e in exclude}
+    out: list[tuple[Path, Any]] = []
+    try:
+        entries = sorted(ckpt.iterdir())[:256]
+    except OSError:
+        return []
+    for f in entries:
+        try:
+            if (str(f) in seen or f.is_symlink() or not f.is_file()
+                    or f.stat().st_size > MAX_CONFIG_BYTES or not is_pickle(f)):
+                continue
+            out.append((f, safeload.load(f, unknown_as_opaque=True)))
+        except (OSError, UnsafePickle, UnusableInput, ValueError, RecursionError):
+            continue
+        if len(out) >= MAX_CONFIG_FILES:
+            break
+    return out
 
 
 def relative(file: str, ckpt: Path) -> str:
@@ -273,6 +304,8 @@ def collect(ckpt: Path, loaded: Iterable[tuple[str, str, Any]]) -> list[Evidence
         read.add(file)
         is_cfg = Path(file).suffix.lower() in (".yaml", ".yml", ".toml")
         items += walk(obj, FieldRef(relative(file, ckpt), (), item), is_cfg)
+    for f, obj in small_pickles(ckpt, read):  # objects registered for checkpointing
+        items += walk(obj, FieldRef(relative(str(f), ckpt)))
     for f in config_files(ckpt, read):
         obj = read_config(f)
         # lrdoctor's own reports and fix manifests ("lrdoctor": version) are not the run's.
