@@ -122,13 +122,14 @@ class _Walker:
             self.leaf(name, v, here, cfg)
 
     def leaf(self, name: str, v: Any, ref: FieldRef, cfg: bool) -> None:
-        value = _scalar(v)
-        if value is None:
-            if isinstance(v, str):
-                self.duration(name, v, ref)
+        if isinstance(v, str):
+            self.duration(name, v, ref)
             return
         what = V.meaning(name, cfg)
-        if what is not None:
+        if what is None:
+            return  # decided by the key first: a one-element tensor is read only when it counts
+        value = _scalar(v)
+        if value is not None:
             self.add(what[0], what[1], value, ref)
 
     def duration(self, name: str, text: str, ref: FieldRef) -> None:
