@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from lrdoctor.core.evidence import Quantity as Q
 from lrdoctor.core.evidence import Role as R
-from lrdoctor.core.findings import Finding, FreeEvidence, Severity, finding
+from lrdoctor.core.findings import Finding, FreeEvidence, Severity
 from lrdoctor.core.numbers import number
 from lrdoctor.core.state import RunState
 from lrdoctor.rules.common import ProgressEvidence
@@ -48,12 +48,7 @@ def horizon_in_another_unit(st: RunState) -> list[Finding]:
     H, E = v.horizon.value, v.planned_updates
     per_update = v.rate * v.scale  # scheduler units per update
     floor_at = H / per_update
-    ev: dict = {"horizon": H, "horizon_from": v.horizon.where, "planned_end_updates": E,
-                "planned_end_from": v.planned_from,
-                "scheduler_calls_per_update": round(v.rate, 6), "rate_from": v.rate_from,
-                "hypothesis": v.fit.to_dict(), "also_fits": [t.to_dict() for t in v.also],
-                "ruled_out": [t.to_dict() for t in v.ruled_out],
-                "floor_at_update": round(floor_at, 3)}
+    extra: dict = {}
     if floor_at < E * (1 - REL_TOL):
         harm = (f"the LR reaches its floor at update {number(round(floor_at, 1))} of "
                 f"{number(E)} planned: the last {1 - floor_at / E:.0%} of training runs "
@@ -61,15 +56,23 @@ def horizon_in_another_unit(st: RunState) -> list[Finding]:
     else:
         lr_end = lr_or_none(spec, per_update * E) if spec is not None else None
         done = per_update * E / H
-        ev["decay_done_at_planned_end"] = round(done, 6)
+        extra["decay_done_at_planned_end"] = round(done, 6)
         harm = f"at the planned end (update {number(E)}) only {done:.0%} of the horizon is done"
         if lr_end is not None and spec is not None:
-            ev["lr_at_planned_end"] = lr_end
+            extra["lr_at_planned_end"] = lr_end
             harm += f" and the LR is still {lr_end:.6g} (min_lr {spec.min_lr:g})"
     others = "; ".join(f"{t.hypothesis} would give {number(round(t.predicted, 3))}"
                        for t in v.ruled_out[:6])
-    return [finding(
-        "LRD119",
+    from lrdoctor.rules.lrd119_horizon_in_another_unit import RULE, HorizonInAnotherUnit
+
+    ev = HorizonInAnotherUnit(
+        horizon=H, horizon_from=v.horizon.where, planned_end_updates=E,
+        planned_end_from=v.planned_from, scheduler_calls_per_update=round(v.rate, 6),
+        rate_from=v.rate_from, hypothesis=v.fit.to_dict(),
+        also_fits=tuple(t.to_dict() for t in v.also),
+        ruled_out=tuple(t.to_dict() for t in v.ruled_out),
+        floor_at_update=round(floor_at, 3), **extra)
+    return [RULE.finding(
         f"The decay horizon {v.horizon.name} = {number(H)} ({v.horizon.where}) is "
         f"{v.fit.hypothesis}: {v.fit.arithmetic} = {number(round(v.fit.predicted, 3))}"
         + "".join(f" (the same number as {t.hypothesis}: {t.arithmetic})" for t in v.also)
@@ -98,16 +101,17 @@ def horizon_unset(st: RunState) -> list[Finding]:
         return []
     prog = st.scheduler_progress
     at = f" at {prog.name} = {number(prog.value)}" if prog is not None else ""
-    return [finding(
-        "LRD120",
+    from lrdoctor.rules.lrd120_horizon_unset import RULE, HorizonUnset
+
+    return [RULE.finding(
         f"The schedule's horizon {bad.name} = {number(bad.value)} ({bad.where}) is unset or "
         f"negative: a decay built on it gives LR 0 from its first step. The saved LR is 0 "
         f"({zero.where}){at} while the peak is {top.value:g} ({top.where}). Ruled out: a "
         "decay that finished (its horizon would be a positive number of steps) and a "
         "warmup (it would start at the peak's fraction, not stay at 0).",
-        {"horizon": bad.value, "horizon_from": bad.where, "lr": 0.0, "lr_from": zero.where,
-         "peak_lr": top.value, "peak_from": top.where,
-         "scheduler_progress": prog.value if prog is not None else None},
+        HorizonUnset(horizon=bad.value, horizon_from=bad.where, lr=0.0, lr_from=zero.where,
+                     peak_lr=top.value, peak_from=top.where,
+                     scheduler_progress=prog.value if prog is not None else None),
         location=bad.where)]
 
 

@@ -280,16 +280,14 @@ def _spec_item(st: RunState) -> EvidenceItem | None:
                     spec.refs.get("horizon", FieldRef(spec.source or "schedule")))
 
 
-def _rate(st: RunState) -> tuple[float, str]:
-    """Scheduler calls per optimizer update so far (1 when no counter says otherwise)."""
+def _rate(st: RunState) -> tuple[float, str] | None:
+    """Scheduler calls per update so far, from a comparison of two independent counters in
+    the scheduler's own unit (None: nothing compared, so no rate is known)."""
     cmp = comparisons(st)
-    spec = st.schedule
-    if cmp and cmp[0].ratio is not None and spec is not None and spec.unit is Unit.UPDATES:
-        c = cmp[0]
-        if c.agree:
-            return 1.0, c.describe()
-        return c.ratio or 1.0, c.describe()
-    return 1.0, "no second counter: one scheduler call per update assumed"
+    if not cmp or cmp[0].ratio is None:
+        return None
+    c = cmp[0]
+    return (1.0 if c.agree else c.ratio or 1.0), c.describe()
 
 
 def horizon_tests(st: RunState) -> HorizonVerdict | None:
@@ -305,7 +303,12 @@ def horizon_tests(st: RunState) -> HorizonVerdict | None:
     if h is None or planned is None:
         return None
     e_upd, e_from, _ = planned
-    rate, rate_from = _rate(st)
+    measured = _rate(st)
+    if measured is None:
+        # Whether the scheduler is called once or k times per update decides which horizon
+        # is right: without a second counter no hypothesis can be told from another.
+        return None
+    rate, rate_from = measured
     H = h.value
     tests: list[Test] = []
     e_s = rate * e_upd * scale

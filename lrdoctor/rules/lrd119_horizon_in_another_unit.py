@@ -7,13 +7,37 @@ The rule lives here; its check tests every hypothesis of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from lrdoctor.core.findings import Finding, Rule, Severity
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
 
 if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
+
+@dataclass(frozen=True)
+class HorizonInAnotherUnit(Evidence):
+    """The saved horizon, the planned end, the rate, the hypothesis that predicts the
+    horizon and every other one with its number (ruled out)."""
+
+    horizon: float
+    horizon_from: str
+    planned_end_updates: float
+    planned_end_from: str
+    scheduler_calls_per_update: float
+    rate_from: str
+    hypothesis: Mapping[str, Any]
+    also_fits: tuple[Mapping[str, Any], ...]
+    ruled_out: tuple[Mapping[str, Any], ...]
+    floor_at_update: float
+    decay_done_at_planned_end: float | None = optional()
+    lr_at_planned_end: float | None = optional()
+
+    def headline(self) -> str | None:
+        h = self.hypothesis
+        return f"horizon = {h.get('hypothesis') if isinstance(h, Mapping) else h}"
+
 
 RULE = Rule(
     code="LRD119",
@@ -42,6 +66,7 @@ RULE = Rule(
         "(`max_steps`, epochs x ceil(len(dataloader) / accumulation)) for a scheduler stepped "
         "per update, warmup included; `lrdoctor fix --policy extend-horizon` rewrites a "
         "checkpoint's horizon."),
+    evidence=(HorizonInAnotherUnit,),
 )
 
 

@@ -7,12 +7,29 @@ horizon as evidence, confirmed by the saved LR). :mod:`lrdoctor.rules` registers
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lrdoctor.core.findings import Finding, Rule, Severity
+from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
 
 if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
+
+@dataclass(frozen=True)
+class HorizonUnset(Evidence):
+    """The horizon saved as 0 or below, and the LR of 0 against the peak that confirms it."""
+
+    horizon: float
+    horizon_from: str
+    lr: float
+    lr_from: str
+    peak_lr: float
+    peak_from: str
+    scheduler_progress: float | None = optional()
+
+    def headline(self) -> str | None:
+        return f"horizon {self.horizon:g}: LR 0"
+
 
 RULE = Rule(
     code="LRD120",
@@ -29,6 +46,7 @@ RULE = Rule(
     fix=(
         "Compute the horizon before building the scheduler (verl: set `total_training_steps` "
         "from the dataloader length x epochs) and resume from a checkpoint saved with it."),
+    evidence=(HorizonUnset,),
 )
 
 
