@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from lrdoctor.core.evidence import Quantity as Q
 from lrdoctor.core.evidence import Role as R
 from lrdoctor.core.findings import Finding, FreeEvidence, Severity
@@ -48,7 +50,7 @@ def horizon_in_another_unit(st: RunState) -> list[Finding]:
     H, E = v.horizon.value, v.planned_updates
     per_update = v.rate * v.scale  # scheduler units per update
     floor_at = H / per_update
-    extra: dict = {}
+    extra: dict[str, Any] = {}
     if floor_at < E * (1 - REL_TOL):
         harm = (f"the LR reaches its floor at update {number(round(floor_at, 1))} of "
                 f"{number(E)} planned: the last {1 - floor_at / E:.0%} of training runs "

@@ -55,7 +55,7 @@ def _scalar(v: Any) -> float | None:
     return None
 
 
-def _fields(o: Any) -> dict | None:
+def _fields(o: Any) -> dict[str, Any] | None:
     """The data fields of an inert record (Namespace, dataclass, OmegaConf DictConfig)."""
     from lrdoctor.read.bytes.safeload import Opaque
 
@@ -67,11 +67,11 @@ def _fields(o: Any) -> dict | None:
     return fields if isinstance(fields, dict) else None
 
 
-def _is_optimizer(d: dict) -> bool:
+def _is_optimizer(d: dict[str, Any]) -> bool:
     return isinstance(d.get("param_groups"), list) and "state" in d
 
 
-def _is_scheduler(d: dict) -> bool:
+def _is_scheduler(d: dict[str, Any]) -> bool:
     keys = {V.norm(k) for k in d if isinstance(k, str)}
     return bool({"last_epoch", "num_steps", "last_batch_iteration"} & keys) and bool(
         {"base_lrs", "step_count", "max_lr", "lr_decay_steps", "last_lr", "lr_lambdas",
@@ -108,7 +108,7 @@ class _Walker:
                 if isinstance(x, (dict, list, tuple)) or _fields(x) is not None:
                     self.walk(x, ref.child(i), cfg, depth + 1)
 
-    def walk_dict(self, d: dict, ref: FieldRef, cfg: bool, depth: int) -> None:
+    def walk_dict(self, d: dict[str, Any], ref: FieldRef, cfg: bool, depth: int) -> None:
         for k, v in list(d.items())[:4096]:
             if not isinstance(k, str):
                 continue
@@ -144,7 +144,7 @@ class _Walker:
         elif "duration" in name or name in V.PLANNED_END or name in ("max_duration", "t_max"):
             self.add(R.PLANNED_END, q, value, ref)
 
-    def optimizer(self, o: dict, ref: FieldRef) -> None:
+    def optimizer(self, o: dict[str, Any], ref: FieldRef) -> None:
         """A torch optimizer state_dict: per-parameter ``step`` and the param-group LRs."""
         state = o.get("state")
         if isinstance(state, dict):
@@ -166,7 +166,7 @@ class _Walker:
                 self.add(R.PROGRESS, Q.OPTIMIZER_STEPS, value, ref.child("param_groups", i,
                                                                         "step"))
 
-    def scheduler(self, o: dict, ref: FieldRef) -> None:
+    def scheduler(self, o: dict[str, Any], ref: FieldRef) -> None:
         """An LR scheduler's state: its call counter, horizon, warmup and LRs."""
         for k, v in o.items():
             if not isinstance(k, str):
