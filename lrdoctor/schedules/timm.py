@@ -12,7 +12,8 @@ Operation for operation as timm 1.0's ``_get_lr`` (``cosine_lr.py``, ``poly_lr.p
 ScheduleSpec mapping (family ``"timm"``):
 
 - ``kind``   = class name: "CosineLRScheduler", "PolyLRScheduler", "StepLRScheduler",
-  "MultiStepLRScheduler" (identified from the state's keys by :func:`kind_of`)
+  "MultiStepLRScheduler", "WSDLRScheduler" (identified from the state's keys by
+  :func:`kind_of`; a WSD ``decay_fn`` that is a callable is code, not modelled)
 - ``max_lr`` = ``base_values[0]`` (the param group's ``initial_lr``)
 - ``params`` = the scheduler's ``state_dict()`` verbatim
 - ``unit``   = epochs when ``t_in_epochs`` else optimizer updates
@@ -28,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from lrdoctor.core.state import ScheduleSpec
 
-KINDS = ("CosineLRScheduler", "PolyLRScheduler", "StepLRScheduler", "MultiStepLRScheduler")
+KINDS = ("CosineLRScheduler", "PolyLRScheduler", "StepLRScheduler", "MultiStepLRScheduler",
+         "WSDLRScheduler")
 
 
 def kind_of(sd: Any) -> str | None:
@@ -63,6 +65,8 @@ def lr_at(spec: ScheduleSpec, progress: float) -> float:
     warmup_init = _p(spec, "warmup_lr_init", 0.0)
     if t < warmup_t:
         return warmup_init + t * ((base - warmup_init) / warmup_t)
+    if spec.kind == "WSDLRScheduler":
+        return _wsd(spec, base, t - warmup_t)
     prefix_default = spec.kind in ("StepLRScheduler", "MultiStepLRScheduler")
     if _p(spec, "warmup_prefix", prefix_default):
         t = t - warmup_t
@@ -93,10 +97,42 @@ def lr_at(spec: ScheduleSpec, progress: float) -> float:
     return lr_min + 0.5 * (lr_max - lr_min) * (1 + math.cos(math.pi * t_curr ** k / t_i ** k))
 
 
+def _wsd(spec: ScheduleSpec, base: float, t_s: float) -> float:
+    """WSDLRScheduler past its warmup (always a prefix): stable, then the decay to
+    ``lr_min`` over the last ``decay_t`` of ``t_initial``."""
+    p = spec.params
+    lr_min = _p(spec, "lr_min", 0.0)
+    fn = _p(spec, "stable_fn", "constant")
+    stable = 1.0 if fn == "constant" else (1.0 + t_s / p["stable_timescale"]) ** -(
+        0.5 if fn == "rsqrt" else _p(spec, "stable_power", 0.5))
+    lr = max(base * stable, lr_min)
+    t_decay = t_s - (p["t_initial"] - p["decay_t"])
+    if t_decay <= 0:
+        return lr
+    frac = min(t_decay / p["decay_t"], 1.0)
+    kind = _p(spec, "decay_fn", "1-sqrt")
+    if kind == "linear":
+        d = 1.0 - frac
+    elif kind == "1-sqrt":
+        d = 1.0 - math.sqrt(frac)
+    elif kind == "cosine":
+        d = 0.5 * (1.0 + math.cos(math.pi * frac))
+    elif kind == "power":
+        d = 1.0 - frac ** _p(spec, "decay_power", 0.5)
+    elif kind == "exp":
+        r = _p(spec, "decay_ratio", 0.1)
+        d = (r ** frac - r) / (1.0 - r)
+    else:
+        raise ValueError(f"timm WSD decay_fn {kind!r} is not modelled (a callable is code)")
+    return lr_min + (lr - lr_min) * d
+
+
 def cycle_length(sd: dict[str, Any]) -> float | None:
     """timm's ``get_cycle_length()``: where cosine/poly reach ``lr_min`` for good."""
     if "t_initial" not in sd:
         return None
+    if "stable_fn" in sd:  # WSD: the warmup is always a prefix
+        return float(sd.get("warmup_t", 0) + sd["t_initial"])
     t0, mul = sd["t_initial"], sd.get("cycle_mul", 1.0)
     cycles = max(1, sd.get("cycle_limit", 1))
     t = t0 * cycles if mul == 1.0 else int(math.floor(-t0 * (mul ** cycles - 1) / (1 - mul)))
@@ -104,7 +140,7 @@ def cycle_length(sd: dict[str, Any]) -> float | None:
 
 
 def floor_progress(spec: ScheduleSpec) -> float | None:
-    if spec.kind in ("CosineLRScheduler", "PolyLRScheduler"):
+    if spec.kind in ("CosineLRScheduler", "PolyLRScheduler", "WSDLRScheduler"):
         return cycle_length(spec.params)
     return None
 

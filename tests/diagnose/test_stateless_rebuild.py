@@ -111,6 +111,7 @@ def test_timm_epoch_schedule_healthy_and_stepped_by_updates(tmp_path):
 @pytest.mark.parametrize("cls,kw", [
     (("step_lr", "StepLRScheduler"), dict(decay_t=7, decay_rate=0.5)),
     (("poly_lr", "PolyLRScheduler"), dict(t_initial=50, power=2.0)),
+    (("wsd_lr", "WSDLRScheduler"), dict(t_initial=30, decay_t=10, decay_fn="linear")),
 ])
 def test_other_timm_kinds_healthy_and_buggy(tmp_path, cls, kw):
     _loop(tmp_path / "ok.pt", cls=cls, updates=9, **kw)

@@ -35,6 +35,14 @@ TIMM = {
     "step": ("step_lr", "StepLRScheduler", dict(decay_t=4, decay_rate=0.5, warmup_t=2)),
     "multistep": ("multistep_lr", "MultiStepLRScheduler",
                   dict(decay_t=[5, 9, 14], decay_rate=0.3, warmup_t=2)),
+    "wsd_1sqrt": ("wsd_lr", "WSDLRScheduler", dict(t_initial=30, decay_t=8, warmup_t=3,
+                                                   lr_min=1e-5)),
+    "wsd_rsqrt_exp": ("wsd_lr", "WSDLRScheduler",
+                      dict(t_initial=40, decay_t=10, warmup_t=4, stable_fn="rsqrt",
+                           decay_fn="exp", decay_ratio=0.2)),
+    "wsd_power_cos": ("wsd_lr", "WSDLRScheduler",
+                      dict(t_initial=25, decay_t=25, warmup_t=0, stable_fn="power",
+                           stable_timescale=5, stable_power=0.3, decay_fn="cosine")),
 }
 
 

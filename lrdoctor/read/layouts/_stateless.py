@@ -95,7 +95,8 @@ def attach(sc: discover.Scan, st: RunState) -> None:
                 continue
             where = f"{discover.relpath(file, sc.checkpoint.path if sc.checkpoint.path.is_dir() else sc.checkpoint.path.parent)}:{key or 'top level'}"
             base = _common.number((d.get("base_values") or [None])[0])
-            if kind not in timm.KINDS or base is None:
+            code_fn = d.get("decay_fn") is not None and not isinstance(d.get("decay_fn"), str)
+            if kind not in timm.KINDS or base is None or code_fn:
                 st.notes.append(f"{where}: timm {kind} is not modelled by lrdoctor; its "
                                 "position is not saved, so nothing can be judged from it")
                 return
