@@ -348,11 +348,29 @@ def annotation_location(f: Finding, rep: Report | None = None) -> Location | Non
     loc = locate(f, rep)
     if is_text_file(loc.path):
         return loc
+    config = _config_source(rep)
+    if config is not None:
+        return config
     declared = rep.extra.get("config_location") if rep is not None else None
     if isinstance(declared, str):
         m = _LINE_SUFFIX.match(declared)
         if m and is_text_file(m["path"]):
             return Location(_relative(m["path"]), int(m["line"]))
+    return None
+
+
+def _config_source(rep: Report | None) -> Location | None:
+    """The text config line a checkpoint's budget was read from (the planned end, else the
+    nominal progress: ``rlvr_config.yaml:max_steps``, ``trainer_state.json:max_steps``),
+    when the checkpoint itself is binary: the line a reviewer can open and change."""
+    st = rep.state if rep is not None and isinstance(rep.state, dict) else {}
+    for key in ("planned_end", "nominal_progress"):
+        src = (st.get(key) or {}).get("source") if isinstance(st.get(key), dict) else None
+        if not isinstance(src, str) or ":" not in src:
+            continue
+        path, _, dotted = src.rpartition(":")
+        if path and dotted and is_text_file(path):
+            return Location(_relative(path), key_line(path, dotted))
     return None
 
 
@@ -364,8 +382,8 @@ def github_line(f: Finding, rep: Report | None = None) -> str:
     props = (f"file={escape_property(loc.path)},line={loc.line},{title}" if loc is not None
              else title)
     message = f.message if not f.fix else f"{f.message}\nFix: {f.fix}"
-    if loc is None and rep is not None and rep.target:
-        message = f"{rep.target}: {message}"
+    if rep is not None and rep.target and (loc is None or loc.path != locate(f, rep).path):
+        message = f"{rep.target}: {message}"  # not at the target's own file: name it
     return f"::{_GH_LEVEL[f.severity]} {props}::{escape_data(message)}"
 
 

@@ -188,6 +188,11 @@ def test_github_actions_adds_annotations_to_the_text_never_instead(tmp_path):
     assert notes and all(ln.startswith("::error title=LRD") for ln in notes)
     assert not any(".pt" in ln.split("::")[1] for ln in notes)  # never at a binary file
     assert "checkpoint_60.pt: " in notes[0]  # the target named in the message instead
+    # A checkpoint whose budget came from a text config (ROLL's YAML): at that line.
+    roll = lrd("inspect", ROLL_CKPT, "--output-format", "github").stdout.splitlines()
+    assert roll[0].startswith("::error file=sample_checkpoints/roll-overshoot/rlvr_config.yaml,"
+                              "line=2,title=LRD103 ")
+    assert "::sample_checkpoints/roll-overshoot/actor_train/checkpoint-299: " in roll[0]
     # Only annotations when asked for, as ruff does.
     g = lrd("inspect", TORCH_CKPT, "--output-format", "github")
     assert all(ln.startswith("::") for ln in g.stdout.splitlines())
