@@ -39,6 +39,7 @@ from typing import Annotated, Any, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from lrdoctor.ci.find import find_config
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.findings import FAIL_ON, RULES
 from lrdoctor.read.bytes import safetext
@@ -126,26 +127,7 @@ class CheckConfig:
 
 
 # ---------------------------------------------------------------- discovery
-
-def find_config(start: str | os.PathLike | None = None) -> Path | None:
-    """Nearest ``lrdoctor.toml``, or ``pyproject.toml`` with ``[tool.lrdoctor]``, upward."""
-    here = Path(start or os.getcwd()).resolve()
-    for d in (here, *here.parents):
-        cand = d / "lrdoctor.toml"
-        if cand.is_file():
-            return cand
-        cand = d / "pyproject.toml"
-        if cand.is_file():
-            try:
-                data = safetext.toml_loads(cand.read_text(encoding="utf-8"), str(cand))
-            except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError, UnusableInput):
-                data = {}
-            if isinstance(data.get("tool"), dict) and "lrdoctor" in data["tool"]:
-                return cand
-        if (d / ".git").exists():
-            break
-    return None
-
+# find_config lives in lrdoctor.ci.find (light: no pydantic), for every command.
 
 def load(path: str | os.PathLike | None = None, *, required: bool = False) -> CheckConfig:
     """Read and validate the configuration; an empty one when none is found."""

@@ -61,6 +61,11 @@ def _matches(pattern: str, target: str) -> bool:
 def load(config: Path | None, kind: str, target: str) -> Settings:
     """The settings for one ``kind`` ("inspect" or "replay") of ``target``; an unusable
     file is :class:`~lrdoctor.ci.config.ConfigError` (one line, exit 2)."""
+    if config is None:
+        from lrdoctor.ci.find import find_config
+
+        if find_config() is None:  # nothing to read: no pydantic import on the fast path
+            return Settings()
     from lrdoctor.ci import config as ci_config
 
     cfg = ci_config.load(config, required=config is not None)
@@ -80,6 +85,8 @@ def load(config: Path | None, kind: str, target: str) -> Settings:
 
 def apply(reports: list[Any], s: Settings) -> None:
     """The max-progress-ratio gate (LRD302) and the ignores, as ``check`` applies them."""
+    if s.max_progress_ratio is None and not s.ignores:
+        return  # nothing to apply (and no import of the CI gate on inspect's fast path)
     from lrdoctor.ci.check import _apply_ignores, _ratio_finding
 
     for rep in reports:
