@@ -83,6 +83,7 @@ class TextView:
     json_array: bool = False  # --json is always a list (check), even for one target
     verdicts: bool = True  # one verdict line per target before the details
     verbose: bool = False  # ``each`` takes ``verbose=True`` (every counter read)
+    quiet: str | None = None  # --quiet without verdict lines: one line per report
 
 
 #: Per command: its text view. ``emit(..., command=NAME)`` picks one; the default is
@@ -91,7 +92,7 @@ TEXT: dict[str, TextView] = {
     "inspect": TextView(each="text:render_inspect", before="text:render_trend_of_many",
                         verbose=True),
     "replay": TextView(each="text:render_replay", verbose=True),
-    "fix": TextView(each="text:render_fix", verdicts=False),
+    "fix": TextView(each="text:render_fix", verdicts=False, quiet="text:fix_line"),
     "check": TextView(each="text:render_check_target", after="text:render_check_summary",
                       json_array=True, verbose=True),
     "report": TextView(each="text:render_findings"),
@@ -153,6 +154,9 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
 
             print_verdicts(reports)
         if quiet:
+            if view.quiet:
+                for r in reports:
+                    _resolve(view.quiet)(r, **context)
             if (on_github_actions() if annotate is None else annotate) and \
                     (lines := annotations(reports)):
                 print(lines)

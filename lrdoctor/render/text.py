@@ -515,6 +515,20 @@ def render_fix(report, *, plan, dry_run: bool, result=None, con: Console | None 
                       f"manifest {w.manifest.name}")
 
 
+def fix_line(report, *, plan, dry_run: bool, result=None, **_: object) -> None:
+    """``fix --quiet``: one line, what was (or would be) done."""
+    if plan.noop:
+        print("; ".join(plan.notes) or "nothing to fix")
+    elif dry_run:
+        print(f"dry run: {len(plan.changes)} field(s) would change (--policy "
+              f"{plan.target.policy}); nothing written")
+    elif result is not None and result.written is not None:
+        checked = "NOT verified: findings remain" if getattr(result, "unresolved", None) \
+            else "verified"
+        print(f"wrote {result.written.out} ({len(plan.changes)} field(s) changed, "
+              f"--policy {plan.target.policy}; {checked})")
+
+
 def choice_line(t) -> str:
     """What fix chose and the alternative: a default repair must say it was a choice."""
     flags = f"--policy {t.policy}" + (f" --k {_fmt(t.k)}" if t.policy == "rescale" and t.k

@@ -172,6 +172,13 @@ def test_inspect_and_fix_read_tool_lrdoctor(tmp_path):
     assert lrd("fix", TORCH_CKPT, "--dry-run", cwd=proj).returncode == 0
 
 
+def test_quiet_fix_is_one_line(tmp_path):
+    p = lrd("fix", TORCH_CKPT, "--dry-run", "-q")
+    assert p.returncode == 0
+    assert p.stdout.splitlines() == [
+        "dry run: 4 field(s) would change (--policy rescale); nothing written"]
+
+
 def test_out_writes_the_output_document(tmp_path):
     out = tmp_path / "o" / "inspect.json"
     p = lrd("inspect", TORCH_CKPT, "--json", "-o", out)
