@@ -78,3 +78,20 @@ def test_a_last_epoch_of_2_31_does_not_size_the_fit(tmp_path):
     assert len(_logfit._warmups(1, 3, 2.0**31)) <= 8  # a huge scale: the k x step points
     [rep] = inspect_path(hostile.hf_last_epoch(tmp_path))[-1:]
     assert rep.findings  # judged (the scheduler ran 10**8 times too far), not a hang
+
+
+def test_replay_sizes_are_checked_against_the_machines_memory(tmp_path, monkeypatch):
+    """Before planning: a config whose rows would not fit in half the machine's memory is
+    one line naming the file (here the machine is made small, the config is ordinary)."""
+    from lrdoctor.core.errors import UnusableInput
+    from lrdoctor.read.bytes import limits
+    from lrdoctor.replay.config import load_config
+
+    p = tmp_path / "run.yaml"
+    p.write_text("train: {steps: 1000, samples_per_step: 1000}\n"
+                 "schedule: {kind: cosine, max_lr: 1.0e-3}\n")
+    assert load_config(p).train.steps == 1000
+    monkeypatch.setattr(limits, "machine_memory", lambda: 64 << 20)
+    with pytest.raises(UnusableInput, match="more than half of this machine's") as info:
+        load_config(p)
+    assert str(info.value).startswith(str(p))
