@@ -425,7 +425,10 @@ def crash_reproducers(root: Path) -> dict[str, tuple[list[str], Path]]:
                            "--policy", "rescale", "--k", "4"], crc)
     nemo = examples / "nemo-rl-grpo-math.yaml"  # nemo_rl.py _torch_schedule: TypeError
     for name, edit in {"nemo_milestones_int": {"policy.scheduler.2.milestones": 50},
-                       "nemo_kwargs_int": {"policy.scheduler.0.kwargs": 7}}.items():
+                       "nemo_kwargs_int": {"policy.scheduler.0.kwargs": 7},
+                       # interpolate.py ${mul:...} of .inf: OverflowError (found by the harness)
+                       "nemo_inf_product": {"policy.max_total_sequence_length": float("inf")},
+                       }.items():
         p = root / f"{name}.yaml"
         p.write_text(_yaml_edit(nemo, edit))
         out[name] = (["replay", "--config", str(p), "--fast"], p)

@@ -74,7 +74,9 @@ def _resolve_ref(root: dict, expr: str, stack: tuple[str, ...],
         except ValueError:
             return _MISSING
         prod = math.prod(vals)
-        return int(prod) if prod == int(prod) else prod
+        # a product of saved values may be inf/nan (".inf" in a config): left a float, for
+        # the translator's checks to name (int() of it would raise)
+        return int(prod) if math.isfinite(prod) and prod == int(prod) else prod
     if ":" in expr:  # another resolver: not ours to run
         return _MISSING
     expr = _absolute(expr, where)
