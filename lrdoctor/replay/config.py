@@ -7,6 +7,7 @@ replay of a different loop than the one the user runs.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -60,7 +61,31 @@ class ScheduleCfg(_Section):
             raise ValueError(f"min_lr {self.min_lr} is above max_lr {self.max_lr}")
         if self.horizon != "auto" and self.horizon <= 0:
             raise ValueError(f"horizon must be > 0 or auto, got {self.horizon}")
+        for name in ("max_lr", "min_lr", "init_lr", "warmup", "horizon"):
+            v = getattr(self, name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"schedule.{name} is {v}; expected a finite number")
+        where = _non_finite(self.params)
+        if where is not None:
+            raise ValueError(f"schedule.params.{where[0]} is {where[1]}; expected a finite "
+                             "number (a schedule is evaluated from it)")
         return self
+
+
+def _non_finite(value: Any, path: str = "", depth: int = 0) -> tuple[str, Any] | None:
+    """The first non-finite number in a schedule's params (nested: SequentialLR children),
+    as (dotted key, value); None when every number is finite."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "?", value
+    if depth > 8:
+        return None
+    items = value.items() if isinstance(value, dict) else \
+        enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for k, v in items:
+        got = _non_finite(v, f"{path}.{k}" if path else str(k), depth + 1)
+        if got is not None:
+            return got
+    return None
 
 
 class BudgetCfg(_Section):

@@ -428,6 +428,9 @@ def crash_reproducers(root: Path) -> dict[str, tuple[list[str], Path]]:
                        "nemo_kwargs_int": {"policy.scheduler.0.kwargs": 7},
                        # interpolate.py ${mul:...} of .inf: OverflowError (found by the harness)
                        "nemo_inf_product": {"policy.max_total_sequence_length": float("inf")},
+                       # torch_builtin._advance int(inf): OverflowError (found by the harness)
+                       "nemo_inf_total_iters": {"policy.scheduler.0.kwargs.total_iters":
+                                                float("inf")},
                        }.items():
         p = root / f"{name}.yaml"
         p.write_text(_yaml_edit(nemo, edit))
