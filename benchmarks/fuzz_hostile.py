@@ -141,6 +141,7 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
         for layout in hostile.LAYOUTS:
             target, bad = hostile.in_layout(layout, lay, name, blob)
             out = lay / f"out-{layout}-{name}"
+            out.mkdir(parents=True)
             for argv in (["inspect", str(target)], ["inspect", str(target), "--json"],
                          ["fix", str(target), "--out", str(out / "fixed"), "--policy",
                           "rescale", "--k", "2"],
@@ -178,10 +179,13 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
                 target, bad = hostile.in_layout(rng.choice(hostile.LAYOUTS[1:]), fz, str(i),
                                                 blob)
             out = fz / f"out-{i}"
+            out.mkdir()
             cmd = rng.choice([["inspect", str(target), "--json"],
                               ["fix", str(target), "--out", str(out / "fixed"), "--policy",
                                "rescale", "--k", "2"]])
-            cases.append({"argv": cmd, "input": str(bad), "kind": "refs", "out": str(out)})
+            # the line names the hostile file, or the checkpoint folder it is judged in
+            cases.append({"argv": cmd, "input": str(bad), "also": str(target), "kind": "refs",
+                          "out": str(out)})
             continue
         if r < 0.17:  # a sizing key of a framework config at an extreme
             base, key = rng.choice(sizing)
@@ -207,6 +211,7 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
             p = fz / f"{i}.pt"
             p.write_bytes(mutated)
             out = fz / f"out-{i}"
+            out.mkdir()
             cmd = rng.choice([["inspect", str(p), "--json"], ["inspect", str(p)],
                               ["fix", str(p), "--dry-run", "--json"],
                               ["fix", str(p), "--out", str(out / "fixed.pt"), "--policy",
@@ -222,7 +227,8 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
         else:  # a replay config
             base = rng.choice(yamls)
             p = fz / f"{i}.yaml"
-            p.write_text(_mutate_yaml(base.read_text(), rng))
+            p.write_text(_mutate_yaml(base.read_text(), rng).replace(
+                "batchlogs/", f"{base.parent}/batchlogs/"))  # relative to the copied config
             cmd = ["replay", "--config", str(p), "--json", "--fast"] \
                 if rng.random() < 0.5 else ["inspect", str(p)]
             cases.append({"argv": cmd, "input": str(p), "kind": "yaml"})
@@ -385,8 +391,7 @@ def summarize_fuzz(results: list[dict], marker: Path) -> dict:
         lines = r["stderr"].strip().splitlines()
         if len(lines) != 1:
             return False
-        inp = r["input"]
-        return inp in lines[0] or any(inp in w for w in lines[0].split())
+        return any(inp and inp in lines[0] for inp in (r["input"], r.get("also")))
 
     exit2 = [r for r in results if r["code"] == 2]
     return {
@@ -573,7 +578,8 @@ def main() -> None:
             for r in bad[:8]]
         report["fuzz"]["exit2_lines_not_naming_the_input"] = [
             r["stderr"].strip()[:200] for r in results if r["code"] == 2
-            and (len(r["stderr"].strip().splitlines()) != 1 or r["input"] not in r["stderr"])][:8]
+            and (len(r["stderr"].strip().splitlines()) != 1 or not any(
+                inp and inp in r["stderr"] for inp in (r["input"], r.get("also"))))][:8]
     if args.kills:
         report["kills"] = run_kills(work, args.kills, args.seed, args.kill_group)
     report["wall_s"] = round(time.time() - t0)

@@ -19,6 +19,7 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     create_model,
+    field_validator,
     model_validator,
 )
 
@@ -39,8 +40,20 @@ MEMORY_KNOBS = ("batching.max_tokens_per_microbatch", "batching.num_micro_batche
                 "batching.round_to")
 
 
+_MAX_MAGNITUDE = 1e15  # as for saved values (read/layouts/_common.MAX_MAGNITUDE)
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # No number of a config may be inf/nan or past 10**15: every one sizes or scales
+    # something (a loop, an array, a product the planners take in int64).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _magnitude(cls, v: Any) -> Any:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) > _MAX_MAGNITUDE:
+            raise ValueError(f"{v:g} is beyond 1e15 (no real run comes near)")
+        return v
 
 
 class ScheduleCfg(_Section):

@@ -435,6 +435,16 @@ def crash_reproducers(root: Path) -> dict[str, tuple[list[str], Path]]:
         p = root / f"{name}.yaml"
         p.write_text(_yaml_edit(nemo, edit))
         out[name] = (["replay", "--config", str(p), "--fast"], p)
+    for name, (src, edit) in {  # found by the fuzz harness: numbers past what any run uses
+            "verl_max_tokens_2_63": ("verl-dynamic-bsz.yaml",  # kk_plan int64: OverflowError
+                                     {"batching.max_tokens_per_microbatch": 2**63}),
+            "rlinf_increment_inf": ("rlinf-elastic.yaml",  # hf.factor: math domain error
+                                    {"scheduler.increment": float("inf")}),
+    }.items():
+        p = root / f"{name}.yaml"
+        p.write_text(_yaml_edit(examples / src, edit).replace(
+            "batchlogs/", f"{examples}/batchlogs/"))
+        out[name] = (["replay", "--config", str(p), "--fast"], p)
     seed = root / "synthetic_negative_seed.yaml"  # batchlog.py synthetic: ValueError
     seed.write_text(_yaml_edit(examples / "onevision-offbyone.yaml", {"data.seed": -5}))
     out["synthetic_negative_seed"] = (["replay", "--config", str(seed), "--fast"], seed)
