@@ -34,11 +34,12 @@ The config is an lrdoctor run config (see docs/replay.md), a framework's own con
 arguments) or the shell launch script that runs the trainer (read, never run).
 Sample lengths come from a batch log (JSONL/CSV/Parquet: step, tokens[, prompt_id,
 docs, rank]) or a synthetic distribution.
-By default on a CPU the fast numpy path replays the whole run in seconds and a real
-torch optimizer and scheduler on a probe model run a sample of it (the first train
-steps and a segment at each dp change or failed update), cross-checked micro-batch
-by micro-batch against the fast trace; --torch (or a CUDA device) runs the whole run
-through the real loop; --fast skips the cross-check (no torch needed).
+By default on a CPU the fast numpy path replays the whole run in seconds, without
+importing torch, and the output says the real-loop cross-check did not run.
+--cross-check adds a real torch optimizer and scheduler on a probe model over a sample
+of the run (the first train steps and a segment at each dp change or failed update),
+compared micro-batch by micro-batch with the fast trace; --torch (or a CUDA device)
+runs the whole run through the real loop; --fast never uses torch, even on CUDA.
 
 Examples:
 
@@ -83,7 +84,10 @@ def replay_cmd(
     seed: Annotated[int | None, typer.Option("--seed", help="Seed for --synthetic.")] = None,
     fast: Annotated[bool | None, typer.Option(
         "--fast/--torch", help="Fast numpy path only, or the whole run in the real torch "
-        "loop (default: fast, cross-checked by torch on a sample; on CUDA, torch).")] = None,
+        "loop (default: fast; on CUDA, torch).")] = None,
+    cross_check: Annotated[bool, typer.Option(
+        "--cross-check", help="Also run the real torch loop over a sample of the fast "
+        "replay and compare every micro-batch (imports torch: seconds).")] = False,
     device: Annotated[Device, typer.Option("--device", help="Device of the torch path.")] =
         Device.auto,
     model: Annotated[str | None, typer.Option(
@@ -134,7 +138,7 @@ def replay_cmd(
     show_bar = fmt is OutputFormat.text and sys.stderr.isatty()
 
     def go():
-        opts = ReplayOptions(engine=engine, device=device.value, model=model,
+        opts = ReplayOptions(engine=engine, cross_check=cross_check, device=device.value, model=model,
                              optimizer=optimizer.value, sweep=sweep, knob_check=knob_check,
                              seed=seed, jobs=jobs, executor=executor, sets=tuple(sets or ()),
                              config_root=str(config_root) if config_root else None)

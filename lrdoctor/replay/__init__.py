@@ -21,9 +21,11 @@ if TYPE_CHECKING:
     from lrdoctor.replay.engine import Replay
 
 # --torch runs the whole run through the real loop; the default on a CPU is the fast
-# path plus a torch cross-check of a sample (lrdoctor.replay.crosscheck), and on CUDA
-# the whole run in torch. The torch path runs a few hundred micro-batches a second
-# on one CPU core (benchmarks/bench_replay.py).
+# path alone (torch is not even imported: the import is most of a default replay's
+# time), and says that the real-loop cross-check did not run; --cross-check adds a
+# torch run of a sample (lrdoctor.replay.crosscheck). On CUDA the default is the whole
+# run in torch. The torch path runs a few hundred micro-batches a second on one CPU
+# core (benchmarks/bench_replay.py).
 TORCH_EXTRA = "pip install 'lrdoctor[torch]'"  # lrdoctor.extras.install_hint("torch")
 
 
@@ -32,14 +34,16 @@ class ReplayOptions:
     """How to replay, besides the config and the sample lengths: the CLI's flags, a CI
     target's ``options`` (:meth:`from_mapping`), the API's keyword.
 
-    ``engine``: ``auto`` (fast path, cross-checked by torch on a sample; the whole run
-    in torch on CUDA), ``fast`` or ``torch``. ``sweep``: ``KEY=v1,v2``. ``knob_check``:
+    ``engine``: ``auto`` (fast path; the whole run in torch on CUDA), ``fast`` or
+    ``torch``. ``cross_check``: also run the real torch loop over a sample of a fast
+    replay and compare (opt-in: importing torch alone costs seconds). ``sweep``: ``KEY=v1,v2``. ``knob_check``:
     also replay with 2x the memory knob (LRD203). ``jobs``/``executor``: where the
     sweep values run (the results do not depend on it). ``sets``: ``key=value``
     settings for what a launch script leaves unresolved (``--set``).
     """
 
     engine: str = "auto"
+    cross_check: bool = False
     device: str = "auto"
     model: str | None = None
     optimizer: str = "sgd"
@@ -144,7 +148,7 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     notes: dict = dict(cfg._source)
     infos = eng.plan_steps(cfg, samples, planner, tick("planning"), notes)
     n_mb = sum(len(i.plan.micro_batches) for i in infos) * cfg.train.epochs_per_step
-    use_torch, why, torch_ok = _pick_engine(engine, model, device)
+    use_torch, why, torch_ok = _pick_engine(engine, model, device, opts.cross_check)
     cross = None
     if use_torch:
         from lrdoctor.replay import torch_exec
@@ -155,12 +159,18 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
                                       notes=notes)
     else:
         rep = eng.simulate(cfg, infos, notes=notes)
-        if engine == "auto" and torch_ok:
+        if opts.cross_check and torch_ok:
             from lrdoctor.replay.crosscheck import cross_check
 
             cross = cross_check(cfg, infos, rep, device="cpu")
-        elif engine == "auto":
+        elif opts.cross_check:
             cross = {"ran": False, "why": f"torch is not installed ({TORCH_EXTRA})"}
+        else:  # never silent: the output says the real loop did not check this run
+            from lrdoctor.extras import have
+
+            cross = {"ran": False, "why": NOT_ASKED if have("torch") else
+                     f"{NOT_ASKED[:-1]}; both need torch, which is not installed: "
+                     f"{TORCH_EXTRA})"}
     summary = analysis.summarize(rep)
     summary["engine_reason"] = f"{why} ({n_mb} micro-batches)"
     summary["lengths"] = eng.lengths_source(cfg, batch_log, synthetic)
@@ -215,25 +225,49 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     return ReplayResult(report, rep, sweep_results, key)
 
 
-def _pick_engine(engine: str, model: str | None, device: str) -> tuple[bool, str, bool]:
-    """(whole run in torch?, why, can torch run here?) for --fast / --torch / default."""
-    if engine == "fast" and model is None:
-        return False, "--fast", False
+NOT_ASKED = ("not asked for (--cross-check runs a real torch optimizer and scheduler over "
+             "a sample of the run and compares every micro-batch; --torch runs the whole run)")
+
+
+def _pick_engine(engine: str, model: str | None, device: str,
+                 cross_check: bool = False) -> tuple[bool, str, bool]:
+    """(whole run in torch?, why, can torch run here?) for --fast / --torch / default.
+
+    torch is imported only when it will run: the whole run, the cross-check, or the
+    question whether CUDA is there (asked only where a GPU driver's device exists).
+    """
     from lrdoctor.extras import MissingExtra, have, need
 
+    fast_why = "--fast" if engine == "fast" else "fast path on CPU"
+    if engine == "fast" and model is None and not cross_check:
+        return False, "--fast", False
     if not have("torch"):
         if engine == "torch" or model is not None or device == "cuda":
             what = "--model" if model else "--device cuda" if device == "cuda" else "--torch"
             raise MissingExtra("torch", f"replay {what}")
         return False, "fast path (torch is not installed)", False
-    torch = need("torch", "the torch replay engine")
     if engine == "torch":
         return True, "--torch", True
     if model is not None:
         return True, "--model runs the real loop", True
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+    if engine == "auto" and (device == "cuda" or (device == "auto" and _gpu_present()
+                                                  and need("torch", "CUDA").cuda.is_available())):
         return True, "CUDA: the whole run in torch", True
-    return False, "fast path on CPU, cross-checked by torch on a sample", True
+    if cross_check:
+        return False, f"{fast_why}, cross-checked by torch on a sample", True
+    return False, f"{fast_why} (no torch cross-check: --cross-check runs one)", True
+
+
+def _gpu_present() -> bool:
+    """Whether a GPU driver's device node exists (NVIDIA, or ROCm's /dev/kfd): checked
+    before importing torch (seconds) to ask ``torch.cuda``. Where there is no /dev
+    (Windows), torch is asked."""
+    import glob
+    import os
+
+    if not os.path.isdir("/dev"):
+        return True
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/kfd")
 
 
 def run(config: str, batch_log: str | None = None, synthetic: str | None = None,

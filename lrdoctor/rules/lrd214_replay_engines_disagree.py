@@ -15,7 +15,7 @@ RULE = Rule(
     name="replay-engines-disagree",
     severity=Severity.WARNING,
     title="The real torch loop disagrees with the fast replay",
-    explanation=("By default on a CPU, `replay` runs the fast path over the whole run and the "
+    explanation=("With `--cross-check`, `replay` runs the fast path over the whole run and the "
                  "real torch loop (optimizer, scheduler, probe model) over a sample: the first "
                  "train steps and a segment at each dp change or failed update. Every sampled "
                  "micro-batch's window, update, scheduler progress, LR and loss weight must "

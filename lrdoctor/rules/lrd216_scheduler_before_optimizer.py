@@ -4,7 +4,7 @@ optimizer update.
 The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it. The
 evidence is the warning torch gave while the replay ran the configured loop for real
 (``summary["torch_warnings"]``: the whole run with ``--torch``, the run's first steps in
-the default cross-check): the warning is the user's loop's, so it is reported as a finding
+``--cross-check``): the warning is the user's loop's, so it is reported as a finding
 about that loop instead of a stray line pointing at lrdoctor's torch_exec.py.
 """
 

@@ -55,20 +55,29 @@ def test_disagreement_is_a_finding_ci_sees(tmp_path, monkeypatch):
     real = crosscheck._compare
     monkeypatch.setattr(crosscheck, "_compare",
                         lambda F, T, r0, n: real(F, T, r0, n) + ["lr at trace row 0: x"])
-    res = replay_full(str(cfg_path), options=ReplayOptions(device="cpu"))
+    res = replay_full(str(cfg_path), options=ReplayOptions(device="cpu", cross_check=True))
     f = {x.code: x for x in res.report.findings}["LRD214"]
     assert str(f.severity) == "warning" and "lr at trace row 0" in f.message
 
 
-@pytest.mark.parametrize("engine_opt, engine_name, cross", [
-    ("auto", "fast", True), ("fast", "fast", False), ("torch", "torch", False)])
-def test_engine_choice(tmp_path, engine_opt, engine_name, cross):
+@pytest.mark.parametrize("engine_opt, asked, engine_name, cross", [
+    ("auto", False, "fast", False), ("auto", True, "fast", True),
+    ("fast", False, "fast", False), ("fast", True, "fast", True),
+    ("torch", True, "torch", None), ("torch", False, "torch", None)])
+def test_engine_choice(tmp_path, engine_opt, asked, engine_name, cross):
+    """The cross-check runs exactly when asked for on the fast path; otherwise the
+    summary says it did not (never silent); the torch engine is the real loop itself."""
     cfg_path = tmp_path / "run.yaml"
     cfg_path.write_text("train: {steps: 4, samples_per_step: 8, gradient_accumulation: 2}\n"
                         "data: {synthetic: 'fixed:64'}\n")
-    s = replay_full(str(cfg_path), options=ReplayOptions(engine=engine_opt, device="cpu")).report.extra["summary"]
+    s = replay_full(str(cfg_path), options=ReplayOptions(
+        engine=engine_opt, device="cpu", cross_check=asked)).report.extra["summary"]
     assert s["engine"] == engine_name
-    assert ("cross_check" in s) == cross
+    if cross is None:
+        assert "cross_check" not in s
+    else:
+        assert s["cross_check"]["ran"] is cross
+        assert cross or s["cross_check"]["why"].startswith("not asked for (--cross-check")
 
 
 def test_torch_engine_runs_torch_optimizers_without_importing_the_compiler():

@@ -136,8 +136,9 @@ def test_every_example_is_covered():
 def test_example_reports_what_it_demonstrates(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # paths in the config are relative to the config file
     extra, codes, check, _ = CASES[name]
-    # The default on a CPU: the fast path, backed by a real torch run of a sample.
-    rep = run(str(EX / f"{name}.yaml"), **extra, options=ReplayOptions(device="cpu"))
+    # The fast path, backed on request by a real torch run of a sample (--cross-check).
+    rep = run(str(EX / f"{name}.yaml"), **extra,
+              options=ReplayOptions(device="cpu", cross_check=True))
     assert _codes(rep) == codes, [f.message for f in rep.findings]
     check(rep, _summary(rep))
     s = _summary(rep)

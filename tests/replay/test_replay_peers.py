@@ -95,6 +95,28 @@ def test_karmarkar_karp_few_items_per_partition_match_verl_and_openrlhf():
     _assert_lockstep_matches(cases)
 
 
+@need_verl
+def test_karmarkar_karp_with_hundreds_of_partitions_matches_verl():
+    """Many micro-batches per mini-batch (k 64-300, three to eight rows each, verl's
+    workloads and ties): the shape where the scalar code keeps only a state's non-empty
+    sets and inserts a one-item merge by binary search (kk_lockstep routes k >= 64
+    there); both must leave verl's result unchanged."""
+    from lrdoctor.replay.packing.karmarkar_karp import verl_workload
+
+    rng = np.random.default_rng(505)
+    cases = []
+    for case in range(12):
+        k = int(rng.integers(64, 301))
+        n = k * int(rng.integers(3, 9)) + int(rng.integers(0, k))
+        equal = case % 4 == 3 and n % k == 0
+        toks = _lengths(rng, n, 8192) if case % 3 else rng.integers(1, 9, n) * 512  # ties
+        vals = verl_workload(np.asarray(toks)).tolist() if case % 2 else toks.tolist()
+        want = VERL.get_seqlen_balanced_partitions(vals, k, equal_size=equal)
+        assert P.karmarkar_karp(vals, k, equal_size=equal) == want, (case, n, k, equal)
+        cases.append((vals, k, equal, want))
+    _assert_lockstep_matches(cases)
+
+
 @need_orl
 def test_karmarkar_karp_and_first_fit_match_openrlhf():
     rng = np.random.default_rng(202)

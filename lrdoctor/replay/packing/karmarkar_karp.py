@@ -59,7 +59,12 @@ def _kk_sets(vals: list[int], k: int, equal_size: bool) -> list[list]:
     Merges that involve a one-item state (most of them with few items per
     partition) touch one set instead of looping over k, and ``n == k`` is
     forced (one item each); the pop order is unchanged, so the result is too.
-    ``vals`` are Python ints already.
+    A state holds only its non-empty sets (the k - len empty ones, all equal and
+    lighter than any non-empty set, are implied at its end): with many
+    partitions (k in the hundreds, a few items each) most states have a few
+    sets, so a merge costs what the two states hold, not k. The pairing is
+    verl's: set i of one state meets set k-1-i of the other; a state's spread
+    counts an empty set as 0. ``vals`` are Python ints already.
     """
     n = len(vals)
     if n < k:
@@ -97,49 +102,67 @@ def _kk_sets(vals: list[int], k: int, equal_size: bool) -> list[list]:
         ea = pop(heap)
         eb = pop(heap)
         if len(ea) == 6:
-            if len(eb) == 6:  # the common merge, done without the k-1 empty sets' loop
-                # two singletons: a's item sorts first (its key popped first)
+            if len(eb) == 6:  # the common merge: two singletons, a's item sorts first
                 va = ea[4]
                 a = [[va, 1, ea[5], [ea[5]]], [eb[4], 1, eb[5], [eb[5]]]]
-                a.extend([0, 0, -1, []] for _ in range(k - 2))
                 hpush(heap, (-va if k > 2 else eb[4] - va, -va, -1, -ea[5], a))
                 continue
             a = eb[4]
-            y = a[-1]
-            # a's item meets b's smallest set; a's empties meet the rest unchanged
+            # a's item meets b's lightest set (an empty one while b has fewer than k)
             va = ea[4]
-            if y[1]:
-                a[-1] = [va + y[0], 1 + y[1], ea[5], [ea[5]] + y[3]]
+            if len(a) == k:
+                y = a.pop()
+                _insort_desc(a, [va + y[0], 1 + y[1], ea[5], [ea[5]] + y[3]])
             else:
-                a[-1] = [va, 1, ea[5], [ea[5]]]
-            a.sort(reverse=True)
+                _insort_desc(a, [va, 1, ea[5], [ea[5]]])
         else:
             a = ea[4]
-            if len(eb) == 6:
-                x = a[-1]
-                if x[1]:
+            if len(eb) == 6:  # b's item meets a's lightest set
+                if len(a) == k:
+                    x = a.pop()
                     x[0] += eb[4]
                     x[1] += 1
                     x[3].append(eb[5])
                 else:
-                    a[-1] = [eb[4], 1, eb[5], [eb[5]]]
-                a.sort(reverse=True)
+                    x = [eb[4], 1, eb[5], [eb[5]]]
+                _insort_desc(a, x)
             else:
                 b = eb[4]
-                for x, y in zip(a, reversed(b), strict=True):
-                    if y[1]:
-                        if not x[1]:
-                            x[2] = y[2]
+                p = len(a)
+                lo = k - len(b)  # a's set i meets b's set k-1-i from here on
+                if lo < p:
+                    for i in range(lo, p):
+                        x = a[i]
+                        y = b[k - 1 - i]
                         x[0] += y[0]
                         x[1] += y[1]
                         x[3] += y[3]
+                    a.extend(b[: k - p])  # b's sets that meet a's empty ones
+                else:
+                    a.extend(b)
                 a.sort(reverse=True)
         top = a[0]
-        hpush(heap, (a[-1][0] - top[0], -top[0], -top[1], -top[2], a))
+        low = a[-1][0] if len(a) == k else 0
+        hpush(heap, (low - top[0], -top[0], -top[1], -top[2], a))
     sets = heap[0][4]
-    if not sets[-1][1]:
+    if len(sets) < k or not sets[-1][1]:
         raise ValueError("an empty partition")
     return sets
+
+
+def _insort_desc(a: list, x: list) -> None:
+    """Insert set ``x`` into the descending list ``a`` where ``a.sort(reverse=True)``
+    would put it: a merge with a one-item state changes one set, so a binary search
+    (log k comparisons) replaces re-sorting k sets. Sets never compare equal (their
+    first items differ), so the place is unique."""
+    lo, hi = 0, len(a)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid] > x:
+            lo = mid + 1
+        else:
+            hi = mid
+    a.insert(lo, x)
 
 
 def verl_workload(lens: np.ndarray) -> np.ndarray:

@@ -72,7 +72,7 @@ def kk_parts(vals: np.ndarray, starts: np.ndarray, ks: np.ndarray,
         step = max(1, _MAX_GROUP_BYTES // per_inst)
         for a in range(0, len(grp), step):
             part = grp[a:a + step]
-            if len(part) < _MIN_LOCKSTEP:
+            if len(part) < _MIN_LOCKSTEP or k >= _SCALAR_FROM_K:
                 _scalar_group(vals, starts, part, k, eq, out)
             else:
                 _solve_group(vals, starts, part, k, eq, out)
@@ -81,6 +81,10 @@ def kk_parts(vals: np.ndarray, starts: np.ndarray, ks: np.ndarray,
 
 # Below this many instances, per-merge numpy calls cost more than the scalar code.
 _MIN_LOCKSTEP = 16
+# From this many sets the scalar code is as fast or faster (its merges with a one-item
+# state cost log k; the lockstep arrays hold states x k per instance): measured by
+# benchmarks/bench_replay.py (KK with many micro-batches).
+_SCALAR_FROM_K = 64
 # The most one lockstep group's state array may take (the rest runs in later slices).
 _MAX_GROUP_BYTES = 128 * 2**20
 
