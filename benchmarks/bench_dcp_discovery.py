@@ -7,12 +7,12 @@ plus one large bytes item under megatron-core's ``dp_zero_gather_scatter`` key
 torch.saved as ONE item, --item-mb MiB, under dcp.MAX_ITEM_BYTES so a full read reads
 it). Then, each in a fresh subprocess, side by side:
 
-* ``selective``: discovery as shipped (``discover.DCP_SMALL_ITEM``: large items whose key
+* ``selective``: discovery as shipped (``reading.DCP_SMALL_ITEM``: large items whose key
   names no scheduler/param-group/trainer/common state are left unread);
 * ``full``: the same with the bound raised to ``dcp.MAX_ITEM_BYTES`` (every bytes item
   read, what discovery did before).
 
-Each reports ``discover.scan`` of the checkpoint (best of --repeat inside the process),
+Each reports ``reading.scan`` of the checkpoint (best of --repeat inside the process),
 the bytes of DCP items read, the peak RSS of the process, and the verdict (scheduler
 progress, optimizer step), which must be equal.
 
@@ -35,10 +35,11 @@ CHILD = r"""
 import json, sys, time
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from lrdoctor.read.scan import discover
-from lrdoctor.read.layouts import dcp, torchsave
+from lrdoctor.read.scan import grouping, reading
+from lrdoctor.read.bytes import dcp
+from lrdoctor.read.layouts import torchsave
 if {full!r}:
-    discover.DCP_SMALL_ITEM = dcp.MAX_ITEM_BYTES
+    reading.DCP_SMALL_ITEM = dcp.MAX_ITEM_BYTES
 read = [0]
 real = dcp._Files.read
 def counted(self, rel, off, length):
@@ -51,12 +52,12 @@ def hwm_kb():  # this process's peak RSS (ru_maxrss would carry the parent's ove
             return int(line.split()[1])
     return 0
 ck = Path({ck!r})
-(c,) = discover.run_checkpoints(ck)
+(c,) = grouping.run_checkpoints(ck)
 best = None
 for _ in range({repeat}):
     read[0] = 0
     t = time.perf_counter()
-    sc = discover.scan(c)
+    sc = reading.scan(c)
     dt = time.perf_counter() - t
     best = dt if best is None else min(best, dt)
 st = torchsave.build(sc)

@@ -34,12 +34,12 @@ _GUARD_MAX_ENTRIES = 4096  # a folder with more direct entries is no single chec
 def checkpoint_holding(path: str | os.PathLike) -> Path | None:
     """The checkpoint folder ``path`` (a file or folder about to be written) would land in,
     or None. A folder is a checkpoint when discovery, reading by content, takes the
-    folder itself as one checkpoint (:func:`lrdoctor.discover.run_checkpoints`): an HF
+    folder itself as one checkpoint (:func:`lrdoctor.read.scan.grouping.run_checkpoints`): an HF
     ``checkpoint-N``, a Megatron ``iter_N``, a DCP folder, ``model.pt`` + ``optimizer.pt``.
     A run folder (its checkpoints below it) or a folder holding one checkpoint file is not.
     Only existing folders, :data:`GUARD_LEVELS` up, are looked at."""
     from lrdoctor.core.errors import UnusableInput
-    from lrdoctor.read.scan import discover
+    from lrdoctor.read.scan import grouping
 
     d = Path(path).absolute().parent
     for _ in range(GUARD_LEVELS):
@@ -48,7 +48,7 @@ def checkpoint_holding(path: str | os.PathLike) -> Path | None:
                 small = sum(1 for _ in zip(range(_GUARD_MAX_ENTRIES + 1), d.iterdir(),
                                            strict=False)) <= _GUARD_MAX_ENTRIES
                 if small and any(c.path == d and _holds_state(c, d)
-                                 for c in discover.run_checkpoints(d)):
+                                 for c in grouping.run_checkpoints(d)):
                     return d
             except (OSError, UnusableInput):
                 pass
@@ -63,12 +63,12 @@ def _holds_state(ckpt: object, d: Path) -> bool:
     them, none in a sub-folder), or it is a step folder with checkpoint files below it
     (Megatron's iter_N/mp_rank_XX/). Not a folder that merely has a checkpoint folder, or a
     stray pickle, inside it."""
-    from lrdoctor.read.scan import discover
+    from lrdoctor.read.scan import grouping, listing
 
     files = getattr(ckpt, "files", [])
-    if discover._dir_step(d) is not None:
+    if grouping._dir_step(d) is not None:
         return bool(files)
-    state = [f for f in files if f.name == ".metadata" or discover.is_pickle(f)]
+    state = [f for f in files if f.name == ".metadata" or listing.is_pickle(f)]
     return bool(state) and all(f.parent == d for f in state)
 
 

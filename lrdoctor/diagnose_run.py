@@ -40,6 +40,7 @@ from lrdoctor.rules import (
 from lrdoctor.rules import (
     lrd116_progress_ratio_changes as lrd116,
 )
+from lrdoctor.schedules import lr_at
 
 # Two counters advancing by amounts that differ by more than this (relative, and
 # at least ABS_TOL units) disagree; a checkpoint's own rounding stays below it.
@@ -79,7 +80,7 @@ def _lr(spec, x: float | None) -> float | None:
     if spec is None or x is None:
         return None
     try:
-        v = spec.lr_at(x)
+        v = lr_at(spec, x)
     except (ValueError, ZeroDivisionError, OverflowError):
         return None
     return v if math.isfinite(v) else None

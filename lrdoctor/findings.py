@@ -12,20 +12,29 @@ LRD3xx: configuration of lrdoctor itself (``check``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from lrdoctor.core.findings import (
     FAIL_ON,
     Evidence,
     Finding,
+    FreeEvidence,
     Rule,
     Severity,
     exit_code,
-    finding,
 )
 from lrdoctor.rules import BY_CODE
 
 #: code -> rule, in code order.
 RULES: Mapping[str, Rule] = BY_CODE
+
+
+def finding(code: str, message: str, evidence: Evidence | Mapping[str, Any] | None = None, *,
+            fix: str | None = None, severity: Severity | None = None,
+            location: str | None = None) -> Finding:
+    """A finding by its code (the rule's own :meth:`Rule.finding` is the typed way)."""
+    ev = evidence if isinstance(evidence, Evidence) else FreeEvidence(dict(evidence or {}))
+    return BY_CODE[code].finding(message, ev, fix=fix, severity=severity, location=location)
 
 __all__ = ["FAIL_ON", "RULES", "Evidence", "Finding", "Rule", "Severity", "catalog_markdown",
            "exit_code", "finding"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
@@ -11,7 +10,8 @@ from lrdoctor.core.report import Report
 from lrdoctor.core.state import RunState
 from lrdoctor.diagnose import diagnose
 from lrdoctor.read import layouts as formats
-from lrdoctor.read.bytes.storage import RemotePath, as_path
+from lrdoctor.read.bytes.storage import as_path
+from lrdoctor.read.layouts import Layout
 from lrdoctor.rules.common import planned_end_in_schedule_units, progress_ratio
 from lrdoctor.schedules import lr_or_none
 
@@ -96,13 +96,13 @@ def add_run(report: Report, states: list[RunState], targets: list[str] | None = 
         report.extra["run"] = {"checkpoints": rows, "skipped": list(skipped or [])}
 
 
-def _checkpoints(path: str | Path, format: str | None) -> tuple[ModuleType, list[Path | RemotePath]]:
+def _checkpoints(path: str | Path, format: str | None) -> tuple[Layout, list[Any]]:
     """The reader for ``path`` and its checkpoints, oldest first; none is bad input."""
     path = as_path(path)  # a local Path, or a RemotePath for a URL (s3://, gs://, ...)
     mod = formats.detect(path, format)
     ckpts = mod.find_checkpoints(path)
     if not ckpts:
-        from lrdoctor.read.scan.discover import nothing_found
+        from lrdoctor.read.scan.refusal import nothing_found
 
         raise nothing_found(f"no {mod.NAME} checkpoint found", path)
     return mod, ckpts

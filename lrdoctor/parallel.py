@@ -49,7 +49,7 @@ def threads(fn: Callable[[T], R], items: Sequence[T], workers: int | None = None
     from contextvars import copy_context
 
     # Each item runs in a copy of the caller's context (what a reader records for the
-    # evidence collector, lrdoctor.evidence.seen, reaches the caller's list).
+    # evidence collector, lrdoctor.read.bytes.seen, reaches the caller's list).
     ctxs = [copy_context() for _ in items]
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="lrdoctor-io") as pool:
         return list(pool.map(lambda c, x: c.run(fn, x), ctxs, items))

@@ -85,7 +85,7 @@ def _unusable(cfg: CheckConfig, target: Target, message: str, label: str,
               detail: dict | None = None) -> Report:
     """An LRD303 report; ``detail`` (what was scanned, :class:`UnusableInput`'s record)
     joins the evidence so that --json carries it structured, not only in the line."""
-    from lrdoctor.core.report import unusable_report
+    from lrdoctor.rules.lrd303_check_input_unusable import unusable_report
 
     loc = f"{cfg.source}:{target.line}" if cfg.source else None
     return unusable_report(target.kind, label, message, detail, format=target.format,

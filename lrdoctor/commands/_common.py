@@ -164,7 +164,7 @@ def print_unusable(command: str, target: str, exc: UnusableInput, fmt: OutputFor
     empty document; text output is the stderr line alone."""
     if fmt is OutputFormat.text:
         return
-    from lrdoctor.core.report import unusable_report
+    from lrdoctor.rules.lrd303_check_input_unusable import unusable_report
 
     rep = unusable_report(command, target, str(exc), exc.detail, format=format)
     render.emit([rep], fmt, "error", command=command)

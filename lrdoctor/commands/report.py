@@ -141,11 +141,10 @@ def refuse_checkpoint_out(out: Path, cfg) -> None:
             raise UnusableInput(f"--out lies inside the checkpoint {t.path}; lrdoctor never "
                                 "writes into its input (choose a folder of its own)", str(out))
     if out.is_dir():
-        for mod in formats.available():
-            if mod.detect(out):
-                raise UnusableInput(f"--out is a {mod.NAME} checkpoint folder; lrdoctor never "
-                                    "writes into a checkpoint (choose a folder of its own)",
-                                    str(out))
+        mod = formats.claimant(out)
+        if mod is not None:
+            raise UnusableInput(f"--out is a {mod.NAME} checkpoint folder; lrdoctor never "
+                                "writes into a checkpoint (choose a folder of its own)", str(out))
 
 
 def register(app: typer.Typer) -> None:

@@ -14,15 +14,32 @@ def one_line(text: str) -> str:
 
 
 class UnusableInput(Exception):
-    """The input could not be used. ``str(exc)`` is the one line shown to the user."""
+    """The input could not be used. ``str(exc)`` is the one line shown to the user.
+
+    The path and the message are kept apart (``exc.path``, ``exc.message``): a caller that
+    rewords or re-raises takes ``exc.message``, never a split of the joined line.
+    """
 
     def __init__(self, message: str, path: str | None = None,
                  detail: dict[str, Any] | None = None):
         self.path = path
+        self.message = one_line(message)
         # A structured record of what was looked at (``lrdoctor check --json`` shows it as
         # the LRD303 finding's evidence); the one line stays the message.
         self.detail = detail
         super().__init__(one_line(f"{path}: {message}" if path else message))
+
+
+class NotText(UnusableInput):
+    """A file read as text holds binary content (not UTF-8)."""
+
+
+class NotParsed(UnusableInput):
+    """A text file is not valid in its language (``language``: "JSON", "YAML", "CSV")."""
+
+    def __init__(self, language: str, message: str, path: str | None = None):
+        self.language = language
+        super().__init__(message, path)
 
 
 class UnsafePickle(UnusableInput):

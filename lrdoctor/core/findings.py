@@ -144,12 +144,6 @@ class Finding:
     # The file (or config key) the finding is about, for SARIF/GitHub output.
     location: str | None = None
 
-    @property
-    def rule(self) -> Rule:
-        from lrdoctor.rules import BY_CODE
-
-        return BY_CODE[self.code]
-
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "code": self.code,
@@ -162,16 +156,6 @@ class Finding:
         if self.location:
             d["location"] = self.location
         return d
-
-
-def finding(code: str, message: str, evidence: Evidence | Mapping[str, Any] | None = None, *,
-            fix: str | None = None, severity: Severity | None = None,
-            location: str | None = None) -> Finding:
-    """A finding by its code (the rule's own :meth:`Rule.finding` is the typed way)."""
-    from lrdoctor.rules import BY_CODE
-
-    ev = evidence if isinstance(evidence, Evidence) else FreeEvidence(dict(evidence or {}))
-    return BY_CODE[code].finding(message, ev, fix=fix, severity=severity, location=location)
 
 
 FAIL_ON: dict[str, Severity | None] = {"info": Severity.INFO, "warning": Severity.WARNING,
@@ -207,4 +191,4 @@ def jsonable(obj: Any) -> Any:
 
 __all__ = ["OMIT_NONE", "FAIL_ON", "Evidence", "Finding", "FreeEvidence", "Record", "Rule",
            "Severity",
-           "exit_code", "finding", "jsonable", "optional"]
+           "exit_code", "jsonable", "optional"]

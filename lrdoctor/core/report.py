@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lrdoctor import __version__
-from lrdoctor.findings import Finding, exit_code
+from lrdoctor.core.findings import Finding, exit_code
 
 
 @dataclass
@@ -47,19 +47,3 @@ class Report:
 
     def exit_code(self, fail_on: str) -> int:
         return exit_code(self.findings, fail_on)
-
-
-def unusable_report(command: str, target: str, message: str,
-                    detail: dict[str, Any] | None = None, *,
-                    format: str | None = None, location: str | None = None,
-                    **evidence: Any) -> Report:
-    """The report of an input that could not be used: one LRD303 finding whose message is
-    the one line printed on stderr, with evidence ``{"target", **evidence, **detail}``
-    (``detail``: :class:`~lrdoctor.core.errors.UnusableInput`'s structured record, e.g. what was
-    scanned). ``check`` (a target of its config) and ``inspect`` (a refused PATH, in a
-    machine format) both print it, so that a refusal is never an empty stdout."""
-    from lrdoctor.rules import lrd303_check_input_unusable as lrd303
-
-    f = lrd303.RULE.finding(message, lrd303.InputUnusable(target, {**evidence, **(detail or {})}),
-                            location=location)
-    return Report(command=command, target=target, format=format, findings=[f])

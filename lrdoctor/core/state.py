@@ -94,8 +94,10 @@ class RunState:
     # configured budget, in ``schedule.unit`` (Megatron: consumed - skipped samples;
     # HF: global_step; torch loop: optimizer step). ``source`` says the formula.
     nominal_progress: Counter | None = None
-    # The optimizer's param-group learning rates as saved.
+    # The optimizer's param-group learning rates as saved, and where each lives (same
+    # order; empty when the reader could not name the fields).
     optimizer_lrs: list[float] = field(default_factory=list)
+    optimizer_lr_refs: list[FieldRef] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     # Files of the checkpoint that could not be read at all (file -> why): truncated,
     # corrupt or not what their kind says. A resume would fail on them (LRD130).

@@ -5,7 +5,7 @@ the older ``common.pt`` beside the ``.distcp`` files), ``torch_dcp`` / ``fsdp_dt
 (flattened ``opt_param_scheduler.num_steps`` leaves), torchtitan ``step-N``
 (``lr_scheduler.last_epoch``, per-parameter ``optimizer.param_groups.<fqn>.lr``),
 NeMo-RL's optimizer DCP and any other DCP folder: the fields are found in the items as
-the reader re-nests them (:func:`lrdoctor.read.layouts.dcp.load`), by content, never by the
+the reader re-nests them (:func:`lrdoctor.read.bytes.dcp.load`), by content, never by the
 layout's name.
 
 Why a new storage file: ``.metadata`` records the file, byte offset and length of every
@@ -46,7 +46,7 @@ TORCH_EXTRA = "rewriting a torch.distributed.checkpoint (fix)"
 
 def folders(state: RunState) -> list[Path]:
     """The DCP folders the state was read from (each ``.metadata`` among its files)."""
-    from lrdoctor.read.layouts import dcp as reader
+    from lrdoctor.read.bytes import dcp as reader
 
     out: list[Path] = []
     for f in state.files:
@@ -60,7 +60,7 @@ def folders(state: RunState) -> list[Path]:
 
 
 def plan(path: Path, state: RunState, target: Target) -> Any:
-    from lrdoctor.read.layouts import dcp as reader
+    from lrdoctor.read.bytes import dcp as reader
     from lrdoctor.repair.engine import FormatPlan
     from lrdoctor.repair.writer import load_pickle
 
@@ -125,11 +125,11 @@ def _named(state: RunState, root: Path) -> tuple[str, Key] | None:
 def _pickles(state: RunState, dirs: list[Path]) -> list[Path]:
     """The torch.save files the state was read from besides the DCP items (Megatron's
     ``common.pt``, an HF/accelerate ``scheduler.pt`` next to an FSDP ``optimizer_0/``)."""
-    from lrdoctor.repair.torchsave import PICKLES
+    from lrdoctor.read.bytes.safeload import PICKLE_SUFFIXES
 
     out = [d / COMMON_FILE for d in dirs if (d / COMMON_FILE).is_file()]
     for f in map(Path, state.files):
-        if f.is_file() and f.suffix.lower() in PICKLES and f not in out:
+        if f.is_file() and f.suffix.lower() in PICKLE_SUFFIXES and f not in out:
             out.append(f)
     return out
 
@@ -157,7 +157,7 @@ def _output(path: Path, ckpt: Path, dirs: list[Path]) -> tuple[Path, list[str] |
 
 def _paths(folder: Path, ds: Any) -> dict[str, tuple]:
     """fqn -> the key path the reader re-nested it at (its planner path, else the dots)."""
-    from lrdoctor.read.layouts import dcp as reader
+    from lrdoctor.read.bytes import dcp as reader
 
     planner = reader.read_metadata(folder).get("planner_data")
     out = {}
@@ -209,7 +209,7 @@ def _plan_objects(objs: list[tuple[str, Any]], target: Target,
                   named: tuple[str, Key] | None = None) -> tuple[list[Change], list[str]]:
     """The edits: the scheduler state the reader named (``named``), else every one found by
     shape at the progress inspect read; the optimizers' param-group LRs beside them."""
-    from lrdoctor.read.scan.discover import is_megatron_scheduler
+    from lrdoctor.read.scan.shapes import is_megatron_scheduler
     from lrdoctor.repair.megatron import scheduler_edits
     from lrdoctor.repair.torchstate import (
         group_lrs,
@@ -331,7 +331,7 @@ def write_folder(src: Path, dst: Path, changes: list[Change], new_rel: str) -> l
     ``dst/.metadata`` pointing at them. Returns the output files written (relative to the
     output root, as ``new_rel`` and its ``.metadata`` sibling)."""
     _torch()
-    from lrdoctor.read.layouts import dcp as reader
+    from lrdoctor.read.bytes import dcp as reader
 
     reader.read_metadata(src)  # the safe reader's checks first: nothing runs
     md = _load_metadata(src / METADATA)

@@ -268,11 +268,6 @@ def write_fix(plan: FixPlan, out: str | Path, *, force: bool = False, progress: 
     return result
 
 
-# Names that say "a file" for --out (a checkpoint file's own suffix also does).
-def _file_suffixes() -> set[str]:
-    from lrdoctor.read.scan.discover import PICKLE_SUFFIXES
-
-    return set(PICKLE_SUFFIXES)
 
 
 def _names_the_file(plan: FixPlan, out: Path) -> bool:
@@ -281,7 +276,9 @@ def _names_the_file(plan: FixPlan, out: Path) -> bool:
     if plan.root is None or not plan.root.is_dir() or len(plan.files) != 1 or out.is_dir():
         return False
     suffix = out.suffix.lower()
-    return bool(suffix) and (suffix in _file_suffixes()
+    from lrdoctor.read.bytes.safeload import PICKLE_SUFFIXES  # names that say "a file"
+
+    return bool(suffix) and (suffix in PICKLE_SUFFIXES
                              or suffix == Path(plan.files[0]).suffix.lower())
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from lrdoctor.core.state import RunState
 from lrdoctor.read.layouts import megatron as reader
+from lrdoctor.read.scan.shapes import SCHEDULER_KEYS
 from lrdoctor.repair.policies import Refusal, Target
 from lrdoctor.repair.torchstate import find, group_lrs, is_optimizer, optimizer_changes
 from lrdoctor.repair.writer import Change, Key, get_at, load_pickle, tree_files
@@ -27,7 +28,7 @@ def scheduler_edits(file: str, sched_key: Key, sched: dict[str, Any],
                     target: Target) -> list[Change]:
     """num_steps / lr_decay_steps edits of one OptimizerParamScheduler state dict."""
     out = []
-    nkey = next(k for k in reader.SCHEDULER_KEYS["num_steps"] if k in sched)
+    nkey = next(k for k in SCHEDULER_KEYS["num_steps"] if k in sched)
     old = sched[nkey]
     if old != target.progress_before:
         raise Refusal(f"{file}: {nkey} is {old}, other files say {target.progress_before:g}: "
@@ -35,7 +36,7 @@ def scheduler_edits(file: str, sched_key: Key, sched: dict[str, Any],
     new = _like(old, target.progress)
     out.append(Change(file, sched_key + (nkey,), old, new, why=target.policy))
     if target.horizon is not None:
-        hkey = next(k for k in reader.SCHEDULER_KEYS["lr_decay_steps"] if k in sched)
+        hkey = next(k for k in SCHEDULER_KEYS["lr_decay_steps"] if k in sched)
         out.append(Change(file, sched_key + (hkey,), sched[hkey], _like(sched[hkey],
                                                                         target.horizon),
                           why="extend-horizon"))

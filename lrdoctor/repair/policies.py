@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import NotParsed, UnusableInput
 from lrdoctor.core.state import RunState, ScheduleSpec, Unit
 from lrdoctor.diagnose import Recommendation, recommend
 from lrdoctor.findings import Finding
@@ -88,13 +88,11 @@ def _replay_doc(path: Path) -> Any:
     try:
         text = safetext.read_text(path, "json_bytes", "a replay report")
     except UnusableInput as exc:
-        raise UnusableInput(f"cannot read replay report: {str(exc).split(': ', 1)[-1]}",
+        raise UnusableInput(f"cannot read replay report: {exc.message}",
                             str(path)) from None
     try:
         doc = safetext.json_loads(text, str(path), "replay report")
-    except UnusableInput as exc:
-        if "not valid JSON" not in str(exc):
-            raise
+    except NotParsed:
         raise UnusableInput("not JSON: expected the output of `lrdoctor replay --json`",
                             str(path)) from None
     return doc

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.state import RunState
-from lrdoctor.read.scan.discover import PICKLE_SUFFIXES
+from lrdoctor.read.bytes.safeload import PICKLE_SUFFIXES
 from lrdoctor.repair.megatron import scheduler_edits
 from lrdoctor.repair.policies import Refusal, Target
 from lrdoctor.repair.torchstate import (
@@ -30,11 +30,9 @@ from lrdoctor.repair.torchstate import (
 )
 from lrdoctor.repair.writer import Change, get_at, load_pickle
 
-PICKLES = PICKLE_SUFFIXES  # discovery's one list
-
 
 def _is_megatron(d: Any) -> bool:
-    from lrdoctor.read.scan.discover import is_megatron_scheduler
+    from lrdoctor.read.scan.shapes import is_megatron_scheduler
 
     return is_megatron_scheduler(d)
 
@@ -44,7 +42,7 @@ def plan(path: Path, state: RunState, target: Target):
 
     ckpt = Path(state.path)
     used = [Path(f) for f in state.facts.files_used or [state.path]]
-    used = [f for f in used if f.is_file() and (f.suffix.lower() in PICKLES or f == ckpt)]
+    used = [f for f in used if f.is_file() and (f.suffix.lower() in PICKLE_SUFFIXES or f == ckpt)]
     if not used:
         raise Refusal("no checkpoint file holds the state inspect read", str(path))
     if ckpt.is_file() and used == [ckpt]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.read.scan.discover import is_optimizer as discover_is_optimizer
-from lrdoctor.read.scan.discover import is_torch_scheduler
+from lrdoctor.read.scan.shapes import is_optimizer as discover_is_optimizer
+from lrdoctor.read.scan.shapes import is_torch_scheduler
 from lrdoctor.repair.policies import Refusal, Target
 from lrdoctor.repair.writer import Change, Key, get_at, load_pickle, walk
 from lrdoctor.schedules import group_lr

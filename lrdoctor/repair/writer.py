@@ -24,8 +24,8 @@ from typing import Any
 from lrdoctor.atomic import refuse_checkpoint
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.read.bytes import unsafe_globals
+from lrdoctor.read.layouts._fixmanifest import MANIFEST
 
-MANIFEST = "lrdoctor-fix.json"
 _CHUNK = 8 << 20
 
 Key = tuple[Any, ...]

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import NotText, UnusableInput
 from lrdoctor.replay.packing.registry import PACKERS
 
 # The batching.strategy choices: the packer registry (lrdoctor.replay.packing.registry).
@@ -463,10 +463,8 @@ def load_config(path: str | Path, sets: tuple[str, ...] | list[str] = (),
     path = Path(path)
     try:
         text = safetext.read_text(path, "config_bytes", "a YAML run config")
-    except UnusableInput as exc:
-        if "not a UTF-8 text file" in str(exc):
-            raise UnusableInput("not a YAML text file (binary content)", str(path)) from None
-        raise
+    except NotText:
+        raise UnusableInput("not a YAML text file (binary content)", str(path)) from None
     from lrdoctor.replay import sources
 
     return sources.load(path, text, tuple(sets), Path(config_root) if config_root else None)

@@ -21,7 +21,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import NotParsed, UnusableInput
 
 if TYPE_CHECKING:
     from lrdoctor.replay.config import RunConfig
@@ -56,10 +56,10 @@ def load(path: Path, text: str, sets: tuple[str, ...] = (),
     if launch.looks_like_script(path, text):
         return _from_script(path, text, env, key_sets, config_root)
     try:
-        # size, nesting, alias/merge-key expansion and key checks (lrdoctor.limits)
+        # size, nesting, alias/merge-key expansion and key checks (lrdoctor.read.bytes.limits)
         data = safetext.yaml_loads(text, str(path))
     except UnusableInput as exc:
-        tr = translate.detect(text, "args") if str(exc).startswith("not valid YAML") else None
+        tr = translate.detect(text, "args") if isinstance(exc, NotParsed) else None
         if tr is None:
             raise
         return translated(tr, _args_text(text, key_sets), path)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lrdoctor.core.findings import Evidence, Rule, Severity
+from lrdoctor.core.report import Report
 
 RULE = Rule(
     code="LRD303",
@@ -33,3 +34,17 @@ class InputUnusable(Evidence):
 
     def raw(self) -> dict[str, Any]:
         return {"target": self.target, **self.detail}
+
+
+def unusable_report(command: str, target: str, message: str,
+                    detail: dict[str, Any] | None = None, *,
+                    format: str | None = None, location: str | None = None,
+                    **evidence: Any) -> Report:
+    """The report of an input that could not be used: one LRD303 finding whose message is
+    the one line printed on stderr, with evidence ``{"target", **evidence, **detail}``
+    (``detail``: :class:`~lrdoctor.core.errors.UnusableInput`'s structured record, e.g. what was
+    scanned). ``check`` (a target of its config) and ``inspect`` (a refused PATH, in a
+    machine format) both print it, so that a refusal is never an empty stdout."""
+    f = RULE.finding(message, InputUnusable(target, {**evidence, **(detail or {})}),
+                     location=location)
+    return Report(command=command, target=target, format=format, findings=[f])

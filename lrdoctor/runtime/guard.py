@@ -143,7 +143,7 @@ class _Reporter:
     def _report(self, code: str, message: str, evidence: LiveEvidence) -> None:
         if code in self.ignore:
             return
-        from lrdoctor.core.findings import finding
+        from lrdoctor.findings import finding
 
         text = f"lrdoctor {code}: {message}"
         if code in self._found:

@@ -18,7 +18,7 @@ import pytest
 from lrdoctor.diagnose import diagnose
 from lrdoctor.findings import Severity
 from lrdoctor.inspect_api import read_state
-from lrdoctor.read.scan import discover
+from lrdoctor.read.scan import grouping, listing
 from tests.helpers.factories import _quiet_megatron, _tiny_model, _train_step
 from tests.helpers.paths import REPO
 
@@ -198,19 +198,19 @@ def test_run_checkpoints_groups_step_folders_and_numbered_files(tmp_path):
             (run / f"global_step_{n}" / "actor" / f"extra_state_world_size_2_rank_{r}.pt") \
                 .write_bytes(b"")
     (run / "latest_checkpointed_iteration.txt").write_text("10")
-    ck = discover.run_checkpoints(run)
+    ck = grouping.run_checkpoints(run)
     assert [c.step for c in ck] == [2, 10]
     assert len(ck[1].files) == 2 and all(f.parent.name == "actor" for f in ck[1].files)
     files = tmp_path / "files"
     files.mkdir()
     for n in (3, 10, 1):
         (files / f"ckpt_{n}.pt").write_bytes(b"")
-    assert [c.step for c in discover.run_checkpoints(files)] == [1, 3, 10]
+    assert [c.step for c in grouping.run_checkpoints(files)] == [1, 3, 10]
     ranks = tmp_path / "ranks"
     ranks.mkdir()
     for r in range(4):
         (ranks / f"ep0-ba200-rank{r}.pt").write_bytes(b"")
-    ck = discover.run_checkpoints(ranks)
+    ck = grouping.run_checkpoints(ranks)
     assert len(ck) == 1 and ck[0].step == 200 and len(ck[0].files) == 4
 
 
@@ -223,7 +223,7 @@ def test_symlinks_out_of_the_tree_are_not_followed(tmp_path):
     (d / "a.pt").write_bytes(b"")
     (d / "link.pt").symlink_to(outside / "secret.pt")
     (d / "dirlink").symlink_to(outside, target_is_directory=True)
-    assert [p.name for p in discover.candidate_files(d)] == ["a.pt"]
+    assert [p.name for p in listing.candidate_files(d)] == ["a.pt"]
 
 
 def test_too_many_files_is_refused(tmp_path):
@@ -232,7 +232,7 @@ def test_too_many_files_is_refused(tmp_path):
     for i in range(12):
         (d / f"f{i}.pt").write_bytes(b"")
     with pytest.raises(Exception, match="more than 10"):
-        discover.candidate_files(d, max_files=10)
+        listing.candidate_files(d, max_files=10)
 
 
 # ---------------------------------------------------------------- horizons and units
@@ -348,11 +348,11 @@ def test_files_are_read_by_content_whatever_their_names(tmp_path):
     d.mkdir()
     for name in ("state.latest", "fixed"):
         shutil.copy(src, d / name)
-        assert discover.is_pickle(d / name)
+        assert listing.is_pickle(d / name)
         p = lrdoctor("inspect", str(d / name), "--json")
         assert p.returncode == 1, p.stderr
         doc = json.loads(p.stdout)
         assert {f["code"] for f in doc["findings"]} >= {"LRD103"}
     (d / "notes").write_text("just text\n")
-    assert not discover.is_pickle(d / "notes")
-    assert sorted(f.name for f in discover.candidate_files(d)) == ["fixed", "state.latest"]
+    assert not listing.is_pickle(d / "notes")
+    assert sorted(f.name for f in listing.candidate_files(d)) == ["fixed", "state.latest"]

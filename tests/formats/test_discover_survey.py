@@ -1,6 +1,6 @@
 """Never silent: a path in which no checkpoint is found is refused with what was scanned.
 
-The survey (``discover.survey``) reuses discovery's one bounded walk and its classification;
+The survey (``refusal.survey``) reuses discovery's one bounded walk and its classification;
 these tests write the files with the frameworks' own writers (``torch.save``,
 ``safetensors``) and read the one-line message and the structured record back.
 """
@@ -15,7 +15,7 @@ import pytest
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.inspect_api import inspect_path
 from lrdoctor.read import layouts as formats
-from lrdoctor.read.scan import discover
+from lrdoctor.read.scan import listing, refusal
 
 
 def refused(path: Path) -> UnusableInput:
@@ -103,7 +103,7 @@ def test_torch_file_holding_an_unrelated_dict(tmp_path):
             "looked at 1 file: a torch pickle with keys [foo, bar, baz, q1, q2, +1 more], "
             "no scheduler/optimizer/trainer state") in str(exc.value)
     # The survey reads it the same way when asked directly.
-    sv = discover.survey(tmp_path)
+    sv = refusal.survey(tmp_path)
     assert sv.seen == [("a.pt", "a torch pickle with keys [foo, bar, baz, q1, q2, +1 more], "
                                 "no scheduler/optimizer/trainer state")]
 
@@ -119,27 +119,27 @@ def test_names_are_capped_grouped_and_counted(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     for i in range(12):
         (tmp_path / f"n{i:02d}.log").write_text("x")
-    sv = discover.survey(tmp_path)
-    assert len(sv.seen) == discover.SURVEY_READ
+    sv = refusal.survey(tmp_path)
+    assert len(sv.seen) == refusal.SURVEY_READ
     assert sv.line() == (
         "scanned 17 files in 1 folder: model-00001-of-00004.safetensors (+3 alike): weights "
         "only (safetensors), no scheduler/optimizer/trainer state; config.json: JSON with keys "
         "[model_type], no scheduler/optimizer/trainer state; n00.log (+2 alike): not "
         "checkpoint state (.log); +9 more")
-    assert sv.to_dict()["not_described"] == 17 - discover.SURVEY_READ
+    assert sv.to_dict()["not_described"] == 17 - refusal.SURVEY_READ
 
 
 def test_scan_cut_by_a_bound_is_said(tmp_path):
-    deep = tmp_path.joinpath(*[f"l{i}" for i in range(discover.MAX_DEPTH + 2)])
+    deep = tmp_path.joinpath(*[f"l{i}" for i in range(listing.MAX_DEPTH + 2)])
     deep.mkdir(parents=True)
     (deep / "x.json").write_text("{}")
-    sv = discover.survey(tmp_path)
-    assert sv.files == 0 and sv.folders == discover.MAX_DEPTH + 1
-    assert sv.cut == f"1 folder deeper than {discover.MAX_DEPTH} levels not looked at"
+    sv = refusal.survey(tmp_path)
+    assert sv.files == 0 and sv.folders == listing.MAX_DEPTH + 1
+    assert sv.cut == f"1 folder deeper than {listing.MAX_DEPTH} levels not looked at"
     assert sv.line().endswith("scan cut by a bound: " + sv.cut)
     for i in range(5):
         (tmp_path / f"s{i}.json").write_text("{}")
-    sv = discover.survey(tmp_path, max_files=3)
+    sv = refusal.survey(tmp_path, max_files=3)
     assert sv.cut == "stopped after 3 checkpoint-looking files" and sv.files == 4
 
 

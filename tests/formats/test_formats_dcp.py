@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
+from lrdoctor.read.bytes import dcp
 from lrdoctor.read.bytes.safeload import TensorRef
-from lrdoctor.read.layouts import dcp
 from tests.helpers.paths import TESTS
 
 
@@ -92,7 +92,7 @@ def test_prefixes_read_only_those_items(loop_ckpt):
 
 def test_inspect_path_imports_no_torch(loop_ckpt):
     path, _ = loop_ckpt
-    code = ("import sys, json; from lrdoctor.read.layouts import dcp; "
+    code = ("import sys, json; from lrdoctor.read.bytes import dcp; "
             f"st = dcp.load({str(path)!r}); "
             "print(json.dumps([st.tree['lr_scheduler']['last_epoch'], "
             "[m for m in ('torch', 'numpy') if m in sys.modules]]))")

@@ -1,4 +1,4 @@
-"""Which DCP bytes items content-first discovery reads (``discover._load_dcp``): small ones
+"""Which DCP bytes items content-first discovery reads (``reading._load_dcp``): small ones
 and those whose key names scheduler/param-group/trainer/common state; a large item under
 any other key is left unread (decided from ``.metadata``: its bytes are never touched),
 named in the notes and ``extras["dcp_skipped"]``; and when the items read hold no
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from lrdoctor.inspect_api import inspect_path, read_state
-from lrdoctor.read.layouts import dcp
-from lrdoctor.read.scan import discover
+from lrdoctor.read.bytes import dcp
+from lrdoctor.read.scan import reading
 
 BOUND = 64 << 10  # discovery's bound, made small so the "large" items stay small here
 BIG = list(range(40_000))  # > BOUND once torch.saved (about 200 KB)
@@ -48,7 +48,7 @@ def _loop(updates: int = 5):
 @pytest.fixture
 def reads(monkeypatch):
     """Every (fqn-less) data-file read DCP makes: (relative path, offset, length)."""
-    monkeypatch.setattr(discover, "DCP_SMALL_ITEM", BOUND)
+    monkeypatch.setattr(reading, "DCP_SMALL_ITEM", BOUND)
     seen: list[tuple[str, int, int]] = []
     real = dcp._Files.read
 
@@ -105,16 +105,16 @@ def test_large_item_whose_key_names_scheduler_state_is_read(tmp_path, reads):
                                  "optimizer.param_groups.0.lr_history",
                                  "optimizer.distributed.dp_group_idx_0.optimizer/shard_0.1"])
 def test_state_keys_are_read_whatever_their_size(key):
-    assert discover.dcp_item_matters(key)
-    assert discover._dcp_leave(key, 1 << 30) is None
+    assert reading.dcp_item_matters(key)
+    assert reading._dcp_leave(key, 1 << 30) is None
 
 
 @pytest.mark.parametrize("key", ["optimizer.distributed.dp_group_idx_0.param_state/shard_0_1",
                                  "dataloader.dp_rank_0", "rng_state", "extra"])
 def test_other_keys_are_read_only_when_small(key):
-    assert not discover.dcp_item_matters(key)
-    assert discover._dcp_leave(key, discover.DCP_SMALL_ITEM) is None
-    assert "bytes" in discover._dcp_leave(key, discover.DCP_SMALL_ITEM + 1)
+    assert not reading.dcp_item_matters(key)
+    assert reading._dcp_leave(key, reading.DCP_SMALL_ITEM) is None
+    assert "bytes" in reading._dcp_leave(key, reading.DCP_SMALL_ITEM + 1)
 
 
 def test_scheduler_only_inside_a_large_item_is_still_found(tmp_path, reads, monkeypatch):
@@ -129,7 +129,7 @@ def test_scheduler_only_inside_a_large_item_is_still_found(tmp_path, reads, monk
     st = read_state(ck)
     assert length in [n for _, _, n in reads]
     assert st.scheduler_progress.value == 5 and "dcp_skipped" not in st.extras
-    monkeypatch.setattr(discover, "DCP_SMALL_ITEM", dcp.MAX_ITEM_BYTES)  # the full read
+    monkeypatch.setattr(reading, "DCP_SMALL_ITEM", dcp.MAX_ITEM_BYTES)  # the full read
     full = read_state(ck)
     assert (full.scheduler_progress, full.schedule, full.counters) == \
         (st.scheduler_progress, st.schedule, st.counters)

@@ -309,7 +309,7 @@ def test_torch_dist_019_common_state_matches_torch_dcp_load():
         loaded.seek(0)
         loaded = torch.load(loaded, weights_only=False)
     truth = loaded[0]
-    from lrdoctor.read.layouts import dcp
+    from lrdoctor.read.bytes import dcp
 
     ours = dcp.load(ckpt).flat["common_state/shard_0_1"][0]
     assert ours["opt_param_scheduler"] == truth["opt_param_scheduler"]

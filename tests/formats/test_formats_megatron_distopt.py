@@ -60,7 +60,7 @@ def test_param_group_item_matches_megatrons_own_load():
     import torch
     import torch.distributed.checkpoint as tdcp
 
-    from lrdoctor.read.layouts import dcp
+    from lrdoctor.read.bytes import dcp
 
     ckpt = MCORE_019 / "distopt_dp_reshardable" / "iter_0000005"
     buf = {ITEM: io.BytesIO()}
@@ -160,7 +160,7 @@ def test_torch_dist_common_pt_reads_groups_from_dcp(tmp_path):
 
     import torch.distributed as dist
 
-    from lrdoctor.read.layouts import dcp
+    from lrdoctor.read.bytes import dcp
     from tests.helpers.factories import _quiet_megatron, free_port
 
     _quiet_megatron()
@@ -271,7 +271,7 @@ def test_common_pt_with_broken_dcp_metadata_still_reads_and_says_so(tmp_path):
     src = MCORE_019 / "distopt_dp_reshardable"
     shutil.copytree(src, tmp_path / "run")
     ckpt = tmp_path / "run" / "iter_0000005"
-    from lrdoctor.read.layouts import dcp
+    from lrdoctor.read.bytes import dcp
 
     common = dcp.load(ckpt, prefixes=["common_state/"]).flat["common_state/shard_0_1"][0]
     import argparse

@@ -426,3 +426,15 @@ def test_importing_the_api_pulls_in_no_framework():
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_api_is_declared_for_completion_and_type_checkers():
+    """``__all__`` lists every lazily resolved name (and nothing it cannot resolve),
+    ``dir(lrdoctor)`` shows them before first use, and the package ships ``py.typed``."""
+    import lrdoctor
+
+    assert set(lrdoctor.__all__) == {"__version__", "replay", *lrdoctor._API}
+    assert {"StepGuard", "hf_callback", "lightning_callback", "BatchLogRecorder"} <= set(dir(lrdoctor))
+    for name in lrdoctor.__all__:
+        assert getattr(lrdoctor, name) is not None, name
+    assert (ROOT / "lrdoctor" / "py.typed").is_file()

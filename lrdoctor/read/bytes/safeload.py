@@ -31,6 +31,10 @@ from lrdoctor.core.errors import UnsafePickle, UnusableInput
 from lrdoctor.read.bytes import limits, unsafe_globals
 from lrdoctor.read.bytes.limited_pickle import BoundedReader, LimitedUnpickler
 
+# File names that say "a torch.save / pickle file" (a file by another name is still
+# recognised by its first bytes: lrdoctor.read.scan.listing.is_pickle). The one list.
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".tar", ".pickle")
+
 __all__ = ["TensorRef", "Opaque", "KeyOpaque", "load", "load_obj", "load_bytes", "load_pickle_file",
            "opaque_classes", "read_values", "decode_values", "runs_code"]
 
@@ -432,7 +436,7 @@ _RECORDS += [
 ]
 
 # torch.distributed.checkpoint's ``.metadata`` pickle: plain dataclasses, kept as Opaque
-# records (``lrdoctor.read.layouts.dcp`` reads their state). Megatron's planner adds its cached
+# records (``lrdoctor.read.bytes.dcp`` reads their state). Megatron's planner adds its cached
 # SavePlans. MetadataIndex is a dict key there, so it gets a hashable stand-in.
 DCP_RECORDS = [
     "torch.distributed.checkpoint.metadata.Metadata",

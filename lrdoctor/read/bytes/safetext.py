@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any
 
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import NotParsed, NotText, UnusableInput
 from lrdoctor.read.bytes import limits
 
 __all__ = ["read_text", "json_loads", "read_json", "yaml_loads", "read_yaml", "toml_loads",
@@ -41,8 +41,8 @@ def read_text(path: str | os.PathLike, limit: str, what: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise UnusableInput(f"not a UTF-8 text file (binary content?): expected {what}",
-                            p) from None
+        raise NotText(f"not a UTF-8 text file (binary content?): expected {what}",
+                      p) from None
 
 
 def json_loads(text: str, path: str | None, what: str = "JSON") -> Any:
@@ -56,7 +56,7 @@ def json_loads(text: str, path: str | None, what: str = "JSON") -> Any:
         raise limits.over("depth", path, f"the {what} nests too deeply") from None
     except ValueError as exc:  # JSONDecodeError, and integers of over 4300 digits
         line = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
-        raise UnusableInput(f"not valid JSON: {line}", path) from None
+        raise NotParsed("JSON", f"not valid JSON: {line}", path) from None
     limits.check_tree(obj, path, what=f"the {what}")
     return obj
 
@@ -150,12 +150,12 @@ def yaml_loads(text: str, path: str | None, what: str = "YAML") -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UnusableInput(f"not valid YAML{where}", path) from None
+        raise NotParsed("YAML", f"not valid YAML{where}", path) from None
     except RecursionError:
         raise limits.over("depth", path, f"the {what} nests too deeply") from None
     except (ValueError, OverflowError, TypeError) as exc:  # !!timestamp out of range, ...
-        raise UnusableInput(f"not valid YAML ({type(exc).__name__}: "
-                            f"{(str(exc).splitlines() or [''])[0][:120]})", path) from None
+        raise NotParsed("YAML", f"not valid YAML ({type(exc).__name__}: "
+                        f"{(str(exc).splitlines() or [''])[0][:120]})", path) from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -203,7 +203,7 @@ def csv_loads(text: str, path: str | None, what: str = "CSV") -> tuple[list[str]
                 raise limits.over("items", path, f"the {what} holds too many cells")
             rows.append(row)
     except csv.Error as exc:
-        raise UnusableInput(f"not valid CSV: line {reader.line_num}: {exc}", path) from None
+        raise NotParsed("CSV", f"not valid CSV: line {reader.line_num}: {exc}", path) from None
     if not rows or not any(rows[0]):
         raise UnusableInput(f"no header row: expected {what}", path)
     return rows[0], rows[1:]

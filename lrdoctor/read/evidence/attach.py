@@ -1,7 +1,7 @@
 """Attach the evidence to a :class:`~lrdoctor.core.state.RunState` after a reader built it.
 
 Runs at the end of ``formats.read`` (one place for every layout): the items come from
-what the reader loaded (:mod:`lrdoctor.read.evidence.seen`), the config files beside the
+what the reader loaded (:mod:`lrdoctor.read.bytes.seen`), the config files beside the
 checkpoint, and the reader's own typed facts. Then one repair of the *model*, never of
 the input: a nominal counter the trainer never filled (0 while the scheduler and the
 optimizer moved on) is replaced by an independent counter that was filled, so the

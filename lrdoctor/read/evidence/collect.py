@@ -3,7 +3,7 @@
 Every number that measures progress, a horizon, a planned end, a warmup, an LR or a
 conversion between units becomes one :class:`~lrdoctor.core.evidence.EvidenceItem`,
 wherever it was saved: the objects a reader unpickled or parsed (recorded while it read,
-:mod:`lrdoctor.read.evidence.seen`), the records inside them that a framework registered for
+:mod:`lrdoctor.read.bytes.seen`), the records inside them that a framework registered for
 checkpointing (an ``argparse.Namespace``, an OmegaConf ``DictConfig``, a dataclass, kept
 inert by :mod:`lrdoctor.read.bytes.safeload`), and the config files beside the checkpoint (YAML,
 JSON, TOML), recognised by what they hold, not by their names. The meaning of a number
@@ -48,7 +48,7 @@ def _scalar(v: Any) -> float | None:
     from lrdoctor.read.bytes.safeload import TensorRef
 
     if isinstance(v, TensorRef) and v.numel == 1:
-        from lrdoctor.read.layouts._common import number
+        from lrdoctor.read.scan.shapes import number
 
         n = number(v)
         return float(n) if n is not None else None
@@ -61,7 +61,7 @@ def _fields(o: Any) -> dict[str, Any] | None:
 
     if not isinstance(o, Opaque):
         return None
-    from lrdoctor.read.scan.discover import _opaque_fields
+    from lrdoctor.read.scan.shapes import opaque_fields as _opaque_fields
 
     fields = _opaque_fields(o)
     return fields if isinstance(fields, dict) else None
@@ -215,7 +215,7 @@ def walk(obj: Any, ref: FieldRef, config: bool = False) -> list[EvidenceItem]:
 def config_files(ckpt: Path, exclude: Iterable[str] = ()) -> list[Path]:
     """The config files beside a checkpoint (its folder and the run folder above), by
     suffix; what each holds decides whether it is one."""
-    from lrdoctor.read.scan.discover import SKIP_NAMES
+    from lrdoctor.read.scan.listing import SKIP_NAMES
 
     seen = {str(Path(e)) for e in exclude}
     base = ckpt if ckpt.is_dir() else ckpt.parent
@@ -261,7 +261,7 @@ def small_pickles(ckpt: Path, exclude: Iterable[str] = ()) -> list[tuple[Path, A
     layout did not need it)."""
     from lrdoctor.core.errors import UnsafePickle
     from lrdoctor.read.bytes import safeload
-    from lrdoctor.read.scan.discover import is_pickle
+    from lrdoctor.read.scan.listing import is_pickle
 
     if not ckpt.is_dir():
         return []

@@ -10,11 +10,17 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.read.evidence import seen
-from lrdoctor.read.scan import discover
+from lrdoctor.core.fieldref import Key
+from lrdoctor.read.bytes import seen
+from lrdoctor.read.scan import refusal
+from lrdoctor.read.scan.shapes import number
+
+if TYPE_CHECKING:
+    from lrdoctor.core.state import RunState
+    from lrdoctor.read.bytes.dcp import DcpState
 
 CHECKPOINT_N = re.compile(r"^checkpoint-(\d+)$")
 
@@ -88,22 +94,6 @@ def plain(value: Any) -> Any:
     return value
 
 
-def number(value: Any) -> float | None:
-    """A scalar from a checkpoint: int/float, or a tiny tensor read through read_values."""
-    from lrdoctor.read.bytes.safeload import TensorRef, read_values
-
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return value
-    if isinstance(value, TensorRef):
-        if value.numel != 1:
-            return None
-        vals = read_values(value)
-        return vals[0] if vals else None
-    return None
-
-
 # ---------------------------------------------------------------- the validation boundary
 
 MAX_MAGNITUDE = 1e15  # no step, sample count, horizon or LR of a real run comes near
@@ -134,7 +124,7 @@ def _num_problem(value: Any, count: bool) -> str | None:
     try:
         v = number(value)
     except UnusableInput as exc:  # an unreadable tensor
-        return f"unreadable ({str(exc).split(': ', 1)[-1]})"
+        return f"unreadable ({exc.message})"
     if v is None or isinstance(v, complex):
         return f"expected a number, found {_describe(value)}"
     if isinstance(v, float) and not math.isfinite(v):
@@ -165,8 +155,14 @@ def side_num(st: Any, value: Any, file: Any, key: str, *, count: bool = False) -
 
 # ---------------------------------------------------------------- optimizers
 
-def torch_optimizer_dicts(obj: Any, depth: int = 0) -> list[dict]:
-    """Every torch-optimizer-like state dict (has ``param_groups``) nested in ``obj``.
+def torch_optimizer_dicts(obj: Any) -> list[dict]:
+    """Every torch-optimizer-like state dict (has ``param_groups``) nested in ``obj``."""
+    return [d for _, d in optimizer_dicts_at(obj)]
+
+
+def optimizer_dicts_at(obj: Any, depth: int = 0, at: tuple[Key, ...] = ()
+                       ) -> list[tuple[tuple[Key, ...], dict]]:
+    """(key path in ``obj``, dict) of every torch-optimizer-like state dict in ``obj``.
 
     Megatron wraps the torch dict as ``{"optimizer": {...}, "grad_scaler": ...}``
     and chains several as a list; DeepSpeed and others nest one more level.
@@ -175,16 +171,16 @@ def torch_optimizer_dicts(obj: Any, depth: int = 0) -> list[dict]:
         return []
     if isinstance(obj, dict):
         if isinstance(obj.get("param_groups"), list):
-            return [obj]
-        found: list[dict] = []
+            return [(at, obj)]
+        found: list[tuple[tuple[Key, ...], dict]] = []
         for key in ("optimizer", "optimizer_state_dict", "base_optimizer_state", "state"):
             if key in obj:
-                found += torch_optimizer_dicts(obj[key], depth + 1)
+                found += optimizer_dicts_at(obj[key], depth + 1, (*at, key))
         return found
     if isinstance(obj, (list, tuple)):
         found = []
-        for item in obj:
-            found += torch_optimizer_dicts(item, depth + 1)
+        for i, item in enumerate(obj):
+            found += optimizer_dicts_at(item, depth + 1, (*at, i))
         return found
     return []
 
@@ -203,20 +199,23 @@ def optimizer_summary(opt_sd: Any) -> dict[str, Any]:
     steps are tensors the loader could not read.
     """
     lrs: list[float] = []
+    lr_keys: list[tuple[Key, ...]] = []  # where each of ``lrs`` lives in ``opt_sd``
     initial_lrs: list[float] = []
     extra: dict[str, list[float]] = {"group_max_lr": [], "group_min_lr": []}
     steps: list[float] = []
     unreadable = 0
     n_state = 0
-    dicts = torch_optimizer_dicts(opt_sd)
-    for d in dicts:
+    dicts_at = optimizer_dicts_at(opt_sd)
+    dicts = [d for _, d in dicts_at]
+    for at, d in dicts_at:
         groups = d.get("param_groups")
-        for g in groups if isinstance(groups, list) else []:
+        for gi, g in enumerate(groups if isinstance(groups, list) else []):
             if not isinstance(g, dict):
                 continue
             lr = _side(g.get("lr"))  # a 0-d tensor LR is read as its value
             if lr is not None:
                 lrs.append(lr)
+                lr_keys.append((*at, "param_groups", gi, "lr"))
             ilr = _side(g.get("initial_lr"))
             if ilr is not None:
                 initial_lrs.append(ilr)
@@ -241,6 +240,7 @@ def optimizer_summary(opt_sd: Any) -> dict[str, Any]:
     return {
         "found": bool(dicts),
         "lrs": lrs,
+        "lr_keys": lr_keys,
         "initial_lrs": initial_lrs,
         "step": max(steps) if steps else None,
         "steps_distinct": sorted(set(steps)),
@@ -335,6 +335,13 @@ class StepFolders:
             return [path]
         found = self.dirs(path)
         if not found:
-            raise discover.nothing_found(self.missing, path)
+            raise refusal.nothing_found(self.missing, path)
         return found
 
+
+def note_skipped(st: RunState, ds: DcpState) -> None:
+    """Say which items were left unread, so a missing counter is never silent."""
+    if ds.skipped:
+        some = "; ".join(f"{k}: {v}" for k, v in list(ds.skipped.items())[:3])
+        st.notes.append(f"{len(ds.skipped)} DCP item(s) left unread ({some})")
+        st.extras["dcp_skipped"] = dict(ds.skipped)

@@ -21,13 +21,14 @@ from typing import Any
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.state import Counter, RunState
 
+# The record's file name: beside a checkpoint folder's files, or ``<file>.lrdoctor-fix.json``.
+# ``lrdoctor fix`` writes it (lrdoctor.repair.writer), this module reads it.
+MANIFEST = "lrdoctor-fix.json"
 _POLICIES_AT_NOMINAL = ("nominal", "rescale")
 
 
 def manifest_path(ckpt: Any) -> Path | None:
     """Where ``lrdoctor fix`` puts the record of ``ckpt`` (local checkpoints only)."""
-    from lrdoctor.repair.writer import MANIFEST
-
     if not isinstance(ckpt, Path):
         return None
     return ckpt / MANIFEST if ckpt.is_dir() else ckpt.with_name(ckpt.name + "." + MANIFEST)

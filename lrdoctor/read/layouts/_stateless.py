@@ -16,7 +16,7 @@ from typing import Any
 from lrdoctor.core.state import RunState, ScheduleSpec, Unit
 from lrdoctor.read.bytes.safeload import Opaque
 from lrdoctor.read.layouts import _common
-from lrdoctor.read.scan import discover
+from lrdoctor.read.scan import reading, shapes
 from lrdoctor.schedules import timm
 
 _MAX_DEPTH = 4
@@ -82,7 +82,7 @@ def timm_args_state(args: Any) -> tuple[dict[str, Any] | None, str]:
             "base_values": None, "kind": _ARGS_KIND[sched]}, ""
 
 
-def attach(sc: discover.Scan, st: RunState) -> None:
+def attach(sc: shapes.Scan, st: RunState) -> None:
     """Rebuild a timm scheduler found anywhere in the scan, when nothing else was found:
     its saved state, else timm's train.py arguments (``args``) with the optimizer's
     ``initial_lr`` as the base LR."""
@@ -93,7 +93,7 @@ def attach(sc: discover.Scan, st: RunState) -> None:
             kind = timm.kind_of(d)
             if kind is None:
                 continue
-            where = f"{discover.relpath(file, sc.checkpoint.path if sc.checkpoint.path.is_dir() else sc.checkpoint.path.parent)}:{key or 'top level'}"
+            where = f"{reading.relpath(file, sc.checkpoint.path if sc.checkpoint.path.is_dir() else sc.checkpoint.path.parent)}:{key or 'top level'}"
             base = _common.number((d.get("base_values") or [None])[0])
             code_fn = d.get("decay_fn") is not None and not isinstance(d.get("decay_fn"), str)
             if kind not in timm.KINDS or base is None or code_fn:
@@ -118,7 +118,7 @@ def attach(sc: discover.Scan, st: RunState) -> None:
     _from_args(sc, st)
 
 
-def _from_args(sc: discover.Scan, st: RunState) -> None:
+def _from_args(sc: shapes.Scan, st: RunState) -> None:
     for file, obj in sc.objects.items():
         if not isinstance(obj, dict) or "args" not in obj:
             continue
@@ -140,7 +140,7 @@ def _from_args(sc: discover.Scan, st: RunState) -> None:
             return
         kind = sd.pop("kind")
         sd["base_values"] = [base]
-        where = f"{discover.relpath(file, sc.checkpoint.path if sc.checkpoint.path.is_dir() else sc.checkpoint.path.parent)}:args"
+        where = f"{reading.relpath(file, sc.checkpoint.path if sc.checkpoint.path.is_dir() else sc.checkpoint.path.parent)}:args"
         st.schedule = ScheduleSpec(family="timm", kind=kind, max_lr=base, unit=Unit.EPOCHS,
                                    min_lr=float(sd.get("lr_min") or 0.0),
                                    warmup=float(sd.get("warmup_t") or 0),

@@ -13,6 +13,7 @@ from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import Storage
+from lrdoctor.core.fieldref import FieldRef, Key
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.layouts import _common
 
@@ -118,21 +119,27 @@ def _spec_fields(kind: str, sd: dict, opt: dict | None) -> dict[str, Any] | None
 
 
 def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None,
+                    ref: FieldRef | None = None,
                     ) -> tuple[ScheduleSpec | None, Counter | None, list[str]]:
     """(schedule, scheduler progress, notes) from a torch ``LRScheduler.state_dict()``.
 
     ``opt`` is :func:`optimizer_info` of the optimizer it drives (OneCycleLR keeps
-    its peak there). Progress is ``last_epoch`` = calls to ``step()``.
+    its peak there). Progress is ``last_epoch`` = calls to ``step()``. ``ref`` names the
+    field that holds ``sd``: the progress and the horizon then carry the refs a repair
+    writes through.
     """
     notes: list[str] = []
     if not isinstance(sd, dict):
         return None, None, [f"{source}: scheduler state is not a dict"]
     kind = torch_scheduler_kind(sd)
     last_epoch = _common.number(sd.get("last_epoch"))
+    at: tuple[Key, ...] = ("last_epoch",)
     children = sd.get("_schedulers") if isinstance(sd.get("_schedulers"), list) else []
     if last_epoch is None and children and isinstance(children[0], dict):
         last_epoch = _common.number(children[0].get("last_epoch"))  # ChainedScheduler
-    progress = (Counter("scheduler.last_epoch", float(last_epoch), unit, f"{source}:last_epoch")
+        at = ("_schedulers", 0, "last_epoch")
+    progress = (Counter("scheduler.last_epoch", float(last_epoch), unit, f"{source}:last_epoch",
+                        ref.child(*at) if ref else None)
                 if last_epoch is not None else None)
     t_cur = _common.number(sd.get("T_cur"))
     if kind == "CosineAnnealingWarmRestarts" and progress is not None and t_cur is not None \
@@ -155,7 +162,7 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None
     if kind == "ReduceLROnPlateau":
         notes.append(f"{source}: ReduceLROnPlateau follows a metric, not progress: no schedule")
         return None, progress, notes
-    from lrdoctor.schedules.torch_builtin import KINDS
+    from lrdoctor.schedules.torch_builtin import HORIZON_FIELD, KINDS
 
     kinds = [kind] + [torch_scheduler_kind(c) if isinstance(c, dict) else None for c in children]
     unmodelled = [k or "?" for k in kinds if k not in KINDS]
@@ -194,6 +201,9 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None
                         max_lr=float(f["max_lr"]), min_lr=float(f["min_lr"]),
                         init_lr=float(f["init_lr"]), warmup=float(f["warmup"]),
                         horizon=f["horizon"])
+    field = HORIZON_FIELD.get(kind)
+    if ref is not None and field in sd:
+        spec.refs["horizon"] = ref.child(field)
     return spec, progress, notes
 
 
@@ -211,8 +221,10 @@ def optimizer_info(opt_sd: Any) -> dict[str, Any]:
     return info
 
 
-def add_optimizer(st: RunState, info: dict[str, Any], source: str) -> None:
-    """Record the optimizer step counter and LRs on ``st`` (shared by the three readers)."""
+def add_optimizer(st: RunState, info: dict[str, Any], source: str,
+                  ref: FieldRef | None = None) -> None:
+    """Record the optimizer step counter and LRs on ``st`` (shared by the three readers);
+    with ``ref`` (the field holding the optimizer state) each LR's field too."""
     if info["step"] is not None:
         st.counters.append(Counter("optimizer.step", info["step"], Unit.UPDATES, source))
         if len(info["steps_distinct"]) > 1:
@@ -222,6 +234,8 @@ def add_optimizer(st: RunState, info: dict[str, Any], source: str) -> None:
     elif info["unreadable_steps"]:
         st.notes.append(f"{source}: optimizer step tensors could not be read")
     st.optimizer_lrs = info["lrs"]
+    if ref is not None:
+        st.optimizer_lr_refs = [ref.child(*k) for k in info["lr_keys"]]
     _initial_lrs(st, info)
 
 
@@ -243,6 +257,8 @@ def read_optimizer_file(st: RunState, f: Path) -> dict[str, Any]:
     opt = _common.optimizer_summary(load_optimizer(f, st))
     st.files.append(str(f))
     st.optimizer_lrs = opt["lrs"]
+    if not f.is_dir():  # a DCP optimizer folder is never rewritten: no refs into it
+        st.optimizer_lr_refs = [FieldRef(str(f), k) for k in opt["lr_keys"]]
     _initial_lrs(st, opt)
     if opt["step"] is not None:
         st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, str(f)))
@@ -258,13 +274,13 @@ def load_optimizer(f: Path, st: RunState | None = None) -> Any:
     that ``fix`` refuses to rewrite it."""
     if not f.is_dir():
         return _common.load(f)
-    from lrdoctor.read.layouts import dcp
+    from lrdoctor.read.bytes import dcp
 
     ds = dcp.load(f, prefixes=("optimizer",))
     if st is not None:
         st.facts.storage = Storage.DCP
         st.files += [x for x in ds.files if x not in st.files]
-        dcp.note_skipped(st, ds)
+        _common.note_skipped(st, ds)
     opt = ds.tree.get("optimizer")
     if not isinstance(opt, dict):
         raise UnusableInput("a DCP folder without 'optimizer' items (not an FSDP sharded "

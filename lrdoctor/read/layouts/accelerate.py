@@ -25,15 +25,17 @@ from pathlib import Path
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.state import Counter, RunState, Unit
+from lrdoctor.read import layouts
 from lrdoctor.read.bytes.storage import as_path
-from lrdoctor.read.layouts import _common
+from lrdoctor.read.layouts import ENGINE, _common
 from lrdoctor.read.layouts._torchstate import (
     add_optimizer,
     load_optimizer,
     optimizer_info,
     torch_scheduler,
 )
-from lrdoctor.read.scan import discover
+from lrdoctor.read.scan import refusal
+from lrdoctor.read.scan.listing import Tree
 
 NAME = "accelerate"
 
@@ -62,7 +64,7 @@ def numbered_files(d: Path, pattern: re.Pattern) -> list[Path]:
 
 def fsdp_optimizer_dirs(d: Path) -> list[Path]:
     """``optimizer_N/`` DCP folders (accelerate's save_fsdp_optimizer, SHARDED_STATE_DICT)."""
-    from lrdoctor.read.layouts import dcp
+    from lrdoctor.read.bytes import dcp
 
     out = []
     for child in d.iterdir():
@@ -90,7 +92,17 @@ def _candidates(path: Path) -> list[Path]:
     return []
 
 
+def claims(tree: Tree) -> int:
+    """How well this layout claims the listed input: ENGINE + 1, or 0 when it is not one."""
+    return ENGINE + 1 if _is_layout(tree.path) else 0
+
+
 def detect(path: Path) -> bool:
+    """Whether this layout reads ``path``: its claim is the best of the registry's."""
+    return layouts.claimed_as(path) == "accelerate"
+
+
+def _is_layout(path: Path) -> bool:
     path = as_path(path)
     if path.is_file():
         return bool(SCHEDULER_FILE.match(path.name) or OPTIMIZER_FILE.match(path.name))
@@ -105,7 +117,7 @@ def find_checkpoints(path: Path) -> list[Path]:
         return [path if path.is_dir() else path.parent]
     found = _candidates(path)
     if not found:
-        raise discover.nothing_found(
+        raise refusal.nothing_found(
             "no accelerate save_state folders (scheduler.bin/optimizer.bin) here", path)
     return found
 

@@ -15,22 +15,28 @@ the default for Composer schedulers), so ``last_epoch == timestamp.batch``;
 from __future__ import annotations
 
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read.scan import discover
+from lrdoctor.read.layouts import FRAMEWORK
+from lrdoctor.read.scan import shapes
 
 NAME = "composer"
 
 
-def _timestamp(sc: discover.Scan, field: str) -> discover.Found | None:
+def _timestamp(sc: shapes.Scan, field: str) -> shapes.Found | None:
     return next((f for f in sc.counters() if f.key.startswith("state.timestamp")
                  and f.key.rsplit(".", 1)[-1] == field), None)
 
 
-def claims(sc: discover.Scan) -> bool:
+def claims_content(sc: shapes.Scan) -> int:
+    """FRAMEWORK when this checkpoint, read by content, is laid out as this framework saves."""
+    return FRAMEWORK if _claims_content(sc) else 0
+
+
+def _claims_content(sc: shapes.Scan) -> bool:
     return _timestamp(sc, "batch") is not None and any(
-        f.key.startswith("state.schedulers") for f in sc.found if f.kind in discover.SCHEDULER_KINDS)
+        f.key.startswith("state.schedulers") for f in sc.found if f.kind in shapes.SCHEDULER_KINDS)
 
 
-def refine(sc: discover.Scan, st: RunState) -> None:
+def refine(sc: shapes.Scan, st: RunState) -> None:
     """Composer's clock: ``timestamp.batch`` counts optimizer steps (batches)."""
     for field, unit in (("batch", Unit.UPDATES), ("epoch", Unit.EPOCHS),
                         ("sample", Unit.SAMPLES)):

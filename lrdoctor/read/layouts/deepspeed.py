@@ -31,11 +31,13 @@ from typing import Any
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import Invariant
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.read import layouts
 from lrdoctor.read.bytes import safetext
 from lrdoctor.read.bytes.storage import as_path
-from lrdoctor.read.layouts import _common
+from lrdoctor.read.layouts import ENGINE, _common
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
-from lrdoctor.read.scan import discover
+from lrdoctor.read.scan import refusal
+from lrdoctor.read.scan.listing import Tree
 
 NAME = "deepspeed"
 
@@ -69,12 +71,6 @@ def _is_tag(d: Path) -> bool:
     return d.is_dir() and bool(model_files(d))
 
 
-def _defers_to_other_format(d: Path) -> bool:
-    # HF Trainer + DeepSpeed: checkpoint-N/ holds trainer_state.json, latest and global_stepN/;
-    # the HF reader owns it (it knows global_step and max_steps).
-    return (d / "trainer_state.json").is_file()
-
-
 def _tags(run: Path) -> list[Path]:
     found = []
     try:
@@ -100,12 +96,22 @@ def read_latest(run: Path) -> str | None:
     return text or None
 
 
+def claims(tree: Tree) -> int:
+    """How well this layout claims the listed input: ENGINE + 4, or 0 when it is not one."""
+    return ENGINE + 4 if _is_layout(tree.path) else 0
+
+
 def detect(path: Path) -> bool:
+    """Whether this layout reads ``path``: its claim is the best of the registry's."""
+    return layouts.claimed_as(path) == "deepspeed"
+
+
+def _is_layout(path: Path) -> bool:
     """A model-states file, a tag dir, or a save dir of tags (but not an HF checkpoint-N)."""
     path = as_path(path)
     if path.is_file():
         return bool(MODEL_STATES.match(path.name))
-    if not path.is_dir() or _defers_to_other_format(path):
+    if not path.is_dir():
         return False
     return _is_tag(path) or bool(_tags(path))
 
@@ -118,7 +124,7 @@ def find_checkpoints(path: Path) -> list[Path]:
         return [path]
     tags = _tags(path)
     if not tags:
-        raise discover.nothing_found(
+        raise refusal.nothing_found(
             "no DeepSpeed checkpoints (<tag>/mp_rank_00_model_states.pt) here", path)
     return tags
 

@@ -26,10 +26,12 @@ from typing import Any
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.read import layouts
 from lrdoctor.read.bytes.storage import as_path
-from lrdoctor.read.layouts import _common, _logfit
+from lrdoctor.read.layouts import TRAINER, _common, _logfit
 from lrdoctor.read.layouts._torchstate import read_optimizer_file
-from lrdoctor.read.scan import discover
+from lrdoctor.read.scan import refusal
+from lrdoctor.read.scan.listing import Tree
 
 NAME = "hf"
 
@@ -42,7 +44,17 @@ TRAINING_ARGS = "training_args.bin"
 
 # ---------------------------------------------------------------- layout
 
+def claims(tree: Tree) -> int:
+    """How well this layout claims the listed input: TRAINER, or 0 when it is not one."""
+    return TRAINER if _is_layout(tree.path) else 0
+
+
 def detect(path: Path) -> bool:
+    """Whether this layout reads ``path``: its claim is the best of the registry's."""
+    return layouts.claimed_as(path) == "hf"
+
+
+def _is_layout(path: Path) -> bool:
     path = as_path(path)
     if path.is_file():
         return path.name == TRAINER_STATE
@@ -62,7 +74,7 @@ def find_checkpoints(path: Path) -> list[Path]:
         return ckpts
     if (path / TRAINER_STATE).is_file():
         return [path]
-    raise discover.nothing_found("no checkpoint-N/trainer_state.json here", path)
+    raise refusal.nothing_found("no checkpoint-N/trainer_state.json here", path)
 
 
 def scheduler_file(ckpt: Path) -> Path:
@@ -71,7 +83,7 @@ def scheduler_file(ckpt: Path) -> Path:
 
 def optimizer_file(ckpt: Path) -> Path | None:
     """optimizer.pt, or the DCP folder ``optimizer_0/`` of an FSDP SHARDED_STATE_DICT run."""
-    from lrdoctor.read.layouts import dcp
+    from lrdoctor.read.bytes import dcp
 
     found = next((ckpt / n for n in OPTIMIZER_FILES if (ckpt / n).is_file()), None)
     if found is None and dcp.is_dcp(ckpt / FSDP_OPTIMIZER_DIR):
@@ -123,14 +135,16 @@ def read(path: Path) -> RunState:
     max_steps = ts.get("max_steps")
     if not isinstance(global_step, int):
         raise UnusableInput("trainer_state.json has no integer global_step", ssrc)
+    state_ref = FieldRef(ssrc)
     st.counters.append(Counter("trainer.global_step", global_step, Unit.UPDATES,
-                               f"{ssrc}:global_step"))
+                               f"{ssrc}:global_step", state_ref.child("global_step")))
     st.trainer_progress = Counter("trainer.global_step", global_step, Unit.UPDATES,
-                                  f"{ssrc}:global_step")
+                                  f"{ssrc}:global_step", state_ref.child("global_step"))
     st.nominal_progress = Counter("trainer.global_step", global_step, Unit.UPDATES,
                                   "trainer_state.global_step")
     if isinstance(max_steps, int) and max_steps > 0:
-        st.planned_end = Counter("trainer.max_steps", max_steps, Unit.UPDATES, f"{ssrc}:max_steps")
+        st.planned_end = Counter("trainer.max_steps", max_steps, Unit.UPDATES, f"{ssrc}:max_steps",
+                                 state_ref.child("max_steps"))
     if isinstance(ts.get("epoch"), (int, float)):
         st.counters.append(Counter("trainer.epoch", ts["epoch"], Unit.EPOCHS, f"{ssrc}:epoch"))
     n = _common.checkpoint_number(ckpt)

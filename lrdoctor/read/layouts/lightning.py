@@ -43,15 +43,17 @@ from typing import Any
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import LrLog
 from lrdoctor.core.state import Counter, RunState, Unit
+from lrdoctor.read import layouts
 from lrdoctor.read.bytes.storage import as_path
-from lrdoctor.read.layouts import _common, _logfit
+from lrdoctor.read.layouts import ENGINE, _common, _logfit
 from lrdoctor.read.layouts._torchstate import (
     add_optimizer,
     optimizer_info,
     torch_scheduler,
     torch_scheduler_kind,
 )
-from lrdoctor.read.scan import discover
+from lrdoctor.read.scan import refusal
+from lrdoctor.read.scan.listing import Tree
 
 NAME = "lightning"
 
@@ -79,7 +81,17 @@ def _search_dirs(path: Path) -> list[Path]:
     return dirs
 
 
+def claims(tree: Tree) -> int:
+    """How well this layout claims the listed input: ENGINE + 2, or 0 when it is not one."""
+    return ENGINE + 2 if _is_layout(tree.path) else 0
+
+
 def detect(path: Path) -> bool:
+    """Whether this layout reads ``path``: its claim is the best of the registry's."""
+    return layouts.claimed_as(path) == "lightning"
+
+
+def _is_layout(path: Path) -> bool:
     path = as_path(path)
     if path.is_file():
         return path.suffix == SUFFIX
@@ -93,7 +105,7 @@ def find_checkpoints(path: Path) -> list[Path]:
         return [path]
     files = [f for d in _search_dirs(path) for f in _ckpt_files(d)]
     if not files:
-        raise discover.nothing_found("no Lightning *.ckpt files here", path)
+        raise refusal.nothing_found("no Lightning *.ckpt files here", path)
 
     by_step = all(STEP_IN_NAME.search(f.name) for f in files)
 

@@ -43,16 +43,26 @@ update.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.core.facts import Invariant, LrsUnread, Rampup, Storage
+from lrdoctor.core.facts import Invariant, LrsUnread, Storage
+from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.read import layouts
+from lrdoctor.read.bytes import dcp
 from lrdoctor.read.bytes.storage import as_path
-from lrdoctor.read.layouts import _common, dcp
-from lrdoctor.read.scan import discover
+from lrdoctor.read.layouts import ENGINE, GENERIC, _common
+from lrdoctor.read.layouts._megatron_core import rampup_budget, scheduler_refs
+from lrdoctor.read.scan import refusal
+from lrdoctor.read.scan.listing import Tree
+from lrdoctor.read.scan.shapes import (
+    DIST_OPT_ANY,
+    DIST_OPT_GROUPS,
+    scheduler_field,
+    scheduler_key,
+)
 
 NAME = "megatron"
 
@@ -63,26 +73,12 @@ COMMON_STATE = "common_state/shard_0_1"  # torch_dist (>= 0.19): the same, as a 
 # The DCP items a torch_dist / torch_dcp / fsdp_dtensor read needs (not rng_state & co.).
 DCP_KEYS = (COMMON_STATE, "args", "iteration", "checkpoint_version", "opt_param_scheduler",
             "lr_scheduler", "optimizer")
-# DistributedOptimizer.sharded_state_dict's param-group ShardedObject (module docstring):
-# groups (chained index, data-parallel group index).
-DIST_OPT_GROUPS = re.compile(r"^(?:chained_(\d+)\.)?optimizer\.distributed\.dp_group_idx_(\d+)"
-                             r"\.optimizer/shard_[0-9._]+$")
 # Every item of a DistributedOptimizer's sharded state (param state: large, not read).
-DIST_OPT_ANY = re.compile(r"^(?:chained_\d+\.)?optimizer\.distributed\.")
 ITER_DIR = re.compile(r"^(iter_(\d{7,})|release)$")
 RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?$")
-# Files that make a Megatron-looking directory a ROLL (mcore_adapter) checkpoint instead.
-ROLL_MARKERS = ("scheduler.pt", "mca_config.json")
+# Files Megatron-LM never writes beside its iter_* folders (see :func:`claims`).
+NOT_MEGATRON_LM = ("scheduler.pt", "mca_config.json")
 
-# Current scheduler key -> older names megatron-core's load_state_dict still accepts.
-SCHEDULER_KEYS: dict[str, tuple[str, ...]] = {
-    "max_lr": ("max_lr", "start_lr"),
-    "min_lr": ("min_lr",),
-    "lr_warmup_steps": ("lr_warmup_steps", "warmup_iter", "warmup_steps"),
-    "lr_decay_steps": ("lr_decay_steps", "end_iter", "decay_steps"),
-    "lr_decay_style": ("lr_decay_style", "decay_style"),
-    "num_steps": ("num_steps", "num_iters"),
-}
 # Names from before Megatron counted samples (the scheduler then counted iterations).
 ITERATION_ERA_KEYS = ("num_iters", "end_iter", "warmup_iter")
 
@@ -100,8 +96,19 @@ ARGS_KEPT = (
 
 # ---------------------------------------------------------------- layout
 
-def _is_roll(d: Path) -> bool:
-    return any((d / m).exists() for m in ROLL_MARKERS)
+def _beside_foreign_files(path: Path) -> bool:
+    """Whether the folder holding the ``iter_*`` folders of ``path`` (a rank file, a rank
+    folder, an iteration folder or the save folder itself) holds files Megatron-LM never
+    writes."""
+    if path.is_file():
+        save = path.parent.parent.parent
+    elif RANK_DIR.match(path.name):
+        save = path.parent.parent
+    elif _is_iter_dir(path):
+        save = path.parent
+    else:
+        save = path
+    return any((save / m).exists() for m in NOT_MEGATRON_LM)
 
 
 def _iter_dirs(run: Path) -> list[Path]:
@@ -130,16 +137,36 @@ def _is_iter_dir(d: Path) -> bool:
                                               or dcp.is_dcp(d))
 
 
+def claims(tree: Tree) -> int:
+    """How well this layout claims the listed input: ENGINE + 5, or 0 when it is not one.
+
+    Megatron-LM keeps its scheduler inside ``model_optim_rng.pt`` and writes no file of its
+    own beside ``iter_*``: a scheduler file or adapter config there means another trainer
+    saved through megatron-core, whose scheduler this reader would not see. The claim is
+    then a weak one (below a read by content), so the layout that owns those files, or the
+    content reader, reads the folder; no other layout is named here.
+    """
+    path = tree.path
+    if not _is_layout(path):
+        return 0
+    return GENERIC - 1 if _beside_foreign_files(path) else ENGINE + 5
+
+
 def detect(path: Path) -> bool:
+    """Whether this layout reads ``path``: its claim is the best of the registry's."""
+    return layouts.claimed_as(path) == "megatron"
+
+
+def _is_layout(path: Path) -> bool:
     path = as_path(path)
     if path.is_file():
-        return path.name in (RANK_FILE, COMMON_FILE) and not _is_roll(path.parent.parent.parent)
-    if not path.is_dir() or _is_roll(path):
+        return path.name in (RANK_FILE, COMMON_FILE)
+    if not path.is_dir():
         return False
     if RANK_DIR.match(path.name) and (path / RANK_FILE).is_file():
-        return not _is_roll(path.parent.parent)
+        return True
     if _is_iter_dir(path):
-        return not _is_roll(path.parent)
+        return True
     # The tracker alone is not enough: verl's FSDP checkpoints write the same file name
     # beside global_step_N/ folders.
     return any(_is_iter_dir(d) for d in _iter_dirs(path))
@@ -151,7 +178,7 @@ def find_checkpoints(path: Path) -> list[Path]:
         return [path]
     ckpts = [d for d in _iter_dirs(path) if _is_iter_dir(d)]
     if not ckpts:
-        raise discover.nothing_found("no iter_*/mp_rank_*/model_optim_rng.pt checkpoints here",
+        raise refusal.nothing_found("no iter_*/mp_rank_*/model_optim_rng.pt checkpoints here",
                                      path)
     return ckpts
 
@@ -199,13 +226,6 @@ def scheduler_state(sd: dict) -> dict | None:
     for key in ("opt_param_scheduler", "lr_scheduler"):
         if isinstance(sd.get(key), dict):
             return sd[key]
-    return None
-
-
-def scheduler_field(sched: dict, name: str) -> Any:
-    for key in SCHEDULER_KEYS[name]:
-        if key in sched:
-            return sched[key]
     return None
 
 
@@ -286,7 +306,7 @@ def read(path: Path) -> RunState:
     init_lr = sched.get("init_lr", args.get("lr_warmup_init", 0.0)) or 0.0
 
     def field(name: str, count: bool = False) -> float:
-        key = next((k for k in SCHEDULER_KEYS[name] if k in sched), SCHEDULER_KEYS[name][0])
+        key = scheduler_key(sched, name)
         return _common.num(scheduler_field(sched, name), src, f"opt_param_scheduler.{key}",
                            count=count)  # type: ignore[return-value]
 
@@ -302,6 +322,13 @@ def read(path: Path) -> RunState:
     )
     st.scheduler_progress = Counter("scheduler.num_steps", field("num_steps", count=True),
                                     unit, src)
+    # The fields a repair writes through (a plain torch.save rank file; a DCP checkpoint
+    # is never rewritten, so its items get no refs).
+    in_file = FieldRef(str(main)) if dcp_state is None else None
+    if in_file is not None:
+        at = in_file.child("opt_param_scheduler" if isinstance(sd.get("opt_param_scheduler"), dict)
+                           else "lr_scheduler")
+        st.scheduler_progress.ref, st.schedule.refs = scheduler_refs(at, sched)
 
     # Counters.
     iteration = sd.get("iteration", sd.get("total_iters"))
@@ -309,11 +336,13 @@ def read(path: Path) -> RunState:
         iteration = _common.side_num(st, iteration, src, "iteration", count=True)
         if iteration is not None:
             st.counters.append(Counter("megatron.iteration", int(iteration), Unit.UPDATES,
-                                       f"{src}:iteration"))
+                                       f"{src}:iteration",
+                                       in_file.child("iteration") if in_file else None))
     for k in ("consumed_train_samples", "skipped_train_samples", "consumed_valid_samples"):
         v = _common.side_num(st, args.get(k), src, f"args.{k}", count=True)
         if v is not None:
-            st.counters.append(Counter(k, v, Unit.SAMPLES, f"{src}:args.{k}"))
+            st.counters.append(Counter(k, v, Unit.SAMPLES, f"{src}:args.{k}",
+                                       in_file.child("args", k) if in_file else None))
     opt = _common.optimizer_summary(sd.get("optimizer"))
     opt_src = f"{src}:optimizer"
     if not opt["lrs"] and ckpt is not None:
@@ -327,6 +356,8 @@ def read(path: Path) -> RunState:
     elif opt["unreadable_steps"]:
         st.notes.append("optimizer step tensors could not be read")
     st.optimizer_lrs = opt["lrs"]
+    if in_file is not None and opt_src == f"{src}:optimizer":
+        st.optimizer_lr_refs = [in_file.child("optimizer", *k) for k in opt["lr_keys"]]
     if not st.optimizer_lrs:
         _lrs_expected(st, sd, args, opt)
 
@@ -375,7 +406,7 @@ def read(path: Path) -> RunState:
     expected = _expected_from_args(args)
     if expected:
         st.extras["expected_from_args"] = expected
-    _rampup_budget(st, args, src, unit)
+    rampup_budget(st, args, src, unit)
     if ckpt is not None:
         tracked = read_tracker(ckpt.parent) if (ckpt.parent / TRACKER).is_file() else None
         if tracked is not None:
@@ -498,28 +529,6 @@ def _counts_updates(st: RunState, sched: dict, consumed: Counter | None,
     return st.samples_per_update is None or st.samples_per_update > 1 or consumed is None
 
 
-def schedule_from_state(sched: dict, src: str, unit: Unit,
-                        progress_src: str | None = None) -> tuple[ScheduleSpec, Counter]:
-    """(schedule, progress) of a bare megatron-core ``OptimizerParamScheduler.state_dict()``.
-
-    Used where the scheduler state was found by its shape (ROLL's ``scheduler.pt``,
-    verl's ``lr_scheduler``), without Megatron's ``args`` beside it.
-    """
-    params = {k: sched[k] for k in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style",
-                                     "wsd_decay_steps", "lr_wsd_decay_style") if k in sched}
-    spec = ScheduleSpec(
-        family="megatron", kind=str(_common.plain(scheduler_field(sched, "lr_decay_style"))),
-        max_lr=float(scheduler_field(sched, "max_lr")),
-        min_lr=float(scheduler_field(sched, "min_lr") or 0.0),
-        init_lr=float(sched.get("init_lr", 0.0) or 0.0),
-        warmup=float(scheduler_field(sched, "lr_warmup_steps") or 0.0),
-        horizon=float(scheduler_field(sched, "lr_decay_steps")),
-        unit=unit, params=params, source=src)
-    progress = Counter("scheduler.num_steps", float(scheduler_field(sched, "num_steps")), unit,
-                       progress_src or f"{src}.num_steps")
-    return spec, progress
-
-
 def _overflowed_updates(st: RunState, args: dict, sched: dict) -> None:
     """fp16 loss scaling skips overflowed updates: Megatron then steps neither the optimizer
     nor the scheduler, yet counts the samples. When ``iteration - optimizer.step`` such
@@ -546,82 +555,6 @@ def _overflowed_updates(st: RunState, args: dict, sched: dict) -> None:
 
 def _common_int(x: float) -> str:
     return f"{x:,.0f}"
-
-
-# ---------------------------------------------------------------- batch-size ramp-up
-
-def rampup_global_batch(consumed: float, rampup: list[int], global_batch_size: int) -> int:
-    """megatron-core's ``RampupBatchsizeNumMicroBatchesCalculator``: the global batch of the
-    iteration that starts after ``consumed`` samples, for ``--rampup-batch-size start incr
-    samples``: ``start + int(consumed / (samples / n_increments)) * incr`` up to
-    ``samples``, the full batch after."""
-    start, incr, ramp_samples = (int(x) for x in rampup)
-    if consumed > ramp_samples:
-        return global_batch_size
-    n_incr = (global_batch_size - start) // incr
-    if n_incr <= 0:
-        return global_batch_size
-    return min(global_batch_size, start + int(consumed / (ramp_samples / n_incr)) * incr)
-
-
-def rampup_samples(iterations: int, rampup: list[int], global_batch_size: int
-                   ) -> tuple[int, list[dict[str, int]]]:
-    """Samples consumed by ``iterations`` iterations along the ramp, and the ramp as
-    segments ``{"first_iteration", "last_iteration", "global_batch"}`` (1-based)."""
-    consumed, segs = 0, []
-    it = 0
-    while it < iterations:
-        b = rampup_global_batch(consumed, rampup, global_batch_size)
-        if b == global_batch_size:  # the rest of the run at the full batch
-            segs.append({"first_iteration": it + 1, "last_iteration": iterations,
-                         "global_batch": b})
-            consumed += (iterations - it) * b
-            break
-        it += 1
-        consumed += b
-        if segs and segs[-1]["global_batch"] == b:
-            segs[-1]["last_iteration"] = it
-        else:
-            segs.append({"first_iteration": it, "last_iteration": it, "global_batch": b})
-    return consumed, segs
-
-
-def _rampup_budget(st: RunState, args: dict, src: str, unit: Unit) -> None:
-    """With ``--rampup-batch-size`` the early iterations take smaller global batches.
-    Iteration-based training sizes the decay horizon as ``lr_decay_iters x
-    global_batch_size`` (the final batch) while ``train_iters`` iterations consume fewer
-    samples: the planned end in samples is what the ramp really consumes (Megatron-Bridge
-    issue 2609), which the framework-blind rules then compare with the horizon."""
-    ramp, gbs = args.get("rampup_batch_size"), args.get("global_batch_size")
-    if not (isinstance(ramp, (list, tuple)) and len(ramp) == 3 and isinstance(gbs, int)):
-        return
-    try:
-        ramp = [int(x) for x in ramp]
-    except (TypeError, ValueError):
-        return
-    if ramp[1] <= 0 or ramp[0] <= 0 or ramp[0] > gbs:
-        return
-    train_iters = args.get("train_iters")
-    info = Rampup(start_global_batch=ramp[0], increment=ramp[1], rampup_samples=ramp[2],
-                  global_batch_size=gbs)
-    it = st.counter("megatron.iteration")
-    if it is not None:
-        done, segs = rampup_samples(int(it.value), ramp, gbs)
-        info = replace(info, samples_at_iteration=done, segments_so_far=segs)
-    if isinstance(train_iters, int) and train_iters > 0 and unit is Unit.SAMPLES:
-        real, segs = rampup_samples(train_iters, ramp, gbs)
-        info = replace(info, samples_at_train_iters=real, segments=segs,
-                       train_iters_x_global_batch=train_iters * gbs)
-        st.planned_end = Counter(
-            "samples consumed by train_iters along the ramp-up", real, Unit.SAMPLES,
-            f"{src}:args.train_iters {train_iters} with args.rampup_batch_size {ramp} "
-            "(megatron-core's ramp-up calculator)")
-        consumed = st.counter("consumed_train_samples")
-        st.trainer_progress = consumed
-        st.notes.append(
-            f"ramp-up: train_iters {train_iters} iterations consume {real:,} samples, not "
-            f"train_iters x global_batch_size = {train_iters * gbs:,}")
-    st.facts.rampup = info
 
 
 def _expected_from_args(args: dict) -> dict[str, float]:

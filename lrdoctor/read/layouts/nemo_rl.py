@@ -26,9 +26,12 @@ from pathlib import Path
 
 from lrdoctor.core.facts import Storage
 from lrdoctor.core.state import Counter, RunState, Unit
+from lrdoctor.read import layouts
+from lrdoctor.read.bytes import dcp
 from lrdoctor.read.bytes.storage import as_path
-from lrdoctor.read.layouts import _common, dcp
+from lrdoctor.read.layouts import FRAMEWORK, _common
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
+from lrdoctor.read.scan.listing import Tree
 
 NAME = "nemo_rl"
 
@@ -51,7 +54,17 @@ _LAYOUT = _common.StepFolders(STEP_DIR, _is_step_dir,
                               missing=f"no NeMo-RL step_N/{INFO} checkpoints here")
 
 
+def claims(tree: Tree) -> int:
+    """How well this layout claims the listed input: FRAMEWORK + 3, or 0 when it is not one."""
+    return FRAMEWORK + 3 if _is_layout(tree.path) else 0
+
+
 def detect(path: Path) -> bool:
+    """Whether this layout reads ``path``: its claim is the best of the registry's."""
+    return layouts.claimed_as(path) == "nemo_rl"
+
+
+def _is_layout(path: Path) -> bool:
     return _LAYOUT.detect(as_path(path))
 
 
@@ -78,7 +91,7 @@ def read(path: Path) -> RunState:
         return st
     ds = dcp.load(odir, prefixes=("optim",))
     st.files += ds.files
-    dcp.note_skipped(st, ds)
+    _common.note_skipped(st, ds)
     src = str(odir)
     optim = ds.tree.get("optim") if isinstance(ds.tree.get("optim"), dict) else {}
     opt_info = optimizer_info(optim.get("optim")) if optim.get("optim") is not None else None

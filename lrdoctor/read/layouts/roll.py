@@ -27,11 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.read import layouts
 from lrdoctor.read.bytes.storage import as_path
-from lrdoctor.read.layouts import _common
+from lrdoctor.read.layouts import FRAMEWORK, _common
+from lrdoctor.read.layouts._megatron_core import scheduler_refs
 from lrdoctor.read.layouts._torchstate import read_optimizer_file
-from lrdoctor.read.layouts.megatron import SCHEDULER_KEYS, scheduler_field
+from lrdoctor.read.scan.listing import Tree
+from lrdoctor.read.scan.shapes import SCHEDULER_KEYS, scheduler_field
 
 NAME = "roll"
 
@@ -41,7 +45,6 @@ DIST_OPTIMIZER_DIR = "dist_optimizer"
 MCA_CONFIG = "mca_config.json"
 ITER_DIR = "iter_0000001"  # mcore_adapter always saves as iteration 1
 PIPELINE_STATE = "worker_state_pipeline.json"
-HF_MARKER = "trainer_state.json"  # an HF Trainer checkpoint-N also has scheduler.pt
 PREFERRED_WORKERS = ("actor_train", "critic", "student")
 
 
@@ -49,7 +52,7 @@ PREFERRED_WORKERS = ("actor_train", "critic", "student")
 
 def _is_ckpt(d: Path) -> bool:
     """A directory holding a ROLL mcore_adapter scheduler.pt."""
-    return ((d / SCHEDULER_FILE).is_file() and not (d / HF_MARKER).exists()
+    return ((d / SCHEDULER_FILE).is_file()
             and ((d / MCA_CONFIG).is_file() or (d / ITER_DIR).is_dir()))
 
 
@@ -91,7 +94,17 @@ def _workers(output_dir: Path) -> dict[str, list[Path]]:
     return out
 
 
+def claims(tree: Tree) -> int:
+    """How well this layout claims the listed input: FRAMEWORK + 5, or 0 when it is not one."""
+    return FRAMEWORK + 5 if _is_layout(tree.path) else 0
+
+
 def detect(path: Path) -> bool:
+    """Whether this layout reads ``path``: its claim is the best of the registry's."""
+    return layouts.claimed_as(path) == "roll"
+
+
+def _is_layout(path: Path) -> bool:
     path = as_path(path)
     try:
         if path.is_file():
@@ -120,9 +133,9 @@ def find_checkpoints(path: Path) -> list[Path]:
             return workers[name]
     if workers:
         return next(iter(workers.values()))
-    from lrdoctor.read.scan import discover
+    from lrdoctor.read.scan import refusal
 
-    raise discover.nothing_found("no <worker>/checkpoint-N/scheduler.pt checkpoints here", path)
+    raise refusal.nothing_found("no <worker>/checkpoint-N/scheduler.pt checkpoints here", path)
 
 
 def _checkpoint_n_dir(sched_file: Path) -> Path | None:
@@ -222,6 +235,7 @@ def read(path: Path) -> RunState:
     )
     num_steps = field("num_steps", count=True)
     st.scheduler_progress = Counter("scheduler.num_steps", num_steps, Unit.UPDATES, src)
+    st.scheduler_progress.ref, st.schedule.refs = scheduler_refs(FieldRef(src), sched)
 
     opt_loc = optimizer_location(sfile.parent)
     if opt_loc is not None and opt_loc.is_file():
@@ -277,16 +291,20 @@ def read(path: Path) -> RunState:
 
 # ---------------------------------------------------------------- refine (discovery)
 
-def claims(sc) -> bool:
-    """A megatron-core scheduler state in a ``scheduler.pt`` of a ``checkpoint-N`` folder that
-    is not an HF Trainer checkpoint: what ROLL's mcore_adapter saves, even without
-    ``mca_config.json`` or ``iter_*`` beside it."""
-    from lrdoctor.read.scan import discover
+def claims_content(sc) -> int:
+    """FRAMEWORK + 5 when this checkpoint, read by content, is laid out as this framework saves."""
+    return FRAMEWORK + 5 if _claims_content(sc) else 0
+
+
+def _claims_content(sc) -> bool:
+    """A megatron-core scheduler state in a ``scheduler.pt`` of a ``checkpoint-N`` folder:
+    what ROLL's mcore_adapter saves, even without ``mca_config.json`` or ``iter_*`` beside
+    it (an HF Trainer's ``scheduler.pt`` holds a torch scheduler, never this shape)."""
+    from lrdoctor.read.scan import shapes
 
     return any(Path(f.file).name == SCHEDULER_FILE and f.key == ""
                and _common.checkpoint_number(Path(f.file).parent) is not None
-               and not (Path(f.file).parent / HF_MARKER).exists()
-               for f in sc.of(discover.SCHED_MEGATRON))
+               for f in sc.of(shapes.SCHED_MEGATRON))
 
 
 def refine(sc, st: RunState) -> None:

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read.scan import discover
+from lrdoctor.read.layouts import FRAMEWORK
+from lrdoctor.read.scan import shapes
 
 NAME = "skyrl"
 
@@ -34,17 +35,22 @@ TRAINER_STATE = "trainer_state.pt"
 ROLES = ("policy", "critic")
 
 
-def _trainer_state(sc: discover.Scan) -> tuple[str, dict] | None:
+def _trainer_state(sc: shapes.Scan) -> tuple[str, dict] | None:
     for f, obj in sc.objects.items():
         if Path(f).name == TRAINER_STATE and isinstance(obj, dict) and "global_step" in obj:
             return f, obj
     return None
 
 
-def claims(sc: discover.Scan) -> bool:
+def claims_content(sc: shapes.Scan) -> int:
+    """FRAMEWORK + 1 when this checkpoint, read by content, is laid out as this framework saves."""
+    return FRAMEWORK + 1 if _claims_content(sc) else 0
+
+
+def _claims_content(sc: shapes.Scan) -> bool:
     return _trainer_state(sc) is not None and any(
         EXTRA_STATE.match(Path(f.file).name) and Path(f.file).parent.name in ROLES
-        for f in sc.found if f.kind in discover.SCHEDULER_KINDS)
+        for f in sc.found if f.kind in shapes.SCHEDULER_KINDS)
 
 
 def _get(cfg: Any, *keys: str) -> Any:
@@ -55,7 +61,7 @@ def _get(cfg: Any, *keys: str) -> Any:
     return cfg
 
 
-def refine(sc: discover.Scan, st: RunState) -> None:
+def refine(sc: shapes.Scan, st: RunState) -> None:
     """SkyRL's budget: ``global_step`` training steps of a fixed number of mini-batch updates."""
     tf, ts = _trainer_state(sc)
     n = ts["global_step"]
@@ -64,7 +70,7 @@ def refine(sc: discover.Scan, st: RunState) -> None:
     gs = Counter("skyrl.global_step", n, Unit.ROLLOUT_STEPS, f"{tf}:global_step")
     st.counters.append(gs)
     st.trainer_progress = gs
-    cfg_found = next((f for f in sc.of(discover.CONFIG) if f.file == tf and f.key == "config"),
+    cfg_found = next((f for f in sc.of(shapes.CONFIG) if f.file == tf and f.key == "config"),
                      None)
     cfg = cfg_found.value if cfg_found else None
     trainer = _get(cfg, "trainer") or {}

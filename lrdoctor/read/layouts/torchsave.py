@@ -19,20 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, Unit
+from lrdoctor.read import layouts
 from lrdoctor.read.bytes.storage import as_path
-from lrdoctor.read.layouts import _common
+from lrdoctor.read.layouts import GENERIC, _common
 from lrdoctor.read.layouts._torchstate import optimizer_info, torch_scheduler, torch_scheduler_kind
-from lrdoctor.read.scan import discover
+from lrdoctor.read.scan import grouping, listing, reading, refusal, shapes
+from lrdoctor.read.scan.listing import Tree
 
 NAME = "torch"
 
-SUFFIXES = (".pt", ".pth", ".tar", ".bin")
-OPTIMIZER_KEYS = ("optimizer", "optim", "optimizer_state_dict", "optimizer_state", "opt",
-                  "optimizer_state_dicts", "optimizers")
-SCHEDULER_KEYS = ("scheduler", "lr_scheduler", "sched", "scheduler_state_dict",
-                  "lr_scheduler_state_dict", "scheduler_state", "schedulers", "lr_schedulers")
-NEST_KEYS = ("state", "train_state", "training_state", "checkpoint", "ckpt", "trainer")
 # Loop counters commonly saved next to the states: key -> (counter name, unit).
 COUNTER_KEYS: dict[str, tuple[str, Unit]] = {
     "global_step": ("loop.global_step", Unit.UPDATES),
@@ -54,104 +51,69 @@ BUDGET_KEYS: dict[str, Unit] = {
 
 
 # ---------------------------------------------------------------- layout
-# Files and checkpoints are found by content (lrdoctor.read.scan.discover), not by name.
+# Files and checkpoints are found by content (lrdoctor.read.scan), not by name.
+
+def claims(tree: Tree) -> int:
+    """How well this layout claims the listed input: GENERIC, or 0 when it is not one."""
+    return GENERIC if _is_layout(tree.path) else 0
+
 
 def detect(path: Path) -> bool:
+    """Whether this layout reads ``path``: its claim is the best of the registry's."""
+    return layouts.claimed_as(path) == "torchsave"
+
+
+def _is_layout(path: Path) -> bool:
     path = as_path(path)
     if path.is_file():
-        return path.suffix in SUFFIXES or discover.is_pickle(path)
-    return path.is_dir() and any(discover.is_pickle(f)
+        return listing.is_pickle(path)
+    return path.is_dir() and any(listing.is_pickle(f)
                                  for f in _safe_candidates(path))
 
 
 def _safe_candidates(path: Path) -> list[Path]:
     try:
-        return discover.candidate_files(path)
+        return listing.candidate_files(path)
     except UnusableInput:
         return []
 
 
-def _is_pickle(f: Path, ckpt: discover.Checkpoint) -> bool:
-    """A pickle by its content (see :func:`discover.is_pickle`), or the one file the user
+def _is_pickle(f: Path, ckpt: grouping.Checkpoint) -> bool:
+    """A pickle by its content (see :func:`listing.is_pickle`), or the one file the user
     named (read, so that a file that is no pickle gets its one-line reason)."""
-    return discover.is_pickle(f) or f == ckpt.path
+    return listing.is_pickle(f) or f == ckpt.path
 
 
-def find_checkpoints(path: Path) -> list[discover.Checkpoint]:
+def find_checkpoints(path: Path) -> list[grouping.Checkpoint]:
     """Each checkpoint (path-like: a file, or a folder of files, with its files), oldest first."""
     path = as_path(path)
-    ckpts = [c for c in discover.run_checkpoints(path)
+    ckpts = [c for c in grouping.run_checkpoints(path)
              if any(_is_pickle(f, c) for f in c.files)]
     if not ckpts:
-        raise discover.nothing_found("no checkpoint files (torch.save / pickle) here", path)
+        raise refusal.nothing_found("no checkpoint files (torch.save / pickle) here", path)
     return ckpts
-
-
-# ---------------------------------------------------------------- locating states
-
-def _is_optimizer(obj: Any) -> bool:
-    return bool(_common.torch_optimizer_dicts(obj))
-
-
-def _is_scheduler(obj: Any) -> bool:
-    if isinstance(obj, dict):
-        return "last_epoch" in obj or "_schedulers" in obj
-    if isinstance(obj, list):
-        return bool(obj) and all(_is_scheduler(x) for x in obj)
-    return False
-
-
-def _find(sd: dict, names: tuple[str, ...], test) -> tuple[str | None, Any]:
-    """(dotted key path, object) of the optimizer or scheduler state in a loop checkpoint."""
-    for k in names:
-        if k in sd and test(sd[k]):
-            return k, sd[k]
-    for nk in NEST_KEYS:
-        if isinstance(sd.get(nk), dict):
-            for k in names:
-                if k in sd[nk] and test(sd[nk][k]):
-                    return f"{nk}.{k}", sd[nk][k]
-    for k, v in sd.items():  # unusual names: recognise by shape
-        if isinstance(k, str) and test(v):
-            return k, v
-    return None, None
-
-
-def optimizer_state(sd: dict) -> tuple[str | None, Any]:
-    return _find(sd, OPTIMIZER_KEYS, _is_optimizer)
-
-
-def scheduler_state(sd: dict) -> tuple[str | None, Any]:
-    return _find(sd, SCHEDULER_KEYS, _is_scheduler)
-
-
-def identify(sched: dict) -> str:
-    """The torch LRScheduler class whose ``state_dict()`` has these keys."""
-    return torch_scheduler_kind(sched) or "unknown"
 
 
 # ---------------------------------------------------------------- read
 
-def read(path: Path | discover.Checkpoint) -> RunState:
+def read(path: Path | grouping.Checkpoint) -> RunState:
     """The newest checkpoint under ``path`` (or the one given), read by content."""
-    if isinstance(path, discover.Checkpoint):
+    if isinstance(path, grouping.Checkpoint):
         return read_checkpoint(path)
     return read_checkpoint(find_checkpoints(as_path(path))[-1])
 
 
-def read_checkpoint(ckpt: discover.Checkpoint) -> RunState:
+def read_checkpoint(ckpt: grouping.Checkpoint) -> RunState:
     """Scan one checkpoint, normalize it, and let a framework module refine it."""
-    sc = discover.scan(ckpt)
+    sc = reading.scan(ckpt)
     _require_readable(sc)
-    from lrdoctor.read.layouts import refiner_for
-
-    ref = refiner_for(sc)
+    ref = layouts.content_claimant(sc)
     st = build(sc, fmt=ref.NAME if ref else NAME)
     if ref is not None:
         ref.refine(sc, st)
     from lrdoctor import epochs
 
-    for cfg in sc.of(discover.CONFIG):  # a loop's args Namespace, hparams, a config dict
+    for cfg in sc.of(shapes.CONFIG):  # a loop's args Namespace, hparams, a config dict
         epochs.attach(st, cfg.value, cfg.where)
     from lrdoctor.read.layouts import _stateless
 
@@ -161,17 +123,17 @@ def read_checkpoint(ckpt: discover.Checkpoint) -> RunState:
     return st
 
 
-def _require_training_state(st: RunState, ckpt: discover.Checkpoint) -> None:
+def _require_training_state(st: RunState, ckpt: grouping.Checkpoint) -> None:
     """A path holding no training state at all (``torch.save({'a': 1})``, a model-only
     file) is unusable input, exit 2 like an empty folder: there is nothing to judge, and
     a warning a gate lets through would call it checked."""
     if (st.scheduler_progress is None and st.schedule is None and not st.optimizer_lrs
             and not st.counters and st.planned_end is None and not st.unreadable):
-        raise discover.nothing_found("no training state here (no scheduler, optimizer or "
-                                     "trainer counters)", ckpt.path)
+        raise refusal.nothing_found("no training state here (no scheduler, optimizer or "
+                                    "trainer counters)", ckpt.path)
 
 
-def _require_readable(sc: discover.Scan) -> None:
+def _require_readable(sc: shapes.Scan) -> None:
     """Discovery reads what it can; a checkpoint with nothing readable is unusable input."""
     pickles = [f for f in sc.checkpoint.files if _is_pickle(f, sc.checkpoint)]
     read = [f for f in pickles if str(f) in sc.objects]
@@ -211,7 +173,7 @@ NOMINAL_ORDER = ("optimizer.step", "loop.global_step", "loop.global_steps", "loo
                  "loop.iterations")
 
 
-def build(sc: discover.Scan, fmt: str = NAME) -> RunState:
+def build(sc: shapes.Scan, fmt: str = NAME) -> RunState:
     """A :class:`RunState` from what discovery found, framework-blind.
 
     The scheduler state, the optimizer it drives and every trainer counter are
@@ -228,6 +190,7 @@ def build(sc: discover.Scan, fmt: str = NAME) -> RunState:
     opt = optimizer_info(opt_found.value) if opt_found else None
     if opt is not None:
         st.optimizer_lrs = opt["lrs"]
+        st.optimizer_lr_refs = [opt_found.ref.child(*k) for k in opt["lr_keys"]]
         if opt["step"] is not None:
             st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES,
                                        opt_found.where))
@@ -243,7 +206,7 @@ def build(sc: discover.Scan, fmt: str = NAME) -> RunState:
     # The chosen states and their twins in the other rank files (same key, same shape).
     used = [h.file for h in sc.found for pick in (sched, opt_found)
             if pick is not None and h.kind == pick.kind and h.key == pick.key]
-    used += [c.source.rsplit(":", 1)[0] for c in st.counters if c.source]
+    used += [c.ref.file for c in st.counters if c.ref is not None]  # the counters' files
     for f in sc.files_read:
         if f in used and f not in st.files:
             st.files.append(f)
@@ -262,19 +225,19 @@ def build(sc: discover.Scan, fmt: str = NAME) -> RunState:
     return st
 
 
-def _scanned(sc: discover.Scan) -> str:
-    names = [discover.relpath(f, sc.checkpoint.path if sc.checkpoint.path.is_dir()
+def _scanned(sc: shapes.Scan) -> str:
+    names = [reading.relpath(f, sc.checkpoint.path if sc.checkpoint.path.is_dir()
                               else sc.checkpoint.path.parent) for f in sc.files_read]
     return (f"{len(names)} file(s): " + ", ".join(names[:8])
             + (" ..." if len(names) > 8 else "")) if names else "no readable file"
 
 
-def _pick_scheduler(sc: discover.Scan, st: RunState) -> discover.Found | None:
+def _pick_scheduler(sc: shapes.Scan, st: RunState) -> shapes.Found | None:
     """The scheduler state to judge: megatron-core's, else torch's, else DeepSpeed's.
 
     Several (one per rank file) are compared; disagreement is a note.
     """
-    for kind in discover.SCHEDULER_KINDS:
+    for kind in shapes.SCHEDULER_KINDS:
         hits = sc.of(kind)
         if not hits:
             continue
@@ -294,7 +257,7 @@ def _pick_scheduler(sc: discover.Scan, st: RunState) -> discover.Found | None:
     return None
 
 
-def _progress_of(f: discover.Found) -> Any:
+def _progress_of(f: shapes.Found) -> Any:
     v = f.value
     for k in ("last_epoch", "num_steps", "last_batch_iteration"):
         if k in v:
@@ -302,8 +265,8 @@ def _progress_of(f: discover.Found) -> Any:
     return None
 
 
-def _pick_optimizer(sc: discover.Scan, sched: discover.Found | None) -> discover.Found | None:
-    hits = sc.of(discover.OPTIMIZER)
+def _pick_optimizer(sc: shapes.Scan, sched: shapes.Found | None) -> shapes.Found | None:
+    hits = sc.of(shapes.OPTIMIZER)
     if not hits:
         return None
     if sched is not None:
@@ -313,66 +276,46 @@ def _pick_optimizer(sc: discover.Scan, sched: discover.Found | None) -> discover
     return hits[0]
 
 
-def _read_found_scheduler(st: RunState, sched: discover.Found, opt: dict | None) -> None:
+def _read_found_scheduler(st: RunState, sched: shapes.Found, opt: dict | None) -> None:
     src = sched.where
-    if sched.kind == discover.SCHED_MEGATRON:
-        from lrdoctor.read.layouts.megatron import SCHEDULER_KEYS as SCHEDULER_KEYS_MEGATRON
-        from lrdoctor.read.layouts.megatron import schedule_from_state
-
-        key = next(k for k in SCHEDULER_KEYS_MEGATRON["num_steps"] if k in sched.value)
+    if sched.kind == shapes.SCHED_MEGATRON:
+        from lrdoctor.read.layouts._megatron_core import schedule_from_state, scheduler_refs
+        key = shapes.scheduler_key(sched.value, "num_steps")
         st.schedule, st.scheduler_progress = schedule_from_state(
             sched.value, src, Unit.UPDATES, _subkey(sched, key))
-        _ref(st, sched, key)
+        st.scheduler_progress.ref, st.schedule.refs = scheduler_refs(sched.ref, sched.value)
         st.extras["scheduler_class"] = "megatron-core OptimizerParamScheduler"
-    elif sched.kind == discover.SCHED_TORCH:
-        _read_scheduler(st, sched.value, src, opt)
+    elif sched.kind == shapes.SCHED_TORCH:
+        _read_scheduler(st, sched.value, src, opt, sched.ref)
         prog = st.scheduler_progress
         if prog is not None and sched.key and prog.source == f"{src}:last_epoch":
             prog.source = _subkey(sched, "last_epoch")  # file:key.last_epoch
-        if prog is not None and "last_epoch" in sched.value:
-            _ref(st, sched, "last_epoch")
     else:  # DeepSpeed's own schedulers keep only last_batch_iteration (from -1)
         lbi = _common.number(sched.value.get("last_batch_iteration"))
         st.extras["scheduler_class"] = "DeepSpeed scheduler"
         if lbi is not None:
             st.scheduler_progress = Counter("scheduler.last_batch_iteration + 1", lbi + 1,
-                                            Unit.UPDATES, _subkey(sched, "last_batch_iteration"))
-            _ref(st, sched, "last_batch_iteration")
+                                            Unit.UPDATES, _subkey(sched, "last_batch_iteration"),
+                                            sched.ref.child("last_batch_iteration"))
         st.notes.append(f"{src}: a DeepSpeed scheduler state keeps only its progress; its "
                         "schedule lives in the DeepSpeed config")
 
 
-def _ref(st: RunState, sched: discover.Found, key: str) -> None:
-    """Name the field the progress was read from (and the schedule's horizon field), as a
-    FieldRef: the repair writes exactly there."""
-    from lrdoctor.core.fieldref import FieldRef
-
-    if st.scheduler_progress is not None:
-        st.scheduler_progress.ref = FieldRef(sched.file, sched.path + (key,))
-    if st.schedule is not None:
-        from lrdoctor.schedules.torch_builtin import HORIZON_FIELD
-
-        for name in (HORIZON_FIELD.get(st.schedule.kind), "lr_decay_steps"):
-            if name and name in sched.value:
-                st.schedule.refs["horizon"] = FieldRef(sched.file, sched.path + (name,))
-                break
-
-
-def _subkey(f: discover.Found, key: str) -> str:
+def _subkey(f: shapes.Found, key: str) -> str:
     return f"{f.file}:{f.key}.{key}" if f.key else f"{f.file}:{key}"
 
 
-def _read_counters(sc: discover.Scan, st: RunState) -> None:
+def _read_counters(sc: shapes.Scan, st: RunState) -> None:
     for f in sc.found:
-        if f.kind not in (discover.COUNTER, discover.SETTING):
+        if f.kind not in (shapes.COUNTER, shapes.SETTING):
             continue
         last = f.key.rsplit(".", 1)[-1]
-        if f.kind == discover.COUNTER and last in PROGRESS_KEYS:
+        if f.kind == shapes.COUNTER and last in PROGRESS_KEYS:
             name, unit = PROGRESS_KEYS[last]
             if st.counter(name) is None:
-                st.counters.append(Counter(name, f.value, unit, f.where))
+                st.counters.append(Counter(name, f.value, unit, f.where, f.ref))
         elif last in PLANNED_KEYS and st.planned_end is None and f.value > 0:
-            st.planned_end = Counter(f"loop.{last}", f.value, PLANNED_KEYS[last], f.where)
+            st.planned_end = Counter(f"loop.{last}", f.value, PLANNED_KEYS[last], f.where, f.ref)
     if sc.checkpoint.step is not None:
         st.extras["checkpoint_step"] = sc.checkpoint.step
 
@@ -418,12 +361,14 @@ def _finish(st: RunState) -> None:
             return
 
 
-def _read_scheduler(st: RunState, sched: dict, src: str, opt: dict | None) -> None:
+def _read_scheduler(st: RunState, sched: dict, src: str, opt: dict | None,
+                    ref: FieldRef | None = None) -> None:
     """Schedule spec and progress through the one shared torch-scheduler converter."""
-    st.extras["scheduler_class"] = identify(sched)
+    st.extras["scheduler_class"] = torch_scheduler_kind(sched) or "unknown"
     for k in ("_step_count", "_last_lr", "base_lrs"):
         if k in sched:
             st.extras[f"scheduler.{k}"] = sched[k]
-    spec, progress, notes = torch_scheduler(sched, unit=Unit.UPDATES, source=src, opt=opt)
+    spec, progress, notes = torch_scheduler(sched, unit=Unit.UPDATES, source=src, opt=opt,
+                                            ref=ref)
     st.schedule, st.scheduler_progress = spec, progress
     st.notes.extend(notes)

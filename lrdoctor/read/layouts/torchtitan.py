@@ -27,9 +27,12 @@ from typing import Any
 
 from lrdoctor.core.facts import Storage
 from lrdoctor.core.state import Counter, RunState, Unit
+from lrdoctor.read import layouts
+from lrdoctor.read.bytes import dcp
 from lrdoctor.read.bytes.storage import as_path
-from lrdoctor.read.layouts import _common, dcp
+from lrdoctor.read.layouts import FRAMEWORK, _common
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
+from lrdoctor.read.scan.listing import Tree
 
 NAME = "torchtitan"
 
@@ -45,7 +48,17 @@ _LAYOUT = _common.StepFolders(STEP_DIR, _is_step_dir, bases=("", "checkpoint"),
                               missing="no torchtitan step-N checkpoint folders here")
 
 
+def claims(tree: Tree) -> int:
+    """How well this layout claims the listed input: FRAMEWORK + 2, or 0 when it is not one."""
+    return FRAMEWORK + 2 if _is_layout(tree.path) else 0
+
+
 def detect(path: Path) -> bool:
+    """Whether this layout reads ``path``: its claim is the best of the registry's."""
+    return layouts.claimed_as(path) == "torchtitan"
+
+
+def _is_layout(path: Path) -> bool:
     return _LAYOUT.detect(as_path(path))
 
 
@@ -76,14 +89,16 @@ def read(path: Path) -> RunState:
     if not any(k in ds.tree for k in ("lr_scheduler", "train_state")):
         # A step-N DCP folder is only a hint: without torchtitan's own items, what the
         # folder holds decides (a scheduler saved under another key is found by shape).
-        st = dcp.read(ckpt)
+        from lrdoctor.read.layouts import dcp as any_dcp
+
+        st = any_dcp.read(ckpt)
         st.notes.append(f"{ckpt.name}: a step folder without torchtitan's lr_scheduler / "
                         "train_state items: read by content")
         return st
     src = str(ckpt)
     st = RunState(format=NAME, path=src, files=list(ds.files))
     st.facts.storage = Storage.DCP
-    dcp.note_skipped(st, ds)
+    _common.note_skipped(st, ds)
 
     opt_sd = ds.tree.get("optimizer")
     info = None

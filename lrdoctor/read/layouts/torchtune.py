@@ -18,14 +18,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read.scan import discover
+from lrdoctor.read.layouts import FRAMEWORK
+from lrdoctor.read.scan import shapes
 
 NAME = "torchtune"
 
 RECIPE_STATE = "recipe_state.pt"
 
 
-def _recipe(sc: discover.Scan) -> tuple[str, dict] | None:
+def _recipe(sc: shapes.Scan) -> tuple[str, dict] | None:
     for f, obj in sc.objects.items():
         if isinstance(obj, dict) and "epochs_run" in obj and "total_epochs" in obj \
                 and (Path(f).name == RECIPE_STATE or "seed" in obj):
@@ -33,12 +34,17 @@ def _recipe(sc: discover.Scan) -> tuple[str, dict] | None:
     return None
 
 
-def claims(sc: discover.Scan) -> bool:
+def claims_content(sc: shapes.Scan) -> int:
+    """FRAMEWORK when this checkpoint, read by content, is laid out as this framework saves."""
+    return FRAMEWORK if _claims_content(sc) else 0
+
+
+def _claims_content(sc: shapes.Scan) -> bool:
     return _recipe(sc) is not None and not any(
-        f.kind in discover.SCHEDULER_KINDS for f in sc.found)
+        f.kind in shapes.SCHEDULER_KINDS for f in sc.found)
 
 
-def refine(sc: discover.Scan, st: RunState) -> None:
+def refine(sc: shapes.Scan, st: RunState) -> None:
     """The scheduler torchtune will rebuild sits at ``steps_run``; that is its progress."""
     f, rs = _recipe(sc)
     steps, epochs = rs.get("steps_run"), rs.get("epochs_run")

@@ -31,14 +31,14 @@ import re
 from pathlib import Path
 
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read.scan import discover
+from lrdoctor.read.layouts import FRAMEWORK
+from lrdoctor.read.scan import shapes
 
 NAME = "verl"
 
 EXTRA_STATE = re.compile(r"^extra_state_world_size_(\d+)_rank_(\d+)\.pt$")
 ROLES = ("actor", "critic")
 TRACKER = "latest_checkpointed_iteration.txt"
-SKYRL_MARKER = "trainer_state.pt"  # SkyRL's global_step_N/ holds one; verl's does not
 
 
 def _step_dir(f: Path) -> Path | None:
@@ -50,7 +50,7 @@ def _step_dir(f: Path) -> Path | None:
     return None
 
 
-def _role_dir(f: discover.Found) -> Path | None:
+def _role_dir(f: shapes.Found) -> Path | None:
     """The ``actor``/``critic`` folder a verl scheduler state was found in, or None.
 
     FSDP: ``extra_state_world_size_W_rank_R.pt`` key ``lr_scheduler``. Megatron:
@@ -66,19 +66,20 @@ def _role_dir(f: discover.Found) -> Path | None:
     return None
 
 
-def _scheduler_hits(sc: discover.Scan) -> list[discover.Found]:
-    return [f for f in sc.found if f.kind in discover.SCHEDULER_KINDS and _role_dir(f)]
+def _scheduler_hits(sc: shapes.Scan) -> list[shapes.Found]:
+    return [f for f in sc.found if f.kind in shapes.SCHEDULER_KINDS and _role_dir(f)]
 
 
-def claims(sc: discover.Scan) -> bool:
-    for f in _scheduler_hits(sc):
-        step_dir = _step_dir(Path(f.file))
-        if step_dir is not None and not (step_dir / SKYRL_MARKER).exists():
-            return True
-    return False
+def claims_content(sc: shapes.Scan) -> int:
+    """FRAMEWORK when this checkpoint, read by content, is laid out as this framework saves."""
+    return FRAMEWORK if _claims_content(sc) else 0
 
 
-def refine(sc: discover.Scan, st: RunState) -> None:
+def _claims_content(sc: shapes.Scan) -> bool:
+    return any(_step_dir(Path(f.file)) is not None for f in _scheduler_hits(sc))
+
+
+def refine(sc: shapes.Scan, st: RunState) -> None:
     """verl's unit: one scheduler step per training (rollout) step; ``global_step_N`` is N."""
     hits = _scheduler_hits(sc)
     actor = next((f for f in hits if _role_dir(f).name == "actor"), hits[0])

@@ -2,7 +2,7 @@
 
 A reader unpickles or parses each file once; the evidence collector walks the same
 objects instead of reading the files again. The loaders call :func:`note`; it records
-only inside :func:`recording` (``formats.read``), so a load anywhere else costs nothing.
+only inside :func:`recording` (``read.layouts.read``), so a load anywhere else costs nothing.
 A context variable keeps threads that read a run's checkpoints side by side apart.
 """
 

@@ -1,0 +1,125 @@
+"""megatron-core's own state, shared by every layout that saves through it.
+
+Megatron-LM, ROLL's mcore_adapter and verl's Megatron backend all save megatron-core's
+``OptimizerParamScheduler.state_dict()``; a content read finds it by its shape
+(:func:`lrdoctor.read.scan.shapes.is_megatron_scheduler`). Turning that state into a
+schedule, and megatron-core's batch-size ramp-up calculator, live here so that no layout
+imports another framework's layout for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from lrdoctor.core.facts import Rampup
+from lrdoctor.core.fieldref import FieldRef
+from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
+from lrdoctor.read.layouts import _common
+from lrdoctor.read.scan.shapes import scheduler_field, scheduler_key
+
+# ScheduleSpec parameter -> megatron-core scheduler field, for the refs a repair writes.
+SPEC_FIELDS = (("horizon", "lr_decay_steps"), ("warmup", "lr_warmup_steps"),
+               ("max_lr", "max_lr"), ("min_lr", "min_lr"))
+
+
+def scheduler_refs(at: FieldRef, sched: dict) -> tuple[FieldRef, dict[str, FieldRef]]:
+    """(progress ref, schedule refs) of the megatron-core scheduler state held at ``at``."""
+    return (at.child(scheduler_key(sched, "num_steps")),
+            {name: at.child(scheduler_key(sched, key)) for name, key in SPEC_FIELDS
+             if scheduler_field(sched, key) is not None})
+
+
+def schedule_from_state(sched: dict, src: str, unit: Unit,
+                        progress_src: str | None = None) -> tuple[ScheduleSpec, Counter]:
+    """(schedule, progress) of a bare megatron-core ``OptimizerParamScheduler.state_dict()``.
+
+    Used where the scheduler state was found by its shape (ROLL's ``scheduler.pt``,
+    verl's ``lr_scheduler``), without Megatron's ``args`` beside it.
+    """
+    params = {k: sched[k] for k in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style",
+                                     "wsd_decay_steps", "lr_wsd_decay_style") if k in sched}
+    spec = ScheduleSpec(
+        family="megatron", kind=str(_common.plain(scheduler_field(sched, "lr_decay_style"))),
+        max_lr=float(scheduler_field(sched, "max_lr")),
+        min_lr=float(scheduler_field(sched, "min_lr") or 0.0),
+        init_lr=float(sched.get("init_lr", 0.0) or 0.0),
+        warmup=float(scheduler_field(sched, "lr_warmup_steps") or 0.0),
+        horizon=float(scheduler_field(sched, "lr_decay_steps")),
+        unit=unit, params=params, source=src)
+    progress = Counter("scheduler.num_steps", float(scheduler_field(sched, "num_steps")), unit,
+                       progress_src or f"{src}.num_steps")
+    return spec, progress
+
+
+def rampup_global_batch(consumed: float, rampup: list[int], global_batch_size: int) -> int:
+    """megatron-core's ``RampupBatchsizeNumMicroBatchesCalculator``: the global batch of the
+    iteration that starts after ``consumed`` samples, for ``--rampup-batch-size start incr
+    samples``: ``start + int(consumed / (samples / n_increments)) * incr`` up to
+    ``samples``, the full batch after."""
+    start, incr, ramp_samples = (int(x) for x in rampup)
+    if consumed > ramp_samples:
+        return global_batch_size
+    n_incr = (global_batch_size - start) // incr
+    if n_incr <= 0:
+        return global_batch_size
+    return min(global_batch_size, start + int(consumed / (ramp_samples / n_incr)) * incr)
+
+
+def rampup_samples(iterations: int, rampup: list[int], global_batch_size: int
+                   ) -> tuple[int, list[dict[str, int]]]:
+    """Samples consumed by ``iterations`` iterations along the ramp, and the ramp as
+    segments ``{"first_iteration", "last_iteration", "global_batch"}`` (1-based)."""
+    consumed, segs = 0, []
+    it = 0
+    while it < iterations:
+        b = rampup_global_batch(consumed, rampup, global_batch_size)
+        if b == global_batch_size:  # the rest of the run at the full batch
+            segs.append({"first_iteration": it + 1, "last_iteration": iterations,
+                         "global_batch": b})
+            consumed += (iterations - it) * b
+            break
+        it += 1
+        consumed += b
+        if segs and segs[-1]["global_batch"] == b:
+            segs[-1]["last_iteration"] = it
+        else:
+            segs.append({"first_iteration": it, "last_iteration": it, "global_batch": b})
+    return consumed, segs
+
+
+def rampup_budget(st: RunState, args: dict, src: str, unit: Unit) -> None:
+    """With ``--rampup-batch-size`` the early iterations take smaller global batches.
+    Iteration-based training sizes the decay horizon as ``lr_decay_iters x
+    global_batch_size`` (the final batch) while ``train_iters`` iterations consume fewer
+    samples: the planned end in samples is what the ramp really consumes (Megatron-Bridge
+    issue 2609), which the framework-blind rules then compare with the horizon."""
+    ramp, gbs = args.get("rampup_batch_size"), args.get("global_batch_size")
+    if not (isinstance(ramp, (list, tuple)) and len(ramp) == 3 and isinstance(gbs, int)):
+        return
+    try:
+        ramp = [int(x) for x in ramp]
+    except (TypeError, ValueError):
+        return
+    if ramp[1] <= 0 or ramp[0] <= 0 or ramp[0] > gbs:
+        return
+    train_iters = args.get("train_iters")
+    info = Rampup(start_global_batch=ramp[0], increment=ramp[1], rampup_samples=ramp[2],
+                  global_batch_size=gbs)
+    it = st.counter("megatron.iteration")
+    if it is not None:
+        done, segs = rampup_samples(int(it.value), ramp, gbs)
+        info = replace(info, samples_at_iteration=done, segments_so_far=segs)
+    if isinstance(train_iters, int) and train_iters > 0 and unit is Unit.SAMPLES:
+        real, segs = rampup_samples(train_iters, ramp, gbs)
+        info = replace(info, samples_at_train_iters=real, segments=segs,
+                       train_iters_x_global_batch=train_iters * gbs)
+        st.planned_end = Counter(
+            "samples consumed by train_iters along the ramp-up", real, Unit.SAMPLES,
+            f"{src}:args.train_iters {train_iters} with args.rampup_batch_size {ramp} "
+            "(megatron-core's ramp-up calculator)")
+        consumed = st.counter("consumed_train_samples")
+        st.trainer_progress = consumed
+        st.notes.append(
+            f"ramp-up: train_iters {train_iters} iterations consume {real:,} samples, not "
+            f"train_iters x global_batch_size = {train_iters * gbs:,}")
+    st.facts.rampup = info
