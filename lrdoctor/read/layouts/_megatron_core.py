@@ -10,6 +10,7 @@ imports another framework's layout for them.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from lrdoctor.core.facts import Rampup
 from lrdoctor.core.fieldref import FieldRef
@@ -22,21 +23,21 @@ SPEC_FIELDS = (("horizon", "lr_decay_steps"), ("warmup", "lr_warmup_steps"),
                ("max_lr", "max_lr"), ("min_lr", "min_lr"))
 
 
-def scheduler_refs(at: FieldRef, sched: dict) -> tuple[FieldRef, dict[str, FieldRef]]:
+def scheduler_refs(at: FieldRef, sched: dict[str, Any]) -> tuple[FieldRef, dict[str, FieldRef]]:
     """(progress ref, schedule refs) of the megatron-core scheduler state held at ``at``."""
     return (at.child(scheduler_key(sched, "num_steps")),
             {name: at.child(scheduler_key(sched, key)) for name, key in SPEC_FIELDS
              if scheduler_field(sched, key) is not None})
 
 
-def schedule_from_state(sched: dict, src: str, unit: Unit,
+def schedule_from_state(sched: dict[str, Any], src: str, unit: Unit,
                         progress_src: str | None = None) -> tuple[ScheduleSpec, Counter]:
     """(schedule, progress) of a bare megatron-core ``OptimizerParamScheduler.state_dict()``.
 
     Used where the scheduler state was found by its shape (ROLL's ``scheduler.pt``,
     verl's ``lr_scheduler``), without Megatron's ``args`` beside it.
     """
-    params = {k: sched[k] for k in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style",
+    params: dict[str, Any] = {k: sched[k] for k in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style",
                                      "wsd_decay_steps", "lr_wsd_decay_style") if k in sched}
     spec = ScheduleSpec(
         family="megatron", kind=str(_common.plain(scheduler_field(sched, "lr_decay_style"))),
@@ -87,7 +88,7 @@ def rampup_samples(iterations: int, rampup: list[int], global_batch_size: int
     return consumed, segs
 
 
-def rampup_budget(st: RunState, args: dict, src: str, unit: Unit) -> None:
+def rampup_budget(st: RunState, args: dict[str, Any], src: str, unit: Unit) -> None:
     """With ``--rampup-batch-size`` the early iterations take smaller global batches.
     Iteration-based training sizes the decay horizon as ``lr_decay_iters x
     global_batch_size`` (the final batch) while ``train_iters`` iterations consume fewer

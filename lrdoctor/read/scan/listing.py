@@ -220,7 +220,7 @@ def candidate_files(path: Path, max_files: int = MAX_FILES) -> list[Path]:
     Hidden names, tokenizer files and weights in non-pickle formats are
     skipped. More than ``max_files`` is refused: the input is not a run.
     """
-    path = as_path(path)
+    path = as_path(path)  # type: ignore[assignment]  # a RemotePath quacks like a Path
     if path.is_file():
         return [path]
     if not path.is_dir():
