@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, finding, optional
+from lrdoctor.core.findings import Evidence, Finding, FreeEvidence, Rule, Severity, optional
 from lrdoctor.core.numbers import number
+from lrdoctor.rules.lrd111_not_judged import RULE as LRD111
 
 if TYPE_CHECKING:
     from lrdoctor.core.state import Counter, RunState
@@ -86,19 +87,19 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         return []
     where = spec.source or state.path
     if not state.optimizer_lrs:
-        return [finding("LRD111", f"{state.stateless}, but no optimizer LR was saved to place "
-                        "it: its position could not be judged.", {"schedule": where},
-                        location=state.path)]
+        return [LRD111.finding(f"{state.stateless}, but no optimizer LR was saved to place "
+                               "it: its position could not be judged.",
+                               FreeEvidence({"schedule": where}), location=state.path)]
     lr = state.optimizer_lrs[0]
     c = _counter(state)
     scale = max(c.value if c else 0, 1)
     upto = int(min(MAX_EVALS, max(scale * _MAX_K, (spec.horizon or 0) * 2 + 2, 64)))
     found_runs = runs(positions(spec, lr, upto))
     if c is None:
-        return [finding("LRD111", f"{state.stateless}: the saved lr {number(lr)} lies at "
-                        f"{_where(found_runs, upto)}, but no counter in {spec.unit.value} was "
-                        "saved to compare it with.", {"schedule": where, "lr": lr},
-                        location=state.path)]
+        return [LRD111.finding(f"{state.stateless}: the saved lr {number(lr)} lies at "
+                               f"{_where(found_runs, upto)}, but no counter in "
+                               f"{spec.unit.value} was saved to compare it with.",
+                               FreeEvidence({"schedule": where, "lr": lr}), location=state.path)]
     value = c.value
     # timm's loops call step(epoch + 1) at an epoch's end and save the epoch index.
     agree = {value, value + 1} if spec.unit is Unit.EPOCHS else {value}

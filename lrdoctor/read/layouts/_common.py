@@ -16,7 +16,9 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import Key
 from lrdoctor.read.bytes import seen
 from lrdoctor.read.scan import refusal
-from lrdoctor.read.scan.shapes import number
+from lrdoctor.read.scan.shapes import (
+    number as number,  # re-exported: the layouts call _common.number
+)
 
 if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
