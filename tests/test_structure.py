@@ -143,12 +143,12 @@ def test_no_module_over_600_lines_but_the_pickle_machine():
 
 
 # Layers, highest first: a call from a lower layer into a higher one climbs back up.
-LAYERS = [("lrdoctor.cli", 9), ("lrdoctor.commands", 9), ("lrdoctor.inspect_api", 8),
-          ("lrdoctor.ci", 8), ("lrdoctor.render", 7), ("lrdoctor.diagnose", 6),
-          ("lrdoctor.rules", 6), ("lrdoctor.findings", 6), ("lrdoctor.read.layouts", 5),
-          ("lrdoctor.read.scan", 4), ("lrdoctor.read.bytes", 3), ("lrdoctor.schedules", 2),
-          ("lrdoctor.epochs", 2), ("lrdoctor.parallel", 1), ("lrdoctor.extras", 1),
-          ("lrdoctor.core", 0), ("lrdoctor", 9)]
+LAYERS = [("lrdoctor.cli", 10), ("lrdoctor.commands", 10), ("lrdoctor.inspect_api", 9),
+          ("lrdoctor.ci", 9), ("lrdoctor.render", 8), ("lrdoctor.diagnose", 7),
+          ("lrdoctor.rules", 7), ("lrdoctor.findings", 7), ("lrdoctor.read.layouts", 6),
+          ("lrdoctor.read.evidence", 5), ("lrdoctor.read.scan", 4), ("lrdoctor.read.bytes", 3),
+          ("lrdoctor.schedules", 2), ("lrdoctor.epochs", 2), ("lrdoctor.parallel", 1),
+          ("lrdoctor.extras", 1), ("lrdoctor.core", 0), ("lrdoctor", 10)]
 
 TRACE = """
 import json, sys, threading
