@@ -431,6 +431,8 @@ def crash_reproducers(root: Path) -> dict[str, tuple[list[str], Path]]:
                        # torch_builtin._advance int(inf): OverflowError (found by the harness)
                        "nemo_inf_total_iters": {"policy.scheduler.0.kwargs.total_iters":
                                                 float("inf")},
+                       # world % model_par with a context-parallel size of 0: ZeroDivision
+                       "nemo_cp_zero": {"policy.dtensor_cfg.context_parallel_size": 0},
                        }.items():
         p = root / f"{name}.yaml"
         p.write_text(_yaml_edit(nemo, edit))

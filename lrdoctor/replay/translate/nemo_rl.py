@@ -115,8 +115,8 @@ def translate(data: dict, base: Path | None = None) -> Translation:
                     "context_parallel_size"):
             model_par *= r.count(f"{P}.megatron_cfg.{key}", 1)
     else:
-        model_par = r.count(f"{P}.dtensor_cfg.tensor_parallel_size", 1) * r.get(
-            f"{P}.dtensor_cfg.context_parallel_size", 1, int)
+        model_par = r.count(f"{P}.dtensor_cfg.tensor_parallel_size", 1) * r.count(
+            f"{P}.dtensor_cfg.context_parallel_size", 1)
     world = nodes * gpus
     if world % model_par:
         raise UnusableInput(f"cluster.num_nodes x gpus_per_node = {world} is not divisible by "
