@@ -14,6 +14,15 @@ caught by the last line of defence ("unexpected ..."), runs over 10 s, runs over
 RSS, exit-2 runs whose stderr is not exactly one line naming the input, framework imports,
 code executions (a marker file the payloads try to create).
 
+Issue 23 adds: the new payloads (an allow-listed callable over a structure built by
+references, one code-execution primitive per entry of the list) in the bare, HF and
+Megatron layouts through inspect, ``--json``, fix (a real ``--out``), report and check;
+the crash-site reproducers; random reference programs; every integer key of the example
+configs at 2**31, 2**63, negative, NaN, inf; saved counters at extremes. Each fix
+output is read by name for code-execution globals; each run's CPU seconds are recorded
+beside its wall time (the machine is shared). ``--keep`` then ``--rerun WORK`` runs the
+bad cases of a finished run again with the current code.
+
 Part 2 (kills): ``fix`` of the torch-microstep sample (one-file output + manifest) and the
 ROLL sample (a folder), killed with SIGKILL at random moments (some with ``--force`` over
 an existing output); after each kill: the input unchanged, no partial output (the output
@@ -548,6 +557,36 @@ def run_kills(work: Path, n: int, seed: int, group: int = 1) -> dict:
     return stats
 
 
+def _bad(r: dict) -> bool:
+    one = r["stderr"].strip().splitlines()
+    return ("Traceback" in r["stderr"] or "please report" in r["stderr"]
+            or r["wall"] > SLOW_S or r["code"] == "timeout" or r["rss_mb"] > BIG_MB
+            or bool(r.get("fix_output_code")) or bool(r["imported"])
+            or (r["code"] == 2 and (len(one) != 1 or not any(
+                inp and inp in one[0] for inp in (r["input"], r.get("also"))))))
+
+
+def rerun_bad(work: Path, workers: int) -> dict:
+    """The bad runs of a kept work folder (``--keep``), run again with the code as it is now:
+    what a fix since the run changed, on the very inputs that showed it."""
+    results = [json.loads(line) for f in sorted(work.glob("results-*.jsonl"))
+               for line in f.read_text().splitlines() if line.strip()]
+    bad = [{k: r[k] for k in ("argv", "input", "kind", "also", "out") if k in r}
+           for r in results if _bad(r)]
+    for c in bad:  # a fix run may have written its output the first time
+        if c.get("out") and os.path.isdir(c["out"]):
+            shutil.rmtree(c["out"])
+            os.makedirs(c["out"])
+    again = work / "rerun"
+    again.mkdir(exist_ok=True)
+    out = run_fuzz(bad, again, workers, 250) if bad else []
+    return {"first_run": summarize_fuzz(results, work / "pwned"), "bad_runs": len(bad),
+            "rerun": summarize_fuzz(out, work / "pwned"),
+            "still_bad": [{"argv": r["argv"], "stderr": r["stderr"].strip()[-200:],
+                           "wall": round(r["wall"], 2), "cpu": round(r.get("cpu", 0), 2)}
+                          for r in out if _bad(r)][:20]}
+
+
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--worker":
         worker(sys.argv[2], sys.argv[3])
@@ -561,7 +600,12 @@ def main() -> None:
     ap.add_argument("--kill-group", type=int, default=1,
                     help="killed runs per output before the one that completes")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--rerun", type=Path, default=None,
+                    help="a kept work folder: run its bad cases again with this code")
     args = ap.parse_args()
+    if args.rerun is not None:
+        print(json.dumps(rerun_bad(args.rerun, args.workers), indent=2))
+        return
     work = Path(tempfile.mkdtemp(prefix="lrdoctor-fuzz-"))
     t0 = time.time()
     report: dict = {}
