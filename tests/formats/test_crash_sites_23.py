@@ -17,6 +17,7 @@ from tests.helpers.paths import REPO
 
 NAMES = ["bad_crc_fix", "nemo_milestones_int", "nemo_kwargs_int", "nemo_inf_product",
          "nemo_inf_total_iters", "nemo_cp_zero", "verl_max_tokens_2_63", "rlinf_increment_inf",
+         "roll_ga_zero",
          "synthetic_negative_seed",
          f"skyrl_gpus_{2**31}", f"skyrl_gpus_{2**63 - 1}"]
 SAYS = {"bad_crc_fix": "Bad CRC-32", "nemo_milestones_int": "milestones 50",
@@ -24,6 +25,7 @@ SAYS = {"bad_crc_fix": "Bad CRC-32", "nemo_milestones_int": "milestones 50",
         "nemo_inf_total_iters": "total_iters is inf",
         "nemo_cp_zero": "context_parallel_size is 0",
         "verl_max_tokens_2_63": "beyond 1e15", "rlinf_increment_inf": "scheduler.increment",
+        "roll_ga_zero": "gradient_accumulation_steps is 0",
         "synthetic_negative_seed": "seed -5",
         f"skyrl_gpus_{2**31}": "LRDOCTOR_MAX_REPLAY_RANKS",
         f"skyrl_gpus_{2**63 - 1}": "policy_num_gpus_per_node"}

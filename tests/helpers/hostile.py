@@ -442,6 +442,8 @@ def crash_reproducers(root: Path) -> dict[str, tuple[list[str], Path]]:
                                      {"batching.max_tokens_per_microbatch": 2**63}),
             "rlinf_increment_inf": ("rlinf-elastic.yaml",  # hf.factor: math domain error
                                     {"scheduler.increment": float("inf")}),
+            "roll_ga_zero": ("roll-sokoban-dynamic.yaml",  # horizon // (mbs * ga): ZeroDivision
+                             {"actor_train.training_args.gradient_accumulation_steps": 0}),
     }.items():
         p = root / f"{name}.yaml"
         p.write_text(_yaml_edit(examples / src, edit).replace(

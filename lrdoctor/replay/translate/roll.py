@@ -274,6 +274,11 @@ def _translate(data: dict) -> dict:
     ppo_epochs = _num(_get(data, "ppo_epochs", 1), "ppo_epochs")
     mbs = ta("per_device_train_batch_size")
     ga = ta("gradient_accumulation_steps")
+    for key, v in (("actor_train.training_args.per_device_train_batch_size", mbs),
+                   ("actor_train.training_args.gradient_accumulation_steps", ga),
+                   ("ppo_epochs", ppo_epochs)):
+        if v < 1:  # each sizes (and divides) the horizon
+            raise UnusableInput(f"{key} is {v}; expected a positive integer")
     dp, layout = _dp_size(actor)
     sps = rbs * nrs
 
