@@ -9,7 +9,7 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.report import Report
 from lrdoctor.core.state import RunState
 from lrdoctor.diagnose import diagnose
-from lrdoctor.read import layouts as formats
+from lrdoctor.read import layouts
 from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import Layout
 from lrdoctor.rules.common import planned_end_in_schedule_units, progress_ratio
@@ -19,7 +19,7 @@ from lrdoctor.schedules import lr_or_none
 def read_state(path: str | Path, format: str | None = None) -> RunState:
     """Normalize one checkpoint (the latest one when ``path`` is a run directory)."""
     mod, ckpts = _checkpoints(path, format)
-    return formats.read(mod, ckpts[-1])
+    return layouts.read(mod, ckpts[-1])
 
 
 def read_run(path: str | Path, format: str | None = None) -> list[RunState]:
@@ -28,7 +28,7 @@ def read_run(path: str | Path, format: str | None = None) -> list[RunState]:
     states = []
     for c in ckpts:
         try:
-            states.append(formats.read(mod, c))
+            states.append(layouts.read(mod, c))
         except UnusableInput:
             if c == ckpts[-1]:
                 raise
@@ -53,7 +53,7 @@ def inspect_path(path: str | Path, format: str | None = None,
 
     def read_one(c) -> tuple[RunState | None, UnusableInput | None]:
         try:
-            return formats.read(mod, c), None
+            return layouts.read(mod, c), None
         except UnusableInput as exc:
             return None, exc
 
@@ -99,7 +99,7 @@ def add_run(report: Report, states: list[RunState], targets: list[str] | None = 
 def _checkpoints(path: str | Path, format: str | None) -> tuple[Layout, list[Any]]:
     """The reader for ``path`` and its checkpoints, oldest first; none is bad input."""
     path = as_path(path)  # a local Path, or a RemotePath for a URL (s3://, gs://, ...)
-    mod = formats.detect(path, format)
+    mod = layouts.detect(path, format)
     ckpts = mod.find_checkpoints(path)
     if not ckpts:
         from lrdoctor.read.scan.refusal import nothing_found

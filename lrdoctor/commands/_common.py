@@ -74,11 +74,11 @@ VerboseOpt = Annotated[bool, typer.Option(
 
 def _format_help() -> str:
     """--format's help, from the one registry of readers (lrdoctor.read.layouts)."""
-    from lrdoctor.read import layouts as formats
+    from lrdoctor.read import layouts
 
-    aliases = ", ".join(f"{a} = {m}" for a, m in formats.ALIASES.items())
-    return (f"Force a checkpoint format: {formats.forceable()} ({aliases}). "
-            f"{', '.join(formats.by_content())} checkpoints are recognised by content "
+    aliases = ", ".join(f"{a} = {m}" for a, m in layouts.ALIASES.items())
+    return (f"Force a checkpoint format: {layouts.forceable()} ({aliases}). "
+            f"{', '.join(layouts.by_content())} checkpoints are recognised by content "
             "within torchsave.")
 
 

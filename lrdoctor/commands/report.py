@@ -130,7 +130,7 @@ def refuse_checkpoint_out(out: Path, cfg) -> None:
     """The page and its PNGs go in a folder of their own: never into a checkpoint, which
     lrdoctor only reads (a checkpoint folder, or a folder inside a checkpoint it reports on)."""
     from lrdoctor.core.errors import UnusableInput
-    from lrdoctor.read import layouts as formats
+    from lrdoctor.read import layouts
 
     out_r = out.resolve()
     for t in cfg.targets:
@@ -141,7 +141,7 @@ def refuse_checkpoint_out(out: Path, cfg) -> None:
             raise UnusableInput(f"--out lies inside the checkpoint {t.path}; lrdoctor never "
                                 "writes into its input (choose a folder of its own)", str(out))
     if out.is_dir():
-        mod = formats.claimant(out)
+        mod = layouts.claimant(out)
         if mod is not None:
             raise UnusableInput(f"--out is a {mod.NAME} checkpoint folder; lrdoctor never "
                                 "writes into a checkpoint (choose a folder of its own)", str(out))

@@ -67,9 +67,9 @@ def read_state(path: Path, format: str | None = None) -> tuple[str, RunState, li
     """The format name, normalized state and findings of ``path``."""
     from lrdoctor.diagnose import diagnose
     from lrdoctor.inspect_api import read_state as read_one
-    from lrdoctor.read import layouts as formats
+    from lrdoctor.read import layouts
 
-    mod = formats.detect(path, format)
+    mod = layouts.detect(path, format)
     name = mod.__name__.rsplit(".", 1)[-1]
     if path.is_dir():  # a run: the resume shapes show only between its checkpoints
         from lrdoctor.diagnose_run import diagnose_run
