@@ -1,12 +1,16 @@
 """Replay speed: a verl Megatron launch script at 131,072 samples beside verl's own
-Karmarkar-Karp on the same partitions; the fast path on 1,000,000 samples over 10,000
-train steps (goal < 5 s);
+Karmarkar-Karp on the same partitions; Karmarkar-Karp with many micro-batches per
+mini-batch (verl >= 0.9.1 raising the count until every rank fits), per 1M samples,
+beside verl's own ``rearrange_micro_batches`` on the same rows (goal <= 1 s per 1M);
+the fast path on 1,000,000 samples over 10,000 train steps (goal < 5 s);
 the torch engine's micro-batches per second beside the fast engine's on the same run
 (CPU, and CUDA with peak memory); and every shipped example as a user runs it
-(``lrdoctor replay -c examples/X.yaml``: fast path + torch cross-check of a sample,
-goal < 5 s each, the whole command with its imports).
+(``lrdoctor replay -c examples/X``, with its batch log where it has one: ``--fast``,
+the default (fast path, torch not imported; goal <= 3 s) and ``--cross-check``, the
+whole command with its imports).
 
-Run: ``python benchmarks/bench_replay.py [--steps 10000] [--per-step 100] [--no-examples]``.
+Run: ``python benchmarks/bench_replay.py [--steps 10000] [--per-step 100] [--no-examples]
+[--kk-mini-batches 8]``.
 Prints figures; asserts nothing (performance goals live here, not in tests).
 """
 
@@ -86,7 +90,8 @@ def bench_engines(device: str, steps: int = 40, per: int = 256) -> None:
 
 
 def bench_examples() -> None:
-    """Each shipped example as a user runs it: the whole command, imports included."""
+    """Each shipped example as a user runs it: the whole command, imports included.
+    The default must not import torch (``-X importtime`` lists what it imported)."""
     import json
     import subprocess
     import sys
@@ -94,22 +99,100 @@ def bench_examples() -> None:
 
     root = Path(__file__).resolve().parents[1]
     shipped = [*(root / "examples").glob("*.yaml"), *(root / "examples").rglob("*.sh")]
+    logs = {"roll-sokoban-dynamic": "examples/batchlogs/roll-sokoban.csv"}  # others: in the config
     for cfg in sorted(shipped):
-        extra = (["--batch-log", str(root / "examples/batchlogs/roll-sokoban.csv")]
-                 if cfg.stem == "roll-sokoban-dynamic" else [])
-        row = [f"  {cfg.stem:<26}"]
-        for label, flags in (("--fast", ["--fast"]), ("default", ["--device", "cpu"])):
+        extra = ["--batch-log", str(root / logs[cfg.stem])] if cfg.stem in logs else []
+        row = [f"  {cfg.relative_to(root / 'examples')!s:<44}"]
+        for label, flags in (("--fast", ["--fast"]), ("default", ["-X"]),
+                             ("--cross-check", ["--cross-check", "--device", "cpu"])):
+            pre = ["-X", "importtime"] if label == "default" else []
+            flags = [] if label == "default" else flags
             t0 = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "lrdoctor", "replay", "-c", str(cfg),
-                                *extra, *flags, "--json"], capture_output=True, text=True,
-                               cwd=root)
+            p = subprocess.run([sys.executable, *pre, "-m", "lrdoctor", "replay", "-c",
+                                str(cfg), *extra, *flags, "--json"], capture_output=True,
+                               text=True, cwd=root)
             wall = time.perf_counter() - t0
             row.append(f"{label} {wall:5.1f} s")
-            if label == "default":
+            try:
                 c = json.loads(p.stdout)["summary"].get("cross_check") or {}
+            except (ValueError, KeyError):
+                row.append(f"(exit {p.returncode}: {p.stderr.strip().splitlines()[-1:]})")
+                continue
+            if label == "default":
+                torch_in = any(ln.rsplit("|", 1)[-1].strip().split(".")[0] == "torch"
+                               for ln in p.stderr.splitlines() if ln.startswith("import time:"))
+                row.append(f"(torch imported: {torch_in}, cross-check ran: {c.get('ran')})")
+            elif label == "--cross-check":
                 row.append(f"(torch checked {c.get('micro_batches', 0):,} of "
                            f"{c.get('of', 0):,} micro-batches, agree={c.get('agree')})")
         print("  ".join(row))
+
+
+def bench_kk_many(mini_batches: int = 32, verl_mini_batches: int = 2, dp: int = 4,
+                  per_rank: int = 640, cap: int = 8192) -> None:
+    """Karmarkar-Karp with ~140 micro-batches per mini-batch (640 rows a rank, lognormal
+    lengths around 1,500 tokens, cap 8,192): lrdoctor's whole-run planner (verl 0.9.1,
+    the count raised until every rank's partitions fit) beside verl's own
+    ``rearrange_micro_batches`` run per mini-batch with the dp collectives (ranks as
+    threads, as tests/replay/test_replay_peers.py runs it) on the first
+    ``verl_mini_batches`` of the same rows (verl takes seconds per mini-batch); per 1M
+    samples and as a ratio; those plans are compared."""
+    import sys
+    from pathlib import Path
+
+    from lrdoctor.replay.packing.kk_plan import plan_karmarkar_karp_steps
+
+    rng = np.random.default_rng(7)
+    n = dp * per_rank
+    frames = [{"tokens": np.clip(rng.lognormal(np.log(1500), 0.6, n), 16, cap).astype(np.int64),
+               "rank": np.repeat(np.arange(dp), per_rank)} for _ in range(mini_batches)]
+    t0 = time.perf_counter()
+    plans = plan_karmarkar_karp_steps(frames, [dp] * mini_batches, cap,
+                                      mini_per_rank=[per_rank] * mini_batches, flavor="verl")
+    lrd = time.perf_counter() - t0
+    total = n * mini_batches
+    counts = [len(p.micro_batches) for p in plans]
+    print(f"Karmarkar-Karp, many micro-batches ({min(counts)}-{max(counts)} per mini-batch, "
+          f"{per_rank} rows a rank, dp {dp}), {total:,} samples: lrdoctor {lrd:.2f} s = "
+          f"{lrd / total * 1e6:.1f} s per 1M (goal <= 1 s)")
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root))
+    try:
+        from tests.helpers import peers
+
+        verl = peers.verl_balancing()
+    except ImportError:
+        verl = None
+    if verl is None:
+        print("  verl's own rearrange_micro_batches: not installed (pip install --no-deps "
+              "verl==0.9.1)")
+        return
+    import torch
+
+    fake = peers.FakeDist(dp)
+    verl.dist = fake
+
+    def batch(lens):
+        lens = torch.as_tensor(lens)
+        mask = (torch.arange(int(lens.max()))[None, :] < lens[:, None]).long()
+        return {"input_ids": torch.zeros_like(mask), "attention_mask": mask}
+
+    frames = frames[:verl_mini_batches]
+    inputs = [[(batch(f["tokens"][f["rank"] == r]),) for r in range(dp)] for f in frames]
+    same = True
+    t0 = time.perf_counter()
+    for f, args, plan in zip(frames, inputs, plans[:verl_mini_batches], strict=True):
+        got = fake.run(lambda b: verl.rearrange_micro_batches(b, cap, dp_group=object())[1],
+                       args)
+        for r, parts in enumerate(got):
+            rows = np.flatnonzero(f["rank"] == r)
+            want = [rows[np.asarray(p, dtype=np.int64)].tolist() for p in parts]
+            same &= want == [mb.ranks[r].tolist() for mb in plan.micro_batches]
+    own = time.perf_counter() - t0
+    vn = n * len(frames)
+    print(f"  verl's own rearrange_micro_batches, the first {vn:,} of those samples: "
+          f"{own:.2f} s = {own / vn * 1e6:.1f} s per 1M; lrdoctor / verl per sample = "
+          f"{(lrd / total) / (own / vn):.4f}; same micro-batches: {same}")
 
 
 VERL_MEGATRON_SETS = ("data.train_batch_size=1024", "actor_rollout_ref.rollout.n=8",
@@ -180,8 +263,10 @@ def main() -> None:
     ap.add_argument("--per-step", type=int, default=100)
     ap.add_argument("--strategies", default="static,token_budget,karmarkar_karp")
     ap.add_argument("--no-examples", action="store_true")
+    ap.add_argument("--kk-mini-batches", type=int, default=32)
     args = ap.parse_args()
     bench_verl_megatron()
+    bench_kk_many(args.kk_mini_batches)
     for strategy in args.strategies.split(","):
         bench_fast(args.steps, args.per_step, strategy)
     bench_engines("cpu")
@@ -192,7 +277,8 @@ def main() -> None:
     else:
         print("engines on cuda: no CUDA device here")
     if not args.no_examples:
-        print("examples (lrdoctor replay -c examples/X.yaml, wall time of the command):")
+        print("examples (lrdoctor replay -c examples/X, wall time of the command; default "
+              "goal <= 3 s):")
         bench_examples()
 
 
