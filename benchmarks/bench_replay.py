@@ -102,7 +102,7 @@ def bench_examples() -> None:
     logs = {"roll-sokoban-dynamic": "examples/batchlogs/roll-sokoban.csv"}  # others: in the config
     for cfg in sorted(shipped):
         extra = ["--batch-log", str(root / logs[cfg.stem])] if cfg.stem in logs else []
-        row = [f"  {cfg.relative_to(root / 'examples')!s:<44}"]
+        row = [f"  {cfg.relative_to(root / 'examples')!s:<66}"]
         for label, flags in (("--fast", ["--fast"]), ("default", ["-X"]),
                              ("--cross-check", ["--cross-check", "--device", "cpu"])):
             pre = ["-X", "importtime"] if label == "default" else []
