@@ -162,3 +162,32 @@ def test_plan_many_equals_plan_step_with_the_configs_notes():
     assert all("mini_batch_not_divisible_by_dp" in p.notes for p in got)
     for f, plan in zip(frames, got, strict=True):
         _same_plan(plan, packing.plan_step(batching, train, f, 8))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_many_micro_batches_whole_run_equals_the_per_step_plan(seed):
+    """k >= 64 micro-batches per mini-batch: the whole-run planner checks a count rank
+    by rank and stops at the first rank over the cap; the per-step reference
+    partitions every rank for every count. Counts, partitions and notes (raised,
+    cannot fit) must be the same, with the log's rank column (uneven ranks: the
+    smallest bounds the count) and with verl's own dp balancing."""
+    rng = np.random.default_rng(50 + seed)
+    frames, dps, mprs = [], [], []
+    for i in range(4):
+        dp = int(rng.choice([2, 4]))
+        n = dp * int(rng.integers(250, 400))
+        tok = np.clip(rng.lognormal(np.log(900), 0.7, n), 1, 6000).astype(np.int64)
+        if i == 3:
+            tok[0] = 9000  # over the cap: no count fits, the last try keeps every rank
+        fr = {"tokens": tok}
+        if seed == 1:
+            fr["rank"] = rng.integers(0, dp, n)
+        frames.append(fr)
+        dps.append(dp)
+        mprs.append(int(n // dp) if i % 2 else int(n // dp // 2))
+    kw = dict(flavor="verl", balance_dp=seed != 2, keep_minibatch=False)
+    got = plan_karmarkar_karp_steps(frames, dps, 4096, mini_per_rank=mprs, **kw)
+    assert max(len(p.micro_batches) for p in got) >= 64
+    assert any("cannot" in str(p.notes) for p in got) or seed == 1
+    for f, dp, m, plan in zip(frames, dps, mprs, got, strict=True):
+        _same_plan(plan, plan_karmarkar_karp(f, dp, 4096, mini_per_rank=m, **kw))

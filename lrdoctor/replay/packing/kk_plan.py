@@ -379,11 +379,24 @@ def _verl_positions(part, inst_start, i_len, k_inst, val_o, local_o):
 def _verl_fit_all(c_all, mb_id, i_len, inst_start, tok_o, val_o, local_o, equal_size, cap,
                   part, m_step, notes):
     """verl >= 0.9.1 for every mini-batch at once: the shared count rises until every
-    rank's partitions fit the cap (or reach the smallest rank's row count)."""
+    rank's partitions fit the cap (or reach the smallest rank's row count).
+
+    With many micro-batches (k >= ``_SCALAR_FROM_K``, where partitions cost per
+    instance) a try checks the ranks in turn and stops at the first that does not
+    fit: the count fails whatever the other ranks give. A try that fits, or the last
+    one, has every rank partitioned, which is what the plan keeps; so the counts and
+    the partitions are the ones trying every rank would give. Few micro-batches run
+    all ranks in one call (one lockstep call per try costs less than one per rank).
+    """
+    from lrdoctor.replay.packing.kk_lockstep import _SCALAR_FROM_K
+
     n_inst = len(inst_start)
     n_mb = len(c_all)
     min_rows = np.full(n_mb, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(min_rows, mb_id, i_len)
+    first_inst = np.full(n_mb, n_inst, dtype=np.int64)
+    np.minimum.at(first_inst, mb_id, np.arange(n_inst, dtype=np.int64))
+    rank_pos = np.arange(n_inst, dtype=np.int64) - first_inst[mb_id]
     count = c_all.copy()
     fits = np.zeros(n_mb, dtype=bool)
     k_inst = np.zeros(n_inst, dtype=np.int64)
@@ -391,23 +404,31 @@ def _verl_fit_all(c_all, mb_id, i_len, inst_start, tok_o, val_o, local_o, equal_
     while len(active):
         act_mask = np.zeros(n_mb, dtype=bool)
         act_mask[active] = True
-        insts = np.flatnonzero(act_mask[mb_id])
-        k_try = np.minimum(count, min_rows)[mb_id[insts]]
-        lens = i_len[insts]
-        items = _ranges(inst_start[insts], lens)
-        starts = np.concatenate(([0], np.cumsum(lens)))
-        eqs = equal_size & (lens % k_try == 0)
-        p = kk_parts(val_o[items], starts, k_try, eqs)
-        p = _verl_positions(p, starts[:-1], lens, k_try, val_o[items], local_o[items])
-        part[items] = p
-        k_inst[insts] = k_try
-        set_off = _seg_starts(k_try)
-        sub_inst = np.repeat(np.arange(len(insts)), lens)
-        psum = np.bincount(set_off[sub_inst] + p, weights=tok_o[items].astype(np.float64),
-                           minlength=int(k_try.sum()))
-        over_inst = np.maximum.reduceat(psum, set_off) > cap
+        k_mb = np.minimum(count, min_rows)
+        last_try = count >= min_rows  # partitioned on every rank, fit or not
+        all_insts = np.flatnonzero(act_mask[mb_id])
+        rounds = np.where(k_mb[mb_id[all_insts]] >= _SCALAR_FROM_K, rank_pos[all_insts], 0)
         over_mb = np.zeros(n_mb, dtype=bool)
-        over_mb[mb_id[insts[over_inst]]] = True
+        for r in range(int(rounds.max()) + 1 if len(rounds) else 0):
+            insts = all_insts[rounds == r]
+            insts = insts[~over_mb[mb_id[insts]] | last_try[mb_id[insts]]]
+            if not len(insts):
+                continue
+            k_try = k_mb[mb_id[insts]]
+            lens = i_len[insts]
+            items = _ranges(inst_start[insts], lens)
+            starts = np.concatenate(([0], np.cumsum(lens)))
+            eqs = equal_size & (lens % k_try == 0)
+            p = kk_parts(val_o[items], starts, k_try, eqs)
+            p = _verl_positions(p, starts[:-1], lens, k_try, val_o[items], local_o[items])
+            part[items] = p
+            k_inst[insts] = k_try
+            set_off = _seg_starts(k_try)
+            sub_inst = np.repeat(np.arange(len(insts)), lens)
+            psum = np.bincount(set_off[sub_inst] + p, weights=tok_o[items].astype(np.float64),
+                               minlength=int(k_try.sum()))
+            over_inst = np.maximum.reduceat(psum, set_off) > cap
+            over_mb[mb_id[insts[over_inst]]] = True
         f = (count[active] <= min_rows[active]) & ~over_mb[active]
         fits[active] = f
         done = f | (count[active] >= min_rows[active])
