@@ -56,8 +56,8 @@ def plan(path: Path, state: RunState, target: Target):
     root = Path(os.path.commonpath([str(ckpt if ckpt.is_dir() else ckpt.parent)]
                                    + [str(f.parent) for f in used]))
     objs = {f: load_pickle(f) for f in used}
-    rel = {f: str(f.relative_to(root)) for f in used}
-    changes, notes = _plan_files(objs, rel, target, state)
+    rels = {f: str(f.relative_to(root)) for f in used}
+    changes, notes = _plan_files(objs, rels, target, state)
     return FormatPlan(root=root, files=None, changes=changes, notes=notes)
 
 

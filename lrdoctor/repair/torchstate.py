@@ -67,10 +67,11 @@ def scheduler_changes(file: str, obj: Any, key: Key, target: Target,
     return out
 
 
-def group_lrs(opt_sd: dict, target: Target) -> list[float] | None:
+def group_lrs(opt_sd: dict[str, Any], target: Target) -> list[float] | None:
     """Per param-group LR at the target; None when the schedule is unknown."""
     lrs = [group_lr(target.schedule, target.progress, g) for g in opt_sd["param_groups"]]
-    return None if any(lr is None for lr in lrs) else [float(x) for x in lrs]
+    known = [float(x) for x in lrs if x is not None]
+    return known if len(known) == len(lrs) else None
 
 
 def optimizer_changes(file: str, obj: Any, key: Key, lrs: list[float] | None) -> list[Change]:
@@ -126,9 +127,9 @@ def plan_scheduler_file(sfile: Path, ofile: Path | None, target: Target,
     if not is_scheduler(sched):
         raise Refusal("not a torch LRScheduler state dict", str(sfile))
     opt = load_pickle(ofile) if ofile is not None else None
-    has_opt = opt is not None and is_optimizer(opt)
-    lrs = group_lrs(opt, target) if has_opt else None
+    opt_file = ofile if opt is not None and is_optimizer(opt) else None
+    lrs = group_lrs(opt, target) if opt_file is not None and opt is not None else None
     changes = scheduler_changes(sfile.name, sched, (), target, lrs)
-    if has_opt:
-        changes += optimizer_changes(ofile.name, opt, (), lrs)
-    return changes, has_opt, lrs
+    if opt_file is not None:
+        changes += optimizer_changes(opt_file.name, opt, (), lrs)
+    return changes, opt_file is not None, lrs
