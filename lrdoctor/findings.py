@@ -14,15 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lrdoctor.core.findings import (
-    FAIL_ON,
-    Evidence,
-    Finding,
-    FreeEvidence,
-    Rule,
-    Severity,
-    exit_code,
-)
+from lrdoctor.core.findings import Evidence, Finding, FreeEvidence, Rule, Severity
 from lrdoctor.rules import BY_CODE
 
 #: code -> rule, in code order.
@@ -36,8 +28,7 @@ def finding(code: str, message: str, evidence: Evidence | Mapping[str, Any] | No
     ev = evidence if isinstance(evidence, Evidence) else FreeEvidence(dict(evidence or {}))
     return BY_CODE[code].finding(message, ev, fix=fix, severity=severity, location=location)
 
-__all__ = ["FAIL_ON", "RULES", "Evidence", "Finding", "Rule", "Severity", "catalog_markdown",
-           "exit_code", "finding"]
+__all__ = ["RULES", "catalog_markdown", "finding"]
 
 
 def catalog_markdown() -> str:

@@ -41,7 +41,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from lrdoctor.ci.find import find_config
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.findings import FAIL_ON, RULES
+from lrdoctor.core.findings import FAIL_ON
+from lrdoctor.findings import RULES
 from lrdoctor.read.bytes import safetext
 
 if sys.version_info >= (3, 11):

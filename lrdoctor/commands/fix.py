@@ -148,7 +148,7 @@ def _run_fix(stage, *, policy, k, progress, replay, schedule, dry_run, force, fo
     import contextlib
     import io
 
-    from lrdoctor.findings import exit_code
+    from lrdoctor.core.findings import exit_code
     from lrdoctor.render import emit
     from lrdoctor.render.progress import copy_bar
     from lrdoctor.repair.engine import fix_report, plan_fix, write_fix

@@ -69,7 +69,7 @@ def report_cmd(
 ) -> None:
     from lrdoctor.ci import check as ci_check
     from lrdoctor.ci import config as ci_config
-    from lrdoctor.findings import exit_code
+    from lrdoctor.core.findings import exit_code
     from lrdoctor.render.html import write_report_files
 
     allow_unsafe(allow_unsafe_global)

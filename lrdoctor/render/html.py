@@ -20,9 +20,9 @@ from typing import Any
 from lrdoctor import __version__
 from lrdoctor.atomic import refuse_checkpoint, write_text
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.findings import Severity, exit_code
 from lrdoctor.core.numbers import number
 from lrdoctor.core.report import Report
-from lrdoctor.findings import Severity, exit_code
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;

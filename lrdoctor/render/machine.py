@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from xml.etree import ElementTree as ET
 
 from lrdoctor import __version__
-from lrdoctor.findings import FAIL_ON, RULES, Finding, Severity
+from lrdoctor.core.findings import FAIL_ON, Finding, Severity
+from lrdoctor.findings import RULES
 
 if TYPE_CHECKING:
     from lrdoctor.core.report import Report

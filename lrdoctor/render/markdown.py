@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from lrdoctor.findings import exit_code
+from lrdoctor.core.findings import exit_code
 
 if TYPE_CHECKING:
     from lrdoctor.core.report import Report

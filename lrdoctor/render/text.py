@@ -11,8 +11,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from lrdoctor.core.findings import Severity
 from lrdoctor.core.numbers import number
-from lrdoctor.findings import Severity
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
@@ -266,7 +266,7 @@ def _delta(x) -> str:
 def render_check_target(rep, con: Console | None = None, verbose: bool = False) -> None:
     """One checked target: its verdict against its own threshold, findings, ignores
     (``verbose``: an inspected checkpoint's counters too)."""
-    from lrdoctor.findings import exit_code
+    from lrdoctor.core.findings import exit_code
 
     con = con or console()
     failing = exit_code(rep.findings, rep.extra.get("fail_on", "warning"))
@@ -283,7 +283,7 @@ def render_check_target(rep, con: Console | None = None, verbose: bool = False) 
 
 def render_check_summary(reports) -> None:
     """With more than one target (a fleet's runs), a table of them; then the count."""
-    from lrdoctor.findings import exit_code
+    from lrdoctor.core.findings import exit_code
 
     if len(reports) > 1:
         _check_table(reports)
@@ -294,7 +294,7 @@ def render_check_summary(reports) -> None:
 def _check_table(reports) -> None:
     """One row per checked target: verdict, format, progress ratio, finding codes."""
     from lrdoctor.ci.check import progress_ratio
-    from lrdoctor.findings import exit_code
+    from lrdoctor.core.findings import exit_code
 
     t = Table(title="summary", show_header=True, header_style="bold")
     t.add_column("")

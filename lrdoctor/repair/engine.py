@@ -12,8 +12,8 @@ from typing import Any
 from lrdoctor import __version__
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import Storage
+from lrdoctor.core.findings import Finding
 from lrdoctor.core.state import RunState
-from lrdoctor.findings import Finding
 from lrdoctor.repair.policies import Refusal, Target, make_target
 from lrdoctor.repair.writer import Change, Written, sha256, tree_files, write_output
 
@@ -286,7 +286,7 @@ def unresolved(plan: FixPlan, after: list[Finding]) -> list[Finding]:
     """The findings that stop a written copy from counting as verified: one the fix was
     asked to repair (``target.motivated_by``) that is still there, or one at warning or
     above that the input did not have (the policy caused it)."""
-    from lrdoctor.findings import Severity
+    from lrdoctor.core.findings import Severity
 
     asked = set(plan.target.motivated_by) if plan.target else set()
     before = {f.code for f in plan.findings}

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import NotParsed, UnusableInput
+from lrdoctor.core.findings import Finding
 from lrdoctor.core.state import RunState, ScheduleSpec, Unit
 from lrdoctor.diagnose import Recommendation, recommend
-from lrdoctor.findings import Finding
 from lrdoctor.schedules import lr_or_none, with_horizon
 
 POLICIES = ("nominal", "rescale", "extend-horizon")

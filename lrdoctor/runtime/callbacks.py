@@ -45,7 +45,7 @@ class _Core:
 
     @property
     def findings(self) -> list[Any]:
-        """Every finding caught so far (:class:`lrdoctor.findings.Finding`)."""
+        """Every finding caught so far (:class:`lrdoctor.core.findings.Finding`)."""
         return [f for w in self.watches for f in w.findings]
 
     def _open_recorder(self, rank: int | None) -> None:

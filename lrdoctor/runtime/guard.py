@@ -137,7 +137,7 @@ class _Reporter:
 
     @property
     def findings(self) -> list[Any]:
-        """What was caught, as :class:`lrdoctor.findings.Finding` (one per code)."""
+        """What was caught, as :class:`lrdoctor.core.findings.Finding` (one per code)."""
         return list(self._found.values())
 
     def _report(self, code: str, message: str, evidence: LiveEvidence) -> None:

@@ -7,9 +7,9 @@ import math
 import pytest
 
 from lrdoctor.core.facts import Facts, Invariant
+from lrdoctor.core.findings import Severity
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.diagnose import diagnose
-from lrdoctor.findings import Severity
 
 
 def megatron_state(num_steps, consumed, *, decay=2400 * 256, train_iters=2400, gbs=256,

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from lrdoctor.findings import Severity
+from lrdoctor.core.findings import Severity
 from lrdoctor.inspect_api import inspect_path
 from tests.helpers.factories import _quiet_megatron, hf_run, megatron_run
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.findings import Severity
+from lrdoctor.core.findings import Severity
 from lrdoctor.inspect_api import inspect_path
 from tests.helpers.factories import free_port, torch_loop
 

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from lrdoctor.findings import Severity
+from lrdoctor.core.findings import Severity
 from lrdoctor.inspect_api import inspect_path
 from tests.helpers.factories import hf_run, megatron_run, roll_run, torch_loop
 

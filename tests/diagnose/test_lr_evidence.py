@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor.findings import Severity
+from lrdoctor.core.findings import Severity
 from lrdoctor.inspect_api import inspect_path
 from tests.helpers.factories import hf_run
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor.findings import Severity
+from lrdoctor.core.findings import Severity
 from lrdoctor.inspect_api import inspect_path
 from tests.helpers.pkgsrc import load
 

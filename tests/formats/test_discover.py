@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from lrdoctor.core.findings import Severity
 from lrdoctor.diagnose import diagnose
-from lrdoctor.findings import Severity
 from lrdoctor.inspect_api import read_state
 from lrdoctor.read.scan import grouping, listing
 from tests.helpers.factories import _quiet_megatron, _tiny_model, _train_step

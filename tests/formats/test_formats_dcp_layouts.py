@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lrdoctor.core.facts import Storage
-from lrdoctor.findings import Severity
+from lrdoctor.core.findings import Severity
 from lrdoctor.inspect_api import inspect_path, read_state
 
 

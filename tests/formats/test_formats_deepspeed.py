@@ -345,7 +345,7 @@ def test_inspect_healthy_engines_are_silent(saved):
 
 
 def test_inspect_scheduler_stepped_per_micro_batch_is_lrd109(saved):
-    from lrdoctor.findings import Severity
+    from lrdoctor.core.findings import Severity
     from lrdoctor.inspect_api import inspect_path
 
     (r,) = inspect_path(saved / "permicro")

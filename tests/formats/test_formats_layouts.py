@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from lrdoctor.core.findings import Severity
 from lrdoctor.diagnose import diagnose
-from lrdoctor.findings import Severity
 from lrdoctor.inspect_api import read_state
 from tests.helpers.factories import _tiny_model, _train_step
 from tests.helpers.paths import REPO

@@ -270,8 +270,8 @@ def test_torch_dist_019_common_state_healthy():
     """megatron-core 0.19.2 torch_dist: no common.pt; the non-sharded state is the DCP bytes
     item common_state/shard_0_1. Fixture written by megatron-core 0.19.2's own
     dist_checkpointing.save (tests/data/megatron_core_0_19/make_fixtures.py says how)."""
+    from lrdoctor.core.findings import Severity
     from lrdoctor.diagnose import diagnose
-    from lrdoctor.findings import Severity
 
     root = MCORE_019 / "healthy"
     ckpt = root / "iter_0000005"
@@ -379,8 +379,8 @@ def test_torch_dcp_flattened_leaves(tmp_path, per_micro):
                    "num_floating_point_operations_so_far": 0},
                   storage_writer=tdcp.FileSystemWriter(str(ckpt)))
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("6")
+    from lrdoctor.core.findings import Severity
     from lrdoctor.diagnose import diagnose
-    from lrdoctor.findings import Severity
 
     st = megatron.read(tmp_path)
     assert st.files[0] == str(ckpt / ".metadata") and st.facts.storage is Storage.DCP

@@ -17,8 +17,8 @@ import sys
 import pytest
 
 from lrdoctor.core.facts import Storage
+from lrdoctor.core.findings import Severity
 from lrdoctor.diagnose import diagnose
-from lrdoctor.findings import Severity
 from lrdoctor.read.layouts import megatron
 from tests.helpers.factories import megatron_run
 from tests.helpers.paths import TESTS

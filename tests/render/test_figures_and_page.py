@@ -219,7 +219,7 @@ class _Page(HTMLParser):
 
 
 def test_report_page_failing_first_honest_verdict_findings_before_numbers(tmp_path):
-    from lrdoctor.findings import exit_code
+    from lrdoctor.core.findings import exit_code
 
     healthy = inspect_path(str(SAMPLES / "megatron-healthy"))
     roll = inspect_path(str(SAMPLES / "roll-overshoot"))

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from lrdoctor.findings import Severity
+from lrdoctor.core.findings import Severity
 from lrdoctor.repair import Refusal, plan_fix, write_fix
 from tests.helpers.factories import free_port
 from tests.helpers.fix_support import diff, load, tree_hash

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from lrdoctor.core.findings import Severity
 from lrdoctor.diagnose import diagnose
-from lrdoctor.findings import Severity
 from lrdoctor.inspect_api import read_state
 from lrdoctor.repair import Refusal, plan_fix, write_fix
 from tests.formats.test_discover import loose_folder, roll_bare

@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from lrdoctor.findings import Severity
+from lrdoctor.core.findings import Severity
 from lrdoctor.repair import Refusal, plan_fix, write_fix
 from tests.helpers.fix_support import diff, load, tree_hash
 

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lrdoctor.cli import app
-from lrdoctor.findings import Severity
+from lrdoctor.core.findings import Severity
 from lrdoctor.repair import MANIFEST, plan_fix, write_fix
 from tests.helpers.fix_support import (
     GBS,

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from lrdoctor.cli import app
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.findings import Severity
+from lrdoctor.core.findings import Severity
 from lrdoctor.repair import MANIFEST, plan_fix, write_fix
 from tests.helpers.fix_support import diff, load, tree_hash
 

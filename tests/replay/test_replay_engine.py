@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.findings import Severity
+from lrdoctor.core.findings import Severity
 from lrdoctor.replay import engine, torch_exec
 from lrdoctor.replay.config import config_from_dict, load_config, with_key
 from lrdoctor.replay.packing import MicroBatch, StepPlan

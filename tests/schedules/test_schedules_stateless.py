@@ -171,7 +171,7 @@ def _titan_run(root, *, config_steps: int, run_steps: int = 20, done: int = 10):
 
 
 def test_torchtitan_schedule_rebuilt_from_the_job_config(tmp_path):
-    from lrdoctor.findings import Severity
+    from lrdoctor.core.findings import Severity
     from lrdoctor.inspect_api import inspect_path
 
     lr = _titan_run(tmp_path / "ok", config_steps=20)
