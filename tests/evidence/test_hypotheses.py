@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lrdoctor.findings import Severity
+from lrdoctor.core.findings import Severity
 from lrdoctor.inspect_api import inspect_path, read_state
 
 pytestmark = pytest.mark.frameworks
