@@ -22,8 +22,7 @@ from typing import Any
 
 from lrdoctor.core.errors import LimitExceeded, UnusableInput
 
-__all__ = ["LIMITS", "Limit", "get", "over", "check_tree", "check_size", "check_memory",
-           "machine_memory"]
+__all__ = ["LIMITS", "Limit", "get", "over", "check_tree", "check_size", "machine_memory"]
 
 
 @dataclass(frozen=True)
@@ -77,15 +76,6 @@ def machine_memory() -> int | None:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
-
-
-def check_memory(need: int, path: str | None, what: str) -> None:
-    """Refuse work estimated at ``need`` bytes when it is over half this machine's memory:
-    checked before the work starts, so it ends in one line, not in the OOM killer."""
-    have = machine_memory()
-    if have is not None and need > have // 2:
-        raise UnusableInput(f"{what} would need about {need / 2**30:,.1f} GiB, more than half "
-                            f"of this machine's {have / 2**30:,.1f} GiB", path)
 
 
 def get(name: str) -> int:
