@@ -61,7 +61,7 @@ def attach(st: RunState, ckpt: Any, loaded: list[tuple[str, str, Any]]) -> None:
     items: list[EvidenceItem] = []
     if isinstance(path, Path):
         try:
-            items = collect(path, loaded)
+            items = collect(path, loaded, step_known=st.counter("optimizer.step") is not None)
         except (OSError, RecursionError, ValueError, TypeError):  # evidence is best effort
             items = []
         items = [e for e in items if _finite(e.value)]

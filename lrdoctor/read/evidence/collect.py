@@ -80,7 +80,10 @@ def _is_scheduler(d: dict[str, Any]) -> bool:
 
 
 class _Walker:
-    def __init__(self) -> None:
+    def __init__(self, step_known: bool = False) -> None:
+        # The layout already read the optimizer's step (a tensor read from the file):
+        # its counter joins the items from the state instead (attach.from_state).
+        self.step_known = step_known
         self.items: list[EvidenceItem] = []
         self.nodes = 0
 
@@ -149,7 +152,7 @@ class _Walker:
         state = o.get("state")
         if isinstance(state, dict):
             for pid, ps in list(state.items())[:1]:
-                if isinstance(ps, dict) and "step" in ps:
+                if isinstance(ps, dict) and "step" in ps and not self.step_known:
                     value = _scalar(ps["step"])
                     if value is not None:
                         self.add(R.PROGRESS, Q.OPTIMIZER_STEPS, value,
@@ -205,9 +208,10 @@ class _Walker:
                 self.add(R.LR, Q.LR, value, here)
 
 
-def walk(obj: Any, ref: FieldRef, config: bool = False) -> list[EvidenceItem]:
+def walk(obj: Any, ref: FieldRef, config: bool = False,
+         step_known: bool = False) -> list[EvidenceItem]:
     """The evidence items in one loaded object (``ref``: where it lives)."""
-    w = _Walker()
+    w = _Walker(step_known)
     w.walk(obj, ref, config)
     return w.items
 
@@ -296,7 +300,8 @@ def relative(file: str, ckpt: Path) -> str:
             return file
 
 
-def collect(ckpt: Path, loaded: Iterable[tuple[str, str, Any]]) -> list[EvidenceItem]:
+def collect(ckpt: Path, loaded: Iterable[tuple[str, str, Any]],
+            step_known: bool = False) -> list[EvidenceItem]:
     """Every item in the objects loaded for ``ckpt`` (``(file, item, object)``) and in the
     config files beside it, each once (the first reading of a field wins)."""
     items: list[EvidenceItem] = []
@@ -304,7 +309,7 @@ def collect(ckpt: Path, loaded: Iterable[tuple[str, str, Any]]) -> list[Evidence
     for file, item, obj in loaded:
         read.add(file)
         is_cfg = Path(file).suffix.lower() in (".yaml", ".yml", ".toml")
-        items += walk(obj, FieldRef(relative(file, ckpt), (), item), is_cfg)
+        items += walk(obj, FieldRef(relative(file, ckpt), (), item), is_cfg, step_known)
     for f, obj in small_pickles(ckpt, read):  # objects registered for checkpointing
         items += walk(obj, FieldRef(relative(str(f), ckpt)))
     for f in config_files(ckpt, read):
