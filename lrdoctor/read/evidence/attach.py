@@ -61,7 +61,8 @@ def attach(st: RunState, ckpt: Any, loaded: list[tuple[str, str, Any]]) -> None:
     items: list[EvidenceItem] = []
     if isinstance(path, Path):
         try:
-            items = collect(path, loaded, step_known=st.counter("optimizer.step") is not None)
+            step_counter = st.counter("optimizer.step")
+            items = collect(path, loaded, step=step_counter.value if step_counter is not None else None)
         except (OSError, RecursionError, ValueError, TypeError):  # evidence is best effort
             items = []
         items = [e for e in items if _finite(e.value)]

@@ -80,10 +80,10 @@ def _is_scheduler(d: dict[str, Any]) -> bool:
 
 
 class _Walker:
-    def __init__(self, step_known: bool = False) -> None:
-        # The layout already read the optimizer's step (a tensor read from the file):
-        # its counter joins the items from the state instead (attach.from_state).
-        self.step_known = step_known
+    def __init__(self, step: float | None = None) -> None:
+        # The optimizer's step as the layout already read it (a tensor read from the file):
+        # used as the value of that field instead of reading the tensor again.
+        self.step = step
         self.items: list[EvidenceItem] = []
         self.nodes = 0
 
@@ -152,8 +152,10 @@ class _Walker:
         state = o.get("state")
         if isinstance(state, dict):
             for pid, ps in list(state.items())[:1]:
-                if isinstance(ps, dict) and "step" in ps and not self.step_known:
-                    value = _scalar(ps["step"])
+                if isinstance(ps, dict) and "step" in ps:
+                    raw = ps["step"]
+                    value = (self.step if self.step is not None and not isinstance(raw, (int, float))
+                             else _scalar(raw))
                     if value is not None:
                         self.add(R.PROGRESS, Q.OPTIMIZER_STEPS, value,
                                  ref.child("state", pid, "step"))
@@ -209,9 +211,10 @@ class _Walker:
 
 
 def walk(obj: Any, ref: FieldRef, config: bool = False,
-         step_known: bool = False) -> list[EvidenceItem]:
-    """The evidence items in one loaded object (``ref``: where it lives)."""
-    w = _Walker(step_known)
+         step: float | None = None) -> list[EvidenceItem]:
+    """The evidence items in one loaded object (``ref``: where it lives; ``step``: the
+    optimizer's step as the layout read it)."""
+    w = _Walker(step)
     w.walk(obj, ref, config)
     return w.items
 
@@ -301,7 +304,7 @@ def relative(file: str, ckpt: Path) -> str:
 
 
 def collect(ckpt: Path, loaded: Iterable[tuple[str, str, Any]],
-            step_known: bool = False) -> list[EvidenceItem]:
+            step: float | None = None) -> list[EvidenceItem]:
     """Every item in the objects loaded for ``ckpt`` (``(file, item, object)``) and in the
     config files beside it, each once (the first reading of a field wins)."""
     items: list[EvidenceItem] = []
@@ -309,7 +312,7 @@ def collect(ckpt: Path, loaded: Iterable[tuple[str, str, Any]],
     for file, item, obj in loaded:
         read.add(file)
         is_cfg = Path(file).suffix.lower() in (".yaml", ".yml", ".toml")
-        items += walk(obj, FieldRef(relative(file, ckpt), (), item), is_cfg, step_known)
+        items += walk(obj, FieldRef(relative(file, ckpt), (), item), is_cfg, step)
     for f, obj in small_pickles(ckpt, read):  # objects registered for checkpointing
         items += walk(obj, FieldRef(relative(str(f), ckpt)))
     for f in config_files(ckpt, read):
