@@ -11,13 +11,14 @@ comparison is made instead of silently skipped.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lrdoctor.core.evidence import EvidenceItem, first
 from lrdoctor.core.evidence import Quantity as Q
 from lrdoctor.core.evidence import Role as R
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, Unit
+from lrdoctor.read.bytes.storage import RemotePath
 from lrdoctor.read.evidence.collect import collect
 
 _UNIT_QUANTITY = {Unit.SAMPLES: Q.SAMPLES, Unit.UPDATES: Q.ITERATIONS,
@@ -59,10 +60,11 @@ def attach(st: RunState, ckpt: Any, loaded: list[tuple[str, str, Any]]) -> None:
     one was never filled."""
     path = getattr(ckpt, "path", ckpt)
     items: list[EvidenceItem] = []
-    if isinstance(path, Path):
+    if isinstance(path, (Path, RemotePath)):  # a URL's files are read as a folder's are
         try:
             step_counter = st.counter("optimizer.step")
-            items = collect(path, loaded, step=step_counter.value if step_counter is not None else None)
+            # A URL's RemotePath has the part of pathlib the collector uses.
+            items = collect(cast(Path, path), loaded, step=step_counter.value if step_counter is not None else None)
         except (OSError, RecursionError, ValueError, TypeError):  # evidence is best effort
             items = []
         items = [e for e in items if _finite(e.value)]

@@ -25,6 +25,7 @@ from lrdoctor.core.evidence import EvidenceItem
 from lrdoctor.core.evidence import Quantity as Q
 from lrdoctor.core.evidence import Role as R
 from lrdoctor.core.fieldref import FieldRef, Key
+from lrdoctor.read.bytes.storage import RemotePath
 from lrdoctor.read.evidence import vocabulary as V
 
 MAX_NODES = 100_000       # objects visited per loaded file
@@ -292,15 +293,20 @@ def small_pickles(ckpt: Path, exclude: Iterable[str] = ()) -> list[tuple[Path, A
 
 
 def relative(file: str, ckpt: Path) -> str:
-    """A file as a finding names it: relative to the checkpoint's folder when inside."""
+    """A file as a finding names it: relative to the checkpoint's folder when inside (a
+    URL's files alike, so a checkpoint on a store gives the same evidence as on disk)."""
     base = ckpt if ckpt.is_dir() else ckpt.parent
-    try:
-        return str(Path(file).relative_to(base))
-    except ValueError:
+    for folder in (base, base.parent):
+        if isinstance(folder, RemotePath):  # type: ignore[unreachable,unused-ignore]
+            prefix = str(folder).rstrip("/") + "/"
+            if file.startswith(prefix):
+                return file[len(prefix):]
+            continue
         try:
-            return str(Path(file).relative_to(base.parent))
+            return str(Path(file).relative_to(folder))
         except ValueError:
-            return file
+            continue
+    return file
 
 
 def collect(ckpt: Path, loaded: Iterable[tuple[str, str, Any]],
