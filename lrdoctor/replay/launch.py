@@ -198,8 +198,13 @@ def expand(text: str, env: dict[str, str], _depth: int = 0) -> str:
 
 def _command(body: str, env: dict[str, str], depth: int = 0) -> str:
     """``$(...)``: only ``dirname``/``basename`` of a known path are pure string
-    functions worth evaluating (ROLL's scripts name their config folder so);
-    anything else is unresolved."""
+    functions worth evaluating (ROLL's scripts name their config folder so), and
+    ``$((...))`` is shell arithmetic (verl's recipes size token caps so:
+    ``$(((max_prompt_length + max_response_length) * 2))``); anything else is unresolved."""
+    if body.startswith("(") and body.endswith(")"):
+        value = _arithmetic(body[1:-1], env, depth)
+        if value is not None:
+            return str(value)
     words = body.strip().split(None, 1)
     if len(words) == 2 and words[0] in ("dirname", "basename"):
         arg = expand(words[1], env, depth + 1).strip().strip("\"'")
@@ -209,6 +214,59 @@ def _command(body: str, env: dict[str, str], depth: int = 0) -> str:
 
             return posixpath.dirname(p) or "." if words[0] == "dirname" else posixpath.basename(p)
     return _UNRESOLVED.format("$(" + body.replace("@", "") + ")")
+
+
+_ARITH_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+def _arithmetic(expr: str, env: dict[str, str], depth: int) -> int | None:
+    """Shell integer arithmetic over ``+ - * / %`` and parentheses, names read as
+    the shell reads them (``x`` and ``$x`` alike); None when anything else is in it
+    (a command, an unset name, a power, a result out of range), so the key stays
+    unresolved and named rather than guessed."""
+    import ast
+
+    text = expand(expr, env, depth + 1)
+    if UNRESOLVED_RE.search(text):
+        return None
+    text = _NAME_WORD.sub(lambda m: env.get(m.group(0), "?"), text)
+    if "?" in text or "**" in text or len(text) > 200:
+        return None
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        return None
+
+    def ev(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.BinOp):
+            a, b = ev(node.left), ev(node.right)
+            if isinstance(node.op, (ast.Div, ast.Mod)):
+                if b == 0:
+                    raise ValueError("division by zero")
+                q = abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1)  # truncates
+                out = q if isinstance(node.op, ast.Div) else a - q * b
+            else:
+                op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}.get(type(node.op))
+                if op is None:
+                    raise ValueError("operator")
+                out = _ARITH_OPS[op](a, b)
+            if abs(out) > 10**15:
+                raise ValueError("out of range")
+            return out
+        raise ValueError("not arithmetic")
+
+    try:
+        return ev(tree.body)
+    except (ValueError, RecursionError):
+        return None
+
+
+_NAME_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _closing_brace(text: str, start: int) -> int:

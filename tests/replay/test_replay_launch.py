@@ -112,6 +112,41 @@ def test_shell_expansion_forms():
     assert launch.UNRESOLVED_RE.search(launch.expand("$(nproc)", env))
 
 
+def test_shell_arithmetic_as_verl_recipes_size_token_caps():
+    """verl's DAPO recipe: max_response_length=$((1024 * 8)) and
+    ppo_max_token_len=$(((max_prompt_length + max_response_length) * 2))."""
+    env = {"P": "2048", "R": "8192"}
+    assert launch.expand("$((1024 * 8)) $(((P + R) * 2)) $(($P / 3)) $((-7 / 2)) $((-7 % 2))",
+                         env) == "8192 20480 682 -3 -1"  # the shell truncates toward zero
+    for unresolved in ("$((X * 2))", "$((2 ** 3))", "$((1 / 0))", "$(($(nproc) * 2))",
+                       "$((10 ** 100))", "$((99999999 * 99999999 * 99999999))"):
+        assert launch.UNRESOLVED_RE.search(launch.expand(unresolved, env)), unresolved
+
+
+def test_a_dapo_style_script_with_arithmetic_replays(tmp_path):
+    """A launch script shaped like verl's DAPO recipe (not one of the shipped examples):
+    the token cap computed by shell arithmetic is read, not left unresolved."""
+    p = tmp_path / "run_dapo.sh"
+    p.write_text("""#!/usr/bin/env bash
+set -xeuo pipefail
+train_prompt_bsz=${TRAIN_BSZ:-256}
+max_prompt_length=$((1024 * 2))
+max_response_length=$((1024 * 8))
+actor_ppo_max_token_len=$(((max_prompt_length + max_response_length) * 2))
+python3 -m verl.trainer.main_ppo \\
+    data.train_batch_size=${train_prompt_bsz} \\
+    data.max_prompt_length=${max_prompt_length} \\
+    data.max_response_length=${max_response_length} \\
+    actor_rollout_ref.rollout.n=16 \\
+    actor_rollout_ref.actor.use_dynamic_bsz=True \\
+    actor_rollout_ref.actor.ppo_max_token_len_per_gpu=${actor_ppo_max_token_len} \\
+    actor_rollout_ref.actor.ppo_mini_batch_size=32 \\
+    trainer.n_gpus_per_node=8 trainer.nnodes=1 trainer.total_training_steps=100 "$@"
+""")
+    cfg = load_config(p)
+    assert cfg.batching.max_tokens_per_microbatch == 20480  # (2048 + 8192) * 2
+
+
 def test_hydra_overrides_add_and_delete(tmp_path):
     from lrdoctor.replay.translate.compose import apply_overrides
 
