@@ -479,3 +479,34 @@ def test_accelerate_horizon_in_updates_twin_is_silent(tmp_path):
     (r,) = inspect_path(_accelerate_run(tmp_path, "updates"))
     silent(r)
     assert r.state["derived"]["compared"]["agree"] is True
+
+
+@pytest.mark.parametrize("calls_per_update", [2, 1])
+def test_a_horizon_equal_to_the_planned_end_makes_the_update_count_nominal(tmp_path,
+                                                                          calls_per_update):
+    """Generality (a layout no reader was written for): a LinearLR in one file, the loop's
+    own ``progress`` record in another (``updates_done``, ``max_updates``), no nominal
+    counter any reader knows. The horizon 200 equals the planned end 200 updates, so the
+    schedule was sized for one call per update: stepped twice per update it is LRD103 at
+    2x with both files named; stepped once, the twin is silent."""
+    import torch
+
+    m, opt = _model_opt(3e-4)
+    sched = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1.0, end_factor=0.0,
+                                              total_iters=200)
+    for _ in range(40):
+        _train(m, opt)
+        for _ in range(calls_per_update):
+            sched.step()
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    torch.save({"lr_sched": sched.state_dict()}, ck / "sched.pt")
+    torch.save({"progress": {"updates_done": 40, "max_updates": 200}}, ck / "trainer.pt")
+    (report,) = inspect_path(ck)
+    if calls_per_update == 1:
+        silent(report)
+        return
+    f = the(report, "LRD103")
+    assert f.severity is Severity.ERROR
+    assert "= 80 is 2x" in f.message and "updates_done" in f.message
+    assert "max_updates" in f.message

@@ -72,6 +72,7 @@ def attach(st: RunState, ckpt: Any, loaded: list[tuple[str, str, Any]]) -> None:
     items += [e for e in from_state(st) if (e.role, e.quantity, e.value) not in known]
     st.evidence = items
     _unfilled_nominal(st)
+    _nominal_from_plan(st)
 
 
 def _finite(x: float) -> bool:
@@ -102,3 +103,25 @@ def _unfilled_nominal(st: RunState) -> None:
                     f"never filled it; compared with {how} instead")
     st.nominal_progress = Counter(f"{how}", value, nominal.unit,
                                   f"{how} ({nominal.name} is 0: never filled)", ref=opt.ref)
+
+
+def _nominal_from_plan(st: RunState) -> None:
+    """No nominal counter was read, but the schedule's horizon equals the planned end in
+    optimizer updates: the schedule was sized for one call per update, so the optimizer's
+    own step count is where the scheduler should be. Without this, a scheduler at 2x the
+    optimizer's step beside ``max_updates == T_max`` could only be "not judged"."""
+    prog, spec = st.scheduler_progress, st.schedule
+    if (st.nominal_progress is not None or prog is None or spec is None
+            or spec.unit is not Unit.UPDATES or not spec.horizon or spec.horizon <= 0):
+        return
+    plan = next((e for e in st.evidence if e.role is R.PLANNED_END
+                 and e.quantity is Q.ITERATIONS and e.value > 0), None)
+    opt = first(st.evidence, R.PROGRESS, Q.OPTIMIZER_STEPS)
+    if plan is None or opt is None or opt.value <= 0:
+        return
+    if abs(plan.value - spec.horizon) > 0.01 * spec.horizon:
+        return
+    how = (f"optimizer step {opt.value:g} ({opt.where}); the horizon {spec.horizon:g} equals "
+           f"the planned end {plan.value:g} ({plan.where}): one scheduler call per update")
+    st.nominal_progress = Counter(f"optimizer step ({opt.where})", opt.value, Unit.UPDATES,
+                                  how, ref=opt.ref)

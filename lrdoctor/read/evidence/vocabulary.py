@@ -16,7 +16,8 @@ from lrdoctor.core.evidence import Role as R
 #: Counters: how far the run is (outside a config).
 PROGRESS: dict[str, Q] = {
     **dict.fromkeys(("optimizer_step", "optimizer_steps", "num_updates", "updates", "update",
-                     "num_optimizer_steps", "opt_step", "optim_step"), Q.OPTIMIZER_STEPS),
+                     "num_optimizer_steps", "opt_step", "optim_step", "updates_done",
+                     "num_updates_done", "optimizer_steps_done"), Q.OPTIMIZER_STEPS),
     **dict.fromkeys(("global_step", "global_steps", "globalstep", "iteration", "iterations",
                      "iter", "iters", "step", "steps", "current_step", "train_step",
                      "trainer_step", "steps_run", "completed_steps", "curr_step", "cur_step",
