@@ -510,3 +510,37 @@ def test_a_horizon_equal_to_the_planned_end_makes_the_update_count_nominal(tmp_p
     assert f.severity is Severity.ERROR
     assert "= 80 is 2x" in f.message and "updates_done" in f.message
     assert "max_updates" in f.message
+
+
+@pytest.mark.parametrize("calls_per_update", [2, 1])
+def test_the_same_loop_as_a_dcp_folder_is_judged_from_its_bytes_items(tmp_path,
+                                                                      calls_per_update):
+    """Generality (torch.distributed.checkpoint, a layout the evidence model was written
+    without): the loop above saved with ``dcp.save`` under its own keys. The bytes items
+    the DCP reader decoded (``trainer.updates_done``, ``trainer.max_updates``) are evidence
+    too: LRD103 at 2x naming them; the twin stepped once per update is silent."""
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    m, opt = _model_opt(3e-4)
+    sched = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1.0, end_factor=0.0,
+                                              total_iters=200)
+    for _ in range(40):
+        _train(m, opt)
+        for _ in range(calls_per_update):
+            sched.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "torch.distributed is disabled": one process
+        dcp.save({"weights": m.state_dict(),
+                  "trainer": {"lr_sched": sched.state_dict(), "updates_done": 40,
+                              "max_updates": 200}},
+                 checkpoint_id=str(tmp_path / "step_40"))
+    (report,) = inspect_path(tmp_path / "step_40")
+    if calls_per_update == 1:
+        silent(report)
+        return
+    f = the(report, "LRD103")
+    assert f.severity is Severity.ERROR
+    assert "= 80 is 2x" in f.message and "trainer.updates_done" in f.message
