@@ -48,4 +48,6 @@ def print_verdicts(reports, con=None) -> None:
     for r in reports:
         target, verdict, rest = verdict_line(r)
         style = _STYLE.get(verdict.split()[-1], "")
-        con.print(Text.assemble(target, " ", (verdict, style), (" " + rest) if rest else ""))
+        # One line per target whatever the path's length: logs are grepped by it.
+        con.print(Text.assemble(target, " ", (verdict, style), (" " + rest) if rest else ""),
+                  soft_wrap=True)

@@ -185,6 +185,18 @@ def test_out_writes_the_output_document(tmp_path):
     assert p.stdout == "" and json.loads(out.read_text())["command"] == "inspect"
 
 
+def test_a_verdict_is_one_line_whatever_the_path_length(tmp_path):
+    """A fresh clone in a deep folder once wrapped the verdict over two lines at 120
+    columns; logs and `grep LRD` read one line per target."""
+    import shutil
+
+    deep = tmp_path / ("d" * 100) / "torch-microstep"
+    shutil.copytree(TORCH_CKPT, deep)
+    p = lrd("inspect", deep, "-q")
+    assert p.stdout.splitlines() == [
+        f"{deep}/checkpoint_60.pt: LRD103 error 4x the nominal progress (+1 more)"]
+
+
 def test_github_actions_adds_annotations_to_the_text_never_instead(tmp_path):
     env = {"GITHUB_ACTIONS": "true"}
     p = lrd("inspect", TORCH_CKPT, env=env)
