@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import Key
@@ -25,6 +25,24 @@ if TYPE_CHECKING:
     from lrdoctor.read.bytes.dcp import DcpState
 
 CHECKPOINT_N = re.compile(r"^checkpoint-(\d+)$")
+
+# A dict unpickled from a checkpoint: its keys and values are whatever the file held
+# (untrusted), so a reader narrows each value with isinstance before it uses it.
+Loaded = dict[Any, Any]
+# A JSON object a sidecar file held: str keys, untrusted values.
+JsonObject = dict[str, Any]
+
+
+def as_path(path: Any) -> Path:
+    """A local :class:`Path`, or for a URL a :class:`~lrdoctor.read.bytes.storage.RemotePath`.
+
+    Typed as ``Path`` on purpose: ``RemotePath`` implements the part of pathlib the layouts
+    use (``/``, ``name``, ``parent``, ``is_file``, ``is_dir``, ``iterdir``, ``glob``,
+    ``stat``, ``read_text``), so each layout is written once for local and remote inputs.
+    """
+    from lrdoctor.read.bytes.storage import as_path as local_or_remote
+
+    return cast(Path, local_or_remote(path))
 
 
 def load(path: Path) -> Any:
@@ -44,14 +62,14 @@ def load(path: Path) -> Any:
     return obj
 
 
-def load_dict(path: Path, what: str = "a dict") -> dict:
+def load_dict(path: Path, what: str = "a dict") -> Loaded:
     obj = load(path)
     if not isinstance(obj, dict):
         raise UnusableInput(f"expected {what}, found {type(obj).__name__}", str(path))
     return obj
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path) -> JsonObject:
     from lrdoctor.read.bytes import safetext
 
     if not path.is_file():
@@ -63,7 +81,7 @@ def read_json(path: Path) -> dict:
     return obj
 
 
-def as_fields(obj: Any) -> dict | None:
+def as_fields(obj: Any) -> Loaded | None:
     """The attribute dict of a pickled object (argparse.Namespace, a dataclass), or None."""
     from lrdoctor.read.bytes.safeload import Opaque
 
@@ -101,6 +119,16 @@ def plain(value: Any) -> Any:
 MAX_MAGNITUDE = 1e15  # no step, sample count, horizon or LR of a real run comes near
 
 
+@overload
+def num(value: Any, file: Any, key: str, *, count: bool = False,
+        required: Literal[True] = True) -> float: ...
+
+
+@overload
+def num(value: Any, file: Any, key: str, *, count: bool = False,
+        required: bool) -> float | None: ...
+
+
 def num(value: Any, file: Any, key: str, *, count: bool = False,
         required: bool = True) -> float | None:
     """A number read from a checkpoint, sidecar or config, checked where it enters the model.
@@ -112,9 +140,9 @@ def num(value: Any, file: Any, key: str, *, count: bool = False,
     ``None`` itself is "absent": an error only when required.
     """
     problem = _num_problem(value, count)
-    if problem is None:
-        v = number(value)
-        return float(v)  # type: ignore[arg-type]
+    v = number(value) if problem is None else None
+    if v is not None:
+        return float(v)
     if required:
         raise UnusableInput(f"{key}: {problem}", str(file))
     return None
@@ -157,13 +185,13 @@ def side_num(st: Any, value: Any, file: Any, key: str, *, count: bool = False) -
 
 # ---------------------------------------------------------------- optimizers
 
-def torch_optimizer_dicts(obj: Any) -> list[dict]:
+def torch_optimizer_dicts(obj: Any) -> list[Loaded]:
     """Every torch-optimizer-like state dict (has ``param_groups``) nested in ``obj``."""
     return [d for _, d in optimizer_dicts_at(obj)]
 
 
 def optimizer_dicts_at(obj: Any, depth: int = 0, at: tuple[Key, ...] = ()
-                       ) -> list[tuple[tuple[Key, ...], dict]]:
+                       ) -> list[tuple[tuple[Key, ...], Loaded]]:
     """(key path in ``obj``, dict) of every torch-optimizer-like state dict in ``obj``.
 
     Megatron wraps the torch dict as ``{"optimizer": {...}, "grad_scaler": ...}``
@@ -174,7 +202,7 @@ def optimizer_dicts_at(obj: Any, depth: int = 0, at: tuple[Key, ...] = ()
     if isinstance(obj, dict):
         if isinstance(obj.get("param_groups"), list):
             return [(at, obj)]
-        found: list[tuple[tuple[Key, ...], dict]] = []
+        found: list[tuple[tuple[Key, ...], Loaded]] = []
         for key in ("optimizer", "optimizer_state_dict", "base_optimizer_state", "state"):
             if key in obj:
                 found += optimizer_dicts_at(obj[key], depth + 1, (*at, key))
@@ -254,8 +282,9 @@ def optimizer_summary(opt_sd: Any) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- ranks
 
-def compare_ranks(st: Any, others: Iterable[Path], what: str,
-                  differs: Callable[[dict], dict]) -> list[dict]:
+def compare_ranks(st: RunState, others: Iterable[Path], what: str,
+                  differs: Callable[[Loaded], dict[str, tuple[Any, Any]]]
+                  ) -> list[dict[str, Any]]:
     """Load every other rank's file and record which disagree with the one read.
 
     ``differs(other)`` gives ``{key: (ours, theirs)}`` for one rank's dict. Each
@@ -265,7 +294,7 @@ def compare_ranks(st: Any, others: Iterable[Path], what: str,
     from lrdoctor.parallel import threads
 
     others = list(others)
-    disagree = []
+    disagree: list[dict[str, Any]] = []
     # Rank files are independent reads (remote ones wait on the network): read them
     # side by side on a bounded thread pool, then compare in rank order.
     loaded = threads(lambda f: load_dict(f, what), others)
@@ -282,19 +311,35 @@ def compare_ranks(st: Any, others: Iterable[Path], what: str,
 
 # ---------------------------------------------------------------- run dirs
 
-def checkpoint_n_dirs(path: Path, marker: str | Iterable[str]) -> list[Path]:
-    """``checkpoint-N`` subdirectories of ``path`` holding ``marker``, by N ascending."""
-    markers = [marker] if isinstance(marker, str) else list(marker)
-    out = []
+def _first_group(m: re.Match[str]) -> int:
+    return int(m.group(1) or 0)
+
+
+def numbered_children(folder: Path, pattern: re.Pattern[str], keep: Callable[[Path], bool],
+                      number: Callable[[re.Match[str]], int] = _first_group) -> list[Path]:
+    """The children of ``folder`` named like ``pattern`` that ``keep`` accepts, by their number.
+
+    Every layout numbers its saves in names (``checkpoint-N``, ``iter_N``, ``scheduler_N.bin``);
+    ``number`` reads it from the match (default: the first group, 0 when it matched nothing).
+    A folder that cannot be listed has no such children.
+    """
+    found: list[tuple[int, Path]] = []
     try:
-        children = list(path.iterdir())
+        children = list(folder.iterdir())
     except OSError:
         return []
     for child in children:
-        m = CHECKPOINT_N.match(child.name)
-        if m and child.is_dir() and any((child / mk).exists() for mk in markers):
-            out.append((int(m.group(1)), child))
-    return [p for _, p in sorted(out)]
+        m = pattern.match(child.name)
+        if m and keep(child):
+            found.append((number(m), child))
+    return [p for _, p in sorted(found)]
+
+
+def checkpoint_n_dirs(path: Path, marker: str | Iterable[str]) -> list[Path]:
+    """``checkpoint-N`` subdirectories of ``path`` holding ``marker``, by N ascending."""
+    markers = [marker] if isinstance(marker, str) else list(marker)
+    return numbered_children(path, CHECKPOINT_N, lambda child: child.is_dir() and any(
+        (child / mk).exists() for mk in markers))
 
 
 def checkpoint_number(path: Path) -> int | None:
@@ -318,15 +363,11 @@ class StepFolders:
     def dirs(self, path: Path) -> list[Path]:
         for sub in self.bases:
             base = path / sub if sub else path
-            try:
-                kids = list(base.iterdir()) if base.is_dir() else []
-            except OSError:
-                continue
-            found = sorted((int(m.group(1)), c) for c in kids
-                           if (m := self.pattern.match(c.name)) and c.is_dir()
-                           and not c.is_symlink() and self.is_step(c))
+            found = numbered_children(base, self.pattern, lambda c: c.is_dir()
+                                      and not c.is_symlink() and self.is_step(c)) \
+                if base.is_dir() else []
             if found:
-                return [c for _, c in found]
+                return found
         return []
 
     def detect(self, path: Path) -> bool:
