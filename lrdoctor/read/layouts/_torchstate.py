@@ -24,7 +24,26 @@ _HORIZON = {"CosineAnnealingLR": "T_max", "OneCycleLR": "total_steps", "LinearLR
             "ConstantLR": "total_iters", "PolynomialLR": "total_iters"}
 
 
-def torch_scheduler_kind(sd: dict) -> str | None:
+# Keys that identify a plain (non-composite) scheduler class, first match wins: the order
+# matters where one class's keys include another's (OneCycleLR has ``total_steps`` too).
+_KIND_BY_KEYS: tuple[tuple[frozenset[str], str], ...] = tuple(
+    (frozenset(keys.split()), kind) for keys, kind in (
+        ("patience cooldown mode", "ReduceLROnPlateau"),
+        ("_schedule_phases", "OneCycleLR"),
+        ("total_steps _anneal_func_type", "OneCycleLR"),
+        ("max_lrs total_size", "CyclicLR"),
+        ("T_0", "CosineAnnealingWarmRestarts"),
+        ("T_max", "CosineAnnealingLR"),
+        ("start_factor end_factor", "LinearLR"),
+        ("power total_iters", "PolynomialLR"),
+        ("factor total_iters", "ConstantLR"),
+        ("milestones", "MultiStepLR"),
+        ("step_size", "StepLR"),
+        ("gamma last_epoch", "ExponentialLR"),
+    ))
+
+
+def torch_scheduler_kind(sd: _common.Loaded) -> str | None:
     """The torch class a scheduler state_dict came from (state_dicts carry no class name).
 
     "LambdaLR" stands for LambdaLR and MultiplicativeLR alike: both save only
@@ -35,29 +54,7 @@ def torch_scheduler_kind(sd: dict) -> str | None:
         return "SequentialLR" if "_milestones" in keys else "ChainedScheduler"
     if "lr_lambdas" in keys:
         return "LambdaLR"
-    if {"patience", "cooldown", "mode"} <= keys:
-        return "ReduceLROnPlateau"
-    if "_schedule_phases" in keys or ("total_steps" in keys and "_anneal_func_type" in keys):
-        return "OneCycleLR"
-    if "max_lrs" in keys and "total_size" in keys:
-        return "CyclicLR"
-    if "T_0" in keys:
-        return "CosineAnnealingWarmRestarts"
-    if "T_max" in keys:
-        return "CosineAnnealingLR"
-    if "start_factor" in keys and "end_factor" in keys:
-        return "LinearLR"
-    if "power" in keys and "total_iters" in keys:
-        return "PolynomialLR"
-    if "factor" in keys and "total_iters" in keys:
-        return "ConstantLR"
-    if "milestones" in keys:
-        return "MultiStepLR"
-    if "step_size" in keys:
-        return "StepLR"
-    if "gamma" in keys and "last_epoch" in keys:
-        return "ExponentialLR"
-    return None
+    return next((kind for needed, kind in _KIND_BY_KEYS if needed <= keys), None)
 
 
 def _first(values: Any) -> float | None:
@@ -66,7 +63,7 @@ def _first(values: Any) -> float | None:
     return _common.number(values)
 
 
-def _params(sd: dict) -> dict[str, Any]:
+def _params(sd: _common.Loaded) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in sd.items():
         if k in _VOLATILE:
@@ -78,7 +75,8 @@ def _params(sd: dict) -> dict[str, Any]:
     return out
 
 
-def _spec_fields(kind: str, sd: dict, opt: dict | None) -> dict[str, Any] | None:
+def _spec_fields(kind: str, sd: _common.Loaded, opt: dict[str, Any] | None
+                 ) -> dict[str, Any] | None:
     """max_lr/min_lr/init_lr/warmup/horizon for one (non-composite) scheduler, None if unknowable."""
     base = _first(sd.get("base_lrs"))
     groups = opt or {}
@@ -118,7 +116,7 @@ def _spec_fields(kind: str, sd: dict, opt: dict | None) -> dict[str, Any] | None
     return f
 
 
-def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None,
+def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict[str, Any] | None = None,
                     ref: FieldRef | None = None,
                     ) -> tuple[ScheduleSpec | None, Counter | None, list[str]]:
     """(schedule, scheduler progress, notes) from a torch ``LRScheduler.state_dict()``.
@@ -134,7 +132,8 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None
     kind = torch_scheduler_kind(sd)
     last_epoch = _common.number(sd.get("last_epoch"))
     at: tuple[Key, ...] = ("last_epoch",)
-    children = sd.get("_schedulers") if isinstance(sd.get("_schedulers"), list) else []
+    saved_children = sd.get("_schedulers")
+    children: list[Any] = saved_children if isinstance(saved_children, list) else []
     if last_epoch is None and children and isinstance(children[0], dict):
         last_epoch = _common.number(children[0].get("last_epoch"))  # ChainedScheduler
         at = ("_schedulers", 0, "last_epoch")
@@ -142,7 +141,7 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None
                         ref.child(*at) if ref else None)
                 if last_epoch is not None else None)
     t_cur = _common.number(sd.get("T_cur"))
-    if kind == "CosineAnnealingWarmRestarts" and progress is not None and t_cur is not None \
+    if kind == "CosineAnnealingWarmRestarts" and last_epoch is not None and t_cur is not None \
             and not float(t_cur).is_integer():
         # Stepped with fractional epochs, as torch's docs show (``step(epoch + i / iters)``):
         # last_epoch is the floored epoch and T_cur holds the fraction. Its progress is
@@ -164,7 +163,7 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None
         return None, progress, notes
     from lrdoctor.schedules.torch_builtin import HORIZON_FIELD, KINDS
 
-    kinds = [kind] + [torch_scheduler_kind(c) if isinstance(c, dict) else None for c in children]
+    kinds = [kind, *(torch_scheduler_kind(c) if isinstance(c, dict) else None for c in children)]
     unmodelled = [k or "?" for k in kinds if k not in KINDS]
     if unmodelled:
         notes.append(f"{source}: {kind} " + (f"(wrapping {', '.join(unmodelled)}) " if
@@ -174,10 +173,11 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None
 
     if children:
         fields = [(torch_scheduler_kind(c), c) for c in children if isinstance(c, dict)]
-        specs = [_spec_fields(k, c, opt) if k and k not in ("LambdaLR", "ReduceLROnPlateau")
-                 else None for k, c in fields]
-        if any(s is None for s in specs) or not specs:
-            bad = [k or "?" for (k, _), s in zip(fields, specs, strict=True) if s is None]
+        rebuilt = [_spec_fields(k, c, opt) if k and k not in ("LambdaLR", "ReduceLROnPlateau")
+                   else None for k, c in fields]
+        specs = [s for s in rebuilt if s is not None]
+        if len(specs) < len(rebuilt) or not specs:
+            bad = [k or "?" for (k, _), s in zip(fields, rebuilt, strict=True) if s is None]
             notes.append(f"{source}: {kind} wraps {', '.join(bad)}, which cannot be rebuilt")
             return None, progress, notes
         horizon = None
@@ -192,17 +192,18 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None
         f = {"max_lr": max(s["max_lr"] for s in specs), "min_lr": specs[-1]["min_lr"],
              "init_lr": specs[0]["init_lr"], "warmup": 0.0, "horizon": horizon}
     else:
-        f = _spec_fields(kind, sd, opt)
-        if f is None:
+        alone = _spec_fields(kind, sd, opt)
+        if alone is None:
             notes.append(f"{source}: {kind} without its peak LR (optimizer state missing)")
             return None, progress, notes
+        f = alone
     spec = ScheduleSpec(family="torch", kind=kind, unit=progress.unit if progress else unit,
                         params=_params(sd), source=source,
                         max_lr=float(f["max_lr"]), min_lr=float(f["min_lr"]),
                         init_lr=float(f["init_lr"]), warmup=float(f["warmup"]),
                         horizon=f["horizon"])
     field = HORIZON_FIELD.get(kind)
-    if ref is not None and field in sd:
+    if ref is not None and field is not None and field in sd:
         spec.refs["horizon"] = ref.child(field)
     return spec, progress, notes
 
@@ -210,7 +211,8 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict | None = None
 def optimizer_info(opt_sd: Any) -> dict[str, Any]:
     """:func:`_common.optimizer_summary` plus the OneCycleLR per-group peaks."""
     info = _common.optimizer_summary(opt_sd)
-    max_lrs, min_lrs = [], []
+    max_lrs: list[float | None] = []
+    min_lrs: list[float | None] = []
     for d in _common.torch_optimizer_dicts(opt_sd):
         for g in d.get("param_groups") or []:
             if isinstance(g, dict) and "max_lr" in g:
