@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum, IntEnum
+from pathlib import Path
 from typing import Any
 
 
@@ -124,6 +127,37 @@ class Rule:
     fix: str
     evidence: tuple[type[Evidence], ...] = ()
 
+    @classmethod
+    def from_doc(cls, doc: str, severity: Severity, *,
+                 evidence: tuple[type[Evidence], ...] = ()) -> Rule:
+        """The rule a rule file's docstring declares (see :func:`rule_doc`).
+
+        The words a reader sees (title, explanation, example, fix) are written once, as
+        prose where the code is, like ruff's rule files; the severity is typed code."""
+        code, name, text = rule_doc(doc)
+        return cls(code=code, name=name, severity=severity, evidence=evidence, **text)
+
+    @classmethod
+    def from_module(cls, module: str, severity: Severity, *,
+                    evidence: tuple[type[Evidence], ...] = ()) -> Rule:
+        """:meth:`from_doc` of ``module``'s docstring: ``RULE = Rule.from_module(__name__,
+        Severity.ERROR)`` in a rule file. Under ``python -OO`` (docstrings stripped) the
+        docstring is read back from the module's source, so the catalog never goes blank."""
+        mod = sys.modules[module]
+        doc = mod.__doc__
+        if doc is None:
+            import ast
+
+            origin = mod.__spec__.origin if mod.__spec__ is not None else None
+            src = Path(origin).read_text(encoding="utf-8") if origin else ""
+            doc = ast.get_docstring(ast.parse(src), clean=False)
+        if doc is None:
+            raise ValueError(f"{module}: a rule file starts with the rule's docstring")
+        try:
+            return cls.from_doc(doc, severity, evidence=evidence)
+        except ValueError as e:
+            raise ValueError(f"{module}: {e}") from None
+
     def finding(self, message: str, evidence: Evidence, *, fix: str | None = None,
                 severity: Severity | None = None, location: str | None = None) -> Finding:
         """A finding of this rule; ``fix``/``severity`` override the rule's defaults."""
@@ -131,6 +165,59 @@ class Rule:
                        severity=severity if severity is not None else self.severity,
                        title=self.title, message=message, evidence=evidence,
                        fix=fix if fix is not None else self.fix, location=location)
+
+
+#: A rule docstring's sections, in order, and the :class:`Rule` field each fills.
+RULE_SECTIONS: Mapping[str, str] = {"Explanation": "explanation", "Example": "example",
+                                    "Fix": "fix"}
+_HEADER = re.compile(r"(LRD\d{3}) `([a-z0-9]+(?:-[a-z0-9]+)*)`: (\S.*)")
+
+
+def rule_doc(doc: str) -> tuple[str, str, dict[str, str]]:
+    """``(code, name, {title, explanation, example, fix})`` from a rule docstring::
+
+        LRD102 `min-lr-tail`: A min-LR tail is configured
+
+        Notes for whoever reads the code (why the check is written as it is); not shown.
+
+        ## Explanation
+        What the finding means, wrapped as prose.
+
+        ## Example
+        ...
+
+        ## Fix
+        ...
+
+    The first paragraph is the header; each section is one paragraph of the catalog,
+    its lines joined by single spaces. A section missing, unknown, repeated, out of
+    order or empty is a ValueError (at import: a rule never ships half-documented)."""
+    paragraphs = doc.strip().split("\n\n", 1)
+    header = " ".join(paragraphs[0].split())
+    m = _HEADER.fullmatch(header)
+    if m is None:
+        raise ValueError(f"the docstring's first paragraph is not 'LRDnnn `name`: Title': "
+                         f"{header!r}")
+    code, name, title = m.groups()
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in (paragraphs[1] if len(paragraphs) > 1 else "").splitlines():
+        if line.startswith("## "):
+            heading = line[3:].strip()
+            if heading not in RULE_SECTIONS or heading in sections:
+                raise ValueError(f"{code}: section {heading!r} unknown or repeated "
+                                 f"(sections: {', '.join(RULE_SECTIONS)})")
+            current = sections[heading] = []
+        elif current is not None:
+            current.append(line.strip())
+    if list(sections) != list(RULE_SECTIONS) or not all(map(any, sections.values())):
+        raise ValueError(f"{code}: the docstring needs the sections "
+                         f"{', '.join('## ' + s for s in RULE_SECTIONS)}, in that order, "
+                         f"none empty (found {', '.join(sections) or 'none'})")
+    text = {"title": title}
+    for heading, lines in sections.items():
+        text[RULE_SECTIONS[heading]] = " ".join(w for w in lines if w)
+    return code, name, text
 
 
 @dataclass
@@ -189,6 +276,5 @@ def jsonable(obj: Any) -> Any:
 
 
 
-__all__ = ["OMIT_NONE", "FAIL_ON", "Evidence", "Finding", "FreeEvidence", "Record", "Rule",
-           "Severity",
-           "exit_code", "jsonable", "optional"]
+__all__ = ["OMIT_NONE", "FAIL_ON", "RULE_SECTIONS", "Evidence", "Finding", "FreeEvidence",
+           "Record", "Rule", "Severity", "exit_code", "jsonable", "optional", "rule_doc"]

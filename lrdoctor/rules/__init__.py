@@ -1,8 +1,9 @@
 """The finding rules, one file per code, and their registry.
 
 Each ``lrdoctor/rules/lrdNNN_<name>.py`` holds the :class:`~lrdoctor.core.findings.Rule`
-(code, title, severity, explanation, example, fix: the catalog page is made from it),
-its evidence dataclass and, where lrdoctor checks it in one place, its ``check``.
+(its docstring: code, name, title and the sections Explanation, Example, Fix that make
+the catalog page, read by :meth:`~lrdoctor.core.findings.Rule.from_module`), its evidence
+dataclass and, where lrdoctor checks it in one place, its ``check``.
 Adding a finding is one new file and one line in the tuple of its kind below; a
 module that does not fit its kind's protocol is a mypy error, not a silent skip.
 

@@ -1,6 +1,14 @@
-"""LRD102 `min-lr-tail`: a min-LR tail is configured.
+"""LRD102 `min-lr-tail`: A min-LR tail is configured
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+The decay horizon ends before the planned end of training on purpose (Megatron
+`lr_decay_iters` < `train_iters`): the remaining steps run at `min_lr`.
+
+## Example
+`lr_decay_iters` 800, `train_iters` 1000: the last 20% runs at `min_lr`.
+
+## Fix
+Nothing to do if this is intended.
 """
 
 from __future__ import annotations
@@ -13,16 +21,7 @@ from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
 from lrdoctor.core.state import RunState
 from lrdoctor.rules.common import fmt, horizon
 
-RULE = Rule(
-    code="LRD102",
-    name="min-lr-tail",
-    severity=Severity.INFO,
-    title="A min-LR tail is configured",
-    explanation=("The decay horizon ends before the planned end of training on purpose (Megatron"
-                 " `lr_decay_iters` < `train_iters`): the remaining steps run at `min_lr`."),
-    example="`lr_decay_iters` 800, `train_iters` 1000: the last 20% runs at `min_lr`.",
-    fix="Nothing to do if this is intended.",
-)
+RULE = Rule.from_module(__name__, Severity.INFO)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,19 @@
-"""LRD103 `scheduler-k-times-fast`: scheduler progress is k times what the trainer's counters imply.
+"""LRD103 `scheduler-k-times-fast`: Scheduler progress is k times what the trainer's counters imply
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+The scheduler advanced k times as far as the trainer's own counters (optimizer updates,
+global_step, nominal budget) say it should: it is stepped on every micro-batch of a
+gradient-accumulation window, wrapped by accelerate's `AcceleratedScheduler` (which steps
+`num_processes` times per call), or stepped per dynamic micro-batch window while its budget
+came from nominal batches. With a planned end saved, the finding also gives the step at
+which, at this rate, the LR will reach its floor (ROLL issue 407: pipeline step 123 of 200).
+
+## Example
+`scheduler.last_epoch` 400 while AdamW `step` is 100 and `global_step` 100: k = 4.
+
+## Fix
+Step the scheduler only when the optimizer steps (inside the accumulation branch), or divide
+the budget by k; repair the checkpoint with `lrdoctor fix --policy rescale`.
 """
 
 from __future__ import annotations
@@ -18,23 +31,7 @@ from lrdoctor.rules.common import (
     progress_evidence,
 )
 
-RULE = Rule(
-    code="LRD103",
-    name="scheduler-k-times-fast",
-    severity=Severity.ERROR,
-    title="Scheduler progress is k times what the trainer's counters imply",
-    explanation=("The scheduler advanced k times as far as the trainer's own counters (optimizer"
-                 " updates, global_step, nominal budget) say it should: it is stepped on every "
-                 "micro-batch of a gradient-accumulation window, wrapped by accelerate's "
-                 "`AcceleratedScheduler` (which steps `num_processes` times per call), or "
-                 "stepped per dynamic micro-batch window while its budget came from nominal "
-                 "batches. With a planned end saved, the finding also gives the step at which, "
-                 "at this rate, the LR will reach its floor (ROLL issue 407: pipeline step 123 "
-                 "of 200)."),
-    example="`scheduler.last_epoch` 400 while AdamW `step` is 100 and `global_step` 100: k = 4.",
-    fix=("Step the scheduler only when the optimizer steps (inside the accumulation branch), or "
-         "divide the budget by k; repair the checkpoint with `lrdoctor fix --policy rescale`."),
-)
+RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 @dataclass(frozen=True)

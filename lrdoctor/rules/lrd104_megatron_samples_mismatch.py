@@ -1,6 +1,15 @@
-"""LRD104 `megatron-samples-mismatch`: megatron scheduler `num_steps` differs from consumed minus skipped samples.
+"""LRD104 `megatron-samples-mismatch`: Megatron scheduler `num_steps` differs from consumed minus skipped samples
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+Megatron increments `num_steps` by the global batch size per iteration, so it must equal
+`consumed_train_samples - skipped_train_samples`.
+
+## Example
+`num_steps` 96000 but `consumed_train_samples` 48000, `skipped` 0.
+
+## Fix
+Resume with `--override-opt_param-scheduler` after fixing the counter, or run `lrdoctor fix
+--policy nominal`.
 """
 
 from __future__ import annotations
@@ -13,17 +22,7 @@ from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.core.state import RunState
 from lrdoctor.rules.common import ProgressEvidence, law_broken
 
-RULE = Rule(
-    code="LRD104",
-    name="megatron-samples-mismatch",
-    severity=Severity.ERROR,
-    title="Megatron scheduler `num_steps` differs from consumed minus skipped samples",
-    explanation=("Megatron increments `num_steps` by the global batch size per iteration, so it "
-                 "must equal `consumed_train_samples - skipped_train_samples`."),
-    example="`num_steps` 96000 but `consumed_train_samples` 48000, `skipped` 0.",
-    fix=("Resume with `--override-opt_param-scheduler` after fixing the counter, or run "
-         "`lrdoctor fix --policy nominal`."),
-)
+RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,14 @@
-"""LRD106 `impossible-config`: the schedule's configuration is impossible.
+"""LRD106 `impossible-config`: The schedule's configuration is impossible
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+Warmup at or past the decay horizon, `min_lr` above `max_lr`, a non-positive horizon or
+negative LRs: the schedule cannot do what was meant.
+
+## Example
+`lr_warmup_steps` 3000 >= `lr_decay_steps` 2400.
+
+## Fix
+Correct the configuration.
 """
 
 from __future__ import annotations
@@ -11,16 +19,7 @@ from dataclasses import dataclass
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 from lrdoctor.core.state import RunState
 
-RULE = Rule(
-    code="LRD106",
-    name="impossible-config",
-    severity=Severity.ERROR,
-    title="The schedule's configuration is impossible",
-    explanation=("Warmup at or past the decay horizon, `min_lr` above `max_lr`, a non-positive "
-                 "horizon or negative LRs: the schedule cannot do what was meant."),
-    example="`lr_warmup_steps` 3000 >= `lr_decay_steps` 2400.",
-    fix="Correct the configuration.",
-)
+RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 @dataclass(frozen=True)

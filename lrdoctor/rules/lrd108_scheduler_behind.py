@@ -1,6 +1,17 @@
-"""LRD108 `scheduler-behind`: scheduler progress is behind the optimizer's update count.
+"""LRD108 `scheduler-behind`: Scheduler progress is behind the optimizer's update count
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+The scheduler advanced fewer times than the optimizer updated: steps skipped on overflow or
+stepped once per rollout/epoch. By design in verl and NeMo-RL (once per rollout step); a bug
+elsewhere. An error when, at the scheduler's rate so far, its decay cannot finish by the
+planned end (the finding gives the step where it would, and the share of the decay left at
+the planned end).
+
+## Example
+DeepSpeed: `last_batch_iteration`+1 = 90, `global_steps` 100, `skipped_steps` 0.
+
+## Fix
+Step the scheduler on every successful optimizer update.
 """
 
 from __future__ import annotations
@@ -15,19 +26,7 @@ from lrdoctor.rules.common import ProgressEvidence, fmt, off_nominal, progress_e
 # torch schedulers commonly stepped once per epoch, where "behind" is by design.
 EPOCH_STYLE = frozenset({"StepLR", "MultiStepLR", "ExponentialLR", "ReduceLROnPlateau"})
 
-RULE = Rule(
-    code="LRD108",
-    name="scheduler-behind",
-    severity=Severity.WARNING,
-    title="Scheduler progress is behind the optimizer's update count",
-    explanation=("The scheduler advanced fewer times than the optimizer updated: steps skipped "
-                 "on overflow or stepped once per rollout/epoch. By design in verl and NeMo-RL "
-                 "(once per rollout step); a bug elsewhere. An error when, at the scheduler's rate "
-                 "so far, its decay cannot finish by the planned end (the finding gives the step "
-                 "where it would, and the share of the decay left at the planned end)."),
-    example="DeepSpeed: `last_batch_iteration`+1 = 90, `global_steps` 100, `skipped_steps` 0.",
-    fix="Step the scheduler on every successful optimizer update.",
-)
+RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,14 @@
-"""LRD109 `deepspeed-skip-mismatch`: deepSpeed scheduler and step counters disagree.
+"""LRD109 `deepspeed-skip-mismatch`: DeepSpeed scheduler and step counters disagree
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+DeepSpeed's invariant `last_batch_iteration + 1 == global_steps - skipped_steps` does not
+hold.
+
+## Example
+`last_batch_iteration` 119, `global_steps` 100, `skipped_steps` 0.
+
+## Fix
+Repair the scheduler state with `lrdoctor fix --policy nominal`.
 """
 
 from __future__ import annotations
@@ -13,16 +21,7 @@ from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.core.state import RunState
 from lrdoctor.rules.common import ProgressEvidence, law_broken
 
-RULE = Rule(
-    code="LRD109",
-    name="deepspeed-skip-mismatch",
-    severity=Severity.ERROR,
-    title="DeepSpeed scheduler and step counters disagree",
-    explanation=("DeepSpeed's invariant `last_batch_iteration + 1 == global_steps - "
-                 "skipped_steps` does not hold."),
-    example="`last_batch_iteration` 119, `global_steps` 100, `skipped_steps` 0.",
-    fix="Repair the scheduler state with `lrdoctor fix --policy nominal`.",
-)
+RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 @dataclass(frozen=True)

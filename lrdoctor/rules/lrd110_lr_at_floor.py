@@ -1,6 +1,13 @@
-"""LRD110 `lr-at-floor`: the learning rate is at its floor.
+"""LRD110 `lr-at-floor`: The learning rate is at its floor
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+The scheduler is at or past its horizon at the end of planned training.
+
+## Example
+Healthy run that finished its schedule.
+
+## Fix
+Nothing to do.
 """
 
 from __future__ import annotations
@@ -12,15 +19,7 @@ from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.core.state import RunState
 from lrdoctor.rules.common import PastHorizon, fmt, horizon, past_horizon
 
-RULE = Rule(
-    code="LRD110",
-    name="lr-at-floor",
-    severity=Severity.INFO,
-    title="The learning rate is at its floor",
-    explanation="The scheduler is at or past its horizon at the end of planned training.",
-    example="Healthy run that finished its schedule.",
-    fix="Nothing to do.",
-)
+RULE = Rule.from_module(__name__, Severity.INFO)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,19 @@
-"""LRD114 `schedule-changed-between-checkpoints`: the horizon, planned end or a schedule parameter changed between checkpoints.
+"""LRD114 `schedule-changed-between-checkpoints`: The horizon, planned end or a schedule parameter changed between checkpoints
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+Two checkpoints of one run disagree on the schedule: the horizon or planned end was
+recomputed on resume with another batch size, accumulation or epoch count (transformers PR
+43718 and `auto_find_batch_size`, NeMo PRs 7518/8744), so the LR jumps at the resume and the
+decay ends somewhere else than planned.
+
+## Example
+checkpoint-4 -> checkpoint-8: decay horizon 12 -> 48, planned end (max_steps) 12 -> 48; at
+step 4 the LR jumps from 7.5e-4 to 9.9e-4.
+
+## Fix
+Resume with the batch size, accumulation and epoch count the run started with, or fix the
+horizon in updates (`max_steps`) so it does not depend on them; `lrdoctor fix --policy
+extend-horizon` rewrites a checkpoint's horizon.
 """
 
 from __future__ import annotations
@@ -10,21 +23,7 @@ from typing import Any
 
 from lrdoctor.core.findings import Evidence, Rule, Severity, optional
 
-RULE = Rule(
-    code="LRD114",
-    name="schedule-changed-between-checkpoints",
-    severity=Severity.ERROR,
-    title="The horizon, planned end or a schedule parameter changed between checkpoints",
-    explanation=("Two checkpoints of one run disagree on the schedule: the horizon or planned "
-                 "end was recomputed on resume with another batch size, accumulation or epoch "
-                 "count (transformers PR 43718 and `auto_find_batch_size`, NeMo PRs 7518/8744), "
-                 "so the LR jumps at the resume and the decay ends somewhere else than planned."),
-    example=("checkpoint-4 -> checkpoint-8: decay horizon 12 -> 48, planned end (max_steps) 12 "
-             "-> 48; at step 4 the LR jumps from 7.5e-4 to 9.9e-4."),
-    fix=("Resume with the batch size, accumulation and epoch count the run started with, or fix "
-         "the horizon in updates (`max_steps`) so it does not depend on them; `lrdoctor fix "
-         "--policy extend-horizon` rewrites a checkpoint's horizon."),
-)
+RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,18 @@
-"""LRD115 `scheduler-state-missing`: a checkpoint saves no scheduler state while its optimizer LR shows a schedule.
+"""LRD115 `scheduler-state-missing`: A checkpoint saves no scheduler state while its optimizer LR shows a schedule
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+The optimizer's param-group `lr` is not the peak LR, so a scheduler was moving it, but the
+checkpoint holds no scheduler state: a resume from it builds a fresh scheduler that starts
+from step 0 (warmup again, the peak LR again). DeepSpeed issues 3875/5788 (a client
+scheduler not passed to `deepspeed.initialize`), Lightning 11188, transformers 27710.
+
+## Example
+global_step2: optimizer lr 6.9e-4 is 0.69x the initial_lr 1e-3, no lr_scheduler state saved.
+
+## Fix
+Save the scheduler with the checkpoint (pass it to `deepspeed.initialize`, return it from
+`configure_optimizers`, keep `scheduler.pt`), or rebuild it on resume with `last_epoch` set
+to the restored step.
 """
 
 from __future__ import annotations
@@ -10,22 +22,7 @@ from typing import Any
 
 from lrdoctor.core.findings import Evidence, Rule, Severity, optional
 
-RULE = Rule(
-    code="LRD115",
-    name="scheduler-state-missing",
-    severity=Severity.WARNING,
-    title="A checkpoint saves no scheduler state while its optimizer LR shows a schedule",
-    explanation=("The optimizer's param-group `lr` is not the peak LR, so a scheduler was moving"
-                 " it, but the checkpoint holds no scheduler state: a resume from it builds a "
-                 "fresh scheduler that starts from step 0 (warmup again, the peak LR again). "
-                 "DeepSpeed issues 3875/5788 (a client scheduler not passed to "
-                 "`deepspeed.initialize`), Lightning 11188, transformers 27710."),
-    example=("global_step2: optimizer lr 6.9e-4 is 0.69x the initial_lr 1e-3, no lr_scheduler "
-             "state saved."),
-    fix=("Save the scheduler with the checkpoint (pass it to `deepspeed.initialize`, return it "
-         "from `configure_optimizers`, keep `scheduler.pt`), or rebuild it on resume with "
-         "`last_epoch` set to the restored step."),
-)
+RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
 @dataclass(frozen=True)

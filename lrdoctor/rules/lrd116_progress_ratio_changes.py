@@ -1,6 +1,17 @@
-"""LRD116 `progress-ratio-changes`: scheduler progress per update changes over the run.
+"""LRD116 `progress-ratio-changes`: Scheduler progress per update changes over the run
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+Between some checkpoints the scheduler advances at a different rate per update than before:
+its step count depends on something that changed during the run (dynamic batch composition,
+the accumulation or world size after a resume, a stepping rule that changed).
+
+## Example
+checkpoint-10 -> checkpoint-20: the scheduler advanced 2 per update where the run so far
+advanced 1.
+
+## Fix
+Drive the scheduler by the nominal progress (samples or planned updates) so its rate does
+not depend on batching; repair with `lrdoctor fix --policy nominal`.
 """
 
 from __future__ import annotations
@@ -10,20 +21,7 @@ from dataclasses import dataclass
 from lrdoctor.core.findings import Rule, Severity
 from lrdoctor.rules.common import IntervalEvidence
 
-RULE = Rule(
-    code="LRD116",
-    name="progress-ratio-changes",
-    severity=Severity.WARNING,
-    title="Scheduler progress per update changes over the run",
-    explanation=("Between some checkpoints the scheduler advances at a different rate per update"
-                 " than before: its step count depends on something that changed during the run "
-                 "(dynamic batch composition, the accumulation or world size after a resume, a "
-                 "stepping rule that changed)."),
-    example=("checkpoint-10 -> checkpoint-20: the scheduler advanced 2 per update where the run "
-             "so far advanced 1."),
-    fix=("Drive the scheduler by the nominal progress (samples or planned updates) so its rate "
-         "does not depend on batching; repair with `lrdoctor fix --policy nominal`."),
-)
+RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,20 @@
-"""LRD118 `decay-unfinished-at-planned-end`: the decay horizon lies past the planned end of training.
+"""LRD118 `decay-unfinished-at-planned-end`: The decay horizon lies past the planned end of training
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+Training ends before the schedule finishes its decay, so the last updates run at a higher LR
+than planned. Megatron with `--rampup-batch-size` and iteration-based training sizes the
+horizon as `lr_decay_iters x global_batch_size` (the final batch) while the ramp's early
+iterations consume fewer samples (Megatron-Bridge issue 2609); lrdoctor computes the samples
+along the ramp as megatron-core's ramp-up calculator does.
+
+## Example
+train_iters 40, global batch 16, ramp-up 4 -> 16 over 96 samples: 544 samples consumed,
+horizon 640: training ends at 34% of the decay left.
+
+## Fix
+Size the horizon from the real progress at the planned end (Megatron: train by samples with
+`--train-samples`/`--lr-decay-samples` under a ramp-up); `lrdoctor fix --policy
+extend-horizon` rewrites a checkpoint's horizon.
 """
 
 from __future__ import annotations
@@ -13,23 +27,7 @@ from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
 from lrdoctor.core.state import RunState
 from lrdoctor.rules.common import REL_TOL, fmt, planned_end_in_schedule_units, progress_ratio
 
-RULE = Rule(
-    code="LRD118",
-    name="decay-unfinished-at-planned-end",
-    severity=Severity.ERROR,
-    title="The decay horizon lies past the planned end of training",
-    explanation=("Training ends before the schedule finishes its decay, so the last updates run "
-                 "at a higher LR than planned. Megatron with `--rampup-batch-size` and "
-                 "iteration-based training sizes the horizon as `lr_decay_iters x "
-                 "global_batch_size` (the final batch) while the ramp's early iterations consume"
-                 " fewer samples (Megatron-Bridge issue 2609); lrdoctor computes the samples "
-                 "along the ramp as megatron-core's ramp-up calculator does."),
-    example=("train_iters 40, global batch 16, ramp-up 4 -> 16 over 96 samples: 544 samples "
-             "consumed, horizon 640: training ends at 34% of the decay left."),
-    fix=("Size the horizon from the real progress at the planned end (Megatron: train by samples"
-         " with `--train-samples`/`--lr-decay-samples` under a ramp-up); `lrdoctor fix --policy "
-         "extend-horizon` rewrites a checkpoint's horizon."),
-)
+RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,31 @@
-"""LRD119 `horizon-in-another-unit`: the decay horizon is the planned end counted in another unit.
+"""LRD119 `horizon-in-another-unit`: The decay horizon is the planned end counted in another unit
 
 The rule lives here; its check tests every hypothesis of
 :mod:`lrdoctor.rules.hypotheses` against the checkpoint's evidence
-(:func:`lrdoctor.rules.evidence_checks.horizon_in_another_unit`). :mod:`lrdoctor.rules` registers it.
+(:func:`lrdoctor.rules.evidence_checks.horizon_in_another_unit`).
+
+## Explanation
+lrdoctor tests every explanation of the saved horizon against all the evidence the
+checkpoint and the configs beside it hold (the optimizer's step, the loop's counters, the
+epochs, the accumulation, the process count, the batch sizes, the warmup): the planned end
+itself (healthy), the planned end counted in micro-batches, per process, in batches
+(dataloader length x epochs), in epochs or in samples, or the planned end minus the warmup
+(AReaL PR 1289, Megatron-LM issue 2258: the floor arrives a warmup early). When one predicts
+the saved horizon exactly, the schedule's end is certain from the first checkpoint: the
+finding gives the update where the floor comes, or the share of the decay left at the
+planned end, and names every other hypothesis with the number it would have predicted (ruled
+out). A horizon no hypothesis explains stays LRD102 (a configured tail) or LRD118.
+
+## Example
+`T_max` 400 = 100 planned updates x `accum_iter` 4 (the same number as `loader_len` 200 x
+`epochs` 2) while the scheduler is stepped per update (`last_epoch` 30 = optimizer step 30):
+at the planned end only 25% of the horizon is done; ruled out: the planned end would give
+100, the planned end in epochs 2.
+
+## Fix
+Compute the horizon in the unit the scheduler is stepped in: optimizer updates (`max_steps`,
+epochs x ceil(len(dataloader) / accumulation)) for a scheduler stepped per update, warmup
+included; `lrdoctor fix --policy extend-horizon` rewrites a checkpoint's horizon.
 """
 
 from __future__ import annotations
@@ -39,35 +62,7 @@ class HorizonInAnotherUnit(Evidence):
         return f"horizon = {h.get('hypothesis') if isinstance(h, Mapping) else h}"
 
 
-RULE = Rule(
-    code="LRD119",
-    name="horizon-in-another-unit",
-    severity=Severity.ERROR,
-    title="The decay horizon is the planned end counted in another unit",
-    explanation=(
-        "lrdoctor tests every explanation of the saved horizon against all the evidence the "
-        "checkpoint and the configs beside it hold (the optimizer's step, the loop's counters, "
-        "the epochs, the accumulation, the process count, the batch sizes, the warmup): the "
-        "planned end itself (healthy), the planned end counted in micro-batches, per process, "
-        "in batches (dataloader length x epochs), in epochs or in samples, or the planned end "
-        "minus the warmup (AReaL PR 1289, Megatron-LM issue 2258: the floor arrives a warmup "
-        "early). When one predicts the saved horizon exactly, the schedule's end is certain "
-        "from the first checkpoint: the finding gives the update where the floor comes, or the "
-        "share of the decay left at the planned end, and names every other hypothesis with the "
-        "number it would have predicted (ruled out). A horizon no hypothesis explains stays "
-        "LRD102 (a configured tail) or LRD118."),
-    example=(
-        "`T_max` 400 = 100 planned updates x `accum_iter` 4 (the same number as `loader_len` "
-        "200 x `epochs` 2) while the scheduler is stepped per update (`last_epoch` 30 = "
-        "optimizer step 30): at the planned end only 25% of the horizon is done; ruled out: "
-        "the planned end would give 100, the planned end in epochs 2."),
-    fix=(
-        "Compute the horizon in the unit the scheduler is stepped in: optimizer updates "
-        "(`max_steps`, epochs x ceil(len(dataloader) / accumulation)) for a scheduler stepped "
-        "per update, warmup included; `lrdoctor fix --policy extend-horizon` rewrites a "
-        "checkpoint's horizon."),
-    evidence=(HorizonInAnotherUnit,),
-)
+RULE = Rule.from_module(__name__, Severity.ERROR, evidence=(HorizonInAnotherUnit,))
 
 
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:

@@ -1,7 +1,20 @@
-"""LRD120 `horizon-unset`: the schedule's horizon is unset or negative.
+"""LRD120 `horizon-unset`: The schedule's horizon is unset or negative
 
 The rule lives here; its check is :func:`lrdoctor.rules.evidence_checks.horizon_unset` (the
-horizon as evidence, confirmed by the saved LR). :mod:`lrdoctor.rules` registers it.
+horizon as evidence, confirmed by the saved LR).
+
+## Explanation
+A horizon saved as 0 or -1 (a config's `total_training_steps: -1` that was meant to be
+computed, verl issue 6683) makes a linear or cosine decay return LR 0 from its first step.
+lrdoctor reports it when the saved LR confirms it: 0 while the peak (`initial_lr`,
+`base_lrs`) is not; a horizon in the scheduler's own state is LRD106's.
+
+## Example
+`total_training_steps` -1 in the config, optimizer lr 0.0 at step 5, initial_lr 1e-6.
+
+## Fix
+Compute the horizon before building the scheduler (verl: set `total_training_steps` from the
+dataloader length x epochs) and resume from a checkpoint saved with it.
 """
 
 from __future__ import annotations
@@ -31,23 +44,7 @@ class HorizonUnset(Evidence):
         return f"horizon {self.horizon:g}: LR 0"
 
 
-RULE = Rule(
-    code="LRD120",
-    name="horizon-unset",
-    severity=Severity.ERROR,
-    title="The schedule's horizon is unset or negative",
-    explanation=(
-        "A horizon saved as 0 or -1 (a config's `total_training_steps: -1` that was meant to "
-        "be computed, verl issue 6683) makes a linear or cosine decay return LR 0 from its "
-        "first step. lrdoctor reports it when the saved LR confirms it: 0 while the peak "
-        "(`initial_lr`, `base_lrs`) is not; a horizon in the scheduler's own state is "
-        "LRD106's."),
-    example="`total_training_steps` -1 in the config, optimizer lr 0.0 at step 5, initial_lr 1e-6.",
-    fix=(
-        "Compute the horizon before building the scheduler (verl: set `total_training_steps` "
-        "from the dataloader length x epochs) and resume from a checkpoint saved with it."),
-    evidence=(HorizonUnset,),
-)
+RULE = Rule.from_module(__name__, Severity.ERROR, evidence=(HorizonUnset,))
 
 
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:

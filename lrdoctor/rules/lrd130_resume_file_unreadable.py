@@ -1,9 +1,23 @@
-"""LRD130 `resume-file-unreadable`: a file the checkpoint needs to resume is truncated or corrupt.
+"""LRD130 `resume-file-unreadable`: A file the checkpoint needs to resume is truncated or corrupt
 
 Discovery reads what it can and judges that; a truncated ``scheduler.pt`` beside a
 good ``optimizer.pt`` used to be only a note, so a CI gate passed a checkpoint that
 cannot be resumed. Each file that could not be read at all (``RunState.unreadable``,
 filled by the reader from the scan) is one error naming the file and why.
+
+## Explanation
+A file of the checkpoint (scheduler, optimizer, trainer state, a DCP `.metadata`) could not
+be read at all: cut short by a crashed or interrupted save, or damaged since. Resuming from
+this checkpoint fails, or silently starts that state afresh (a fresh scheduler repeats
+warmup). lrdoctor judges what it could read and names the file it could not: never exit 0.
+
+## Example
+`checkpoint-8/scheduler.pt`: truncated or corrupt zip checkpoint (no central directory),
+beside a readable `optimizer.pt`.
+
+## Fix
+Resume from an earlier complete checkpoint, or save again; write checkpoints to a temporary
+name and rename them when complete.
 """
 
 from __future__ import annotations
@@ -28,22 +42,7 @@ class UnreadableFile(Evidence):
         return f"{self.file.rsplit('/', 1)[-1]} unreadable"
 
 
-RULE = Rule(
-    code="LRD130",
-    name="resume-file-unreadable",
-    severity=Severity.ERROR,
-    title="A file the checkpoint needs to resume is truncated or corrupt",
-    explanation=("A file of the checkpoint (scheduler, optimizer, trainer state, a DCP "
-                 "`.metadata`) could not be read at all: cut short by a crashed or interrupted "
-                 "save, or damaged since. Resuming from this checkpoint fails, or silently "
-                 "starts that state afresh (a fresh scheduler repeats warmup). lrdoctor judges "
-                 "what it could read and names the file it could not: never exit 0."),
-    example=("`checkpoint-8/scheduler.pt`: truncated or corrupt zip checkpoint (no central "
-             "directory), beside a readable `optimizer.pt`."),
-    fix=("Resume from an earlier complete checkpoint, or save again; write checkpoints to a "
-         "temporary name and rename them when complete."),
-    evidence=(UnreadableFile,),
-)
+RULE = Rule.from_module(__name__, Severity.ERROR, evidence=(UnreadableFile,))
 
 
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:

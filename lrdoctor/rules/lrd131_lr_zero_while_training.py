@@ -1,4 +1,4 @@
-"""LRD131 `lr-zero-while-training`: the learning rate reached 0 while training went on.
+"""LRD131 `lr-zero-while-training`: The learning rate reached 0 while training went on
 
 Three sources of the LR that was used, each judged where it is:
 
@@ -10,6 +10,22 @@ Three sources of the LR that was used, each judged where it is:
 - the run's checkpoints: their LRs lie on a line that reaches 0 before the last of them,
   which saved LR 0 (:func:`check_run`): the zero crossing says from which update on the
   run trained at 0, and what share of it that is.
+
+## Explanation
+The LR the optimizer used (saved in the param groups, logged, or on the line through the LRs
+of the run's checkpoints) is exactly 0 before the planned end, or reached 0 while later
+updates were still made: every update from there on changes nothing, so that share of the
+run is wasted. A horizon that is too short or counted in another unit, a schedule stepped k
+times too fast, a horizon that was unset when the scheduler was built (verl issue 6683) or a
+cosine whose `T_max` is one epoch all end here. A warmup that starts at 0 is not counted.
+
+## Example
+LRs per checkpoint 7.78e-4, 4.44e-4, 1.11e-4, 0 at updates 6, 12, 18, 24 lie on a line
+reaching 0 at update 20 of 24: 4 updates (17% of the run) trained at LR 0.
+
+## Fix
+Size the horizon to the updates the run really takes (or step the scheduler once per
+update); resume from a checkpoint from before the LR reached 0 after fixing it.
 """
 
 from __future__ import annotations
@@ -43,25 +59,7 @@ class ZeroLR(Evidence):
         return f"{number(self.steps_at_zero)} steps at LR 0"
 
 
-RULE = Rule(
-    code="LRD131",
-    name="lr-zero-while-training",
-    severity=Severity.ERROR,
-    title="The learning rate reached 0 while training went on",
-    explanation=("The LR the optimizer used (saved in the param groups, logged, or on the line "
-                 "through the LRs of the run's checkpoints) is exactly 0 before the planned end,"
-                 " or reached 0 while later updates were still made: every update from there on"
-                 " changes nothing, so that share of the run is wasted. A horizon that is too "
-                 "short or counted in another unit, a schedule stepped k times too fast, a "
-                 "horizon that was unset when the scheduler was built (verl issue 6683) or a "
-                 "cosine whose `T_max` is one epoch all end here. A warmup that starts at 0 is "
-                 "not counted."),
-    example=("LRs per checkpoint 7.78e-4, 4.44e-4, 1.11e-4, 0 at updates 6, 12, 18, 24 lie on a "
-             "line reaching 0 at update 20 of 24: 4 updates (17% of the run) trained at LR 0."),
-    fix=("Size the horizon to the updates the run really takes (or step the scheduler once per "
-         "update); resume from a checkpoint from before the LR reached 0 after fixing it."),
-    evidence=(ZeroLR,),
-)
+RULE = Rule.from_module(__name__, Severity.ERROR, evidence=(ZeroLR,))
 
 
 def _is_zero(lr: float, peak: float) -> bool:

@@ -1,4 +1,4 @@
-"""LRD132 `lr-contradicts-schedule-type`: the logged LRs contradict the configured type.
+"""LRD132 `lr-contradicts-schedule-type`: The logged learning rates contradict the configured scheduler type
 
 The configured schedule (HF ``lr_scheduler_type`` in ``training_args.bin``, a saved
 scheduler's class) is checked against the LRs the run logged, at both logging offsets
@@ -8,6 +8,22 @@ the logged LR wins: it is the LR that was used. A log that falls to the floor an
 back to the peak while the configured type only decays is an error (a cycled schedule, a
 cosine whose ``T_max`` is one epoch, a scheduler other than the configured one); any
 other disagreement is said at info level.
+
+## Explanation
+The LRs the run logged cannot come from the scheduler type its configuration names, at
+either logging offset or at the scheduler's own pace: the logged LR is the one that was
+used, so it wins. When it falls to the floor and climbs back to the peak while the
+configured type only decays (a cycled or restarted schedule, a cosine whose `T_max` is one
+epoch, another scheduler passed to the trainer than the one its arguments name), that is an
+error; any other disagreement is info.
+
+## Example
+args say `lr_scheduler_type` linear over 16 steps, but the logged LR is 0 at step 6 and back
+at 9.0e-4 at step 10.
+
+## Fix
+Build the scheduler with the horizon the run really takes (`T_max` = all updates, not one
+epoch), or name the cycled schedule in the configuration if it is intended.
 """
 
 from __future__ import annotations
@@ -50,24 +66,7 @@ class LogContradiction(Evidence):
                f"{number(self.back_step)}"
 
 
-RULE = Rule(
-    code="LRD132",
-    name="lr-contradicts-schedule-type",
-    severity=Severity.ERROR,
-    title="The logged learning rates contradict the configured scheduler type",
-    explanation=("The LRs the run logged cannot come from the scheduler type its configuration "
-                 "names, at either logging offset or at the scheduler's own pace: the logged LR"
-                 " is the one that was used, so it wins. When it falls to the floor and climbs "
-                 "back to the peak while the configured type only decays (a cycled or restarted"
-                 " schedule, a cosine whose `T_max` is one epoch, another scheduler passed to "
-                 "the trainer than the one its arguments name), that is an error; any other "
-                 "disagreement is info."),
-    example=("args say `lr_scheduler_type` linear over 16 steps, but the logged LR is 0 at step "
-             "6 and back at 9.0e-4 at step 10."),
-    fix=("Build the scheduler with the horizon the run really takes (`T_max` = all updates, not "
-         "one epoch), or name the cycled schedule in the configuration if it is intended."),
-    evidence=(LogContradiction,),
-)
+RULE = Rule.from_module(__name__, Severity.ERROR, evidence=(LogContradiction,))
 
 _CYCLED = ("cosine_with_restarts", "CosineAnnealingWarmRestarts", "CyclicLR")
 

@@ -1,11 +1,28 @@
-"""LRD133 `stateless-schedule-mismatch`: the saved LR says the schedule is not where the
-step count puts it.
+"""LRD133 `stateless-schedule-mismatch`: The saved LR says the schedule is not where the step count puts it
 
 A scheduler that keeps no position (``RunState.stateless``: timm's, a schedule rebuilt
 from a config) is placed by the LR the optimizer saved: every whole position ``t`` with
 ``f(t) == lr`` (:func:`lrdoctor.schedules.solve.positions`). If the trainer's counter is
 among them the two agree (a real comparison); if not, ``t / counter`` is k, the schedule
 steps per counted step, and the run's schedule ends k times too early (or late).
+
+## Explanation
+Frameworks that save no scheduler position (timm's schedulers; torchtune, torchtitan and
+trainers that rebuild the schedule from the step count; a schedule kept in a config beside
+the checkpoint) still save the LR they used and their own counters. lrdoctor rebuilds the
+schedule with the family's exact formula and finds every position t where it gives the saved
+LR: when the trainer's counter is not among them, `lr == f(k * step)` gives k, and the
+schedule ends k times too early (or late). An LR the schedule never gives is a warning: it
+was set elsewhere.
+
+## Example
+timm CosineLRScheduler t_initial 40 updates, saved lr 5.0e-4: the schedule gives it at t =
+20, while optimizer.step is 5: k = 4 (step_update called per micro-batch of 4).
+
+## Fix
+Pass the counter the horizon is counted in (timm: `step(epoch + 1)` with `t_in_epochs=True`,
+`step_update(num_updates)` with optimizer updates), or size the horizon in the unit the
+schedule is stepped in.
 """
 
 from __future__ import annotations
@@ -41,27 +58,7 @@ class StatelessPlacement(Evidence):
         return f"schedule at {number(self.k)}x the step count" if self.k else None
 
 
-RULE = Rule(
-    code="LRD133",
-    name="stateless-schedule-mismatch",
-    severity=Severity.ERROR,
-    title="The saved LR says the schedule is not where the step count puts it",
-    explanation=("Frameworks that save no scheduler position (timm's schedulers; torchtune, "
-                 "torchtitan and trainers that rebuild the schedule from the step count; a "
-                 "schedule kept in a config beside the checkpoint) still save the LR they used "
-                 "and their own counters. lrdoctor rebuilds the schedule with the family's exact "
-                 "formula and finds every position t where it gives the saved LR: when the "
-                 "trainer's counter is not among them, `lr == f(k * step)` gives k, and the "
-                 "schedule ends k times too early (or late). An LR the schedule never gives is "
-                 "a warning: it was set elsewhere."),
-    example=("timm CosineLRScheduler t_initial 40 updates, saved lr 5.0e-4: the schedule gives "
-             "it at t = 20, while optimizer.step is 5: k = 4 (step_update called per "
-             "micro-batch of 4)."),
-    fix=("Pass the counter the horizon is counted in (timm: `step(epoch + 1)` with "
-         "`t_in_epochs=True`, `step_update(num_updates)` with optimizer updates), or size the "
-         "horizon in the unit the schedule is stepped in."),
-    evidence=(StatelessPlacement,),
-)
+RULE = Rule.from_module(__name__, Severity.ERROR, evidence=(StatelessPlacement,))
 
 
 def _counter(state: RunState) -> Counter | None:

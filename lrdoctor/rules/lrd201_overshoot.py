@@ -1,6 +1,15 @@
-"""LRD201 `overshoot`: the loop takes more optimizer updates than the scheduler's budget.
+"""LRD201 `overshoot`: The loop takes more optimizer updates than the scheduler's budget
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+Dynamic micro-batching (or per-micro-step stepping) consumes more scheduler progress per
+train step than the budget assumed: the LR reaches its floor early.
+
+## Example
+ROLL: budget 1024 updates, 2 updates per pipeline step: floor at step 512 of 1024.
+
+## Fix
+Advance the scheduler by nominal/actual per update, or make the budget follow the replayed
+update count.
 """
 
 from __future__ import annotations
@@ -14,18 +23,7 @@ from lrdoctor.rules.common import ReplayBudget
 if TYPE_CHECKING:
     from lrdoctor.replay.analysis import ReplayContext
 
-RULE = Rule(
-    code="LRD201",
-    name="overshoot",
-    severity=Severity.ERROR,
-    title="The loop takes more optimizer updates than the scheduler's budget",
-    explanation=("Dynamic micro-batching (or per-micro-step stepping) consumes more scheduler "
-                 "progress per train step than the budget assumed: the LR reaches its floor "
-                 "early."),
-    example="ROLL: budget 1024 updates, 2 updates per pipeline step: floor at step 512 of 1024.",
-    fix=("Advance the scheduler by nominal/actual per update, or make the budget follow the "
-         "replayed update count."),
-)
+RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 @dataclass(frozen=True, kw_only=True)

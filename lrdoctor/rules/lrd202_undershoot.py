@@ -1,6 +1,14 @@
-"""LRD202 `undershoot`: the loop takes fewer optimizer updates than the scheduler's budget.
+"""LRD202 `undershoot`: The loop takes fewer optimizer updates than the scheduler's budget
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+Short, densely packed sequences give fewer micro-batches than nominal: the schedule never
+finishes its decay.
+
+## Example
+budget 1024 updates, 512 taken: the LR ends mid-curve.
+
+## Fix
+Make the budget follow the replayed update count.
 """
 
 from __future__ import annotations
@@ -14,16 +22,7 @@ from lrdoctor.rules.common import ReplayBudget
 if TYPE_CHECKING:
     from lrdoctor.replay.analysis import ReplayContext
 
-RULE = Rule(
-    code="LRD202",
-    name="undershoot",
-    severity=Severity.WARNING,
-    title="The loop takes fewer optimizer updates than the scheduler's budget",
-    explanation=("Short, densely packed sequences give fewer micro-batches than nominal: the "
-                 "schedule never finishes its decay."),
-    example="budget 1024 updates, 512 taken: the LR ends mid-curve.",
-    fix="Make the budget follow the replayed update count.",
-)
+RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,14 @@
-"""LRD203 `progress-depends-on-memory-knob`: scheduler progress depends on a memory knob.
+"""LRD203 `progress-depends-on-memory-knob`: Scheduler progress depends on a memory knob
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+Changing a memory setting such as `max_tokens_per_microbatch` changes how many optimizer
+updates a train step takes, and so the LR curve.
+
+## Example
+max_tokens 8192 -> 2 updates per step; 16384 -> 1 update per step.
+
+## Fix
+Drive the scheduler by samples or nominal progress, not by update count.
 """
 
 from __future__ import annotations
@@ -13,16 +21,7 @@ from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 if TYPE_CHECKING:
     from lrdoctor.replay.analysis import ReplayContext
 
-RULE = Rule(
-    code="LRD203",
-    name="progress-depends-on-memory-knob",
-    severity=Severity.WARNING,
-    title="Scheduler progress depends on a memory knob",
-    explanation=("Changing a memory setting such as `max_tokens_per_microbatch` changes how many"
-                 " optimizer updates a train step takes, and so the LR curve."),
-    example="max_tokens 8192 -> 2 updates per step; 16384 -> 1 update per step.",
-    fix="Drive the scheduler by samples or nominal progress, not by update count.",
-)
+RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,14 @@
-"""LRD204 `short-first-window`: the first accumulation window is short (off-by-one).
+"""LRD204 `short-first-window`: The first accumulation window is short (off-by-one)
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+`global_step % k != 0` with `global_step` from 0 closes the first window after one
+micro-batch and shifts every later window.
+
+## Example
+k=4: window sizes 1, 4, 4, ...
+
+## Fix
+Use `(global_step + 1) % k == 0` as the optimizer-step condition.
 """
 
 from __future__ import annotations
@@ -13,16 +21,7 @@ from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 if TYPE_CHECKING:
     from lrdoctor.replay.analysis import ReplayContext
 
-RULE = Rule(
-    code="LRD204",
-    name="short-first-window",
-    severity=Severity.ERROR,
-    title="The first accumulation window is short (off-by-one)",
-    explanation=("`global_step % k != 0` with `global_step` from 0 closes the first window after"
-                 " one micro-batch and shifts every later window."),
-    example="k=4: window sizes 1, 4, 4, ...",
-    fix="Use `(global_step + 1) % k == 0` as the optimizer-step condition.",
-)
+RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,14 @@
-"""LRD205 `lr-changes-inside-window`: the LR changes inside an accumulation window.
+"""LRD205 `lr-changes-inside-window`: The LR changes inside an accumulation window
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+The scheduler is stepped per micro-batch, so micro-batches of one window see different LRs
+and the schedule runs k times too fast.
+
+## Example
+k=4: LR changes 3 times inside each window.
+
+## Fix
+Step the scheduler only when the optimizer steps; divide a micro-step budget by k.
 """
 
 from __future__ import annotations
@@ -14,16 +22,7 @@ from lrdoctor.rules.common import LiveEvidence
 if TYPE_CHECKING:
     from lrdoctor.replay.analysis import ReplayContext
 
-RULE = Rule(
-    code="LRD205",
-    name="lr-changes-inside-window",
-    severity=Severity.ERROR,
-    title="The LR changes inside an accumulation window",
-    explanation=("The scheduler is stepped per micro-batch, so micro-batches of one window see "
-                 "different LRs and the schedule runs k times too fast."),
-    example="k=4: LR changes 3 times inside each window.",
-    fix="Step the scheduler only when the optimizer steps; divide a micro-step budget by k.",
-)
+RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,14 @@
-"""LRD206 `variable-updates-per-train-step`: the number of optimizer updates varies between train steps.
+"""LRD206 `variable-updates-per-train-step`: The number of optimizer updates varies between train steps
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+Each train batch takes a different number of updates, so scheduler progress per train step
+is data-dependent.
+
+## Example
+updates per pipeline step range 1..3.
+
+## Fix
+Advance the scheduler by nominal/actual per update.
 """
 
 from __future__ import annotations
@@ -13,16 +21,7 @@ from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 if TYPE_CHECKING:
     from lrdoctor.replay.analysis import ReplayContext
 
-RULE = Rule(
-    code="LRD206",
-    name="variable-updates-per-train-step",
-    severity=Severity.WARNING,
-    title="The number of optimizer updates varies between train steps",
-    explanation=("Each train batch takes a different number of updates, so scheduler progress "
-                 "per train step is data-dependent."),
-    example="updates per pipeline step range 1..3.",
-    fix="Advance the scheduler by nominal/actual per update.",
-)
+RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,14 @@
-"""LRD208 `short-padding`: padding to dp size comes up short.
+"""LRD208 `short-padding`: Padding to dp size comes up short
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+`tensor[:pad_size]` returns fewer rows than `pad_size` when `pad_size > mb_size`, so the
+mini-batch is still not divisible by dp.
+
+## Example
+mb_size 2, dp 8: pad_size 6 but only 2 rows added.
+
+## Fix
+Repeat rows until the pad is full (or pad with whole prompts).
 """
 
 from __future__ import annotations
@@ -13,16 +21,7 @@ from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 if TYPE_CHECKING:
     from lrdoctor.replay.analysis import ReplayContext
 
-RULE = Rule(
-    code="LRD208",
-    name="short-padding",
-    severity=Severity.ERROR,
-    title="Padding to dp size comes up short",
-    explanation=("`tensor[:pad_size]` returns fewer rows than `pad_size` when `pad_size > "
-                 "mb_size`, so the mini-batch is still not divisible by dp."),
-    example="mb_size 2, dp 8: pad_size 6 but only 2 rows added.",
-    fix="Repeat rows until the pad is full (or pad with whole prompts).",
-)
+RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 @dataclass(frozen=True)

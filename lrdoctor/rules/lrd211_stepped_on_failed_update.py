@@ -1,6 +1,13 @@
-"""LRD211 `stepped-on-failed-update`: the scheduler is stepped when an update fails.
+"""LRD211 `stepped-on-failed-update`: The scheduler is stepped when an update fails
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+Skipped or failed updates (overflow, NaN) still advance the scheduler.
+
+## Example
+10 skipped updates advanced the scheduler 10 times.
+
+## Fix
+Step the scheduler only after a successful optimizer step.
 """
 
 from __future__ import annotations
@@ -13,15 +20,7 @@ from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 if TYPE_CHECKING:
     from lrdoctor.replay.analysis import ReplayContext
 
-RULE = Rule(
-    code="LRD211",
-    name="stepped-on-failed-update",
-    severity=Severity.WARNING,
-    title="The scheduler is stepped when an update fails",
-    explanation="Skipped or failed updates (overflow, NaN) still advance the scheduler.",
-    example="10 skipped updates advanced the scheduler 10 times.",
-    fix="Step the scheduler only after a successful optimizer step.",
-)
+RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
 @dataclass(frozen=True)

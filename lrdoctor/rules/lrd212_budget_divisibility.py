@@ -1,6 +1,14 @@
-"""LRD212 `budget-divisibility`: mini-batch boundaries do not divide the train batch.
+"""LRD212 `budget-divisibility`: Mini-batch boundaries do not divide the train batch
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+With a variable number of sequences per prompt, fixed-size sequence mini-batches crash on
+divisibility or take extra optimizer steps.
+
+## Example
+SkyRL step-wise: 37 sequences, mini-batch 16: 3 updates instead of 2.
+
+## Fix
+Cut mini-batches at prompt boundaries.
 """
 
 from __future__ import annotations
@@ -13,16 +21,7 @@ from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 if TYPE_CHECKING:
     from lrdoctor.replay.analysis import ReplayContext
 
-RULE = Rule(
-    code="LRD212",
-    name="budget-divisibility",
-    severity=Severity.ERROR,
-    title="Mini-batch boundaries do not divide the train batch",
-    explanation=("With a variable number of sequences per prompt, fixed-size sequence mini-"
-                 "batches crash on divisibility or take extra optimizer steps."),
-    example="SkyRL step-wise: 37 sequences, mini-batch 16: 3 updates instead of 2.",
-    fix="Cut mini-batches at prompt boundaries.",
-)
+RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 @dataclass(frozen=True)

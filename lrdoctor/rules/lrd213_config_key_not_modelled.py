@@ -1,6 +1,15 @@
-"""LRD213 `config-key-not-modelled`: a framework config key changes step accounting but is not replayed.
+"""LRD213 `config-key-not-modelled`: A framework config key changes step accounting but is not replayed
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+replay translated the framework's own config; this key (dynamic sampling, critic warmup, a
+launcher-set world size, ...) changes how many samples or updates a step has, and the replay
+does not model it, so its numbers hold only without it.
+
+## Example
+verl trainer.critic_warmup: 10: the actor and its LR do not move for 10 steps.
+
+## Fix
+Check the key's effect by hand, or replay a batch log recorded from the run.
 """
 
 from __future__ import annotations
@@ -10,18 +19,7 @@ from typing import Any
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 
-RULE = Rule(
-    code="LRD213",
-    name="config-key-not-modelled",
-    severity=Severity.WARNING,
-    title="A framework config key changes step accounting but is not replayed",
-    explanation=("replay translated the framework's own config; this key (dynamic sampling, "
-                 "critic warmup, a launcher-set world size, ...) changes how many samples or "
-                 "updates a step has, and the replay does not model it, so its numbers hold only"
-                 " without it."),
-    example="verl trainer.critic_warmup: 10: the actor and its LR do not move for 10 steps.",
-    fix="Check the key's effect by hand, or replay a batch log recorded from the run.",
-)
+RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,17 @@
-"""LRD214 `replay-engines-disagree`: the real torch loop disagrees with the fast replay.
+"""LRD214 `replay-engines-disagree`: The real torch loop disagrees with the fast replay
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+With `--cross-check`, `replay` runs the fast path over the whole run and the real torch loop
+(optimizer, scheduler, probe model) over a sample: the first train steps and a segment at
+each dp change or failed update. Every sampled micro-batch's window, update, scheduler
+progress, LR and loss weight must agree; where they do not, the fast path's numbers are not
+backed by a real execution.
+
+## Example
+lr at trace row 96: fast 0.000412, torch 0.000398.
+
+## Fix
+Replay the whole run with `--torch` and report the config to lrdoctor.
 """
 
 from __future__ import annotations
@@ -10,20 +21,7 @@ from typing import Any
 
 from lrdoctor.core.findings import Evidence, Rule, Severity
 
-RULE = Rule(
-    code="LRD214",
-    name="replay-engines-disagree",
-    severity=Severity.WARNING,
-    title="The real torch loop disagrees with the fast replay",
-    explanation=("With `--cross-check`, `replay` runs the fast path over the whole run and the "
-                 "real torch loop (optimizer, scheduler, probe model) over a sample: the first "
-                 "train steps and a segment at each dp change or failed update. Every sampled "
-                 "micro-batch's window, update, scheduler progress, LR and loss weight must "
-                 "agree; where they do not, the fast path's numbers are not backed by a real "
-                 "execution."),
-    example="lr at trace row 96: fast 0.000412, torch 0.000398.",
-    fix="Replay the whole run with `--torch` and report the config to lrdoctor.",
-)
+RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
 @dataclass(frozen=True)

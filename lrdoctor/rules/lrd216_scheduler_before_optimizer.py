@@ -1,11 +1,22 @@
-"""LRD216 `scheduler-before-optimizer`: the loop steps the scheduler before the first
-optimizer update.
+"""LRD216 `scheduler-before-optimizer`: The scheduler steps before the first optimizer update
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it. The
-evidence is the warning torch gave while the replay ran the configured loop for real
+The evidence is the warning torch gave while the replay ran the configured loop for real
 (``summary["torch_warnings"]``: the whole run with ``--torch``, the run's first steps in
-``--cross-check``): the warning is the user's loop's, so it is reported as a finding
-about that loop instead of a stray line pointing at lrdoctor's torch_exec.py.
+``--cross-check``): the warning is the user's loop's, so it is reported as a finding about
+that loop instead of a stray line pointing at lrdoctor's torch_exec.py.
+
+## Explanation
+torch warns "Detected call of `lr_scheduler.step()` before `optimizer.step()`" when a loop
+steps its scheduler before the optimizer has stepped once: the schedule's first value is
+skipped (warmup starts one step late). The replay ran the configured loop in torch and torch
+warned.
+
+## Example
+scheduler stepped on every micro-batch with k=4: the first of 4 micro-batches steps the
+scheduler before any optimizer update.
+
+## Fix
+Call `scheduler.step()` after `optimizer.step()`, inside the optimizer-step branch.
 """
 
 from __future__ import annotations
@@ -18,19 +29,7 @@ from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 if TYPE_CHECKING:
     from lrdoctor.replay.analysis import ReplayContext
 
-RULE = Rule(
-    code="LRD216",
-    name="scheduler-before-optimizer",
-    severity=Severity.WARNING,
-    title="The scheduler steps before the first optimizer update",
-    explanation=("torch warns \"Detected call of `lr_scheduler.step()` before "
-                 "`optimizer.step()`\" when a loop steps its scheduler before the optimizer "
-                 "has stepped once: the schedule's first value is skipped (warmup starts one "
-                 "step late). The replay ran the configured loop in torch and torch warned."),
-    example=("scheduler stepped on every micro-batch with k=4: the first of 4 micro-batches "
-             "steps the scheduler before any optimizer update."),
-    fix="Call `scheduler.step()` after `optimizer.step()`, inside the optimizer-step branch.",
-)
+RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
 def is_step_order_warning(message: str) -> bool:

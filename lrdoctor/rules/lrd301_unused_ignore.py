@@ -1,6 +1,13 @@
-"""LRD301 `unused-ignore`: an ignore in the lrdoctor configuration matched nothing.
+"""LRD301 `unused-ignore`: An ignore in the lrdoctor configuration matched nothing
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+An ignored code produced no finding: the ignore is stale.
+
+## Example
+ignore LRD103 for ckpt/ but no LRD103 found there.
+
+## Fix
+Remove the ignore.
 """
 
 from __future__ import annotations
@@ -9,15 +16,7 @@ from dataclasses import dataclass
 
 from lrdoctor.core.findings import Evidence, Rule, Severity
 
-RULE = Rule(
-    code="LRD301",
-    name="unused-ignore",
-    severity=Severity.WARNING,
-    title="An ignore in the lrdoctor configuration matched nothing",
-    explanation="An ignored code produced no finding: the ignore is stale.",
-    example="ignore LRD103 for ckpt/ but no LRD103 found there.",
-    fix="Remove the ignore.",
-)
+RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,13 @@
-"""LRD302 `progress-ratio-exceeded`: scheduler progress ratio exceeds the tolerated maximum.
+"""LRD302 `progress-ratio-exceeded`: Scheduler progress ratio exceeds the tolerated maximum
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+actual/nominal scheduler progress is above `max-progress-ratio`.
+
+## Example
+ratio 3.51 > 1.05.
+
+## Fix
+Fix the step accounting, or raise the tolerance with a reason.
 """
 
 from __future__ import annotations
@@ -9,15 +16,7 @@ from dataclasses import dataclass
 
 from lrdoctor.core.findings import Evidence, Rule, Severity
 
-RULE = Rule(
-    code="LRD302",
-    name="progress-ratio-exceeded",
-    severity=Severity.ERROR,
-    title="Scheduler progress ratio exceeds the tolerated maximum",
-    explanation="actual/nominal scheduler progress is above `max-progress-ratio`.",
-    example="ratio 3.51 > 1.05.",
-    fix="Fix the step accounting, or raise the tolerance with a reason.",
-)
+RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 @dataclass(frozen=True)

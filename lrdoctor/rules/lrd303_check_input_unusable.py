@@ -1,6 +1,15 @@
-"""LRD303 `check-input-unusable`: a checked input could not be used.
+"""LRD303 `check-input-unusable`: A checked input could not be used
 
-The rule, its check and its evidence live here; :mod:`lrdoctor.rules` registers it.
+## Explanation
+A checkpoint or config named in the check configuration (or given to `inspect` with a
+machine output format) could not be read; the message is the one line printed on stderr, the
+evidence says what was scanned.
+
+## Example
+ckpt/missing: no such file.
+
+## Fix
+Correct the path.
 """
 
 from __future__ import annotations
@@ -11,17 +20,7 @@ from typing import Any
 from lrdoctor.core.findings import Evidence, Rule, Severity
 from lrdoctor.core.report import Report
 
-RULE = Rule(
-    code="LRD303",
-    name="check-input-unusable",
-    severity=Severity.ERROR,
-    title="A checked input could not be used",
-    explanation=("A checkpoint or config named in the check configuration (or given to `inspect`"
-                 " with a machine output format) could not be read; the message is the one line "
-                 "printed on stderr, the evidence says what was scanned."),
-    example="ckpt/missing: no such file.",
-    fix="Correct the path.",
-)
+RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 @dataclass(frozen=True)

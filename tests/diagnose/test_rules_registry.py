@@ -8,6 +8,9 @@ import dataclasses
 import importlib
 import inspect
 import json
+import os
+import subprocess
+import sys
 import types
 import typing
 from pathlib import Path
@@ -15,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import lrdoctor.rules as rules
-from lrdoctor.core.findings import Evidence, Record
+from lrdoctor.core.findings import RULE_SECTIONS, Evidence, Record, rule_doc
 from lrdoctor.findings import RULES, catalog_markdown
 from tests.helpers.paths import REPO
 
@@ -122,3 +125,58 @@ def test_every_rule_with_a_check_has_typed_evidence():
         shared = [c.__name__ for c in by_module.get("lrdoctor.rules.common", [])
                   if c.__name__ in src]
         assert own or shared, f"{m.__name__}: no evidence type"
+
+
+def test_every_rule_is_declared_once_by_its_docstring():
+    """A rule's words live in its file's docstring, nowhere else: the catalog entry is the
+    docstring's sections, and no file spells the rule out a second time as a ``Rule(...)``."""
+    for name in RULE_FILES:
+        mod = _module(name)
+        code, rule_name, text = rule_doc(mod.__doc__)
+        assert (code, rule_name) == (mod.RULE.code, mod.RULE.name), name
+        assert text == {k: getattr(mod.RULE, k) for k in text}, name
+        assert set(text) == {"title", *RULE_SECTIONS.values()}
+        assert "Rule(" not in Path(mod.__file__).read_text(), name
+
+
+DOC = """LRD999 `made-up`: A made-up rule
+
+Notes for the reader of the code.
+
+## Explanation
+What it
+means.
+
+## Example
+An example.
+
+## Fix
+The fix.
+"""
+
+
+def test_rule_doc_reads_the_sections_and_refuses_a_half_documented_rule():
+    assert rule_doc(DOC) == ("LRD999", "made-up", {
+        "title": "A made-up rule", "explanation": "What it means.", "example": "An example.",
+        "fix": "The fix."})
+    broken = {
+        "no header": DOC.replace("LRD999 `made-up`: ", ""),
+        "no fix": DOC.split("## Fix")[0],
+        "empty example": DOC.replace("An example.", ""),
+        "out of order": DOC.replace("## Example", "## Tmp").replace("## Fix", "## Example")
+                           .replace("## Tmp", "## Fix"),
+        "unknown section": DOC.replace("## Fix", "## Remedy"),
+        "repeated": DOC + "\n## Fix\nAgain.\n",
+    }
+    for why, doc in broken.items():
+        with pytest.raises(ValueError):
+            rule_doc(doc)
+            pytest.fail(why)
+
+
+def test_the_catalog_survives_stripped_docstrings():
+    """``python -OO`` drops docstrings; the rules read theirs back from the source."""
+    out = subprocess.run([sys.executable, "-OO", "-m", "lrdoctor.findings"], cwd=REPO,
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}).stdout
+    assert out == (REPO / "docs" / "findings.md").read_text()
