@@ -4,6 +4,8 @@ The metadata path (``lrdoctor inspect``) must never import torch, pandas or
 matplotlib: keep heavy imports inside the functions that need them.
 """
 
+from collections.abc import Callable
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -21,21 +23,60 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each resolv
     )
     from lrdoctor.runtime.record import BatchLogRecorder
 
-# The library API, resolved on first use so ``import lrdoctor`` stays light.
+# The library API, resolved on first use so ``import lrdoctor`` stays light: each name's
+# home module, imported statically by the loader it maps to (no module names as strings).
 # (``diagnose`` is not here: the submodule of that name would shadow the function.)
-_API = {
-    "inspect_path": "lrdoctor.inspect_api",
-    "read_state": "lrdoctor.inspect_api",
-    "plan_fix": "lrdoctor.repair.engine",
-    "write_fix": "lrdoctor.repair.engine",
-    "NormalizedStepper": "lrdoctor.runtime.guard",
-    "StepGuard": "lrdoctor.runtime.guard",
-    "LoopWatch": "lrdoctor.runtime.guard",
-    "SchedulerStepError": "lrdoctor.runtime.guard",
-    "LRDoctorWarning": "lrdoctor.runtime.guard",
-    "BatchLogRecorder": "lrdoctor.runtime.record",
-    "hf_callback": "lrdoctor.runtime.callbacks",
-    "lightning_callback": "lrdoctor.runtime.callbacks",
+
+
+def _inspect_api() -> ModuleType:
+    from lrdoctor import inspect_api
+
+    return inspect_api
+
+
+def _repair_engine() -> ModuleType:
+    from lrdoctor.repair import engine
+
+    return engine
+
+
+def _guard() -> ModuleType:
+    from lrdoctor.runtime import guard
+
+    return guard
+
+
+def _record() -> ModuleType:
+    from lrdoctor.runtime import record
+
+    return record
+
+
+def _callbacks() -> ModuleType:
+    from lrdoctor.runtime import callbacks
+
+    return callbacks
+
+
+def _replay() -> ModuleType:
+    from lrdoctor import replay
+
+    return replay
+
+
+_API: dict[str, Callable[[], ModuleType]] = {
+    "inspect_path": _inspect_api,
+    "read_state": _inspect_api,
+    "plan_fix": _repair_engine,
+    "write_fix": _repair_engine,
+    "NormalizedStepper": _guard,
+    "StepGuard": _guard,
+    "LoopWatch": _guard,
+    "SchedulerStepError": _guard,
+    "LRDoctorWarning": _guard,
+    "BatchLogRecorder": _record,
+    "hf_callback": _callbacks,
+    "lightning_callback": _callbacks,
 }
 
 
@@ -55,11 +96,7 @@ def __dir__() -> list[str]:
 
 def __getattr__(name: str) -> Any:
     if name in _API:
-        import importlib
-
-        return getattr(importlib.import_module(_API[name]), name)
+        return getattr(_API[name](), name)
     if name == "replay":  # the subpackage: lrdoctor.replay.run(config, batch_log=...)
-        import importlib
-
-        return importlib.import_module("lrdoctor.replay")
+        return _replay()
     raise AttributeError(f"module 'lrdoctor' has no attribute {name!r}")

@@ -99,15 +99,11 @@ _plain_click()
 
 
 def _register() -> None:
-    import importlib
+    """Each command module adds itself to ``app``; the order here is the order ``--help``
+    lists them. Static imports: a missing command module is an error, never skipped."""
+    from lrdoctor.commands import check, fix, inspect, replay, report
 
-    for name in ("inspect", "replay", "fix", "check", "report"):
-        try:
-            mod = importlib.import_module(f"lrdoctor.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"lrdoctor.commands.{name}":
-                raise
-            continue
+    for mod in (inspect, replay, fix, check, report):
         mod.register(app)
 
 

@@ -175,11 +175,23 @@ def hf_callback(*, strict: bool = False, batch_log: Any = None, max_steps: float
 
 # --------------------------------------------------------------------- Lightning
 
+def _import_lightning(name: str) -> Any:
+    """One of the two Lightning packages, imported statically by name."""
+    if name == "pytorch_lightning":
+        import pytorch_lightning
+
+        return pytorch_lightning
+    if name == "lightning.pytorch":
+        import lightning.pytorch
+
+        return lightning.pytorch
+    raise ImportError(f"{name!r} is not a Lightning package (pytorch_lightning or "
+                      "lightning.pytorch)")
+
+
 def _lightning_module(package: str | None) -> Any:
     """The Callback base of the Lightning the Trainer comes from (the two packages'
     classes are not interchangeable)."""
-    import importlib
-
     if package:
         names = [package]
     elif "lightning.pytorch" in sys.modules and "pytorch_lightning" not in sys.modules:
@@ -188,7 +200,7 @@ def _lightning_module(package: str | None) -> Any:
         names = ["pytorch_lightning", "lightning.pytorch"]
     for name in names:
         try:
-            return importlib.import_module(name)
+            return _import_lightning(name)
         except ImportError:
             continue
     raise ImportError("lightning_callback needs pytorch_lightning or lightning installed")
