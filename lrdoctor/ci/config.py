@@ -33,9 +33,10 @@ import fnmatch
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, get_args
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -44,6 +45,9 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.findings import FAIL_ON
 from lrdoctor.findings import RULES
 from lrdoctor.read.bytes import safetext
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -323,7 +327,7 @@ def _config_error(exc: ValidationError, src: Path, prefix: str) -> ConfigError:
     return out
 
 
-def _one_error(err: dict, src: Path, prefix: str) -> ConfigError:
+def _one_error(err: ErrorDetails, src: Path, prefix: str) -> ConfigError:
     loc = tuple(err["loc"])
     key = _key(prefix, loc)
     kind, msg = err["type"], err.get("msg", "invalid")
@@ -352,7 +356,9 @@ def parse(table: dict, src: Path, text: str = "", prefix: str = "tool.lrdoctor")
                       max_progress_ratio=t.max_progress_ratio, report=t.report,
                       fail_on_set="fail_on" in t.model_fields_set)
     cfg.ignores = _ignores(t.ignore, src, _k(prefix, "ignore"), lines, None)
-    for kind, entries in (("inspect", t.inspect), ("replay", t.replay)):
+    tables: tuple[tuple[str, Sequence[InspectIn | ReplayIn]], ...] = (
+        ("inspect", t.inspect), ("replay", t.replay))
+    for kind, entries in tables:
         for i, entry in enumerate(entries):
             cfg.targets.append(_target(kind, entry, src, f"{_k(prefix, kind)}[{i}]", lines, i))
     return cfg
@@ -375,7 +381,7 @@ def _target(kind: str, e: InspectIn | ReplayIn, src: Path, key: str, lines: _Lin
     return t
 
 
-def _ignores(items: list[TargetIgnoreIn], src: Path, key: str, lines: _Lines,
+def _ignores(items: Sequence[TargetIgnoreIn], src: Path, key: str, lines: _Lines,
              header: int | None) -> list[Ignore]:
     out: list[Ignore] = []
     for j, it in enumerate(items):

@@ -250,10 +250,9 @@ def read_batch_log(path: str | Path):
                 ) from None
             if table.num_rows == 0:
                 raise UnusableInput("the batch log has no rows", sp)
-            cols = _fast_columns(table, sp)
-            if cols is None:
-                cols = _slow_validate(_rows_parquet(table), sp)
-            return _finish(cols)
+            fast = _fast_columns(table, sp)
+            return _finish(fast if fast is not None
+                           else _slow_validate(_rows_parquet(table), sp))
         table = None
         try:
             if fmt == "jsonl":
@@ -267,7 +266,7 @@ def read_batch_log(path: str | Path):
                 table = pc.read_csv(p, parse_options=pc.ParseOptions(delimiter=delim))
         except Exception:
             table = None  # re-walk row by row to name the bad row
-        cols = None
+        cols: dict[str, Any] | None = None
         if table is not None and table.num_rows:
             cols = _fast_columns(table, sp)
         if cols is None:

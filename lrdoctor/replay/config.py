@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -61,10 +62,10 @@ class ScheduleCfg(_Section):
 
     family: Literal["megatron", "hf", "torch", "deepspeed"] = "megatron"
     kind: str = "cosine"
-    max_lr: float = Field(1.0e-6, gt=0)
-    min_lr: float = Field(0.0, ge=0)
-    init_lr: float = Field(0.0, ge=0)
-    warmup: float = Field(0.0, ge=0)
+    max_lr: float = Field(default=1.0e-6, gt=0)
+    min_lr: float = Field(default=0.0, ge=0)
+    init_lr: float = Field(default=0.0, ge=0)
+    warmup: float = Field(default=0.0, ge=0)
     horizon: float | Literal["auto"] = "auto"
     params: dict[str, Any] = Field(default_factory=dict)
 
@@ -109,7 +110,7 @@ class BudgetCfg(_Section):
     # batches the budget was counted in (verl: len(train_dataloader) * total_epochs), while
     # the scheduler counts train steps: with dynamic sampling / filtered groups one train
     # step consumes several generation batches (verl issue 991).
-    total: float | None = Field(None, gt=0)
+    total: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> BudgetCfg:
@@ -119,24 +120,24 @@ class BudgetCfg(_Section):
 
 
 class TrainCfg(_Section):
-    steps: int = Field(..., ge=1)
-    samples_per_step: int | None = Field(None, ge=1)
-    epochs_per_step: int = Field(1, ge=1)
-    micro_batch_size: int = Field(1, ge=1)
-    gradient_accumulation: int = Field(1, ge=1)
-    mini_batch_size: int | None = Field(None, ge=1)
+    steps: int = Field(default=..., ge=1)
+    samples_per_step: int | None = Field(default=None, ge=1)
+    epochs_per_step: int = Field(default=1, ge=1)
+    micro_batch_size: int = Field(default=1, ge=1)
+    gradient_accumulation: int = Field(default=1, ge=1)
+    mini_batch_size: int | None = Field(default=None, ge=1)
     # static batching: each rank's last micro-batch of a train step (an epoch of a
     # DataLoader) is dropped when it is short, as DataLoader(drop_last=True) does.
     drop_last: bool = False
 
 
 class DpChange(_Section):
-    at_step: int = Field(..., ge=0)
-    size: int = Field(..., ge=1)
+    at_step: int = Field(default=..., ge=0)
+    size: int = Field(default=..., ge=1)
 
 
 class DpCfg(_Section):
-    size: int = Field(1, ge=1)
+    size: int = Field(default=1, ge=1)
     changes: list[DpChange] = Field(default_factory=list)
 
     def size_at(self, step: int) -> int:
@@ -149,10 +150,10 @@ class DpCfg(_Section):
 
 class _BatchingBase(_Section):
     strategy: Literal[STRATEGIES] = "static"  # type: ignore[valid-type]
-    max_tokens_per_microbatch: int | None = Field(None, ge=1)
-    round_to: int = Field(1, ge=1)
-    num_micro_batches: int | None = Field(None, ge=1)
-    docs_per_step: int | None = Field(None, ge=1)
+    max_tokens_per_microbatch: int | None = Field(default=None, ge=1)
+    round_to: int = Field(default=1, ge=1)
+    num_micro_batches: int | None = Field(default=None, ge=1)
+    docs_per_step: int | None = Field(default=None, ge=1)
     equal_size: bool = False
     # Framework (and release) details read by lrdoctor.replay.packing (see
     # docs/replay-frameworks.md). Unset: the top-level ``framework`` key decides, else
@@ -167,7 +168,7 @@ class _BatchingBase(_Section):
     # sequence_packing (NeMo-RL policy.sequence_packing.algorithm)
     algorithm: Literal["modified_first_fit_decreasing", "first_fit_decreasing",
                        "concatenative"] = "modified_first_fit_decreasing"
-    prompts_per_mini_batch: int | None = Field(None, ge=1)  # prompt_unit
+    prompts_per_mini_batch: int | None = Field(default=None, ge=1)  # prompt_unit
     pad_mode: Literal["copy", "slice"] = "copy"  # prompt_unit: slice = tensor[:pad_size]
     inner: Literal["static", "balanced_first_fit"] = "static"  # prompt_unit micro-batches
     # doc_target: what each micro-batch divides its loss by. step_total is right;
@@ -232,7 +233,7 @@ class AccumulationCfg(_Section):
 class SchedulerCfg(_Section):
     step_on: Literal["update", "micro_step", "rollout_step"] = "update"
     increment: float | Literal["samples", "micro_batches"] = 1.0
-    multiplier: int = Field(1, ge=1)
+    multiplier: int = Field(default=1, ge=1)
     step_on_failed_update: bool = False
     failed_updates: list[int] = Field(default_factory=list)
 
@@ -376,7 +377,7 @@ def _check_sizes(cfg: RunConfig) -> None:
                          f"of this machine's {have / 2**30:,.1f} GiB")
 
 
-def _clean_loc(err: dict) -> list[str]:
+def _clean_loc(err: Mapping[str, Any]) -> list[str]:
     # pydantic appends the union member it tried ("float", "literal['auto']"): drop it.
     return [str(p) for p in err.get("loc", ()) if not (
         str(p).startswith(("literal[", "function-")) or str(p) in ("float", "int", "str", "bool"))]
@@ -391,7 +392,7 @@ def _allowed_phrase(msg: str) -> str:
     return msg
 
 
-def _describe(errs: list[dict], model: type[BaseModel] = RunConfig) -> str:
+def _describe(errs: Sequence[Mapping[str, Any]], model: type[BaseModel] = RunConfig) -> str:
     """One line for the first pydantic error: the key, the bad value, what is allowed."""
     err = errs[0]
     parts = _clean_loc(err)
@@ -409,8 +410,8 @@ def _describe(errs: list[dict], model: type[BaseModel] = RunConfig) -> str:
     # A union reports one error per member at the same key: merge them.
     same = [e for e in errs if _clean_loc(e) == parts]
     if len(same) > 1:
-        allowed = " or ".join(_allowed_phrase(e.get("msg", "")) for e in same)
-        return f"key '{loc}': got {value!r}; allowed: {allowed}"
+        alternatives = " or ".join(_allowed_phrase(e.get("msg", "")) for e in same)
+        return f"key '{loc}': got {value!r}; allowed: {alternatives}"
     msg = err.get("msg", "invalid").removeprefix("Value error, ")
     return f"key '{loc}': got {value!r}; {msg[0].lower() + msg[1:]}"
 
@@ -443,10 +444,10 @@ def config_from_dict(data: Any, source: str | None = None) -> RunConfig:
             from None
 
 
-def describe_all(errs: list[dict], model: type[BaseModel] = RunConfig) -> list[str]:
+def describe_all(errs: Sequence[Mapping[str, Any]], model: type[BaseModel] = RunConfig) -> list[str]:
     """One description per key with a problem (a union's per-member errors merged),
     unknown keys first: a typo often explains the rest."""
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for e in errs:
         groups.setdefault(tuple(_clean_loc(e)), []).append(e)
     ordered = sorted(groups.values(), key=lambda g: g[0].get("type") != "extra_forbidden")

@@ -68,11 +68,17 @@ def _wsd_stable(spec: ScheduleSpec) -> float:
     return spec.horizon - spec.warmup - p["num_decay_steps"]
 
 
+def _horizon(spec: ScheduleSpec) -> float:
+    """``num_training_steps``, which the :data:`NEEDS_HORIZON` kinds read only past
+    warmup (their warmup ramp is defined without it, as in transformers)."""
+    if spec.horizon is None:
+        raise ValueError(f"hf {spec.kind} schedule needs num_training_steps (horizon)")
+    return spec.horizon
+
+
 def factor(spec: ScheduleSpec, step: float) -> float:
     """The LambdaLR multiplier at ``last_epoch == step``."""
-    kind, w, t, p = spec.kind, spec.warmup, spec.horizon, spec.params
-    if kind in NEEDS_HORIZON and t is None and step >= w:
-        raise ValueError(f"hf {kind} schedule needs num_training_steps (horizon)")
+    kind, w, p = spec.kind, spec.warmup, spec.params
     if kind == "constant":
         return 1
     if kind == "constant_with_warmup":
@@ -82,10 +88,12 @@ def factor(spec: ScheduleSpec, step: float) -> float:
     if kind == "linear":
         if step < w:
             return _ramp(step, w)
+        t = _horizon(spec)
         return max(0.0, float(t - step) / float(max(1, t - w)))
     if kind in ("cosine", "cosine_with_min_lr"):
         if step < w:
             return _ramp(step, w)
+        t = _horizon(spec)
         cycles = p.get("num_cycles", 0.5)
         rate = 0.0 if kind == "cosine" else _min_lr_rate(spec)
         prog = float(step - w) / float(max(1, t - w))
@@ -95,6 +103,7 @@ def factor(spec: ScheduleSpec, step: float) -> float:
     if kind == "cosine_with_restarts":
         if step < w:
             return _ramp(step, w)
+        t = _horizon(spec)
         prog = float(step - w) / float(max(1, t - w))
         if prog >= 1.0:
             return 0.0
@@ -105,6 +114,7 @@ def factor(spec: ScheduleSpec, step: float) -> float:
         lr_end = p.get("lr_end", 1e-7)
         if step < w:
             return _ramp(step, w)
+        t = _horizon(spec)
         if step > t:
             return lr_end / lr_init
         remaining = 1 - (step - w) / (t - w)
@@ -125,13 +135,15 @@ def factor(spec: ScheduleSpec, step: float) -> float:
 
 def _cosine_warmup_min_lr(spec: ScheduleSpec, step: float) -> float:
     p = spec.params
-    s, w, t = float(step), float(spec.warmup), float(spec.horizon)
+    s, w = float(step), float(spec.warmup)
     if s < w:
         wr = p.get("warmup_lr_rate")
         if wr is None:
             return (s + 1.0) / max(1.0, w)
         wr = float(wr)
         return wr + (1.0 - wr) * s / (max(1, w - 1))
+    # Read past warmup only: the ramp needs no horizon (a missing one raised TypeError here).
+    t = float(_horizon(spec))
     rate = _min_lr_rate(spec)
     prog = (s - w + 1.0) / (max(1.0, t - w))
     f = 0.5 * (1.0 + math.cos(math.pi * p.get("num_cycles", 0.5) * 2.0 * prog))
@@ -242,7 +254,7 @@ def _min_lr_problems(spec: ScheduleSpec, p: dict[str, Any]) -> list[str]:
             return [f"min_lr={min_lr} is negative"]
         if min_lr > _lr_init(spec):
             return [f"min_lr={min_lr} exceeds max_lr={_lr_init(spec)}"]
-    elif rate < 0 or rate > 1:
+    elif rate is not None and (rate < 0 or rate > 1):
         return [f"min_lr_rate={rate} is outside [0, 1]"]
     return []
 

@@ -118,3 +118,25 @@ def test_missing_horizon_is_a_clear_error():
     with pytest.raises(ValueError, match="needs num_training_steps"):
         lr_at(spec_of("cosine", 1e-4, 10, None), 20)
     assert lr_at(spec_of("cosine", 1e-4, 10, None), 5) == pytest.approx(5e-5)
+
+
+@pytest.mark.parametrize("kw", [{"min_lr_rate": 0.1}, {"min_lr": 1e-6, "warmup_lr_rate": 0.05}])
+def test_warmup_without_horizon_matches_transformers(kw):
+    """Found by mypy: ``cosine_warmup_with_min_lr`` read the horizon before its warmup
+    branch, so a spec without one raised TypeError inside warmup where every other
+    horizon kind gives its ramp. transformers' own warmup values do not depend on
+    num_training_steps (two very different totals agree); past warmup the missing
+    horizon is the same clear ValueError as for the other kinds."""
+    lr, warmup = 5e-5, 30
+    spec = spec_of("cosine_warmup_with_min_lr", lr, warmup, None, **kw)
+    for total in (300, 10_000):
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+        sched = optimization.get_scheduler("cosine_warmup_with_min_lr", opt,
+                                           num_warmup_steps=warmup, num_training_steps=total,
+                                           scheduler_specific_kwargs=dict(kw))
+        for step in range(warmup):
+            assert close(lr_at(spec, step), opt.param_groups[0]["lr"]), (total, step)
+            opt.step()
+            sched.step()
+    with pytest.raises(ValueError, match="needs num_training_steps"):
+        lr_at(spec, warmup)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
@@ -74,21 +74,23 @@ def _kk_sets(vals: list[int], k: int, equal_size: bool) -> list[list]:
     if k == 1:
         return [[sum(vals), n, 0, list(range(n))]]
     ordered = sorted(zip(vals, range(n), strict=True))
-    heap = []
+    # Heterogeneous entries by design: a singleton (6 fields) or a state (5 fields).
+    heap: list[tuple[Any, ...]] = []
     push = heap.append
     if not equal_size:
         # Forced opening: the heaviest singleton pops first with the next one, and
         # while the merged state keeps an empty set its key stays that singleton's
         # key, the smallest in the heap; so the k heaviest items end as one state
         # of k singletons (k - 1 merges saved; with n == k, the whole answer).
-        top = [[v, 1, i, [i]] for v, i in reversed(ordered[n - k :])]
+        heaviest: list[list[Any]] = [[v, 1, i, [i]] for v, i in reversed(ordered[n - k :])]
         if n == k:
-            return top
+            return heaviest
         ordered = ordered[: n - k]
-        push((top[-1][0] - top[0][0], -top[0][0], -1, -top[0][2], top))
+        push((heaviest[-1][0] - heaviest[0][0], -heaviest[0][0], -1, -heaviest[0][2],
+              heaviest))
     if equal_size:
         for off in range(0, n, k):
-            sets = [[v, 1, i, [i]] for v, i in ordered[off: off + k]]
+            sets: list[list[Any]] = [[v, 1, i, [i]] for v, i in ordered[off: off + k]]
             sets.reverse()
             top = sets[0]
             push((sets[-1][0] - top[0], -top[0], -1, -top[2], sets))
@@ -275,7 +277,7 @@ def plan_karmarkar_karp(
     mbs: list[MicroBatch] = []
     bounds: list[int] = []
     worst = 0
-    raised = []
+    raised: list[int] = []
     for j in range(n_minis):
         rows_j = [m[j] if j < len(m) else np.zeros(0, np.int64) for m in minis]
         lens_j = [tokens[rows].tolist() for rows in rows_j]
@@ -296,7 +298,7 @@ def plan_karmarkar_karp(
         if flavor == "verl" and cap and not num_micro_batches:
             per_rank = _verl_fit(rows_j, lens_j, c_all, cap, equal_size, notes, raised)
         else:
-            parts_j = []
+            parts_j: list[list[list[int]]] = []
             for ln in lens_j:
                 if not ln:
                     parts_j.append([])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.translate.interpolate import MISSING as _MISSING
@@ -97,8 +97,14 @@ class Reader:
         self.used[key] = val
         return val
 
+    @overload
+    def count(self, key: str) -> int | None: ...
+    @overload
+    def count(self, key: str, default: int) -> int: ...
+
     def count(self, key: str, default: Any = _MISSING) -> int | None:
-        """An integer that sizes something (a batch, a GPU count): must be >= 1."""
+        """An integer that sizes something (a batch, a GPU count): must be >= 1. None
+        only when the key is absent and there is no default (the overloads say so)."""
         val = self.get(key, default, int)
         if val is not None and val < 1:
             raise UnusableInput(f"{key} is {val}; expected a positive integer")

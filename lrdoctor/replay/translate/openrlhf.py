@@ -55,7 +55,8 @@ def parse_args(text: str, base: Path | None = None, depth: int = 0) -> dict[str,
         if not tok.startswith("--"):
             i += 1
             continue
-        key, eq, val = tok[2:].partition("=")
+        key, eq, text = tok[2:].partition("=")
+        val: str | bool = text
         if eq:
             i += 1
         elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):

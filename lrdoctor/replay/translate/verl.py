@@ -114,7 +114,7 @@ def translate(data: dict, base: Path | None = None) -> Translation:
     mini = r.count(f"{A}.ppo_mini_batch_size", 256) * n
     micro = r.count(f"{A}.ppo_micro_batch_size_per_gpu")
     if micro is None and r.has(f"{A}.ppo_micro_batch_size"):
-        micro = max(1, r.count(f"{A}.ppo_micro_batch_size") // dp)
+        micro = max(1, r.need(f"{A}.ppo_micro_batch_size", "checked above") // dp)
     dynamic = r.get(f"{A}.use_dynamic_bsz", False, bool)
     if micro is None and not dynamic:
         raise UnusableInput(f"{A}.ppo_micro_batch_size_per_gpu is missing and use_dynamic_bsz is "
