@@ -342,6 +342,14 @@ def checkpoint_n_dirs(path: Path, marker: str | Iterable[str]) -> list[Path]:
         (child / mk).exists() for mk in markers))
 
 
+def listed(found: list[Path], missing: str, path: Path) -> list[Path]:
+    """A layout's ``find_checkpoints`` result: ``found``, never empty (an input with none is
+    refused, naming what was looked for in ``path`` and what the scan saw instead)."""
+    if not found:
+        raise refusal.nothing_found(missing, path)
+    return found
+
+
 def checkpoint_number(path: Path) -> int | None:
     m = CHECKPOINT_N.match(path.name)
     return int(m.group(1)) if m else None
@@ -374,12 +382,7 @@ class StepFolders:
         return self.is_step(path) or (path.is_dir() and bool(self.dirs(path)))
 
     def find(self, path: Path) -> list[Path]:
-        if self.is_step(path):
-            return [path]
-        found = self.dirs(path)
-        if not found:
-            raise refusal.nothing_found(self.missing, path)
-        return found
+        return [path] if self.is_step(path) else listed(self.dirs(path), self.missing, path)
 
 
 def note_skipped(st: RunState, ds: DcpState) -> None:

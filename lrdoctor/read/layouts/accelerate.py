@@ -26,7 +26,6 @@ from pathlib import Path
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read import layouts
-from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import ENGINE, _common
 from lrdoctor.read.layouts._torchstate import (
     add_optimizer,
@@ -34,7 +33,6 @@ from lrdoctor.read.layouts._torchstate import (
     optimizer_info,
     torch_scheduler,
 )
-from lrdoctor.read.scan import refusal
 from lrdoctor.read.scan.listing import Tree
 
 NAME = "accelerate"
@@ -48,30 +46,16 @@ CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+)$")
 
 # ---------------------------------------------------------------- layout
 
-def numbered_files(d: Path, pattern: re.Pattern) -> list[Path]:
+def numbered_files(d: Path, pattern: re.Pattern[str]) -> list[Path]:
     """Files of ``d`` named like ``pattern`` (``scheduler.bin``, ``scheduler_1.bin`` ...), by N."""
-    out = []
-    try:
-        children = list(d.iterdir())
-    except OSError:
-        return []
-    for child in children:
-        m = pattern.match(child.name)
-        if m and child.is_file():
-            out.append((int(m.group(1) or 0), child))
-    return [p for _, p in sorted(out)]
+    return _common.numbered_children(d, pattern, lambda child: child.is_file())
 
 
 def fsdp_optimizer_dirs(d: Path) -> list[Path]:
     """``optimizer_N/`` DCP folders (accelerate's save_fsdp_optimizer, SHARDED_STATE_DICT)."""
     from lrdoctor.read.bytes import dcp
 
-    out = []
-    for child in d.iterdir():
-        m = FSDP_OPTIMIZER_DIR.match(child.name)
-        if m and dcp.is_dcp(child):
-            out.append((int(m.group(1)), child))
-    return [p for _, p in sorted(out)]
+    return _common.numbered_children(d, FSDP_OPTIMIZER_DIR, dcp.is_dcp)
 
 
 def _is_state_dir(d: Path) -> bool:
@@ -85,7 +69,7 @@ def _candidates(path: Path) -> list[Path]:
             continue
         subs = [c for c in base.iterdir() if _is_state_dir(c)]
         if subs:
-            def key(c: Path) -> tuple:
+            def key(c: Path) -> tuple[int, float, str]:
                 m = CHECKPOINT_DIR.match(c.name)
                 return (0, int(m.group(1)), "") if m else (1, c.stat().st_mtime, c.name)
             return sorted(subs, key=key)
@@ -103,7 +87,7 @@ def detect(path: Path) -> bool:
 
 
 def _is_layout(path: Path) -> bool:
-    path = as_path(path)
+    path = _common.as_path(path)
     if path.is_file():
         return bool(SCHEDULER_FILE.match(path.name) or OPTIMIZER_FILE.match(path.name))
     if _is_state_dir(path):
@@ -112,20 +96,17 @@ def _is_layout(path: Path) -> bool:
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = as_path(path)
+    path = _common.as_path(path)
     if path.is_file() or _is_state_dir(path):
         return [path if path.is_dir() else path.parent]
-    found = _candidates(path)
-    if not found:
-        raise refusal.nothing_found(
-            "no accelerate save_state folders (scheduler.bin/optimizer.bin) here", path)
-    return found
+    return _common.listed(_candidates(path),
+                          "no accelerate save_state folders (scheduler.bin/optimizer.bin) here", path)
 
 
 # ---------------------------------------------------------------- read
 
 def read(path: Path) -> RunState:
-    path = as_path(path)
+    path = _common.as_path(path)
     ckpt = find_checkpoints(path)[-1]
     scheds = numbered_files(ckpt, SCHEDULER_FILE)
     # FSDP with SHARDED_STATE_DICT: save_fsdp_optimizer writes DCP folders optimizer_N/
