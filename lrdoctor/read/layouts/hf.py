@@ -27,10 +27,8 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read import layouts
-from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import TRAINER, _common, _logfit
 from lrdoctor.read.layouts._torchstate import read_optimizer_file
-from lrdoctor.read.scan import refusal
 from lrdoctor.read.scan.listing import Tree
 
 NAME = "hf"
@@ -55,7 +53,7 @@ def detect(path: Path) -> bool:
 
 
 def _is_layout(path: Path) -> bool:
-    path = as_path(path)
+    path = _common.as_path(path)
     if path.is_file():
         return path.name == TRAINER_STATE
     if not path.is_dir():
@@ -64,17 +62,15 @@ def _is_layout(path: Path) -> bool:
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = as_path(path)
+    path = _common.as_path(path)
     if path.is_file():
         return [path.parent]
     # An output dir may also hold Trainer.save_state()'s trainer_state.json, without
     # scheduler or optimizer: its checkpoint-N dirs are the checkpoints.
     ckpts = _common.checkpoint_n_dirs(path, TRAINER_STATE)
-    if ckpts:
-        return ckpts
-    if (path / TRAINER_STATE).is_file():
+    if not ckpts and (path / TRAINER_STATE).is_file():
         return [path]
-    raise refusal.nothing_found("no checkpoint-N/trainer_state.json here", path)
+    return _common.listed(ckpts, "no checkpoint-N/trainer_state.json here", path)
 
 
 def scheduler_file(ckpt: Path) -> Path:
@@ -91,7 +87,7 @@ def optimizer_file(ckpt: Path) -> Path | None:
     return found
 
 
-def training_args(ckpt: Path) -> tuple[dict | None, str | None]:
+def training_args(ckpt: Path) -> tuple[_common.Loaded | None, str | None]:
     """(TrainingArguments fields, None) or (None, why they could not be used)."""
     f = ckpt / TRAINING_ARGS
     if not f.is_file():
@@ -106,12 +102,11 @@ def training_args(ckpt: Path) -> tuple[dict | None, str | None]:
     return fields, None
 
 
-def resolved_warmup(args: dict, max_steps: int) -> int:
+def resolved_warmup(args: _common.Loaded, max_steps: int) -> int:
     """``TrainingArguments.get_warmup_steps``: 4.x (warmup_steps/warmup_ratio) and 5.x
     (warmup_steps < 1 is a ratio) rules."""
     ws = _common.num(args.get("warmup_steps") or 0, TRAINING_ARGS, "warmup_steps")
     ratio = _common.num(args.get("warmup_ratio") or 0, TRAINING_ARGS, "warmup_ratio")
-    assert ws is not None and ratio is not None
     if ws >= 1:
         return int(ws)
     if ws > 0:  # 5.x: a float below 1 is a ratio
@@ -124,7 +119,7 @@ def resolved_warmup(args: dict, max_steps: int) -> int:
 # ---------------------------------------------------------------- read
 
 def read(path: Path) -> RunState:
-    path = as_path(path)
+    path = _common.as_path(path)
     ckpt = find_checkpoints(path)[-1]
     state_file = ckpt / TRAINER_STATE
     ts = _common.read_json(state_file)
@@ -152,7 +147,7 @@ def read(path: Path) -> RunState:
         st.notes.append(f"{ckpt.name} but trainer_state.global_step is {global_step}")
 
     # Scheduler.
-    sched: dict | None = None
+    sched: _common.Loaded | None = None
     sfile = scheduler_file(ckpt)
     if sfile.is_file():
         sched = _common.load_dict(sfile, "a scheduler state dict")
@@ -213,7 +208,7 @@ def read(path: Path) -> RunState:
     return st
 
 
-def _overflowed_steps(st: RunState, args: dict | None) -> None:
+def _overflowed_steps(st: RunState, args: _common.Loaded | None) -> None:
     """fp16 with a GradScaler: an overflowed step skips optimizer.step(), and accelerate's
     AcceleratedScheduler then skips the scheduler too, while global_step still counts it.
     When scheduler and optimizer agree and trail global_step, that is by design."""
@@ -234,7 +229,8 @@ def _overflowed_steps(st: RunState, args: dict | None) -> None:
                     "scheduler: it trails global_step by that much by design")
 
 
-def _schedule_from_args(args: dict, max_steps: Any, base_lr: float | None) -> ScheduleSpec:
+def _schedule_from_args(args: _common.Loaded, max_steps: Any, base_lr: float | None
+                        ) -> ScheduleSpec:
     kind = str(_common.plain(args.get("lr_scheduler_type")) or "linear")
     horizon = max_steps if isinstance(max_steps, int) and 0 < max_steps <= _common.MAX_MAGNITUDE \
         else None
@@ -250,7 +246,7 @@ def _schedule_from_args(args: dict, max_steps: Any, base_lr: float | None) -> Sc
             kwargs = {}
     return ScheduleSpec(
         family="hf", kind=kind,
-        max_lr=_common.num(lr, TRAINING_ARGS, "learning_rate")  # type: ignore[arg-type]
+        max_lr=_common.num(lr, TRAINING_ARGS, "learning_rate")
         if isinstance(lr, (int, float)) else (base_lr or 0.0),
         unit=Unit.UPDATES, warmup=float(warmup),
         horizon=float(horizon) if horizon is not None else None,
@@ -259,8 +255,8 @@ def _schedule_from_args(args: dict, max_steps: Any, base_lr: float | None) -> Sc
     )
 
 
-def _lr_history(ts: dict) -> list[tuple[int, float]]:
-    out = []
+def _lr_history(ts: _common.JsonObject) -> list[tuple[int, float]]:
+    out: list[tuple[int, float]] = []
     for entry in ts.get("log_history") or []:
         if isinstance(entry, dict) and isinstance(entry.get("step"), int) \
                 and _common._side(entry["step"], count=True) is not None \
