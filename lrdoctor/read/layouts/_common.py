@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import Key
@@ -342,7 +342,10 @@ def checkpoint_n_dirs(path: Path, marker: str | Iterable[str]) -> list[Path]:
         (child / mk).exists() for mk in markers))
 
 
-def listed(found: list[Path], missing: str, path: Path) -> list[Path]:
+_Ckpt = TypeVar("_Ckpt")
+
+
+def listed(found: list[_Ckpt], missing: str, path: Path) -> list[_Ckpt]:
     """A layout's ``find_checkpoints`` result: ``found``, never empty (an input with none is
     refused, naming what was looked for in ``path`` and what the scan saw instead)."""
     if not found:

@@ -22,33 +22,12 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read import layouts
-from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import GENERIC, _common
 from lrdoctor.read.layouts._torchstate import optimizer_info, torch_scheduler, torch_scheduler_kind
 from lrdoctor.read.scan import grouping, listing, reading, refusal, shapes
 from lrdoctor.read.scan.listing import Tree
 
 NAME = "torch"
-
-# Loop counters commonly saved next to the states: key -> (counter name, unit).
-COUNTER_KEYS: dict[str, tuple[str, Unit]] = {
-    "global_step": ("loop.global_step", Unit.UPDATES),
-    "step": ("loop.step", Unit.UPDATES),
-    "optimizer_step": ("loop.optimizer_step", Unit.UPDATES),
-    "update": ("loop.update", Unit.UPDATES),
-    "num_updates": ("loop.num_updates", Unit.UPDATES),
-    "iteration": ("loop.iteration", Unit.UPDATES),
-    "iter": ("loop.iter", Unit.UPDATES),
-    "micro_step": ("loop.micro_step", Unit.MICRO_STEPS),
-    "micro_steps": ("loop.micro_steps", Unit.MICRO_STEPS),
-    "epoch": ("loop.epoch", Unit.EPOCHS),
-}
-BUDGET_KEYS: dict[str, Unit] = {
-    "total_steps": Unit.UPDATES, "max_steps": Unit.UPDATES, "num_training_steps": Unit.UPDATES,
-    "train_steps": Unit.UPDATES, "total_updates": Unit.UPDATES,
-    "num_epochs": Unit.EPOCHS, "epochs": Unit.EPOCHS, "max_epochs": Unit.EPOCHS,
-}
-
 
 # ---------------------------------------------------------------- layout
 # Files and checkpoints are found by content (lrdoctor.read.scan), not by name.
@@ -64,7 +43,7 @@ def detect(path: Path) -> bool:
 
 
 def _is_layout(path: Path) -> bool:
-    path = as_path(path)
+    path = _common.as_path(path)
     if path.is_file():
         return listing.is_pickle(path)
     return path.is_dir() and any(listing.is_pickle(f)
@@ -86,12 +65,10 @@ def _is_pickle(f: Path, ckpt: grouping.Checkpoint) -> bool:
 
 def find_checkpoints(path: Path) -> list[grouping.Checkpoint]:
     """Each checkpoint (path-like: a file, or a folder of files, with its files), oldest first."""
-    path = as_path(path)
-    ckpts = [c for c in grouping.run_checkpoints(path)
-             if any(_is_pickle(f, c) for f in c.files)]
-    if not ckpts:
-        raise refusal.nothing_found("no checkpoint files (torch.save / pickle) here", path)
-    return ckpts
+    path = _common.as_path(path)
+    return _common.listed([c for c in grouping.run_checkpoints(path)
+                           if any(_is_pickle(f, c) for f in c.files)],
+                          "no checkpoint files (torch.save / pickle) here", path)
 
 
 # ---------------------------------------------------------------- read
@@ -100,7 +77,7 @@ def read(path: Path | grouping.Checkpoint) -> RunState:
     """The newest checkpoint under ``path`` (or the one given), read by content."""
     if isinstance(path, grouping.Checkpoint):
         return read_checkpoint(path)
-    return read_checkpoint(find_checkpoints(as_path(path))[-1])
+    return read_checkpoint(find_checkpoints(_common.as_path(path))[-1])
 
 
 def read_checkpoint(ckpt: grouping.Checkpoint) -> RunState:
@@ -145,26 +122,22 @@ def _require_readable(sc: shapes.Scan) -> None:
                             f"{sc.what(str(read[0]))}", str(read[0]))
 
 
-# Trainer counters by the last component of their key: (counter name, unit).
-# Budgets (the planned end) and settings are kept apart from progress.
-PROGRESS_KEYS: dict[str, tuple[str, Unit]] = {
-    **COUNTER_KEYS,
-    "global_steps": ("loop.global_steps", Unit.UPDATES),
-    "iterations": ("loop.iterations", Unit.UPDATES),
-    "steps_run": ("loop.steps_run", Unit.UPDATES),
-    "current_step": ("loop.current_step", Unit.UPDATES),
-    "updates": ("loop.updates", Unit.UPDATES),
-    "epochs_run": ("loop.epochs_run", Unit.EPOCHS),
-    "current_epoch": ("loop.current_epoch", Unit.EPOCHS),
-    "consumed_samples": ("loop.consumed_samples", Unit.SAMPLES),
-    "consumed_train_samples": ("loop.consumed_train_samples", Unit.SAMPLES),
-    "skipped_train_samples": ("loop.skipped_train_samples", Unit.SAMPLES),
-    "global_samples": ("loop.global_samples", Unit.SAMPLES),
-    "skipped_steps": ("loop.skipped_steps", Unit.UPDATES),
+# Trainer counters by the last component of their key, each read as counter ``loop.<key>``
+# in its unit. Budgets (the planned end) and settings are kept apart from progress.
+PROGRESS_KEYS: dict[str, Unit] = {
+    **dict.fromkeys(("global_step", "global_steps", "step", "steps_run", "current_step",
+                     "optimizer_step", "update", "updates", "num_updates", "iteration",
+                     "iterations", "iter", "skipped_steps"), Unit.UPDATES),
+    **dict.fromkeys(("micro_step", "micro_steps"), Unit.MICRO_STEPS),
+    **dict.fromkeys(("epoch", "epochs_run", "current_epoch"), Unit.EPOCHS),
+    **dict.fromkeys(("consumed_samples", "consumed_train_samples", "skipped_train_samples",
+                     "global_samples"), Unit.SAMPLES),
 }
 PLANNED_KEYS: dict[str, Unit] = {
-    **BUDGET_KEYS, "train_iters": Unit.UPDATES, "total_training_steps": Unit.UPDATES,
-    "total_epochs": Unit.EPOCHS, "train_samples": Unit.SAMPLES,
+    **dict.fromkeys(("total_steps", "max_steps", "num_training_steps", "train_steps",
+                     "total_updates", "train_iters", "total_training_steps"), Unit.UPDATES),
+    **dict.fromkeys(("num_epochs", "epochs", "max_epochs", "total_epochs"), Unit.EPOCHS),
+    "train_samples": Unit.SAMPLES,
 }
 # Counters preferred as "where the scheduler should be" (one step per update), in order.
 NOMINAL_ORDER = ("optimizer.step", "loop.global_step", "loop.global_steps", "loop.iteration",
@@ -188,7 +161,7 @@ def build(sc: shapes.Scan, fmt: str = NAME) -> RunState:
     sched = _pick_scheduler(sc, st)
     opt_found = _pick_optimizer(sc, sched)
     opt = optimizer_info(opt_found.value) if opt_found else None
-    if opt is not None:
+    if opt_found is not None and opt is not None:
         st.optimizer_lrs = opt["lrs"]
         st.optimizer_lr_refs = [opt_found.ref.child(*k) for k in opt["lr_keys"]]
         if opt["step"] is not None:
@@ -276,7 +249,8 @@ def _pick_optimizer(sc: shapes.Scan, sched: shapes.Found | None) -> shapes.Found
     return hits[0]
 
 
-def _read_found_scheduler(st: RunState, sched: shapes.Found, opt: dict | None) -> None:
+def _read_found_scheduler(st: RunState, sched: shapes.Found, opt: dict[str, Any] | None
+                          ) -> None:
     src = sched.where
     if sched.kind == shapes.SCHED_MEGATRON:
         from lrdoctor.read.layouts._megatron_core import schedule_from_state, scheduler_refs
@@ -311,9 +285,9 @@ def _read_counters(sc: shapes.Scan, st: RunState) -> None:
             continue
         last = f.key.rsplit(".", 1)[-1]
         if f.kind == shapes.COUNTER and last in PROGRESS_KEYS:
-            name, unit = PROGRESS_KEYS[last]
+            name = f"loop.{last}"
             if st.counter(name) is None:
-                st.counters.append(Counter(name, f.value, unit, f.where, f.ref))
+                st.counters.append(Counter(name, f.value, PROGRESS_KEYS[last], f.where, f.ref))
         elif last in PLANNED_KEYS and st.planned_end is None and f.value > 0:
             st.planned_end = Counter(f"loop.{last}", f.value, PLANNED_KEYS[last], f.where, f.ref)
     if sc.checkpoint.step is not None:
@@ -353,15 +327,16 @@ def _finish(st: RunState) -> None:
     if prog.unit is not Unit.UPDATES:
         return
     for name in NOMINAL_ORDER:
-        c = st.counter(name)
-        if c is not None and c.value > 0:
+        loop = st.counter(name)
+        if loop is not None and loop.value > 0:
             why = ("one scheduler step per optimizer update" if name == "optimizer.step"
                    else "one scheduler step per loop step")
-            st.nominal_progress = Counter(c.name, c.value, Unit.UPDATES, f"{c.name} ({why})")
+            st.nominal_progress = Counter(loop.name, loop.value, Unit.UPDATES,
+                                          f"{loop.name} ({why})")
             return
 
 
-def _read_scheduler(st: RunState, sched: dict, src: str, opt: dict | None,
+def _read_scheduler(st: RunState, sched: _common.Loaded, src: str, opt: dict[str, Any] | None,
                     ref: FieldRef | None = None) -> None:
     """Schedule spec and progress through the one shared torch-scheduler converter."""
     st.extras["scheduler_class"] = torch_scheduler_kind(sched) or "unknown"
