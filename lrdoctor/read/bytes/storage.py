@@ -28,14 +28,14 @@ import os
 import posixpath
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from lrdoctor.core.errors import UnusableInput
 
-__all__ = ["RemotePath", "is_url", "as_path", "filesystem", "open_binary", "glob",
+__all__ = ["RemotePath", "is_url", "as_path", "reader_path", "filesystem", "open_binary", "glob",
            "has_magic", "BLOCK_SIZE", "EXTRAS"]
 
 # Remote files are read through fsspec's sparse block cache ("mmap"): a read
@@ -80,6 +80,15 @@ def as_path(path: Any) -> Path | RemotePath:
     return RemotePath(text)
 
 
+def reader_path(path: str | os.PathLike[str] | RemotePath) -> Path:
+    """:func:`as_path`, typed as the :class:`Path` the scan and the layouts are written
+    against. A :class:`RemotePath` has the slice of pathlib they use (tests/test_remote.py
+    reads Megatron, HF, DCP and torch.save checkpoints from S3 through them), so they keep
+    one path type; code that must tell a store from a disk (:func:`open_binary`,
+    :class:`Staging`) takes :func:`as_path` and asks ``isinstance``."""
+    return cast(Path, as_path(path))
+
+
 def has_magic(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
@@ -91,13 +100,13 @@ _FS_LOCK = threading.Lock()
 
 
 def _missing_extra(protocol: str) -> UnusableInput:
-    extra, pkg = EXTRAS.get(protocol, (None, None))
-    if extra is None:
+    hint = EXTRAS.get(protocol)
+    if hint is None:
         return UnusableInput(f"{protocol}:// URLs need fsspec and the package for that store: "
                              "pip install fsspec and its backend for the protocol")
     from lrdoctor.extras import MissingExtra
 
-    return MissingExtra(pkg, f"a {protocol}:// URL")
+    return MissingExtra(hint[1], f"a {protocol}:// URL")
 
 
 def _endpoint_options(protocol: str) -> dict[str, Any]:
@@ -157,7 +166,8 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _call(url: str, fn, *args, missing_ok: bool = False, **kwargs):
+def _call(url: str, fn: Callable[..., Any], *args: Any, missing_ok: bool = False,
+          **kwargs: Any) -> Any:
     """A filesystem call whose failures are one line naming the URL.
 
     ``missing_ok``: a missing object is an answer (``exists`` -> False); otherwise
@@ -359,7 +369,10 @@ class RemotePath:
 
     # -- contents
     def read_bytes(self) -> bytes:
-        return _call(str(self), self.fs.cat_file, self.fs_path)
+        data = _call(str(self), self.fs.cat_file, self.fs_path)
+        if not isinstance(data, bytes):  # fsspec is untyped: its answer is checked, not trusted
+            raise UnusableInput(f"the store returned {type(data).__name__}, not bytes", str(self))
+        return data
 
     def read_text(self, encoding: str | None = "utf-8", errors: str | None = None) -> str:
         return self.read_bytes().decode(encoding or "utf-8", errors or "strict")
@@ -405,7 +418,7 @@ class _Borrowed:
         pass
 
 
-def open_binary(path: Any):
+def open_binary(path: Any) -> BinaryIO:
     """A seekable binary file for a local path or a URL (range reads for URLs).
 
     Remote files stay open in a small per-thread cache (:data:`OPEN_FILES_PER_THREAD`),
@@ -431,7 +444,8 @@ def open_binary(path: Any):
     else:
         files.move_to_end(key)
     f.seek(0)
-    return _Borrowed(f)
+    # fsspec's file (untyped) is a seekable binary file; _Borrowed hands on every method
+    return cast(BinaryIO, _Borrowed(f))
 
 
 def glob(pattern: str) -> list[str]:
@@ -487,13 +501,18 @@ class Staging:
 
     @property
     def remote_out(self) -> bool:
-        return self.out is not None and is_url(self.out)
+        return self._remote_dest() is not None
+
+    def _remote_dest(self) -> RemotePath | None:
+        """``out`` on a store; None for a local path (a ``file://`` URL is one)."""
+        dest = None if self.out is None else as_path(self.out)
+        return dest if isinstance(dest, RemotePath) else None
 
     def local_input(self) -> Path:
         """The input as a local path: a URL's file or folder is downloaded (all of it)."""
-        if not is_url(self.path):
-            return as_path(self.path)  # a file:// URL is a local path
         src = as_path(self.path)
+        if isinstance(src, Path):  # a file:// URL is a local path
+            return src
         if not src.exists():
             raise UnusableInput("no such file or directory", self.path)
         dst = self._dir() / "in" / (src.name or "checkpoint")
@@ -506,9 +525,9 @@ class Staging:
         """Where ``write_fix`` writes: ``out`` itself, or a local folder to publish from."""
         if self.out is None:
             return None
-        if not self.remote_out:
-            return as_path(self.out)
         dest = as_path(self.out)
+        if isinstance(dest, Path):  # a file:// URL is a local path
+            return dest
         if "/" not in dest._key:
             raise UnusableInput("give a key inside the bucket, not the bucket itself", self.out)
         if dest.exists() and not force:
@@ -522,7 +541,9 @@ class Staging:
         import uuid
 
         manifest = "lrdoctor-fix.json"
-        dest = as_path(self.out)
+        dest = self._remote_dest()
+        if dest is None or self.out is None:
+            raise ValueError("publish() is for an output on a store (remote_out)")
         fs = dest.fs
         tmp_key = f"{dest._key}{TMP_MARK}{uuid.uuid4().hex[:8]}"
         if local.is_file():  # one file, and its manifest beside it
@@ -570,8 +591,8 @@ class Staging:
             src = as_path(self.path)
             text = text.replace(str(Path(self._tmp) / "in" / (src.name or "checkpoint")),
                                 self.path.rstrip("/"))
-        if self.remote_out:
-            dest = as_path(self.out)
+        dest = self._remote_dest()
+        if dest is not None and self.out is not None:
             text = text.replace(str(Path(self._tmp) / "out" / (dest.name or "checkpoint")),
                                 self.out.rstrip("/"))
         return text

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lrdoctor.read.bytes.storage import as_path
+from lrdoctor.read.bytes.storage import reader_path
 from lrdoctor.read.scan.listing import candidate_files, is_pickle
 
 # A folder whose name carries the step: checkpoint-400, global_step_40, step-100, iter_0001200,
@@ -90,7 +90,7 @@ def run_checkpoints(path: str | Path) -> list[Checkpoint]:
     ``optimizer.pt`` + ``scheduler.pt``). Files outside any step folder are run-level
     sidecars, shared by every checkpoint (``run_files``).
     """
-    path = as_path(path)
+    path = reader_path(path)
     if path.is_file():
         return [Checkpoint(path=path, step=file_step(path), files=[path])]
     files = candidate_files(path)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
-from lrdoctor.read.bytes.storage import as_path
+from lrdoctor.read.bytes.storage import reader_path
 from lrdoctor.read.scan.grouping import Checkpoint
 from lrdoctor.read.scan.listing import (
     MAX_FILES,
@@ -99,7 +99,7 @@ def _relevance(f: Path) -> int:
 def survey(path: str | Path, max_files: int = MAX_FILES) -> Survey:
     """What the bounded walk of :func:`candidate_files` saw under ``path``, and, for the
     most telling few files, what :func:`load_file` and :func:`classify` found each to be."""
-    path = as_path(path)
+    path = reader_path(path)
     if path.is_file():
         return Survey(str(path), files=1, folders=0, seen=[(path.name, what_is(path))])
     w = walk(path, max_files, refuse=False)
@@ -167,10 +167,10 @@ def refuse_code(ckpt: str | Path, already_read: Iterable[str] = ()) -> None:
     """
     from lrdoctor.read.bytes import safeload
 
-    ckpt = as_path(ckpt)
+    ckpt = reader_path(ckpt)
     if not ckpt.is_dir():
         return
-    done = {str(as_path(f)) for f in already_read}
+    done = {str(reader_path(f)) for f in already_read}
     try:
         files = candidate_files(ckpt)
     except UnusableInput:
