@@ -37,10 +37,10 @@ import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
-from lrdoctor.read.bytes.storage import as_path, open_binary
+from lrdoctor.read.bytes.storage import open_binary, reader_path
 
 METADATA = ".metadata"
 SUFFIX = ".distcp"
@@ -51,6 +51,12 @@ SMALL_TENSOR_BYTES = 1 << 20  # a one-element tensor item is a few KiB (a torch 
 
 _BYTES = "torch.distributed.checkpoint.metadata.BytesStorageMetadata"
 _TENSOR = "torch.distributed.checkpoint.metadata.TensorStorageMetadata"
+
+# A record's fields as the untrusted ``.metadata`` pickle gives them: keys and values are
+# whatever the file claims, so each is narrowed (isinstance) where it is used.
+Fields = dict[object, object]
+# One storage entry of an fqn: (chunk offsets, its ``_StorageInfo`` fields).
+Chunk = tuple[tuple[object, ...], Fields]
 
 
 @dataclass
@@ -89,7 +95,7 @@ class DcpState:
 
 def is_dcp(path: Path) -> bool:
     """A folder holding ``.metadata`` and at least one ``*.distcp`` (cheap, no unpickling)."""
-    path = as_path(path)
+    path = reader_path(path)
     try:
         return path.is_dir() and (path / METADATA).is_file() and any(
             p.suffix == SUFFIX for p in path.iterdir())
@@ -122,20 +128,34 @@ def _inside(folder: Path, name: str) -> Path:
     return p
 
 
-def _state(obj: Any, cls: str | None = None) -> dict:
+def _state(obj: object, cls: str | None = None) -> Fields:
     from lrdoctor.read.bytes.safeload import Opaque
 
     if isinstance(obj, Opaque) and (cls is None or obj.cls == cls) and isinstance(obj.state, dict):
-        return obj.state
+        state: Fields = obj.state
+        return state
     raise UnusableInput(f"malformed DCP metadata (expected {cls or 'a record'}, found "
                         f"{getattr(obj, 'cls', type(obj).__name__)})")
 
 
-def read_metadata(folder: Path) -> dict:
+@dataclass(frozen=True)
+class _Metadata:
+    """``.metadata``'s ``Metadata`` record, its two tables checked to be dicts."""
+
+    fields: Fields  # every field, as the file has them
+    state_dict_metadata: Fields  # fqn -> TensorStorageMetadata / BytesStorageMetadata record
+    storage_data: Fields  # MetadataIndex record -> _StorageInfo record
+
+
+def read_metadata(folder: Path) -> Fields:
     """The fields of the ``Metadata`` record in ``folder/.metadata`` (safe unpickler)."""
+    return _read_metadata(folder).fields
+
+
+def _read_metadata(folder: Path) -> _Metadata:
     from lrdoctor.read.bytes import safeload
 
-    folder = as_path(folder)
+    folder = reader_path(folder)
     f = _inside(folder, METADATA)
     size = f.stat().st_size
     if size > MAX_METADATA_BYTES:
@@ -146,11 +166,11 @@ def read_metadata(folder: Path) -> dict:
         state = _state(md, "torch.distributed.checkpoint.metadata.Metadata")
     except UnusableInput as exc:
         raise UnusableInput(str(exc), str(f)) from None
-    if not isinstance(state.get("state_dict_metadata"), dict) \
-            or not isinstance(state.get("storage_data"), dict):
+    sd_meta, storage_data = state.get("state_dict_metadata"), state.get("storage_data")
+    if not isinstance(sd_meta, dict) or not isinstance(storage_data, dict):
         raise UnusableInput("DCP metadata without state_dict_metadata/storage_data "
                             "(not written by FileSystemWriter?)", str(f))
-    return state
+    return _Metadata(state, sd_meta, storage_data)
 
 
 # ---------------------------------------------------------------- read
@@ -162,9 +182,9 @@ def wanted(fqn: str, prefixes: tuple[str, ...] | None) -> bool:
                                    fqn.startswith(p + "/") for p in prefixes)
 
 
-def _storage_index(storage: dict) -> dict[str, list[tuple[tuple, dict]]]:
+def _storage_index(storage: Fields) -> dict[str, list[Chunk]]:
     """fqn -> [(chunk offsets, _StorageInfo fields)]."""
-    out: dict[str, list[tuple[tuple, dict]]] = {}
+    out: dict[str, list[Chunk]] = {}
     for key, info in storage.items():
         k, v = _state(key), _state(info)
         fqn = k.get("fqn")
@@ -175,15 +195,19 @@ def _storage_index(storage: dict) -> dict[str, list[tuple[tuple, dict]]]:
     return out
 
 
-def _check_info(files: _Files, fqn: str, info: dict, limit: int) -> tuple[str, int, int]:
+def _check_info(files: _Files, fqn: str, info: Fields, limit: int) -> tuple[str, int, int]:
     folder = files.folder
     rel, off, length = info.get("relative_path"), info.get("offset"), info.get("length")
     if not isinstance(rel, str) or type(off) is not int or type(length) is not int \
             or off < 0 or length < 0:
         raise UnusableInput(f"malformed storage entry for {fqn!r}", str(folder / METADATA))
-    if info.get("transform_descriptors"):
+    transforms = info.get("transform_descriptors")
+    if transforms:
+        # torch writes a list of names; a file may claim anything (shown, never iterated)
+        shown = list(transforms)[:3] if isinstance(transforms, (list, tuple)) \
+            else f"{transforms!r:.80}"
         raise UnusableInput(f"item {fqn!r} is stored through transforms "
-                            f"{list(info['transform_descriptors'])[:3]} that lrdoctor cannot "
+                            f"{shown} that lrdoctor cannot "
                             "decode (compressed or encrypted DCP)", str(folder / rel))
     if length > limit:
         raise _TooBig(length)
@@ -205,7 +229,7 @@ class _Files:
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.handles: dict[str, Any] = {}
+        self.handles: dict[str, BinaryIO] = {}
         self.sizes: dict[str, int] = {}
 
     def check(self, rel: str) -> tuple[Path, int]:
@@ -248,7 +272,7 @@ def _small_values(obj: Any, data: bytes) -> Any:
                     if r.numel == 1 and r.storage_key else r)
 
 
-def _numel(size: tuple) -> int:
+def _numel(size: tuple[int, ...]) -> int:
     n = 1
     for s in size:
         n *= s
@@ -271,14 +295,15 @@ def load(folder: Path, *, prefixes: Iterable[str] | None = None,
     are left out and named in ``skipped``. Raises UnusableInput / UnsafePickle with
     one line naming the file and key.
     """
-    folder = as_path(folder)
-    md = read_metadata(folder)
+    folder = reader_path(folder)
+    md = _read_metadata(folder)
     want = tuple(prefixes) if prefixes is not None else None
-    index = _storage_index(md["storage_data"])
+    index = _storage_index(md.storage_data)
+    version = md.fields.get("version")
     st = DcpState(path=folder, flat={}, tree={}, files=[str(folder / METADATA)],
-                  version=md.get("version") if isinstance(md.get("version"), str) else None)
-    todo = []
-    for fqn, meta in md["state_dict_metadata"].items():
+                  version=version if isinstance(version, str) else None)
+    todo: list[tuple[str, object, object]] = []
+    for fqn, meta in md.state_dict_metadata.items():
         if not isinstance(fqn, str):
             continue
         cls = getattr(meta, "cls", None)
@@ -291,7 +316,7 @@ def load(folder: Path, *, prefixes: Iterable[str] | None = None,
         if leave is not None and cls == _BYTES:
             length = _length(index.get(fqn))
             why = leave(fqn, length) if length is not None else None
-            if why:
+            if why and length is not None:
                 st.skipped[fqn] = why
                 st.left[fqn] = length
                 continue
@@ -305,23 +330,24 @@ def load(folder: Path, *, prefixes: Iterable[str] | None = None,
     finally:
         files.close()
     st.files += sorted(str(folder / rel) for rel in files.sizes)
-    st.tree = _nest(st.flat, md.get("planner_data"), st.skipped)
+    st.tree = _nest(st.flat, md.fields.get("planner_data"), st.skipped)
     return st
 
 
-def _length(chunks: list | None) -> int | None:
+def _length(chunks: list[Chunk] | None) -> int | None:
     """A bytes item's stored length as ``.metadata`` records it (None if malformed)."""
     length = chunks[0][1].get("length") if chunks else None
     return length if type(length) is int and length >= 0 else None
 
 
-def _where(chunks: list | None) -> tuple:
-    info = chunks[0][1] if chunks else {}
+def _where(chunks: list[Chunk] | None) -> tuple[str, int]:
+    info: Fields = chunks[0][1] if chunks else {}
     rel, off = info.get("relative_path"), info.get("offset")
     return (rel if isinstance(rel, str) else "", off if type(off) is int else 0)
 
 
-def _read_item(files: _Files, fqn: str, cls: Any, meta: Any, chunks: list, st: DcpState,
+def _read_item(files: _Files, fqn: str, cls: object, meta: object, chunks: list[Chunk],
+               st: DcpState,
                unknown_as_opaque: bool) -> None:
     from lrdoctor.read.bytes import safeload
 
@@ -361,7 +387,8 @@ def _read_item(files: _Files, fqn: str, cls: Any, meta: Any, chunks: list, st: D
         st.skipped[fqn] = f"unknown storage type {cls}"
 
 
-def _tensor_entry(files: _Files, fqn: str, meta: Any, chunks: list, st: DcpState) -> Any:
+def _tensor_entry(files: _Files, fqn: str, meta: object, chunks: list[Chunk], st: DcpState
+                  ) -> Any:
     from lrdoctor.read.bytes.safeload import Opaque, TensorRef
 
     m = _state(meta)
@@ -371,10 +398,14 @@ def _tensor_entry(files: _Files, fqn: str, meta: Any, chunks: list, st: DcpState
         dtype = props[0].removeprefix("torch.")
     elif isinstance(props, dict) and isinstance(props.get("dtype"), str):
         dtype = props["dtype"].removeprefix("torch.")
-    size = m.get("size") if isinstance(m.get("size"), tuple) else ()
-    rel = chunks[0][1].get("relative_path", "") if chunks else ""
+    claimed = m.get("size")
+    # torch.Size (a tuple of ints through safeload); any other claim is no size
+    size: tuple[int, ...] = claimed if isinstance(claimed, tuple) \
+        and all(type(n) is int for n in claimed) else ()
+    claimed_rel = chunks[0][1].get("relative_path", "") if chunks else ""
+    rel = claimed_rel if isinstance(claimed_rel, str) else ""  # _check_info names a bad one
     folder = files.folder
-    ref = TensorRef(dtype, tuple(size), str(folder / rel) if rel else str(folder / METADATA),
+    ref = TensorRef(dtype, size, str(folder / rel) if rel else str(folder / METADATA),
                     f"dcp:{fqn}", 0, ())
     if _numel(size) != 1 or len(chunks) != 1:
         return ref
@@ -389,13 +420,14 @@ def _tensor_entry(files: _Files, fqn: str, meta: Any, chunks: list, st: DcpState
     return _tensor_value(files.read(rel, off, length), f"{folder / rel}[{fqn}]", dtype)
 
 
-def _nest(flat: dict[str, Any], planner: Any, skipped: dict[str, str]) -> dict[str, Any]:
+def _nest(flat: dict[str, Any], planner: object, skipped: dict[str, str]) -> dict[str, Any]:
     """Re-nest the flat items: along the default planner's recorded paths when present,
     else by splitting the fqn on dots."""
     root: dict[Any, Any] = {}
-    mapped = isinstance(planner, dict)
+    plan = planner if isinstance(planner, dict) else None
+    mapped = plan is not None
     for fqn, value in flat.items():
-        path = planner.get(fqn) if mapped else None
+        path = plan.get(fqn) if plan is not None else None
         if not (isinstance(path, tuple) and path and all(isinstance(p, (str, int)) for p in path)):
             path = tuple(fqn.split("."))
         node = root
@@ -410,10 +442,11 @@ def _nest(flat: dict[str, Any], planner: Any, skipped: dict[str, str]) -> dict[s
             skipped.setdefault(fqn, "clashes with another key when re-nested (kept in flat)")
             continue
         node[path[-1]] = value
-    return _lists(root, mapped, None)
+    # The top level holds the state dict's names: a dict whatever the planner paths claim.
+    return {str(k): _lists(v, mapped, k) for k, v in root.items()}
 
 
-def _lists(node: Any, mapped: bool, parent: Any) -> Any:
+def _lists(node: Any, mapped: bool, parent: object) -> Any:
     """Dicts keyed 0..n-1 become lists (param_groups): by the planner's int keys, or, with
     no planner data, only under ``param_groups`` (torch's ``state`` is keyed by ids)."""
     if not isinstance(node, dict):
