@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lrdoctor import __version__
-from lrdoctor.core.findings import Finding, exit_code
+from lrdoctor.core.findings import Finding, exit_code, jsonable
 
 
 @dataclass
@@ -29,17 +29,15 @@ class Report:
     seconds: float | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        from lrdoctor.core.state import _jsonable
-
         doc = {
             "lrdoctor": __version__,
             "command": self.command,
             "target": self.target,
             "format": self.format,
-            "state": _jsonable(self.state),
+            "state": jsonable(self.state),
             "findings": [f.to_dict() for f in self.findings],
         }
-        doc.update(_jsonable(self.extra))
+        doc.update(jsonable(self.extra))
         return doc
 
     def to_json(self) -> str:

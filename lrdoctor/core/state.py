@@ -14,6 +14,7 @@ from typing import Any
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import Facts
 from lrdoctor.core.fieldref import FieldRef
+from lrdoctor.core.findings import jsonable
 
 # No step, sample count, horizon or learning rate of a real run comes near this.
 MAX_MAGNITUDE = 1e15
@@ -177,7 +178,7 @@ class RunState:
         self.optimizer_lrs = [float(x) for x in lrs]
 
     def to_dict(self) -> dict[str, Any]:
-        doc: dict[str, Any] = _jsonable(asdict(self))
+        doc: dict[str, Any] = jsonable(asdict(self))
         return doc
 
 
@@ -215,18 +216,6 @@ def _bad_param(params: Any, prefix: str = "", depth: int = 0) -> tuple[str, str]
 _INF_OK = frozenset({"best", "mode_worse", "threshold"})
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, Enum):
-        return obj.value
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):  # NaN and ±inf are not JSON
-        return None
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    return repr(obj)
 
 
 # ------------------------------------------------------------------ batch log

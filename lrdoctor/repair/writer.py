@@ -47,7 +47,7 @@ class Change:
         return key_str(self.key)
 
     def to_dict(self) -> dict[str, Any]:
-        from lrdoctor.core.state import _jsonable
+        from lrdoctor.core.findings import jsonable as _jsonable
 
         return {"file": self.file, "key": self.key_str, "before": _jsonable(self.before),
                 "after": _jsonable(self.after), "why": self.why}

@@ -26,6 +26,8 @@ import math
 from bisect import bisect_right
 from typing import TYPE_CHECKING, Any
 
+from lrdoctor.schedules.shapes import DECAY
+
 if TYPE_CHECKING:
     from lrdoctor.core.state import ScheduleSpec
 
@@ -111,12 +113,8 @@ def _wsd(spec: ScheduleSpec, base: float, t_s: float) -> float:
         return lr
     frac = min(t_decay / p["decay_t"], 1.0)
     kind = _p(spec, "decay_fn", "1-sqrt")
-    if kind == "linear":
-        d = 1.0 - frac
-    elif kind == "1-sqrt":
-        d = 1.0 - math.sqrt(frac)
-    elif kind == "cosine":
-        d = 0.5 * (1.0 + math.cos(math.pi * frac))
+    if kind in ("linear", "1-sqrt", "cosine"):
+        d = DECAY[kind](frac)
     elif kind == "power":
         d = 1.0 - frac ** _p(spec, "decay_power", 0.5)
     elif kind == "exp":

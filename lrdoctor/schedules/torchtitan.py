@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from lrdoctor.schedules.shapes import DECAY
+
 if TYPE_CHECKING:
     from lrdoctor.core.state import ScheduleSpec
 
@@ -48,16 +50,10 @@ def factor(kind: str, p: dict[str, Any], step: int) -> float:
     if step < warmup + stable:
         return 1.0
     progress = float(step + 1 - (warmup + stable)) / decay
-    if kind == "linear":
-        adj = 1 - progress
-    elif kind == "sqrt":
-        adj = 1 - math.sqrt(progress)
-    elif kind == "cosine":
-        adj = 0.5 * (1.0 + math.cos(math.pi * progress))
-    else:
+    if kind not in KINDS:
         raise ValueError(f"torchtitan decay_type {kind!r} is not linear, sqrt or cosine")
     mf = p["min_lr_factor"]
-    return mf + (1 - mf) * adj
+    return mf + (1 - mf) * DECAY[kind](progress)
 
 
 def lr_at(spec: ScheduleSpec, progress: float) -> float:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit, _jsonable
+from lrdoctor.core.findings import jsonable as _jsonable
+from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.inspect_api import inspect_path, read_state
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
+from lrdoctor.core.tree import dig
 from lrdoctor.read.bytes.storage import open_binary, reader_path
 
 METADATA = ".metadata"
@@ -80,15 +81,7 @@ class DcpState:
         """A value by its fqn, or by a dotted path into ``tree``."""
         if dotted in self.flat:
             return self.flat[dotted]
-        node: Any = self.tree
-        for part in dotted.split("."):
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                return default
-        return node
+        return dig(self.tree, dotted, default)
 
 
 # ---------------------------------------------------------------- layout

@@ -236,6 +236,27 @@ def _assemble_minis(
     return mbs, bounds
 
 
+def per_global_batch(n: int, mini_batch_size: Any, notes: dict,
+                     plan: Callable[[np.ndarray], list[MicroBatch]]) -> StepPlan:
+    """NeMo-RL's loop over a step's global batches: ``mini_batch_size`` consecutive rows
+    (all ``n`` when unset) are one optimizer update, ``plan`` makes their micro-batches;
+    a short last batch is noted. Its packers (token budget, sequence packing) differ
+    only in ``plan``."""
+    import numpy as np
+
+    chunk = int(mini_batch_size) if mini_batch_size else n
+    if n % chunk:
+        notes["not_divisible_by_mini_batch"] = {"samples": n, "mini_batch_size": chunk}
+    mbs: list[MicroBatch] = []
+    bounds: list[int] = []
+    for a in range(0, n, chunk):
+        part = plan(np.arange(a, min(a + chunk, n)))
+        if part:
+            mbs.extend(part)
+            bounds.append(len(mbs) - 1)
+    return StepPlan(mbs, bounds, None, notes)
+
+
 class PackerParams(BaseModel):
     """The ``batching`` keys one packer reads (others are ignored, not rejected: the
     section is shared by all packers)."""

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from lrdoctor.replay.packing.common import Packer, PackerParams, StepPlan, _get, _mb_from_rank_lists
+from lrdoctor.replay.packing.common import (
+    Packer,
+    PackerParams,
+    StepPlan,
+    _get,
+    _mb_from_rank_lists,
+    per_global_batch,
+)
 
 if TYPE_CHECKING:
     pass
@@ -182,20 +189,13 @@ def plan_sequence_packing(fr, dp, max_tokens, *, mini_batch_size=None, round_to=
         return StepPlan([], None, None, notes)
     r = max(1, int(round_to))
     padded = -(-tokens // r) * r if r > 1 else tokens
-    chunk = int(mini_batch_size) if mini_batch_size else n
-    if n % chunk:
-        notes["not_divisible_by_mini_batch"] = {"samples": n, "mini_batch_size": chunk}
-    mbs = []
-    bounds = []
-    for a in range(0, n, chunk):
-        rows = np.arange(a, min(a + chunk, n))
+
+    def plan(rows):
         bins = pack(padded[rows].tolist(), int(max_tokens), algorithm, dp, notes)
         per_rank = [[rows[np.asarray(b, dtype=np.int64)] for b in bins[k::dp]] for k in range(dp)]
-        part = _mb_from_rank_lists(per_rank, tokens, 1)
-        if part:
-            mbs.extend(part)
-            bounds.append(len(mbs) - 1)
-    return StepPlan(mbs, bounds, None, notes)
+        return _mb_from_rank_lists(per_rank, tokens, 1)
+
+    return per_global_batch(n, mini_batch_size, notes, plan)
 
 
 class SequencePackingParams(PackerParams):

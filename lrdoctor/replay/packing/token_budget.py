@@ -6,7 +6,14 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from lrdoctor.replay.packing.common import MicroBatch, Packer, PackerParams, StepPlan, _get
+from lrdoctor.replay.packing.common import (
+    MicroBatch,
+    Packer,
+    PackerParams,
+    StepPlan,
+    _get,
+    per_global_batch,
+)
 
 if TYPE_CHECKING:
     pass
@@ -49,19 +56,8 @@ def plan_token_budget(
         mbs = _token_budget_core(np.arange(n), tokens, dp, cap, r, r, None, notes, "roll")
         return StepPlan(mbs, None, None, notes)
     width = int(tokens.max())
-    chunk = int(mini_batch_size) if mini_batch_size else n
-    if n % chunk:
-        notes["not_divisible_by_mini_batch"] = {"samples": n, "mini_batch_size": chunk}
-    mbs = []
-    bounds = []
-    for a in range(0, n, chunk):
-        part = _token_budget_core(
-            np.arange(a, min(a + chunk, n)), tokens, dp, cap, r, 0, width, notes, "nemo_rl"
-        )
-        if part:
-            mbs.extend(part)
-            bounds.append(len(mbs) - 1)
-    return StepPlan(mbs, bounds, None, notes)
+    return per_global_batch(n, mini_batch_size, notes, lambda rows: _token_budget_core(
+        rows, tokens, dp, cap, r, 0, width, notes, "nemo_rl"))
 
 
 def _token_budget_core(rows, all_tokens, dp, cap, r, floor, clamp, notes, flavor) -> list[MicroBatch]:

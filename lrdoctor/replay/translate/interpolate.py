@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.tree import dig
 
 _REF = re.compile(r"\$\{([^${}]+)\}")
 MISSING = object()
@@ -21,15 +22,8 @@ _MISSING = MISSING
 
 
 def lookup(root: dict, dotted: str) -> Any:
-    node: Any = root
-    for part in dotted.strip().split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return _MISSING
-    return node
+    """The value at a dotted key (spaces around it ignored), or :data:`MISSING`."""
+    return dig(root, dotted.strip(), _MISSING)
 
 
 def _absolute(expr: str, where: tuple[str, ...]) -> str:
