@@ -301,7 +301,8 @@ def replay_figure(results: list[tuple[Any, Replay]], key: str | None = None,
 
     plt = _pyplot()
 
-    from lrdoctor.replay.analysis import per_step, summarize
+    from lrdoctor.replay.analysis import summarize
+    from lrdoctor.rules.replay_context import per_step
 
     base = results[0][1]
     steps = base.cfg.train.steps
@@ -487,7 +488,7 @@ def updates_per_step_plot(replay: Any, path: Path) -> Path:
     """Updates each train step took, against the nominal count: where the budget drifts."""
     plt = _pyplot()
 
-    from lrdoctor.replay.analysis import per_step
+    from lrdoctor.rules.replay_context import per_step
 
     ps = per_step(replay)
     steps = replay.cfg.train.steps

@@ -1,7 +1,8 @@
-"""What a replay means: the summary (nominal vs actual progress) and what its rules read.
+"""What a replay means: the summary (nominal vs actual progress), its findings, sweeps.
 
-The rules (LRD201-LRD212, LRD215) live one per file in :mod:`lrdoctor.rules`; this
-module builds the :class:`ReplayContext` they read and runs them. Framework-blind: it
+The rules (LRD201-LRD212, LRD215, LRD216) live one per file in :mod:`lrdoctor.rules`,
+with the :class:`~lrdoctor.rules.replay_context.ReplayContext` they read; this module
+builds that context and runs them. Framework-blind: it
 reads only the trace and the plans' notes, so the fast and the torch path are judged
 by the same rules.
 """
@@ -9,57 +10,17 @@ by the same rules.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lrdoctor.core.findings import Finding
-from lrdoctor.core.numbers import number
 from lrdoctor.rules.common import ReplayBudget
+from lrdoctor.rules.replay_context import REL_TOL, ReplayContext, has_boundaries, per_step, short
 
 if TYPE_CHECKING:
     from lrdoctor.replay.engine import Replay
-
-REL_TOL = 1e-6
-
-
-def short(x: float | None) -> str:
-    """Short human number: 1024, 0.5, 1e-06."""
-    return number(x, grouping=False, whole_below=1e15, none="n/a")
-
-
-def per_step(rep: Replay) -> dict[str, np.ndarray]:
-    """One row per train step: updates, scheduler advance, LR at its start."""
-    t = rep.trace
-    steps = rep.cfg.train.steps
-    ts = t["train_step"]
-    updates = np.bincount(ts, weights=t["is_update"].astype(float), minlength=steps)
-    mbs = np.bincount(ts, minlength=steps)
-    end = np.full(steps, np.nan)
-    first_lr = np.full(steps, np.nan)
-    if len(ts):
-        last_idx = np.flatnonzero(np.r_[ts[1:] != ts[:-1], True])
-        first_idx = np.r_[0, last_idx[:-1] + 1]
-        end[ts[last_idx]] = t["scheduler_progress"][last_idx]
-        first_lr[ts[first_idx]] = t["lr"][first_idx]
-    end = _ffill(end)
-    start = np.r_[0.0, end[:-1]]
-    dp = np.array([rep.cfg.dp.size_at(s) for s in range(steps)])
-    return {"train_step": np.arange(steps), "updates": updates, "micro_batches": mbs,
-            "progress_end": end, "advance": end - start, "lr": first_lr, "dp": dp}
-
-
-def _ffill(a: np.ndarray) -> np.ndarray:
-    out = a.copy()
-    last = 0.0
-    for i, v in enumerate(out):
-        if np.isnan(v):
-            out[i] = last
-        else:
-            last = v
-    return out
-
 
 def summarize(rep: Replay) -> dict[str, Any]:
     """Nominal vs actual updates, where the LR reaches its floor, the corrected budget."""
@@ -149,13 +110,6 @@ def summarize(rep: Replay) -> dict[str, Any]:
     return s
 
 
-def has_boundaries(rep: Replay) -> np.ndarray:
-    epochs = rep.cfg.train.epochs_per_step
-    flags = [np.full(len(i.plan.micro_batches) * epochs, i.plan.boundaries is not None)
-             for i in rep.infos]
-    return np.concatenate(flags) if flags else np.zeros(0, dtype=bool)
-
-
 def _lr_changes_inside(t: dict[str, np.ndarray]) -> int:
     if len(t["lr"]) < 2:
         return 0
@@ -163,42 +117,6 @@ def _lr_changes_inside(t: dict[str, np.ndarray]) -> int:
     lr = t["lr"]
     changed = np.abs(lr[1:] - lr[:-1]) > 1e-12 * np.maximum(np.abs(lr[1:]), 1e-300)
     return int((same_window & changed).sum())
-
-
-def scheduler_calls_per_update(t: dict[str, np.ndarray]) -> float:
-    """Mean number of scheduler advances per applied optimizer update."""
-    prog = t["scheduler_progress"]
-    moved = np.diff(np.r_[0.0, prog]) > 0
-    ups = int(t["is_update"].sum())
-    return float(moved.sum()) / ups if ups else 0.0
-
-
-def notes(rep: Replay, key: str) -> list[tuple[int, Any]]:
-    return [(i.step, i.plan.notes[key]) for i in rep.infos if key in (i.plan.notes or {})]
-
-
-@dataclass
-class ReplayContext:
-    """What every replay rule (:data:`lrdoctor.rules.REPLAY`) reads: the replay, its
-    summary, the memory-knob comparison, and the shared fix text and budget evidence."""
-
-    rep: Replay
-    s: dict[str, Any]
-    knob: dict[str, Any] | None
-    fix_tail: str
-    ev_core: ReplayBudget
-
-    @property
-    def cfg(self):
-        return self.rep.cfg
-
-    @property
-    def spec(self):
-        return self.rep.spec
-
-    @property
-    def t(self) -> dict[str, np.ndarray]:
-        return self.rep.trace
 
 
 def _context(rep: Replay, s: dict[str, Any], knob: dict[str, Any] | None) -> ReplayContext:
@@ -238,17 +156,14 @@ def _context(rep: Replay, s: dict[str, Any], knob: dict[str, Any] | None) -> Rep
                     "each (dynamic sampling / filtered groups): size the horizon in train "
                     f"steps ({cfg.train.steps}), or step the scheduler per generation batch. "
                     + fix_tail)
-    return ReplayContext(rep, s, knob, fix_tail, ev_core)
+    strategy = cfg.batching.loss_normalization
+    lr_scale = None
+    if strategy is not None:
+        # LRD215 judges it; computing it needs the configured accumulation (replay's).
+        from lrdoctor.replay import loss_scale
 
-
-def budget_cause(c: ReplayContext) -> str:
-    """What the budget counted, when it is not the scheduler's unit."""
-    g, gen = c.ev_core.generation_batches_per_train_step, c.ev_core.generation_batches
-    if c.cfg.budget.formula != "generation_steps" or g is None or gen is None:
-        return ""
-    return (f"; the budget counts generation batches ({short(gen)}), "
-            f"the scheduler train steps ({c.cfg.train.steps}): {short(g)} generation batches "
-            "per train step")
+        lr_scale = loss_scale.scale(rep, strategy)
+    return ReplayContext(rep, s, knob, fix_tail, ev_core, lr_scale)
 
 
 def unmodelled_keys(items: list[dict[str, Any]]) -> list[Finding]:
@@ -266,36 +181,6 @@ def findings(rep: Replay, summary: dict[str, Any] | None = None,
 
     ctx = _context(rep, summary or summarize(rep), knob)
     return [f for rule in REPLAY for f in rule.check(ctx)]
-
-
-def divisibility(rep: Replay) -> tuple[str, int, Any] | None:
-    """A step's samples that do not divide into the configured mini-batches or dp ranks
-    (LRD212): the message, the steps affected and one example."""
-    cfg = rep.cfg
-    keys: tuple[str, ...] = ("fixed_size_not_divisible", "prompts_not_divisible",
-                             "mini_batch_not_divisible_by_dp", "not_divisible_by_dp")
-    if cfg.batching.strategy == "prompt_unit":
-        # There the note says what fixed-size mini-batches *would* do: not a problem.
-        keys = tuple(k for k in keys if k != "fixed_size_not_divisible")
-    hits = [(k, st, v) for k in keys for st, v in notes(rep, k)]
-    mini = cfg.train.mini_batch_size
-    extra = []
-    if mini and cfg.batching.strategy == "static":
-        ps = per_step(rep)
-        nominal = math.ceil((cfg.train.samples_per_step or mini) / mini) * cfg.train.epochs_per_step
-        for info in rep.infos:
-            if info.samples % mini:
-                extra.append((info.step, info.samples, int(ps["updates"][info.step]), nominal))
-    if not hits and not extra:
-        return None
-    if extra:
-        st, n, got, nom = extra[0]
-        msg = (f"Fixed-size mini-batches of {mini} sequences do not divide {len(extra)} train "
-               f"step(s); e.g. step {st}: {n} sequences take {got} updates instead of {nom}.")
-    else:
-        k, st, v = hits[0]
-        msg = f"Train step {st}: {k.replace('_', ' ')} ({v}); {len(hits)} step(s) affected."
-    return msg, len(extra) or len(hits), extra[0] if extra else hits[0]
 
 
 # ---------------------------------------------------------------- sweeps and the knob check

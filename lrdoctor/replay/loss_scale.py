@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from lrdoctor.rules.replay_context import LOSS_SCALE_TOL as TOL
+
 STRATEGIES = ("per_micro_batch_tokens", "window_tokens", "global_window_tokens")
-TOL = 0.02
 
 
 def rank_tokens(rep) -> np.ndarray:

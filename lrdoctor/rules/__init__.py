@@ -13,8 +13,9 @@ Kinds, by what a check looks at:
   :func:`lrdoctor.diagnose.diagnose` in this order (the order findings are listed in);
   ``found`` holds what the checks before it reported (LRD111 says "not judged" only
   when nothing else judged).
-- :data:`REPLAY`: one replay's :class:`~lrdoctor.replay.analysis.ReplayContext`, run by
-  :func:`lrdoctor.replay.analysis.findings` in this order.
+- :data:`REPLAY`: one replay's :class:`~lrdoctor.rules.replay_context.ReplayContext`
+  (built by :mod:`lrdoctor.replay`, which imports the rules; never the other way round),
+  run by :func:`lrdoctor.replay.analysis.findings` in this order.
 - :data:`RAISED`: rules raised where their evidence is at hand (the run across its
   checkpoints, the live guard, ``check``); their files hold the rule and its evidence
   (and the function that builds the finding).
@@ -72,7 +73,7 @@ from lrdoctor.rules import lrd303_check_input_unusable as lrd303
 
 if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 
 class Documented(Protocol):

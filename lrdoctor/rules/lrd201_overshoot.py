@@ -21,7 +21,7 @@ from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.rules.common import ReplayBudget
 
 if TYPE_CHECKING:
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
@@ -33,7 +33,7 @@ class Overshoot(ReplayBudget):
 
 def check(c: ReplayContext) -> list[Finding]:
     """The scheduler runs past its horizon: the LR reaches its floor early."""
-    from lrdoctor.replay.analysis import REL_TOL, short
+    from lrdoctor.rules.replay_context import REL_TOL, short
 
     s, spec = c.s, c.spec
     ratio = s["progress_ratio"]
@@ -56,7 +56,7 @@ def _cause(c: ReplayContext) -> str:
     """Why the loop overruns: more updates per train step than planned, or (the rate as
     planned) a budget that counts fewer train steps than the loop runs. "1 per train step
     instead of 1" named a rate that was not the cause."""
-    from lrdoctor.replay.analysis import REL_TOL, short
+    from lrdoctor.rules.replay_context import REL_TOL, short
 
     s, steps = c.s, c.cfg.train.steps
     mean, nominal = s["updates_per_step"]["mean"], s["nominal_updates_per_step"]

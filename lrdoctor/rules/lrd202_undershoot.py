@@ -20,7 +20,7 @@ from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.rules.common import ReplayBudget
 
 if TYPE_CHECKING:
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
@@ -32,7 +32,7 @@ class Undershoot(ReplayBudget):
 
 def check(c: ReplayContext) -> list[Finding]:
     """The scheduler stops short of its horizon: the LR never decays to its floor."""
-    from lrdoctor.replay.analysis import REL_TOL, budget_cause, short
+    from lrdoctor.rules.replay_context import REL_TOL, budget_cause, short
 
     s = c.s
     ratio = s["progress_ratio"]

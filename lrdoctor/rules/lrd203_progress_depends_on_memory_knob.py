@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 
 if TYPE_CHECKING:
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
@@ -33,7 +33,7 @@ class MemoryKnob(Evidence):
 
 def check(c: ReplayContext) -> list[Finding]:
     """A memory knob (micro-batch size, token cap) changes scheduler progress."""
-    from lrdoctor.replay.analysis import short
+    from lrdoctor.rules.replay_context import short
 
     knob = c.knob
     if not (knob and knob.get("differs")):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 
 if TYPE_CHECKING:
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
@@ -40,7 +40,7 @@ class ShortFirstWindow(Evidence):
 
 def check(c: ReplayContext) -> list[Finding]:
     """The first accumulation window is short, so every later window is shifted."""
-    from lrdoctor.replay.analysis import has_boundaries
+    from lrdoctor.rules.replay_context import has_boundaries
 
     t, ws = c.t, c.s["window_sizes"]
     ruled = ~has_boundaries(c.rep)

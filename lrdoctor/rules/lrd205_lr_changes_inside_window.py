@@ -20,7 +20,7 @@ from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 from lrdoctor.rules.common import LiveEvidence
 
 if TYPE_CHECKING:
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
@@ -38,7 +38,7 @@ class LrChangesInsideWindow(Evidence):
 
 def check(c: ReplayContext) -> list[Finding]:
     """The LR moves inside accumulation windows (scheduler stepped per micro-batch)."""
-    from lrdoctor.replay.analysis import REL_TOL, scheduler_calls_per_update
+    from lrdoctor.rules.replay_context import REL_TOL, scheduler_calls_per_update
 
     s, cfg = c.s, c.cfg
     changes = s["lr_changes_inside_windows"]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 
 if TYPE_CHECKING:
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
@@ -33,7 +33,7 @@ class VariableUpdates(Evidence):
 
 def check(c: ReplayContext) -> list[Finding]:
     """Train steps hold different amounts of optimizer work."""
-    from lrdoctor.replay.analysis import REL_TOL, per_step, short
+    from lrdoctor.rules.replay_context import REL_TOL, per_step, short
 
     s, t = c.s, c.t
     ups = s["updates_per_step"]

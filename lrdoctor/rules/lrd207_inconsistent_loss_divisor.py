@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 
 if TYPE_CHECKING:
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
@@ -35,7 +35,7 @@ def check(c: ReplayContext) -> list[Finding]:
     """Documents are weighted by a divisor other than the window's global document total."""
     import numpy as np
 
-    from lrdoctor.replay.analysis import short
+    from lrdoctor.rules.replay_context import short
 
     t = c.t
     if not (t["loss_divisor"].size and not np.all(np.isnan(t["loss_divisor"]))):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 
 if TYPE_CHECKING:
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
@@ -33,7 +33,7 @@ class ShortPadding(Evidence):
 
 def check(c: ReplayContext) -> list[Finding]:
     """Padding a mini-batch to a multiple of dp yields fewer rows than it needs."""
-    from lrdoctor.replay.analysis import notes
+    from lrdoctor.rules.replay_context import notes
 
     short = notes(c.rep, "short_padding")
     if not short:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 
 if TYPE_CHECKING:
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
@@ -49,7 +49,7 @@ def check(c: ReplayContext) -> list[Finding]:
     """A micro-batch on one rank is over the configured token cap."""
     import numpy as np
 
-    from lrdoctor.replay.analysis import notes
+    from lrdoctor.rules.replay_context import notes
 
     cfg, t = c.cfg, c.t
     cap = cfg.batching.max_tokens_per_microbatch

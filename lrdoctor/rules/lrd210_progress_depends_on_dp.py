@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 
 if TYPE_CHECKING:
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
@@ -35,7 +35,7 @@ def check(c: ReplayContext) -> list[Finding]:
     """Scheduler advance per train step depends on the dp size (elastic runs)."""
     import numpy as np
 
-    from lrdoctor.replay.analysis import REL_TOL, per_step, short
+    from lrdoctor.rules.replay_context import REL_TOL, per_step, short
 
     if not c.cfg.dp.changes:
         return []

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 
 if TYPE_CHECKING:
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
@@ -33,7 +33,7 @@ class BudgetDivisibility(Evidence):
 
 def check(c: ReplayContext) -> list[Finding]:
     """A step's samples do not divide into the configured mini-batches or dp ranks."""
-    from lrdoctor.replay.analysis import divisibility
+    from lrdoctor.rules.replay_context import divisibility
 
     found = divisibility(c.rep)
     if found is None:

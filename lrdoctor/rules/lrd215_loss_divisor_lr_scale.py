@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 
 if TYPE_CHECKING:
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
@@ -47,12 +47,12 @@ class LossDivisorLrScale(Evidence):
 def check(c: ReplayContext) -> list[Finding]:
     """LRD215 when the configured divisor makes updates train at another LR than planned,
     or weights the tokens of one update unequally."""
-    from lrdoctor.replay.loss_scale import TOL, scale
+    from lrdoctor.rules.replay_context import LOSS_SCALE_TOL as TOL
 
     strategy = getattr(c.cfg.batching, "loss_normalization", None)
     if strategy is None:
         return []
-    sc = scale(c.rep, strategy)
+    sc = c.loss_scale
     if sc is None:
         return []
     sp, tw = sc["scale_per_update"], sc["token_weight"]

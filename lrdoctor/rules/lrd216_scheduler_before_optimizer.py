@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 
 if TYPE_CHECKING:
-    from lrdoctor.replay.analysis import ReplayContext
+    from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
 

@@ -1,0 +1,173 @@
+"""What the replay rules (:data:`lrdoctor.rules.REPLAY`) read: :class:`ReplayContext`,
+and the views of a replay's trace they share.
+
+Why it lives with the rules: the rules judge, :mod:`lrdoctor.replay` replays and builds
+this context (:func:`lrdoctor.replay.analysis.findings`). The dependency runs one way,
+replay -> rules, as read -> rules does for a checkpoint's
+:class:`~lrdoctor.core.state.RunState`; the replay's own types are named for the type
+checker only. Whatever a rule needs that only the replay machinery can compute (the loss
+divisor's LR scale needs the configured accumulation) the replay computes and hands over
+in the context.
+
+numpy is imported inside the functions: :mod:`lrdoctor.rules` is on ``inspect``'s path,
+which stays light.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lrdoctor.core.numbers import number
+from lrdoctor.rules.common import ReplayBudget
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from lrdoctor.core.state import ScheduleSpec
+    from lrdoctor.replay.config import RunConfig
+    from lrdoctor.replay.engine import Replay
+
+    Array = NDArray[Any]
+
+#: A replay's numbers are exact arithmetic: this is float noise, not a tolerance of
+#: judgement (a checkpoint's saved values get :data:`lrdoctor.rules.common.REL_TOL`).
+REL_TOL = 1e-6
+#: How far an update's effective LR scale may sit from 1 before LRD215 counts it off
+#: (:func:`lrdoctor.replay.loss_scale.scale` counts with it).
+LOSS_SCALE_TOL = 0.02
+
+
+def short(x: float | None) -> str:
+    """Short human number: 1024, 0.5, 1e-06."""
+    return number(x, grouping=False, whole_below=1e15, none="n/a")
+
+
+@dataclass
+class ReplayContext:
+    """What every replay rule reads: the replay, its summary, the memory-knob comparison,
+    the shared fix text and budget evidence, and the loss divisor's LR scale
+    (:func:`lrdoctor.replay.loss_scale.scale`; None without a configured divisor)."""
+
+    rep: Replay
+    s: dict[str, Any]
+    knob: dict[str, Any] | None
+    fix_tail: str
+    ev_core: ReplayBudget
+    loss_scale: dict[str, Any] | None = None
+
+    @property
+    def cfg(self) -> RunConfig:
+        cfg: RunConfig = self.rep.cfg
+        return cfg
+
+    @property
+    def spec(self) -> ScheduleSpec:
+        return self.rep.spec
+
+    @property
+    def t(self) -> dict[str, Array]:
+        return self.rep.trace
+
+
+def per_step(rep: Replay) -> dict[str, Array]:
+    """One row per train step: updates, scheduler advance, LR at its start."""
+    import numpy as np
+
+    t = rep.trace
+    steps = rep.cfg.train.steps
+    ts = t["train_step"]
+    updates = np.bincount(ts, weights=t["is_update"].astype(float), minlength=steps)
+    mbs = np.bincount(ts, minlength=steps)
+    end = np.full(steps, np.nan)
+    first_lr = np.full(steps, np.nan)
+    if len(ts):
+        last_idx = np.flatnonzero(np.r_[ts[1:] != ts[:-1], True])
+        first_idx = np.r_[0, last_idx[:-1] + 1]
+        end[ts[last_idx]] = t["scheduler_progress"][last_idx]
+        first_lr[ts[first_idx]] = t["lr"][first_idx]
+    end = _ffill(end)
+    start = np.r_[0.0, end[:-1]]
+    dp = np.array([rep.cfg.dp.size_at(s) for s in range(steps)])
+    return {"train_step": np.arange(steps), "updates": updates, "micro_batches": mbs,
+            "progress_end": end, "advance": end - start, "lr": first_lr, "dp": dp}
+
+
+def _ffill(a: Array) -> Array:
+    import numpy as np
+
+    out = a.copy()
+    last = 0.0
+    for i, v in enumerate(out):
+        if np.isnan(v):
+            out[i] = last
+        else:
+            last = v
+    return out
+
+
+def has_boundaries(rep: Replay) -> Array:
+    """Per trace row: did its step's plan close windows itself (mini-batch, prompt-unit or
+    document-target boundaries) rather than the accumulation rule?"""
+    import numpy as np
+
+    epochs = rep.cfg.train.epochs_per_step
+    flags = [np.full(len(i.plan.micro_batches) * epochs, i.plan.boundaries is not None)
+             for i in rep.infos]
+    return np.concatenate(flags) if flags else np.zeros(0, dtype=bool)
+
+
+def scheduler_calls_per_update(t: dict[str, Array]) -> float:
+    """Mean number of scheduler advances per applied optimizer update."""
+    import numpy as np
+
+    prog = t["scheduler_progress"]
+    moved = np.diff(np.r_[0.0, prog]) > 0
+    ups = int(t["is_update"].sum())
+    return float(moved.sum()) / ups if ups else 0.0
+
+
+def notes(rep: Replay, key: str) -> list[tuple[int, Any]]:
+    """The steps whose plan noted ``key`` (a packer's remark), with the note."""
+    return [(i.step, i.plan.notes[key]) for i in rep.infos if key in (i.plan.notes or {})]
+
+
+def budget_cause(c: ReplayContext) -> str:
+    """What the budget counted, when it is not the scheduler's unit."""
+    g, gen = c.ev_core.generation_batches_per_train_step, c.ev_core.generation_batches
+    if c.cfg.budget.formula != "generation_steps" or g is None or gen is None:
+        return ""
+    return (f"; the budget counts generation batches ({short(gen)}), "
+            f"the scheduler train steps ({c.cfg.train.steps}): {short(g)} generation batches "
+            "per train step")
+
+
+def divisibility(rep: Replay) -> tuple[str, int, Any] | None:
+    """A step's samples that do not divide into the configured mini-batches or dp ranks
+    (LRD212): the message, the steps affected and one example."""
+    cfg = rep.cfg
+    keys: tuple[str, ...] = ("fixed_size_not_divisible", "prompts_not_divisible",
+                             "mini_batch_not_divisible_by_dp", "not_divisible_by_dp")
+    if cfg.batching.strategy == "prompt_unit":
+        # There the note says what fixed-size mini-batches *would* do: not a problem.
+        keys = tuple(k for k in keys if k != "fixed_size_not_divisible")
+    hits = [(k, st, v) for k in keys for st, v in notes(rep, k)]
+    mini = cfg.train.mini_batch_size
+    extra = []
+    if mini and cfg.batching.strategy == "static":
+        ps = per_step(rep)
+        nominal = math.ceil((cfg.train.samples_per_step or mini) / mini) * cfg.train.epochs_per_step
+        for info in rep.infos:
+            if info.samples % mini:
+                extra.append((info.step, info.samples, int(ps["updates"][info.step]), nominal))
+    if not hits and not extra:
+        return None
+    if extra:
+        st, n, got, nom = extra[0]
+        msg = (f"Fixed-size mini-batches of {mini} sequences do not divide {len(extra)} train "
+               f"step(s); e.g. step {st}: {n} sequences take {got} updates instead of {nom}.")
+    else:
+        k, st, v = hits[0]
+        msg = f"Train step {st}: {k.replace('_', ' ')} ({v}); {len(hits)} step(s) affected."
+    return msg, len(extra) or len(hits), extra[0] if extra else hits[0]
