@@ -12,6 +12,7 @@ relative. ``label`` names the source in the spec's ``source`` and in the notes.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from lrdoctor.core.state import Counter, ScheduleSpec, Unit
 from lrdoctor.read.layouts import _common
@@ -21,7 +22,7 @@ FIT_KINDS = ("linear", "cosine", "constant_with_warmup", "constant")
 FIT_TOLERANCE = 1e-6  # relative; logged LRs are floats rounded by JSON/CSV, so near-exact
 
 
-def _horizons(kind: str, w: int, points: list[tuple[float, float]]) -> list[int | None]:
+def _horizons(kind: str, w: int, points: list[tuple[float, float]]) -> Sequence[int | None]:
     """The horizons ``kind`` with warmup ``w`` could have, solved from the last point in
     its decay (0 < factor < 1, past the warmup): linear ``f = (T - n) / (T - w)``, cosine
     ``f = (1 + cos(pi (n - w) / (T - w))) / 2``; the integer either side of the solution.
@@ -152,7 +153,7 @@ def calls_per_step(progress: Counter | None, steps: Counter | None) -> float:
     return float(round(ratio)) if abs(ratio - round(ratio)) < 1e-9 else ratio
 
 
-def current_lr(progress: Counter | None, sched: dict | None,
+def current_lr(progress: Counter | None, sched: _common.Loaded | None,
                optimizer_lrs: list[float]) -> tuple[float, float] | None:
     """(scheduler progress, the LR the scheduler computed there): one more point for the fit.
 
