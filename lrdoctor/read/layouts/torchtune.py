@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read.layouts import FRAMEWORK
+from lrdoctor.read.layouts import FRAMEWORK, _common
 from lrdoctor.read.scan import shapes
 
 NAME = "torchtune"
@@ -26,7 +26,7 @@ NAME = "torchtune"
 RECIPE_STATE = "recipe_state.pt"
 
 
-def _recipe(sc: shapes.Scan) -> tuple[str, dict] | None:
+def _recipe(sc: shapes.Scan) -> tuple[str, _common.Loaded] | None:
     for f, obj in sc.objects.items():
         if isinstance(obj, dict) and "epochs_run" in obj and "total_epochs" in obj \
                 and (Path(f).name == RECIPE_STATE or "seed" in obj):
@@ -46,7 +46,10 @@ def _claims_content(sc: shapes.Scan) -> bool:
 
 def refine(sc: shapes.Scan, st: RunState) -> None:
     """The scheduler torchtune will rebuild sits at ``steps_run``; that is its progress."""
-    f, rs = _recipe(sc)
+    found = _recipe(sc)
+    if found is None:
+        return  # not claimed: no recipe state here
+    f, rs = found
     steps, epochs = rs.get("steps_run"), rs.get("epochs_run")
     per_epoch, total = rs.get("max_steps_per_epoch"), rs.get("total_epochs")
     src = f"{f}:steps_run"
