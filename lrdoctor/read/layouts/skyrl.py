@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read.layouts import FRAMEWORK
+from lrdoctor.read.layouts import FRAMEWORK, _common
 from lrdoctor.read.scan import shapes
 
 NAME = "skyrl"
@@ -35,7 +35,7 @@ TRAINER_STATE = "trainer_state.pt"
 ROLES = ("policy", "critic")
 
 
-def _trainer_state(sc: shapes.Scan) -> tuple[str, dict] | None:
+def _trainer_state(sc: shapes.Scan) -> tuple[str, _common.Loaded] | None:
     for f, obj in sc.objects.items():
         if Path(f).name == TRAINER_STATE and isinstance(obj, dict) and "global_step" in obj:
             return f, obj
@@ -63,7 +63,10 @@ def _get(cfg: Any, *keys: str) -> Any:
 
 def refine(sc: shapes.Scan, st: RunState) -> None:
     """SkyRL's budget: ``global_step`` training steps of a fixed number of mini-batch updates."""
-    tf, ts = _trainer_state(sc)
+    found = _trainer_state(sc)
+    if found is None:
+        return  # not claimed: no trainer_state.pt here
+    tf, ts = found
     n = ts["global_step"]
     if not isinstance(n, int):
         return
@@ -73,10 +76,12 @@ def refine(sc: shapes.Scan, st: RunState) -> None:
     cfg_found = next((f for f in sc.of(shapes.CONFIG) if f.file == tf and f.key == "config"),
                      None)
     cfg = cfg_found.value if cfg_found else None
-    trainer = _get(cfg, "trainer") or {}
+    trainer = _get(cfg, "trainer")
+    if not isinstance(trainer, dict):  # a config value of another type says nothing here
+        trainer = {}
     tbs, mbs = trainer.get("train_batch_size"), trainer.get("policy_mini_batch_size")
     epochs = trainer.get("update_epochs_per_batch", 1)
-    if all(isinstance(x, int) and x > 0 for x in (tbs, mbs, epochs)) and tbs >= mbs:
+    if _positive_int(tbs) and _positive_int(mbs) and _positive_int(epochs) and tbs >= mbs:
         per_step = tbs // mbs * epochs
         st.extras["nominal_updates_per_step"] = per_step
         st.nominal_progress = Counter(
@@ -90,3 +95,11 @@ def refine(sc: shapes.Scan, st: RunState) -> None:
             st.extras["epochs"] = total
     elif cfg is None:
         st.notes.append(f"{tf}: no config saved: the per-step update budget is unknown")
+    else:
+        st.notes.append(f"{tf}: its config has no positive whole trainer.train_batch_size, "
+                        "policy_mini_batch_size and update_epochs_per_batch: the per-step "
+                        "update budget is unknown")
+
+
+def _positive_int(x: Any) -> TypeGuard[int]:
+    return isinstance(x, int) and not isinstance(x, bool) and x > 0
