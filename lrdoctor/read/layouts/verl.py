@@ -66,27 +66,32 @@ def _role_dir(f: shapes.Found) -> Path | None:
     return None
 
 
-def _scheduler_hits(sc: shapes.Scan) -> list[shapes.Found]:
-    return [f for f in sc.found if f.kind in shapes.SCHEDULER_KINDS and _role_dir(f)]
+def _placed_hits(sc: shapes.Scan) -> list[tuple[shapes.Found, Path, Path]]:
+    """(scheduler state, its role folder, its ``global_step_N`` folder) of every scheduler
+    state saved where verl saves one: the claim and the read judge the same hits."""
+    out = []
+    for f in sc.found:
+        role = _role_dir(f) if f.kind in shapes.SCHEDULER_KINDS else None
+        step = _step_dir(Path(f.file)) if role is not None else None
+        if role is not None and step is not None:
+            out.append((f, role, step))
+    return out
 
 
 def claims_content(sc: shapes.Scan) -> int:
     """FRAMEWORK when this checkpoint, read by content, is laid out as this framework saves."""
-    return FRAMEWORK if _claims_content(sc) else 0
-
-
-def _claims_content(sc: shapes.Scan) -> bool:
-    return any(_step_dir(Path(f.file)) is not None for f in _scheduler_hits(sc))
+    return FRAMEWORK if _placed_hits(sc) else 0
 
 
 def refine(sc: shapes.Scan, st: RunState) -> None:
     """verl's unit: one scheduler step per training (rollout) step; ``global_step_N`` is N."""
-    hits = _scheduler_hits(sc)
-    actor = next((f for f in hits if _role_dir(f).name == "actor"), hits[0])
-    step_dir = _step_dir(_role_dir(actor) / "x")
+    hits = _placed_hits(sc)
+    if not hits:
+        return  # not claimed: no verl scheduler state here
+    actor, role, step_dir = next((h for h in hits if h[1].name == "actor"), hits[0])
     n = int(step_dir.name.rsplit("_", 1)[1])
     world = EXTRA_STATE.match(Path(actor.file).name)
-    st.extras.update({"role": _role_dir(actor).name, "global_step": n,
+    st.extras.update({"role": role.name, "global_step": n,
                       "backend": "fsdp" if world else "megatron"})
     if world:
         st.extras["world_size"] = int(world.group(1))
