@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.report import Report
@@ -51,19 +52,19 @@ def inspect_path(path: str | Path, format: str | None = None,
     targets: list[str] = []
     skipped: list[str] = []
 
-    def read_one(c) -> tuple[RunState | None, UnusableInput | None]:
+    def read_one(c: Any) -> RunState | UnusableInput:
         try:
-            return layouts.read(mod, c), None
+            return layouts.read(mod, c)
         except UnusableInput as exc:
-            return None, exc
+            return exc
 
     # The checkpoints of a run are read side by side (bounded threads: I/O, remote reads
     # wait on the network), then judged in order.
-    for c, (st, exc) in zip(ckpts, threads(read_one, ckpts), strict=True):
-        if exc is not None:
+    for c, st in zip(ckpts, threads(read_one, ckpts), strict=True):
+        if isinstance(st, UnusableInput):
             if all or c == ckpts[-1]:
-                raise exc
-            skipped.append(str(exc))
+                raise st
+            skipped.append(str(st))
             continue
         states.append(st)
         targets.append(str(c))
@@ -83,7 +84,8 @@ def add_run(report: Report, states: list[RunState], targets: list[str] | None = 
     report.findings.extend(found)
     if len(states) > 1 or skipped:
         rows = history(states, found)
-        for row, st, t in zip(rows, states, targets or [None] * len(states), strict=True):
+        names: list[str | None] = list(targets) if targets else [None] * len(states)
+        for row, st, t in zip(rows, states, names, strict=True):
             if t is not None:
                 row["target"] = t
             # Each checkpoint's own findings too, so the trend row is not "ok" for a
@@ -96,15 +98,17 @@ def add_run(report: Report, states: list[RunState], targets: list[str] | None = 
         report.extra["run"] = {"checkpoints": rows, "skipped": list(skipped or [])}
 
 
-def _checkpoints(path: str | Path, format: str | None) -> tuple[Layout, list[Any]]:
+def _checkpoints(path: str | Path, format: str | None) -> tuple[Layout, Sequence[Any]]:
     """The reader for ``path`` and its checkpoints, oldest first; none is bad input."""
-    path = as_path(path)  # a local Path, or a RemotePath for a URL (s3://, gs://, ...)
-    mod = layouts.detect(path, format)
-    ckpts = mod.find_checkpoints(path)
+    # A local Path, or a RemotePath for a URL (s3://, gs://, ...): the layouts take it as
+    # a Path (it has the part of pathlib readers use; read.bytes.storage).
+    where = cast(Path, as_path(path))
+    mod = layouts.detect(where, format)
+    ckpts = mod.find_checkpoints(where)
     if not ckpts:
         from lrdoctor.read.scan.refusal import nothing_found
 
-        raise nothing_found(f"no {mod.NAME} checkpoint found", path)
+        raise nothing_found(f"no {mod.NAME} checkpoint found", where)
     return mod, ckpts
 
 

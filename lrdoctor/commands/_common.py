@@ -91,10 +91,10 @@ def resolve_format(json_flag: bool, output_format: OutputFormat | None) -> Outpu
     """--json or --output-format, else text. On GitHub Actions text stays text: the
     annotations come in addition (:func:`lrdoctor.render.emit`), never instead."""
     if json_flag:
-        return OutputFormat.json
+        return OutputFormat["json"]
     if output_format is not None:
         return output_format
-    return OutputFormat.text
+    return OutputFormat["text"]
 
 
 def on_github_actions() -> bool:
@@ -113,8 +113,8 @@ def emit_to(out: Path | None, reports, fmt, fail_on, **kw) -> int:
     with contextlib.redirect_stdout(buf):
         code = render.emit(reports, fmt, fail_on, annotate=False, **kw)
     guarded(lambda: write_output(out, buf.getvalue()))
-    if fmt is OutputFormat.text and render.on_github_actions():
-        print(render.annotations(list(reports) if isinstance(reports, list) else [reports]))
+    if fmt is OutputFormat["text"] and render.on_github_actions():
+        print(render.github_annotations(list(reports) if isinstance(reports, list) else [reports]))
     return code
 
 
@@ -162,12 +162,12 @@ def print_unusable(command: str, target: str, exc: UnusableInput, fmt: OutputFor
     """In a machine format, a refused input's report (one LRD303 finding: the stderr line,
     and what was scanned) on stdout, so that a CI job reading stdout is never handed an
     empty document; text output is the stderr line alone."""
-    if fmt is OutputFormat.text:
+    if fmt is OutputFormat["text"]:
         return
     from lrdoctor.rules.lrd303_check_input_unusable import unusable_report
 
     rep = unusable_report(command, target, str(exc), exc.detail, format=format)
-    render.emit([rep], fmt, "error", command=command)
+    render.emit([rep], fmt.value, "error", command=command)
 
 
 def png_path(path):

@@ -108,7 +108,7 @@ def check_cmd(
         return ci_check.run_check(cfg, fail_on=threshold, replays=replays, jobs=jobs,
                                   executor=executor, progress=progress)
 
-    if fmt is OutputFormat.text and sys.stderr.isatty():  # a bar over a fleet's runs
+    if fmt is OutputFormat["text"] and sys.stderr.isatty():  # a bar over a fleet's runs
         from lrdoctor.render.progress import stage_bar
 
         with stage_bar() as bar:
@@ -121,11 +121,11 @@ def check_cmd(
 
         index = guarded(lambda: write_report(reports, Path(report_dir), title="lrdoctor check",
                                              replays=replays))
-        if fmt is OutputFormat.text:
+        if fmt is OutputFormat["text"]:
             print(f"report written to {index}")
     default = FailOn(threshold or cfg.fail_on)
     emit_to(output, reports, fmt, default, command="check", quiet=quiet, verbose=verbose)
-    if fmt is OutputFormat.github or on_github_actions():
+    if fmt is OutputFormat["github"] or on_github_actions():
         _step_summary(reports, default.value)
     warn_unusable(reports)
     raise typer.Exit(ci_check.check_exit_code(reports))

@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
         allow_unsafe_global: AllowUnsafeOpt = None,
     ) -> None:
         allow_unsafe(allow_unsafe_global)
-        fmt = resolve_format(json_out, output_format or OutputFormat.text)
+        fmt = resolve_format(json_out, output_format or OutputFormat["text"])
         if k is not None and not k > 0:
             die(f"--k {k:g}: must be greater than 0 (how many times too fast the scheduler ran)")
         conf = settings(config, "inspect", str(path), "fix", fmt)

@@ -135,7 +135,7 @@ def replay_cmd(
     guarded(lambda: check_executor(executor))
     png_path(plot)
     engine = "auto" if fast is None else ("fast" if fast else "torch")
-    show_bar = fmt is OutputFormat.text and sys.stderr.isatty()
+    show_bar = fmt is OutputFormat["text"] and sys.stderr.isatty()
 
     def go():
         opts = ReplayOptions(engine=engine, cross_check=cross_check, device=device.value, model=model,

@@ -115,7 +115,7 @@ def document(reports: Sequence[Report], fmt: str, fail_on: str = "warning") -> s
     return fn(reports, fail_on)
 
 
-def annotations(reports: Sequence[Report]) -> str:
+def github_annotations(reports: Sequence[Report]) -> str:
     """The GitHub Actions annotations of ``reports`` (``--output-format github``'s lines)."""
     return FORMATS["github"](reports, "warning")
 
@@ -158,7 +158,7 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
                 for r in reports:
                     _resolve(view.quiet)(r, **context)
             if (on_github_actions() if annotate is None else annotate) and \
-                    (lines := annotations(reports)):
+                    (lines := github_annotations(reports)):
                 print(lines)
             return max((r.exit_code(fail_on) for r in reports), default=0)
         if verbose and view.verbose:
@@ -171,7 +171,7 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
         if view.after:
             _resolve(view.after)(reports)
         if on_github_actions() if annotate is None else annotate:
-            lines = annotations(reports)
+            lines = github_annotations(reports)
             if lines:
                 print(lines)
     elif fmt == "json" and view.json_array:

@@ -6,6 +6,8 @@ takes one report (plus the command's context keywords) and prints it.
 
 from __future__ import annotations
 
+from typing import IO, cast
+
 from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
@@ -54,7 +56,9 @@ def console() -> Console:
     if sys.stdout.isatty():
         return Console(highlight=False)
     width = int(os.environ.get("COLUMNS", "120"))
-    return Console(highlight=False, width=width, file=_NoPadding(sys.stdout))
+    # rich types ``file`` as IO[str] but calls only write/flush/isatty/fileno, which
+    # _NoPadding has: a cast at rich's boundary, not a second stream class.
+    return Console(highlight=False, width=width, file=cast("IO[str]", _NoPadding(sys.stdout)))
 
 
 def _short(source: str, target: str) -> str:
@@ -220,8 +224,8 @@ def render_trend(reports, con: Console | None = None) -> None:
         return
     rows = run["checkpoints"]
 
-    units = {(row.get(k) or {}).get("unit") for row in rows for k in ("updates", "scheduler")}
-    units.discard(None)
+    units = {unit for row in rows for k in ("updates", "scheduler")
+             if (unit := (row.get(k) or {}).get("unit")) is not None}
 
     table = Table(title="Trend over checkpoints", title_justify="left", show_edge=False)
     names = [row["checkpoint"] for row in rows]
@@ -459,8 +463,8 @@ def _steps(pair: list[int]) -> str:
 
 def _fmt(v) -> str:
     """A fix table cell: floats to 6 significant digits, lists in brackets."""
-    one = dict(digits=6, grouping=False, whole_below=0, none="None")
-    return "[" + number(v, **one) + "]" if isinstance(v, list) else number(v, **one)
+    cell = number(v, digits=6, grouping=False, whole_below=0, none="None")
+    return "[" + cell + "]" if isinstance(v, list) else cell
 
 
 def render_fix(report, *, plan, dry_run: bool, result=None, con: Console | None = None,

@@ -118,6 +118,14 @@ class BudgetCfg(_Section):
             raise ValueError(f"budget.formula {self.formula} needs budget.total")
         return self
 
+    @property
+    def given_total(self) -> float:
+        """``total`` where the formula needs it (explicit, generation_steps), which the
+        check above guarantees: the engine reads it through here, typed as set."""
+        if self.total is None:
+            raise ValueError(f"budget.formula {self.formula} has no budget.total")
+        return float(self.total)
+
 
 class TrainCfg(_Section):
     steps: int = Field(default=..., ge=1)

@@ -304,7 +304,7 @@ def replayed_budget_updates(cfg: RunConfig, sps: float) -> float:
     generation-steps total counts generation batches as if each were one train step)."""
     if cfg.budget.formula in ("explicit", "generation_steps"):
         per = nominal_advance_per_update(cfg, sps)
-        return float(cfg.budget.total) / per if per else float(cfg.budget.total)
+        return cfg.budget.given_total / per if per else cfg.budget.given_total
     return budget_updates(cfg, sps)
 
 
@@ -322,7 +322,7 @@ def horizon(cfg: RunConfig, sps: float) -> float:
     if cfg.schedule.horizon != "auto":
         return float(cfg.schedule.horizon)
     if cfg.budget.formula in ("explicit", "generation_steps"):
-        return float(cfg.budget.total)
+        return cfg.budget.given_total
     inc = cfg.scheduler.increment
     if cfg.scheduler.step_on == "rollout_step":
         if inc == "samples":
@@ -421,6 +421,7 @@ def carried_doc_windows(cfg: RunConfig, infos: list[StepInfo]
     """
     if cfg.batching.strategy != "doc_target" or cfg.accumulation.flush_at_step_end:
         return None
+    assert cfg.batching.docs_per_step is not None  # doc_target's params model requires it
     target = float(cfg.batching.docs_per_step)
     epochs = cfg.train.epochs_per_step
     docs = np.asarray([d for i in infos for _ in range(epochs)

@@ -212,7 +212,10 @@ def _lightning_class(package: str | None = None) -> type:
     if key in _CLASSES:
         return _CLASSES[key]
 
-    class LightningCallback(_Core, mod.Callback):
+    # The Trainer's own Callback base, chosen at run time (two packages): untyped here.
+    callback_base: Any = mod.Callback
+
+    class LightningCallback(_Core, callback_base):
         """Lightning ``Callback`` running lrdoctor's live checks (and recorder)."""
 
         def __init__(self, *, strict: bool = False, batch_log: Any = None,

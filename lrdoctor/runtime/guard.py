@@ -28,6 +28,8 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from lrdoctor.rules.common import LiveEvidence
 
 
@@ -110,10 +112,10 @@ def user_stacklevel() -> int:
     import sys
 
     skip = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
-    torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "__file__", None):
-        skip.append(os.path.dirname(os.path.abspath(torch.__file__)))
-    frame = sys._getframe(1)  # the caller of this function (the one that warns)
+    torch_file: str | None = getattr(sys.modules.get("torch"), "__file__", None)
+    if torch_file:
+        skip.append(os.path.dirname(os.path.abspath(torch_file)))
+    frame: FrameType | None = sys._getframe(1)  # the caller of this function (the one that warns)
     level = 1
     while frame is not None:
         name = os.path.abspath(frame.f_code.co_filename)
@@ -419,7 +421,7 @@ class StepGuard(_Reporter):
 
     def _check_window(self) -> None:
         now = _lrs(self.optimizer)
-        if not _same(self._window_lr, now):
+        if self._window_lr is not None and not _same(self._window_lr, now):
             self._window_changed(self._window_lr, now, self._window_micro - 1,
                                  self.optimizer_steps)
             self._window_lr = now
