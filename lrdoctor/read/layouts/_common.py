@@ -99,6 +99,12 @@ def as_fields(obj: Any) -> Loaded | None:
     return None
 
 
+def mapping(value: Any) -> Loaded:
+    """``value`` when it is a dict, else an empty one: a config section read from an
+    untrusted file may be missing or of any other type."""
+    return value if isinstance(value, dict) else {}
+
+
 def plain(value: Any) -> Any:
     """An enum-like pickled value (Opaque with one arg) as its plain value."""
     from lrdoctor.read.bytes.safeload import Opaque

@@ -30,10 +30,10 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read import layouts
-from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import FRAMEWORK, _common
 from lrdoctor.read.layouts._megatron_core import scheduler_refs
 from lrdoctor.read.layouts._torchstate import read_optimizer_file
+from lrdoctor.read.scan import shapes
 from lrdoctor.read.scan.listing import Tree
 from lrdoctor.read.scan.shapes import SCHEDULER_KEYS, scheduler_field
 
@@ -76,16 +76,12 @@ def _has_ckpt(d: Path) -> bool:
 
 
 def _worker_ckpts(worker: Path) -> list[Path]:
-    found = []
-    for child in worker.iterdir():
-        n = _common.checkpoint_number(child)
-        if n is not None and child.is_dir() and _has_ckpt(child):
-            found.append((n, child))
-    return [p for _, p in sorted(found)]
+    return _common.numbered_children(worker, _common.CHECKPOINT_N,
+                                     lambda child: child.is_dir() and _has_ckpt(child))
 
 
 def _workers(output_dir: Path) -> dict[str, list[Path]]:
-    out = {}
+    out: dict[str, list[Path]] = {}
     for child in sorted(output_dir.iterdir()):
         if child.is_dir() and child.name != "pipeline":
             ck = _worker_ckpts(child)
@@ -105,7 +101,7 @@ def detect(path: Path) -> bool:
 
 
 def _is_layout(path: Path) -> bool:
-    path = as_path(path)
+    path = _common.as_path(path)
     try:
         if path.is_file():
             return path.name == SCHEDULER_FILE and _is_ckpt(path.parent)
@@ -119,7 +115,7 @@ def _is_layout(path: Path) -> bool:
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = as_path(path)
+    path = _common.as_path(path)
     if path.is_file():
         return [path.parent]
     if _has_ckpt(path):
@@ -179,12 +175,11 @@ def find_config(ckpt_n: Path) -> Path | None:
     return None
 
 
-def planned_from_config(cfg: dict, worker: str) -> dict[str, Any]:
+def planned_from_config(cfg: _common.Loaded, worker: str) -> dict[str, Any]:
     """The numbers of ROLL's ``set_max_steps`` budget formula found in a pipeline config."""
-    wcfg = cfg.get(worker) if isinstance(cfg.get(worker), dict) else {}
-    targs = wcfg.get("training_args") if isinstance(wcfg.get("training_args"), dict) else {}
-    infer = cfg.get("actor_infer") if isinstance(cfg.get("actor_infer"), dict) else {}
-    gen = infer.get("generating_args") if isinstance(infer.get("generating_args"), dict) else {}
+    wcfg = _common.mapping(cfg.get(worker))
+    targs = _common.mapping(wcfg.get("training_args"))
+    gen = _common.mapping(_common.mapping(cfg.get("actor_infer")).get("generating_args"))
     out: dict[str, Any] = {
         "pipeline_max_steps": cfg.get("max_steps"),
         "rollout_batch_size": cfg.get("rollout_batch_size"),
@@ -207,7 +202,7 @@ def planned_from_config(cfg: dict, worker: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- read
 
 def read(path: Path) -> RunState:
-    path = as_path(path)
+    path = _common.as_path(path)
     ckpts = find_checkpoints(path)
     ckpt = ckpts[-1]
     sfile = scheduler_file(ckpt)
@@ -220,8 +215,7 @@ def read(path: Path) -> RunState:
     st = RunState(format=NAME, path=str(ckpt), files=[src])
 
     def field(name: str, count: bool = False) -> float:
-        return _common.num(scheduler_field(sched, name), src, name,  # type: ignore[return-value]
-                           count=count)
+        return _common.num(scheduler_field(sched, name), src, name, count=count)
     params = {k: sched[k] for k in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style",
                                      "wsd_decay_steps", "lr_wsd_decay_style") if k in sched}
     st.schedule = ScheduleSpec(
@@ -230,7 +224,7 @@ def read(path: Path) -> RunState:
         min_lr=field("min_lr"),
         init_lr=_common.num(sched.get("init_lr", 0.0) or 0.0, src, "init_lr"),
         warmup=field("lr_warmup_steps"),
-        horizon=field("lr_decay_steps"),
+        horizon=(horizon := field("lr_decay_steps")),
         unit=Unit.UPDATES, params=params, source=src,
     )
     num_steps = field("num_steps", count=True)
@@ -249,7 +243,7 @@ def read(path: Path) -> RunState:
     ckpt_n = _checkpoint_n_dir(sfile)
     n = _common.checkpoint_number(ckpt_n) if ckpt_n else None
     worker = ckpt_n.parent.name if ckpt_n else None
-    if n is not None:
+    if ckpt_n is not None and n is not None:
         st.counters.append(Counter("roll.pipeline_step", n, Unit.ROLLOUT_STEPS,
                                    f"{ckpt_n.name} (0-based pipeline global_step)"))
         st.trainer_progress = Counter("roll.pipeline_steps_done", n + 1, Unit.ROLLOUT_STEPS,
@@ -263,7 +257,8 @@ def read(path: Path) -> RunState:
     if cfg_file is not None:
         from lrdoctor.read.bytes import safetext
 
-        planned = planned_from_config(safetext.read_yaml(cfg_file), worker or "actor_train")
+        planned = planned_from_config(_common.mapping(safetext.read_yaml(cfg_file)),
+                                      worker or "actor_train")
         st.files.append(str(cfg_file))
         st.extras["config"] = planned
         total = planned.get("pipeline_max_steps")
@@ -275,11 +270,10 @@ def read(path: Path) -> RunState:
                 st.notes.append("lr_scheduler_kwargs.lr_decay_steps overrides the budget; "
                                 "nominal progress assumes it spans the whole pipeline")
             if n is not None:
-                per_step = st.schedule.horizon / total
+                per_step = horizon / total
                 st.nominal_progress = Counter(
                     "roll.pipeline_steps_done * lr_decay_steps / pipeline.max_steps",
-                    (n + 1) * per_step, Unit.UPDATES,
-                    f"({n} + 1) * {st.schedule.horizon:g} / {total}")
+                    (n + 1) * per_step, Unit.UPDATES, f"({n} + 1) * {horizon:g} / {total}")
                 st.extras["nominal_updates_per_pipeline_step"] = per_step
     if st.nominal_progress is None:
         st.notes.append("pipeline max_steps unknown (ROLL saves no config; put the run's YAML "
@@ -291,23 +285,21 @@ def read(path: Path) -> RunState:
 
 # ---------------------------------------------------------------- refine (discovery)
 
-def claims_content(sc) -> int:
+def claims_content(sc: shapes.Scan) -> int:
     """FRAMEWORK + 5 when this checkpoint, read by content, is laid out as this framework saves."""
     return FRAMEWORK + 5 if _claims_content(sc) else 0
 
 
-def _claims_content(sc) -> bool:
+def _claims_content(sc: shapes.Scan) -> bool:
     """A megatron-core scheduler state in a ``scheduler.pt`` of a ``checkpoint-N`` folder:
     what ROLL's mcore_adapter saves, even without ``mca_config.json`` or ``iter_*`` beside
     it (an HF Trainer's ``scheduler.pt`` holds a torch scheduler, never this shape)."""
-    from lrdoctor.read.scan import shapes
-
     return any(Path(f.file).name == SCHEDULER_FILE and f.key == ""
                and _common.checkpoint_number(Path(f.file).parent) is not None
                for f in sc.of(shapes.SCHED_MEGATRON))
 
 
-def refine(sc, st: RunState) -> None:
+def refine(sc: shapes.Scan, st: RunState) -> None:
     """ROLL's conventions on a discovered checkpoint: ``num_steps`` counts optimizer updates,
     ``checkpoint-N`` is the 0-based pipeline step, the budget is ``lr_decay_steps``."""
     ckpt_n = sc.checkpoint.path if sc.checkpoint.path.is_dir() else sc.checkpoint.path.parent
