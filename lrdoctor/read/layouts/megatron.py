@@ -52,10 +52,8 @@ from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.bytes import dcp
-from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import ENGINE, GENERIC, _common
 from lrdoctor.read.layouts._megatron_core import rampup_budget, scheduler_refs
-from lrdoctor.read.scan import refusal
 from lrdoctor.read.scan.listing import Tree
 from lrdoctor.read.scan.shapes import (
     DIST_OPT_ANY,
@@ -111,19 +109,18 @@ def _beside_foreign_files(path: Path) -> bool:
     return any((save / m).exists() for m in NOT_MEGATRON_LM)
 
 
+def _iteration(m: re.Match[str]) -> int:
+    """``iter_N`` is N; ``release`` sorts first (it is the starting point)."""
+    return int(m.group(2)) if m.group(2) else -1
+
+
 def _iter_dirs(run: Path) -> list[Path]:
-    found = []
-    for child in run.iterdir():
-        m = ITER_DIR.match(child.name)
-        if m and child.is_dir():
-            found.append((int(m.group(2)) if m.group(2) else -1, child))
-    # "release" first (it is the starting point), then by iteration.
-    return [p for _, p in sorted(found)]
+    return _common.numbered_children(run, ITER_DIR, lambda child: child.is_dir(), _iteration)
 
 
 def rank_files(ckpt: Path) -> list[Path]:
     """The ``mp_rank_*/model_optim_rng.pt`` files of one ``iter_*`` directory, rank 0 first."""
-    files = []
+    files: list[tuple[tuple[int, ...], Path]] = []
     for child in ckpt.iterdir():
         m = RANK_DIR.match(child.name)
         if m and (child / RANK_FILE).is_file():
@@ -158,7 +155,7 @@ def detect(path: Path) -> bool:
 
 
 def _is_layout(path: Path) -> bool:
-    path = as_path(path)
+    path = _common.as_path(path)
     if path.is_file():
         return path.name in (RANK_FILE, COMMON_FILE)
     if not path.is_dir():
@@ -173,14 +170,11 @@ def _is_layout(path: Path) -> bool:
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = as_path(path)
+    path = _common.as_path(path)
     if path.is_file() or RANK_DIR.match(path.name) or _is_iter_dir(path):
         return [path]
-    ckpts = [d for d in _iter_dirs(path) if _is_iter_dir(d)]
-    if not ckpts:
-        raise refusal.nothing_found("no iter_*/mp_rank_*/model_optim_rng.pt checkpoints here",
-                                     path)
-    return ckpts
+    return _common.listed([d for d in _iter_dirs(path) if _is_iter_dir(d)],
+                          "no iter_*/mp_rank_*/model_optim_rng.pt checkpoints here", path)
 
 
 def read_tracker(run: Path) -> int | str | None:
@@ -221,11 +215,12 @@ def resolve(path: Path) -> tuple[Path | None, list[Path]]:
     return path, files
 
 
-def scheduler_state(sd: dict) -> dict | None:
+def scheduler_state(sd: _common.Loaded) -> _common.Loaded | None:
     """The scheduler dict of a Megatron state (current or pre-2021 key)."""
     for key in ("opt_param_scheduler", "lr_scheduler"):
-        if isinstance(sd.get(key), dict):
-            return sd[key]
+        sched = sd.get(key)
+        if isinstance(sched, dict):
+            return sched
     return None
 
 
@@ -239,7 +234,7 @@ def _dcp_wanted(fqn: str) -> bool:
     return dcp.wanted(fqn, DCP_KEYS)
 
 
-def load_state(main: Path) -> tuple[dict, list[str], str, dcp.DcpState | None]:
+def load_state(main: Path) -> tuple[_common.Loaded, list[str], str, dcp.DcpState | None]:
     """(state dict, files read, where in them, the DCP state if a DCP folder was read) of a
     rank file, ``common.pt`` or a DCP folder."""
     if not main.is_dir():
@@ -259,7 +254,7 @@ def load_state(main: Path) -> tuple[dict, list[str], str, dcp.DcpState | None]:
 
 
 def read(path: Path) -> RunState:
-    path = as_path(path)
+    path = _common.as_path(path)
     ckpt, files = resolve(path)
     main = files[0]
     sd, read_files, where, dcp_state = load_state(main)
@@ -308,27 +303,27 @@ def read(path: Path) -> RunState:
     def field(name: str, count: bool = False) -> float:
         key = scheduler_key(sched, name)
         return _common.num(scheduler_field(sched, name), src, f"opt_param_scheduler.{key}",
-                           count=count)  # type: ignore[return-value]
+                           count=count)
 
     st.schedule = ScheduleSpec(
         family="megatron", kind=style,
         max_lr=field("max_lr"),
         min_lr=field("min_lr"),
-        init_lr=_common.num(init_lr, src, init_key),  # type: ignore[arg-type]
+        init_lr=_common.num(init_lr, src, init_key),
         warmup=field("lr_warmup_steps"),
         horizon=field("lr_decay_steps"),
         unit=unit, params=params,
         source=f"{src}:opt_param_scheduler" + ("" if "init_lr" in sched else " + args.lr_warmup_init"),
     )
-    st.scheduler_progress = Counter("scheduler.num_steps", field("num_steps", count=True),
-                                    unit, src)
+    progress = st.scheduler_progress = Counter("scheduler.num_steps",
+                                               field("num_steps", count=True), unit, src)
     # The fields a repair writes through (a plain torch.save rank file; a DCP checkpoint
     # is never rewritten, so its items get no refs).
     in_file = FieldRef(str(main)) if dcp_state is None else None
     if in_file is not None:
         at = in_file.child("opt_param_scheduler" if isinstance(sd.get("opt_param_scheduler"), dict)
                            else "lr_scheduler")
-        st.scheduler_progress.ref, st.schedule.refs = scheduler_refs(at, sched)
+        progress.ref, st.schedule.refs = scheduler_refs(at, sched)
 
     # Counters.
     iteration = sd.get("iteration", sd.get("total_iters"))
@@ -371,23 +366,19 @@ def read(path: Path) -> RunState:
     consumed = st.counter("consumed_train_samples")
     skipped = st.counter("skipped_train_samples")
     it_counter = st.counter("megatron.iteration")
-    if args.get("train_iters"):
-        st.planned_end = Counter("train_iters", args["train_iters"], Unit.UPDATES,
-                                 f"{src}:args.train_iters")
-        if it_counter:
-            st.trainer_progress = Counter("megatron.iteration", it_counter.value, Unit.UPDATES,
-                                          it_counter.source)
-    elif args.get("train_samples"):
-        st.planned_end = Counter("train_samples", args["train_samples"], Unit.SAMPLES,
-                                 f"{src}:args.train_samples")
-        if consumed:
-            st.trainer_progress = Counter("consumed_train_samples", consumed.value, Unit.SAMPLES,
-                                          consumed.source)
+    # Megatron takes one budget: iterations, else samples; each with the counter of its unit.
+    for key, done in (("train_iters", it_counter), ("train_samples", consumed)):
+        if args.get(key):
+            budget_unit = Unit.UPDATES if key == "train_iters" else Unit.SAMPLES
+            st.planned_end = Counter(key, args[key], budget_unit, f"{src}:args.{key}")
+            if done:
+                st.trainer_progress = Counter(done.name, done.value, budget_unit, done.source)
+            break
 
     if unit is Unit.SAMPLES and _counts_updates(st, sched, consumed, skipped, it_counter):
-        unit = st.schedule.unit = st.scheduler_progress.unit = Unit.UPDATES
+        unit = st.schedule.unit = progress.unit = Unit.UPDATES
         st.notes.append(
-            f"scheduler.num_steps {_common_int(st.scheduler_progress.value)} equals the "
+            f"scheduler.num_steps {_common_int(progress.value)} equals the "
             "iteration count, not consumed samples: this scheduler is stepped by 1 per update "
             "(verl's and ROLL's Megatron paths do so), so its unit is optimizer updates")
     if unit is Unit.SAMPLES and consumed:
@@ -395,7 +386,7 @@ def read(path: Path) -> RunState:
         st.nominal_progress = Counter(
             "consumed_train_samples - skipped_train_samples", consumed.value - skip, Unit.SAMPLES,
             "args.consumed_train_samples - args.skipped_train_samples")
-        _overflowed_updates(st, args, sched)
+        _overflowed_updates(st, args, progress)
     elif unit is Unit.UPDATES and it_counter:
         st.nominal_progress = Counter("megatron.iteration", it_counter.value, Unit.UPDATES,
                                       "iteration (iteration-era scheduler)" if iteration_era
@@ -422,7 +413,7 @@ def read(path: Path) -> RunState:
     return st
 
 
-def _micro_batches(args: dict) -> int | None:
+def _micro_batches(args: _common.Loaded) -> int | None:
     """Micro-batches per iteration: global batch / (micro batch x data-parallel size)."""
     try:
         return int(args["global_batch_size"] // (args["micro_batch_size"]
@@ -432,7 +423,8 @@ def _micro_batches(args: dict) -> int | None:
 
 
 def _distributed_param_groups(st: RunState, ckpt: Path,
-                              dcp_state: dcp.DcpState | None) -> tuple[dict, str] | None:
+                              dcp_state: dcp.DcpState | None
+                              ) -> tuple[dict[str, Any], str] | None:
     """(optimizer summary, source) of a torch_dist DistributedOptimizer's param-group
     objects (:data:`DIST_OPT_GROUPS`), or None when the checkpoint has none readable.
 
@@ -477,7 +469,8 @@ def _distributed_param_groups(st: RunState, ckpt: Path,
     return opt, f"{dcp_state.path}:{keys[0]}" + (f" (+{len(keys) - 1})" if len(keys) > 1 else "")
 
 
-def _lrs_expected(st: RunState, sd: dict, args: dict, opt: dict) -> None:
+def _lrs_expected(st: RunState, sd: _common.Loaded, args: _common.Loaded,
+                  opt: dict[str, Any]) -> None:
     """No param-group LR was read: say so, and when the checkpoint shows a distributed
     optimizer that saved them (never silent), record why in ``optimizer_lrs_unread``."""
     if args.get("no_save_optim"):
@@ -510,7 +503,7 @@ def _common_step(opt_sd: Any) -> float | None:
     return None
 
 
-def _counts_updates(st: RunState, sched: dict, consumed: Counter | None,
+def _counts_updates(st: RunState, sched: _common.Loaded, consumed: Counter | None,
                     skipped: Counter | None, iteration: Counter | None) -> bool:
     """True when the invariants say ``num_steps`` counts updates, not samples.
 
@@ -529,7 +522,7 @@ def _counts_updates(st: RunState, sched: dict, consumed: Counter | None,
     return st.samples_per_update is None or st.samples_per_update > 1 or consumed is None
 
 
-def _overflowed_updates(st: RunState, args: dict, sched: dict) -> None:
+def _overflowed_updates(st: RunState, args: _common.Loaded, progress: Counter) -> None:
     """fp16 loss scaling skips overflowed updates: Megatron then steps neither the optimizer
     nor the scheduler, yet counts the samples. When ``iteration - optimizer.step`` such
     updates account exactly for the gap, the scheduler is where Megatron meant it to be."""
@@ -539,7 +532,7 @@ def _overflowed_updates(st: RunState, args: dict, sched: dict) -> None:
     if not (it and opt_step and nominal and gbs) or args.get("rampup_batch_size"):
         return
     overflowed = it.value - opt_step.value
-    gap = nominal.value - st.scheduler_progress.value
+    gap = nominal.value - progress.value
     if overflowed <= 0 or gap != overflowed * gbs:
         return
     st.counters.append(Counter("megatron.overflowed_updates", overflowed, Unit.UPDATES,
@@ -557,7 +550,7 @@ def _common_int(x: float) -> str:
     return f"{x:,.0f}"
 
 
-def _expected_from_args(args: dict) -> dict[str, float]:
+def _expected_from_args(args: _common.Loaded) -> dict[str, float]:
     """What Megatron's get_optimizer_param_scheduler would build from these args (samples)."""
     gbs = args.get("global_batch_size")
     out: dict[str, float] = {}
@@ -577,9 +570,10 @@ def _expected_from_args(args: dict) -> dict[str, float]:
     return out
 
 
-def _check_ranks(st: RunState, sd: dict, sched: dict, files: list[Path]) -> None:
+def _check_ranks(st: RunState, sd: _common.Loaded, sched: _common.Loaded,
+                 files: list[Path]) -> None:
     """Every rank must carry the same scheduler state and iteration; record any that do not."""
-    def differs(other: dict) -> dict:
+    def differs(other: _common.Loaded) -> dict[str, tuple[Any, Any]]:
         o_sched = scheduler_state(other) or {}
         diffs = {k: (sched.get(k), o_sched.get(k)) for k in set(sched) | set(o_sched)
                  if sched.get(k) != o_sched.get(k)}
