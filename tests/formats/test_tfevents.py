@@ -114,3 +114,14 @@ def test_the_seed_decodes():
     out = tfevents.parse(SEED, "ev")
     assert out.values["lr-AdamW"] == [(3, pytest.approx(1e-3, rel=1e-7))]
     assert out.values["lr-"] == [(4, 1.0)]
+
+
+def test_a_varint_field_in_a_summary_is_skipped_not_a_traceback():
+    """Bug found by typing the decoder's fields (a varint's value is an int, a
+    length-delimited one's a (start, stop) pair): the Summary loop unpacked every field
+    as a pair, so a varint field there (a newer writer's field, or hostile bytes) raised
+    an unexpected TypeError instead of being skipped as protobuf skips unknown fields."""
+    summary = b"\x10\x07" + ld(1, ld(1, b"lr") + f32(0.5)) + b"\x08\x03"
+    data = record(b"\x10\x04" + ld(5, summary))
+    out = tfevents.parse(data, "x.tfevents")
+    assert out.values == {"lr": [(4, 0.5)]} and out.records == 1

@@ -22,7 +22,7 @@ __all__ = ["read_text", "json_loads", "read_json", "yaml_loads", "read_yaml", "t
            "csv_loads", "read_csv"]
 
 
-def read_text(path: str | os.PathLike, limit: str, what: str) -> str:
+def read_text(path: str | os.PathLike[str], limit: str, what: str) -> str:
     """The text of ``path``, refused (before reading) when larger than the byte limit ``limit``."""
     from lrdoctor.read.bytes.storage import (  # a URL too (s3://...: range reads)
         as_path,
@@ -61,7 +61,7 @@ def json_loads(text: str, path: str | None, what: str = "JSON") -> Any:
     return obj
 
 
-def read_json(path: str | os.PathLike, what: str = "JSON") -> Any:
+def read_json(path: str | os.PathLike[str], what: str = "JSON") -> Any:
     p = str(path)
     return json_loads(read_text(p, "json_bytes", what), p, what)
 
@@ -163,12 +163,12 @@ def yaml_loads(text: str, path: str | None, what: str = "YAML") -> Any:
     return obj
 
 
-def read_yaml(path: str | os.PathLike, what: str = "YAML") -> Any:
+def read_yaml(path: str | os.PathLike[str], what: str = "YAML") -> Any:
     p = str(path)
     return yaml_loads(read_text(p, "config_bytes", what), p, what)
 
 
-def toml_loads(text: str, path: str | None) -> dict:
+def toml_loads(text: str, path: str | None) -> dict[str, Any]:
     """``tomllib.loads`` with the size and nesting caps; TOMLDecodeError is the caller's."""
     try:
         import tomllib
@@ -209,6 +209,6 @@ def csv_loads(text: str, path: str | None, what: str = "CSV") -> tuple[list[str]
     return rows[0], rows[1:]
 
 
-def read_csv(path: str | os.PathLike, what: str = "CSV") -> tuple[list[str], list[list[str]]]:
+def read_csv(path: str | os.PathLike[str], what: str = "CSV") -> tuple[list[str], list[list[str]]]:
     p = str(path)
     return csv_loads(read_text(p, "csv_bytes", what), p, what)

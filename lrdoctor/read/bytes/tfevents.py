@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from lrdoctor.core.errors import UnusableInput
@@ -96,7 +97,11 @@ def _varint(b: bytes, i: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(b: bytes, i: int, end: int):
+# A field's value: the integer of a varint (wire type 0), else the (start, stop) of its bytes.
+FieldValue = int | tuple[int, int]
+
+
+def _fields(b: bytes, i: int, end: int) -> Iterator[tuple[int, int, FieldValue]]:
     """(field number, wire type, value or (start, stop) of a length-delimited field)."""
     while i < end:
         key, i = _varint(b, i, end)
@@ -128,10 +133,12 @@ def _fields(b: bytes, i: int, end: int):
 
 def _tensor_scalar(b: bytes, s: int, e: int) -> float | None:
     """The one float of a scalar TensorProto, or None (another dtype, or not one element)."""
-    dtype, vals, content = 0, [], None
+    dtype, content = 0, None
+    vals: list[float] = []
     for num, wt, v in _fields(b, s, e):
-        if num == 1 and wt == 0:
-            dtype = v
+        if isinstance(v, int):  # wire type 0
+            if num == 1:
+                dtype = v
         elif num == 4 and wt == 2:
             content = b[v[0]:v[1]]
         elif num == 5 and wt == 5:
@@ -148,25 +155,34 @@ def _tensor_scalar(b: bytes, s: int, e: int) -> float | None:
         fmt = {DT_FLOAT: "<f", DT_DOUBLE: "<d"}.get(dtype)
         if fmt is None or len(content) != struct.calcsize(fmt):
             return None
-        return struct.unpack(fmt, content)[0]
+        value: float = struct.unpack(fmt, content)[0]
+        return value
     if len(vals) == 1 and dtype in (DT_FLOAT, DT_DOUBLE, 0):
         return vals[0]
     return None
 
 
 def _event(b: bytes, s: int, e: int, out: Scalars, budget: list[int], path: str | None) -> None:
-    step, summaries = 0, []
+    step = 0
+    summaries: list[tuple[int, int]] = []
     for num, wt, v in _fields(b, s, e):
-        if num == 2 and wt == 0:
-            step = v - (1 << 64) if v >> 63 else v  # int64, two's complement
+        if isinstance(v, int):  # wire type 0
+            if num == 2:
+                step = v - (1 << 64) if v >> 63 else v  # int64, two's complement
         elif num == 5 and wt == 2:
             summaries.append(v)
     for ss, se in summaries:
-        for num, wt, (vs, ve) in _fields(b, ss, se):
-            if num != 1 or wt != 2:
+        for num, wt, sv in _fields(b, ss, se):
+            # Summary.value (field 1) only: a field of another number or wire type (a
+            # varint has no bytes to read) is skipped, as protobuf skips unknown fields.
+            if num != 1 or wt != 2 or isinstance(sv, int):
                 continue
-            tag, value = None, None
+            vs, ve = sv
+            tag: str | None = None
+            value: float | None = None
             for fn, fw, fv in _fields(b, vs, ve):
+                if isinstance(fv, int):  # wire type 0: no Value field this reader reads
+                    continue
                 if fn == 1 and fw == 2:
                     try:
                         tag = b[fv[0]:fv[1]].decode("utf-8")
@@ -220,7 +236,7 @@ def parse(data: bytes, path: str | None) -> Scalars:
     return out
 
 
-def read(path: str | os.PathLike) -> Scalars:
+def read(path: str | os.PathLike[str]) -> Scalars:
     """The scalars of the event file ``path``, its size capped by ``tfevents_bytes``."""
     from lrdoctor.read.bytes.storage import as_path, open_binary
 
