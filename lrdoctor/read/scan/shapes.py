@@ -136,13 +136,13 @@ DIST_OPT_GROUPS = re.compile(r"^(?:chained_(\d+)\.)?optimizer\.distributed\.dp_g
 DIST_OPT_ANY = re.compile(r"^(?:chained_\d+\.)?optimizer\.distributed\.")
 
 
-def scheduler_key(sched: dict, name: str) -> str:
+def scheduler_key(sched: dict[Any, Any], name: str) -> str:
     """The key under which ``sched`` holds the megatron-core field ``name`` (its current
     name when absent)."""
     return next((k for k in SCHEDULER_KEYS[name] if k in sched), SCHEDULER_KEYS[name][0])
 
 
-def scheduler_field(sched: dict, name: str) -> Any:
+def scheduler_field(sched: dict[Any, Any], name: str) -> Any:
     """A megatron-core scheduler field under its current or an older name (None if absent)."""
     for key in SCHEDULER_KEYS[name]:
         if key in sched:
@@ -223,7 +223,7 @@ def classify(obj: Any, file: str, prefix: str = "", config: bool = False) -> lis
             return
         if isinstance(o, Opaque):
             fields = opaque_fields(o)
-            if fields is not None:
+            if isinstance(fields, dict):  # an OmegaConf ListConfig gives a list
                 out.append(Found(CONFIG, file, key, fields, at))
                 walk_dict(fields, key, depth, True, at)
             return
@@ -247,7 +247,7 @@ def classify(obj: Any, file: str, prefix: str = "", config: bool = False) -> lis
         if v is not None and last in COUNTER_NAMES and parent not in _NOT_COUNTER_PARENTS:
             out.append(Found(SETTING if cfg else COUNTER, file, key, v, at))
 
-    def walk_dict(d: dict, key: str, depth: int, cfg: bool, at: tuple[Key, ...]) -> None:
+    def walk_dict(d: dict[Any, Any], key: str, depth: int, cfg: bool, at: tuple[Key, ...]) -> None:
         last = key.rsplit(".", 1)[-1] if key else ""
         if last in _NOT_COUNTER_PARENTS:
             return
@@ -278,8 +278,10 @@ def follow(obj: Any, key: tuple[Key, ...]) -> Any:
     return obj
 
 
-def opaque_fields(o: Any) -> dict | None:
-    """The data fields of an inert record (Namespace, dataclass, OmegaConf DictConfig)."""
+def opaque_fields(o: Any) -> object:
+    """The data fields of an inert record (Namespace, dataclass, OmegaConf DictConfig): a
+    dict, or None. An OmegaConf container gives its plain content, whatever the file holds
+    there (a ListConfig: a list), so callers narrow with isinstance."""
     state = o.state
     if isinstance(state, tuple) and state and isinstance(state[0], dict):
         state = state[0]
@@ -311,7 +313,7 @@ def _omegaconf_plain(state: Any, depth: int = 0) -> Any:
     return state
 
 
-def _keys(d: dict, k: int = 5) -> str:
+def _keys(d: dict[Any, Any], k: int = 5) -> str:
     names = [clip(str(x), 32) for x in list(d)[:k]]
     return "[" + ", ".join(names) + (f", +{len(d) - k} more" if len(d) > k else "") + "]"
 
