@@ -105,6 +105,16 @@ def mapping(value: Any) -> Loaded:
     return value if isinstance(value, dict) else {}
 
 
+def dig(obj: Any, *keys: str) -> Any:
+    """The value at ``keys`` through nested dicts (a saved config, hparams), or None where
+    a step is missing or not a dict: an untrusted file may hold any shape."""
+    for k in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(k)
+    return obj
+
+
 def plain(value: Any) -> Any:
     """An enum-like pickled value (Opaque with one arg) as its plain value."""
     from lrdoctor.read.bytes.safeload import Opaque

@@ -53,14 +53,6 @@ def _claims_content(sc: shapes.Scan) -> bool:
         for f in sc.found if f.kind in shapes.SCHEDULER_KINDS)
 
 
-def _get(cfg: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(cfg, dict):
-            return None
-        cfg = cfg.get(k)
-    return cfg
-
-
 def refine(sc: shapes.Scan, st: RunState) -> None:
     """SkyRL's budget: ``global_step`` training steps of a fixed number of mini-batch updates."""
     found = _trainer_state(sc)
@@ -76,9 +68,7 @@ def refine(sc: shapes.Scan, st: RunState) -> None:
     cfg_found = next((f for f in sc.of(shapes.CONFIG) if f.file == tf and f.key == "config"),
                      None)
     cfg = cfg_found.value if cfg_found else None
-    trainer = _get(cfg, "trainer")
-    if not isinstance(trainer, dict):  # a config value of another type says nothing here
-        trainer = {}
+    trainer = _common.mapping(_common.dig(cfg, "trainer"))  # any other type says nothing
     tbs, mbs = trainer.get("train_batch_size"), trainer.get("policy_mini_batch_size")
     epochs = trainer.get("update_epochs_per_batch", 1)
     if _positive_int(tbs) and _positive_int(mbs) and _positive_int(epochs) and tbs >= mbs:
