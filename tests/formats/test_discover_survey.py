@@ -144,11 +144,12 @@ def test_scan_cut_by_a_bound_is_said(tmp_path):
 
 
 def test_format_names_have_one_home():
-    """Every module under lrdoctor/read/layouts is a reader (forceable) or a content refiner; the
-    names --format takes, its help and the refusal all come from FORMAT_MODULES."""
+    """Every module under lrdoctor/read/layouts is a registered layout (forceable, or recognised
+    by content); the names --format takes, its help and the refusal all come from
+    FORMAT_MODULES."""
     here = Path(formats.__file__).parent
     modules = {p.stem for p in here.glob("*.py") if not p.stem.startswith("_")}
-    assert modules == set(formats.FORMAT_MODULES) | set(formats.REFINER_MODULES)
+    assert modules == {e.name for e in formats.LAYOUTS}
     for name in formats.FORMAT_MODULES:
         mod = formats.get(name)
         assert callable(mod.detect) and callable(mod.read) and callable(mod.find_checkpoints)

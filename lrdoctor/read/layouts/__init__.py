@@ -1,22 +1,39 @@
 """Checkpoint layouts: one module per framework, one typed protocol, one registry.
 
-Reading an input happens in two stages, both decided by the best claim (never by the
-order of a list, never by one reader deferring to another by name):
+Every layout implements :class:`Layout`: ``claims(scan) -> score``, ``find_checkpoints``
+and ``read -> RunState``. A claim judges one typed view of the evidence,
+:class:`~lrdoctor.read.scan.view.ScanView`, and every claim goes through one function,
+:func:`claim`:
 
-1. **Path stage** (:class:`Layout`): which layout's reader opens this path. The bounded
-   listing of the input (:class:`~lrdoctor.read.scan.listing.Tree`, names only) is matched
-   against each registered :class:`Hint`; only the layouts whose hint matches are imported,
-   and each of those says how well it ``claims`` the tree. The highest score reads it.
-2. **Content stage** (:class:`ContentLayout`): a checkpoint read by content (``torch``:
-   :mod:`~lrdoctor.read.layouts.torchsave`) is classified first
-   (:class:`~lrdoctor.read.scan.shapes.Scan`); the frameworks whose hint matches the
-   scan's file names and keys are imported and ``claims_content``; the best one ``refine``\\ s
-   the framework-blind state (its units, where its budget lives).
+- entries are asked in order of their ``ceiling`` (the most their claim can return); the
+  walk stops when no remaining ceiling can beat the best score, so a layout that cannot
+  win is never imported;
+- an entry's cheap :class:`Hint` is matched before its import (names against the listing,
+  key paths against the content), so only hinted layouts are imported;
+- the highest score wins: never the order of a list, never one reader deferring to
+  another by name.
 
-A score is how much of the layout the evidence pins down: a trainer's own progress
-record outranks the engine it saves through, which outranks a generic container
-(:data:`SPECIFIC` ... :data:`GENERIC`). Each entry states its ``ceiling`` (the most its
-claim can return) so that a layout that cannot win is never imported.
+The view has two depths, and an entry says which it is claimed on:
+
+- **an input** (``on_names``): the bounded listing. The layouts recognised by their files
+  (Megatron's ``iter_N``, HF's ``trainer_state.json``, any pickle for the generic read)
+  claim here; the winner's reader reads the input, and ``--format`` can force it.
+- **one checkpoint read by content** (``on_content``): the generic content read
+  (:mod:`~lrdoctor.read.layouts.torchsave`) classifies each checkpoint it reads and asks
+  :func:`claim` which framework's layout it is (verl, SkyRL, Composer, torchtune, ROLL
+  without ``mca_config.json``). The winner's ``read`` takes that view: the generic
+  content read plus its own normalisation (units, where the budget lives). A checkpoint
+  no such layout claims stays framework-blind.
+
+Why not classify the content for an input's claim: the content read classifies every
+checkpoint anyway (the claim then costs no second read), each checkpoint of a run is
+recognised on its own, and the reader of such files stays the generic one that
+``--format torchsave`` and the repair name.
+
+A score is how much of the layout the evidence pins down: a trainer's own progress record
+outranks the framework that saves through an engine, which outranks the engine's own
+files (:data:`TRAINER` ... :data:`ENGINE`); a framework recognised by what its files hold
+(:data:`RECOGNISED`) outranks the framework-blind read of the same files (:data:`GENERIC`).
 
 Adding a layout is one module here plus one entry below (see docs/architecture.md).
 """
@@ -29,45 +46,40 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.read.scan.listing import Hint, Tree, list_tree
+from lrdoctor.read.scan.listing import Hint
+from lrdoctor.read.scan.view import ScanView
 
 if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
-    from lrdoctor.read.scan.shapes import Scan
 
 # Claim scores: how specific the evidence is (higher wins).
-TRAINER = 100   # a trainer's own progress record (HF trainer_state.json)
-FRAMEWORK = 80  # a framework saving through an engine or container (ROLL, NeMo-RL, torchtitan)
-ENGINE = 60     # a training engine's own files (Megatron, DeepSpeed, Lightning, Accelerate)
-GENERIC = 20    # any torch.save / pickle, read by content
-CONTAINER = 10  # a bare torch.distributed.checkpoint folder
+TRAINER = 100    # a trainer's own progress record (HF trainer_state.json)
+FRAMEWORK = 80   # a framework saving through an engine or container (ROLL, NeMo-RL, torchtitan)
+ENGINE = 60      # a training engine's own files (Megatron, DeepSpeed, Lightning, Accelerate)
+RECOGNISED = 40  # a framework recognised by what its content-read files hold (verl, SkyRL, ...)
+GENERIC = 20     # any torch.save / pickle, read by content
+CONTAINER = 10   # a bare torch.distributed.checkpoint folder
 
 
 class Layout(Protocol):
-    """A framework's checkpoint layout: which paths are its checkpoints, and how to read one.
+    """A framework's checkpoint layout: how well it claims an input, which paths are its
+    checkpoints, and how to read one.
 
-    ``claims`` returns 0 for a tree that is not this layout's, else a score up to the
+    ``claims`` returns 0 for an input that is not this layout's, else a score up to the
     registry entry's ``ceiling``. ``read`` returns the framework-blind state of one
-    checkpoint that ``find_checkpoints`` listed.
+    checkpoint that ``find_checkpoints`` listed (a layout read by content also takes the
+    :class:`ScanView` of one checkpoint the generic content read classified).
     """
 
     NAME: str
 
-    def claims(self, tree: Tree) -> int: ...
+    def claims(self, scan: ScanView) -> int: ...
 
+    # Each layout's checkpoint handle is its own (a folder, a file, a group of rank files,
+    # a classified view): the registry only passes back what find_checkpoints returned.
     def find_checkpoints(self, path: Path) -> Sequence[Any]: ...
 
     def read(self, ckpt: Any) -> RunState: ...
-
-
-class ContentLayout(Protocol):
-    """A framework recognised inside a checkpoint read by content (no reader of its own)."""
-
-    NAME: str
-
-    def claims_content(self, scan: Scan) -> int: ...
-
-    def refine(self, scan: Scan, state: RunState) -> None: ...
 
 
 class Repairs(Protocol):
@@ -81,23 +93,26 @@ class Repairs(Protocol):
 
 @dataclass(frozen=True)
 class Entry:
-    """One registered layout: its cheap ``hint``, its ``ceiling`` and the static import."""
+    """One registered layout: its cheap ``hint``, its ``ceiling`` and the static import.
+
+    ``on_names``: claimed on an input (its reader reads it; ``--format`` takes it).
+    ``on_content``: claimed on a checkpoint the generic content read classified (its
+    ``read`` takes that view and normalises it)."""
 
     name: str
     hint: Hint
     ceiling: int
-    load: Callable[[], Any]
-    path_stage: bool = True     # a path layout (``--format`` takes it)
-    content_stage: bool = False  # recognised inside a content read
+    load: Callable[[], Layout]
+    on_names: bool = True
+    on_content: bool = False
     repair: Callable[[], Repairs] | None = None  # the static import of its repair side
 
     def layout(self) -> Layout:
-        mod: Layout = self.load()
-        return mod
+        return self.load()
 
-    def content(self) -> ContentLayout:
-        mod: ContentLayout = self.load()
-        return mod
+    def judges(self, scan: ScanView) -> bool:
+        """Whether this entry is asked about ``scan`` (an input, or a classified checkpoint)."""
+        return self.on_content if scan.content is not None else self.on_names
 
 
 LAYOUTS: list[Entry] = []
@@ -105,13 +120,13 @@ LAYOUTS: list[Entry] = []
 
 def register(name: str, *, ceiling: int, names: Sequence[str] = (),
              patterns: Sequence[str] = (), keys: Sequence[str] = (), always: bool = False,
-             path_stage: bool = True, content_stage: bool = False
-             ) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
+             on_names: bool = True, on_content: bool = False
+             ) -> Callable[[Callable[[], Layout]], Callable[[], Layout]]:
     """Register the decorated loader (a function doing one static import) as layout ``name``."""
 
-    def add(load: Callable[[], Any]) -> Callable[[], Any]:
+    def add(load: Callable[[], Layout]) -> Callable[[], Layout]:
         LAYOUTS.append(Entry(name, Hint(frozenset(names), tuple(patterns), tuple(keys), always),
-                             ceiling, load, path_stage, content_stage))
+                             ceiling, load, on_names, on_content))
         return load
 
     return add
@@ -121,43 +136,43 @@ def register(name: str, *, ceiling: int, names: Sequence[str] = (),
 
 @register("megatron", ceiling=ENGINE + 5, names=("model_optim_rng.pt", "common.pt"),
           patterns=(r"^iter_\d+$",))
-def _megatron() -> Any:
+def _megatron() -> Layout:
     from lrdoctor.read.layouts import megatron
     return megatron
 
 
-@register("roll", ceiling=FRAMEWORK + 5, names=("scheduler.pt",), content_stage=True)
-def _roll() -> Any:
+@register("roll", ceiling=FRAMEWORK + 5, names=("scheduler.pt",), on_content=True)
+def _roll() -> Layout:
     from lrdoctor.read.layouts import roll
     return roll
 
 
 @register("deepspeed", ceiling=ENGINE + 4, patterns=(r"model_states\.pt$",))
-def _deepspeed() -> Any:
+def _deepspeed() -> Layout:
     from lrdoctor.read.layouts import deepspeed
     return deepspeed
 
 
 @register("nemo_rl", ceiling=FRAMEWORK + 3, names=("training_info.json",))
-def _nemo_rl() -> Any:
+def _nemo_rl() -> Layout:
     from lrdoctor.read.layouts import nemo_rl
     return nemo_rl
 
 
 @register("torchtitan", ceiling=FRAMEWORK + 2, patterns=(r"^step-\d+$",))
-def _torchtitan() -> Any:
+def _torchtitan() -> Layout:
     from lrdoctor.read.layouts import torchtitan
     return torchtitan
 
 
 @register("hf", ceiling=TRAINER, names=("trainer_state.json",))
-def _hf() -> Any:
+def _hf() -> Layout:
     from lrdoctor.read.layouts import hf
     return hf
 
 
 @register("lightning", ceiling=ENGINE + 2, patterns=(r"\.ckpt$",))
-def _lightning() -> Any:
+def _lightning() -> Layout:
     from lrdoctor.read.layouts import lightning
     return lightning
 
@@ -165,47 +180,47 @@ def _lightning() -> Any:
 @register("accelerate", ceiling=ENGINE + 1,
           patterns=(r"^(?:scheduler|optimizer)(?:_\d+)?\.bin$", r"^random_states_\d+\.pkl$",
                     r"^optimizer_\d+$"))
-def _accelerate() -> Any:
+def _accelerate() -> Layout:
     from lrdoctor.read.layouts import accelerate
     return accelerate
 
 
 @register("torchsave", ceiling=GENERIC, always=True)
-def _torchsave() -> Any:
+def _torchsave() -> Layout:
     from lrdoctor.read.layouts import torchsave
     return torchsave
 
 
 @register("dcp", ceiling=CONTAINER, names=(".metadata",))
-def _dcp() -> Any:
+def _dcp() -> Layout:
     from lrdoctor.read.layouts import dcp
     return dcp
 
 
-@register("skyrl", ceiling=FRAMEWORK + 1, names=("trainer_state.pt",), path_stage=False,
-          content_stage=True)
-def _skyrl() -> Any:
+@register("skyrl", ceiling=RECOGNISED + 1, names=("trainer_state.pt",), on_names=False,
+          on_content=True)
+def _skyrl() -> Layout:
     from lrdoctor.read.layouts import skyrl
     return skyrl
 
 
-@register("verl", ceiling=FRAMEWORK, patterns=(r"^global_step_\d+$",), path_stage=False,
-          content_stage=True)
-def _verl() -> Any:
+@register("verl", ceiling=RECOGNISED, patterns=(r"^global_step_\d+$",), on_names=False,
+          on_content=True)
+def _verl() -> Layout:
     from lrdoctor.read.layouts import verl
     return verl
 
 
-@register("composer", ceiling=FRAMEWORK, keys=(r"^state\.timestamp\.",), path_stage=False,
-          content_stage=True)
-def _composer() -> Any:
+@register("composer", ceiling=RECOGNISED, keys=(r"^state\.timestamp\.",), on_names=False,
+          on_content=True)
+def _composer() -> Layout:
     from lrdoctor.read.layouts import composer
     return composer
 
 
-@register("torchtune", ceiling=FRAMEWORK, keys=(r"(?:^|\.)epochs_run$",), path_stage=False,
-          content_stage=True)
-def _torchtune() -> Any:
+@register("torchtune", ceiling=RECOGNISED, keys=(r"(?:^|\.)epochs_run$",), on_names=False,
+          on_content=True)
+def _torchtune() -> Layout:
     from lrdoctor.read.layouts import torchtune
     return torchtune
 
@@ -214,8 +229,7 @@ def _torchtune() -> Any:
 
 # Names a report shows (a module's NAME) that differ from the registry's: --format takes both.
 ALIASES = {"torch": "torchsave"}
-FORMAT_MODULES = [e.name for e in LAYOUTS if e.path_stage]     # what --format takes
-REFINER_MODULES = [e.name for e in LAYOUTS if e.content_stage]  # recognised by content
+FORMAT_MODULES = [e.name for e in LAYOUTS if e.on_names]  # what --format takes
 
 
 def forceable() -> str:
@@ -224,9 +238,9 @@ def forceable() -> str:
 
 
 def by_content() -> list[str]:
-    """Frameworks recognised inside a content-read checkpoint (``--format torchsave``),
-    not forceable on their own: they refine what discovery found."""
-    return [n for n in REFINER_MODULES if n not in FORMAT_MODULES]
+    """Frameworks recognised by what their content-read files hold, not forceable on their
+    own: ``--format torchsave`` reads them and still recognises them."""
+    return [e.name for e in LAYOUTS if e.on_content and not e.on_names]
 
 
 def _entry(name: str) -> Entry | None:
@@ -237,7 +251,7 @@ def get(name: str) -> Layout:
     """The layout ``--format NAME`` forces."""
     name = ALIASES.get(name, name)
     entry = _entry(name)
-    if entry is None or not entry.path_stage:
+    if entry is None or not entry.on_names:
         hint = ""
         if name in by_content():
             hint = (f"; {name} checkpoints are read by content and recognised by their "
@@ -246,27 +260,39 @@ def get(name: str) -> Layout:
     return entry.layout()
 
 
-def _best(entries: list[Entry], claim: Callable[[Entry], int]) -> tuple[Entry | None, int]:
-    """The entry with the highest claim; an entry whose ceiling cannot beat the best so far
-    is never imported."""
+def _hinted(hint: Hint, scan: ScanView) -> bool:
+    """Whether ``hint`` matches the view: its names (the listing), or its key paths (the
+    content, where there is any)."""
+    return hint.matches(scan.names, scan.keys, complete=scan.complete)
+
+
+def claim(scan: ScanView) -> Entry | None:
+    """The entry whose layout claims ``scan`` best, or None: of the entries that judge
+    such a view, asked in order of ceiling; an entry whose ceiling cannot beat the best so
+    far is never hinted, imported or asked."""
     best, score = None, 0
-    for e in sorted(entries, key=lambda e: -e.ceiling):
+    for e in sorted((e for e in LAYOUTS if e.judges(scan)), key=lambda e: -e.ceiling):
         if e.ceiling <= score:
             break
-        s = claim(e)
+        if not _hinted(e.hint, scan):
+            continue
+        s = e.layout().claims(scan)
         if s > e.ceiling:
             raise AssertionError(f"layout {e.name} claimed {s}, above its ceiling {e.ceiling}")
         if s > score:
             best, score = e, s
-    return best, score
+    return best
+
+
+def recognised(scan: ScanView) -> Layout | None:
+    """The layout of the framework that saved one checkpoint read by content (a view that
+    holds its classification), or None: it stays framework-blind."""
+    best = claim(scan)
+    return best.layout() if best else None
 
 
 def _claim(path: Path) -> Entry | None:
-    tree = list_tree(path)
-    hinted = [e for e in LAYOUTS
-              if e.path_stage and e.hint.matches(tree.names, complete=tree.complete)]
-    best, _ = _best(hinted, lambda e: e.layout().claims(tree))
-    return best
+    return claim(ScanView(path))
 
 
 def claimant(path: Path) -> Layout | None:
@@ -297,18 +323,6 @@ def detect(path: Path, forced: str | None = None) -> Layout:
     exc = nothing_found("not a checkpoint lrdoctor recognises", path)
     raise UnusableInput(f"{exc.message} (use --format to force one of: "
                         f"{forceable()})", str(path), detail=exc.detail)
-
-
-def content_claimant(scan: Scan) -> ContentLayout | None:
-    """The framework whose layout this content-read checkpoint matches best, or None."""
-    root = scan.checkpoint.path
-    names = {part for f in scan.files_read for part in Path(f).parts}
-    names.add(root.name)
-    keys = {f.key for f in scan.found}
-    hinted = [e for e in LAYOUTS
-              if e.content_stage and e.hint.matches(frozenset(names), frozenset(keys))]
-    best, _ = _best(hinted, lambda e: e.content().claims_content(scan))
-    return best.content() if best else None
 
 
 # What a reader's arithmetic raises when a saved value has a type or size it did not expect.

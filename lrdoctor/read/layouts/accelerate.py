@@ -33,7 +33,7 @@ from lrdoctor.read.layouts._torchstate import (
     optimizer_info,
     torch_scheduler,
 )
-from lrdoctor.read.scan.listing import Tree
+from lrdoctor.read.scan.view import ScanView
 
 NAME = "accelerate"
 
@@ -76,9 +76,9 @@ def _candidates(path: Path) -> list[Path]:
     return []
 
 
-def claims(tree: Tree) -> int:
-    """How well this layout claims the listed input: ENGINE + 1, or 0 when it is not one."""
-    return ENGINE + 1 if _is_layout(tree.path) else 0
+def claims(scan: ScanView) -> int:
+    """How well this layout claims the input: ENGINE + 1, or 0 when it is not one."""
+    return ENGINE + 1 if _is_layout(scan.path) else 0
 
 
 def detect(path: Path) -> bool:

@@ -14,9 +14,12 @@ the default for Composer schedulers), so ``last_epoch == timestamp.batch``;
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read.layouts import FRAMEWORK
-from lrdoctor.read.scan import shapes
+from lrdoctor.read.layouts import RECOGNISED
+from lrdoctor.read.scan import grouping, shapes
+from lrdoctor.read.scan.view import ScanView
 
 NAME = "composer"
 
@@ -24,11 +27,6 @@ NAME = "composer"
 def _timestamp(sc: shapes.Scan, field: str) -> shapes.Found | None:
     return next((f for f in sc.counters() if f.key.startswith("state.timestamp")
                  and f.key.rsplit(".", 1)[-1] == field), None)
-
-
-def claims_content(sc: shapes.Scan) -> int:
-    """FRAMEWORK when this checkpoint, read by content, is laid out as this framework saves."""
-    return FRAMEWORK if _claims_content(sc) else 0
 
 
 def _claims_content(sc: shapes.Scan) -> bool:
@@ -51,3 +49,29 @@ def refine(sc: shapes.Scan, st: RunState) -> None:
             "composer.timestamp.batch", batch.value, Unit.UPDATES,
             "timestamp.batch (Composer steps its schedulers once per batch)")
     st.notes.append("Composer saves no max_duration: the planned end is unknown")
+
+
+# ---------------------------------------------------------------- layout (read by content)
+
+def claims(scan: ScanView) -> int:
+    """RECOGNISED when what this input holds (read by content) is laid out as Composer saves."""
+    sc = scan.content
+    return RECOGNISED if sc is not None and _claims_content(sc) else 0
+
+
+def find_checkpoints(path: Path) -> list[grouping.Checkpoint]:
+    """The checkpoints the generic content read finds (:mod:`.torchsave`)."""
+    from lrdoctor.read.layouts import torchsave
+
+    return torchsave.find_checkpoints(path)
+
+
+def read(ckpt: Path | grouping.Checkpoint | ScanView) -> RunState:
+    """The generic content read and Composer's normalisation (:func:`refine`). A view is one
+    checkpoint that read classified and found Composer's; anything else goes through that
+    read, which asks the registry about each checkpoint (an older one may not be Composer's)."""
+    from lrdoctor.read.layouts import torchsave
+
+    if isinstance(ckpt, ScanView):
+        return torchsave.read_view(ckpt, NAME, refine)
+    return torchsave.read(ckpt)

@@ -16,7 +16,7 @@ from lrdoctor.read import layouts
 from lrdoctor.read.bytes.dcp import METADATA, SUFFIX, is_dcp
 from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import CONTAINER
-from lrdoctor.read.scan.listing import Tree
+from lrdoctor.read.scan.view import ScanView
 
 NAME = "dcp"
 
@@ -47,9 +47,9 @@ def _last_number(name: str) -> int:
     return int(nums[-1]) if nums else -1
 
 
-def claims(tree: Tree) -> int:
-    """How well this layout claims the listed input: CONTAINER, or 0 when it is not one."""
-    return CONTAINER if _is_layout(tree.path) else 0
+def claims(scan: ScanView) -> int:
+    """How well this layout claims the input: CONTAINER, or 0 when it is not one."""
+    return CONTAINER if _is_layout(scan.path) else 0
 
 
 def detect(path: Path) -> bool:

@@ -37,7 +37,7 @@ from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import ENGINE, _common
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
 from lrdoctor.read.scan import refusal
-from lrdoctor.read.scan.listing import Tree
+from lrdoctor.read.scan.view import ScanView
 
 NAME = "deepspeed"
 
@@ -96,9 +96,9 @@ def read_latest(run: Path) -> str | None:
     return text or None
 
 
-def claims(tree: Tree) -> int:
-    """How well this layout claims the listed input: ENGINE + 4, or 0 when it is not one."""
-    return ENGINE + 4 if _is_layout(tree.path) else 0
+def claims(scan: ScanView) -> int:
+    """How well this layout claims the input: ENGINE + 4, or 0 when it is not one."""
+    return ENGINE + 4 if _is_layout(scan.path) else 0
 
 
 def detect(path: Path) -> bool:

@@ -29,7 +29,7 @@ from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.layouts import TRAINER, _common, _logfit
 from lrdoctor.read.layouts._torchstate import read_optimizer_file
-from lrdoctor.read.scan.listing import Tree
+from lrdoctor.read.scan.view import ScanView
 
 NAME = "hf"
 
@@ -42,9 +42,9 @@ TRAINING_ARGS = "training_args.bin"
 
 # ---------------------------------------------------------------- layout
 
-def claims(tree: Tree) -> int:
-    """How well this layout claims the listed input: TRAINER, or 0 when it is not one."""
-    return TRAINER if _is_layout(tree.path) else 0
+def claims(scan: ScanView) -> int:
+    """How well this layout claims the input: TRAINER, or 0 when it is not one."""
+    return TRAINER if _is_layout(scan.path) else 0
 
 
 def detect(path: Path) -> bool:

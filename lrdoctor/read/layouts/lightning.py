@@ -53,7 +53,7 @@ from lrdoctor.read.layouts._torchstate import (
     torch_scheduler_kind,
 )
 from lrdoctor.read.scan import refusal
-from lrdoctor.read.scan.listing import Tree
+from lrdoctor.read.scan.view import ScanView
 
 NAME = "lightning"
 
@@ -81,9 +81,9 @@ def _search_dirs(path: Path) -> list[Path]:
     return dirs
 
 
-def claims(tree: Tree) -> int:
-    """How well this layout claims the listed input: ENGINE + 2, or 0 when it is not one."""
-    return ENGINE + 2 if _is_layout(tree.path) else 0
+def claims(scan: ScanView) -> int:
+    """How well this layout claims the input: ENGINE + 2, or 0 when it is not one."""
+    return ENGINE + 2 if _is_layout(scan.path) else 0
 
 
 def detect(path: Path) -> bool:

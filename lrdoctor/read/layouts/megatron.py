@@ -54,13 +54,13 @@ from lrdoctor.read import layouts
 from lrdoctor.read.bytes import dcp
 from lrdoctor.read.layouts import ENGINE, GENERIC, _common
 from lrdoctor.read.layouts._megatron_core import rampup_budget, scheduler_refs
-from lrdoctor.read.scan.listing import Tree
 from lrdoctor.read.scan.shapes import (
     DIST_OPT_ANY,
     DIST_OPT_GROUPS,
     scheduler_field,
     scheduler_key,
 )
+from lrdoctor.read.scan.view import ScanView
 
 NAME = "megatron"
 
@@ -134,8 +134,8 @@ def _is_iter_dir(d: Path) -> bool:
                                               or dcp.is_dcp(d))
 
 
-def claims(tree: Tree) -> int:
-    """How well this layout claims the listed input: ENGINE + 5, or 0 when it is not one.
+def claims(scan: ScanView) -> int:
+    """How well this layout claims the input: ENGINE + 5, or 0 when it is not one.
 
     Megatron-LM keeps its scheduler inside ``model_optim_rng.pt`` and writes no file of its
     own beside ``iter_*``: a scheduler file or adapter config there means another trainer
@@ -143,7 +143,7 @@ def claims(tree: Tree) -> int:
     then a weak one (below a read by content), so the layout that owns those files, or the
     content reader, reads the folder; no other layout is named here.
     """
-    path = tree.path
+    path = scan.path
     if not _is_layout(path):
         return 0
     return GENERIC - 1 if _beside_foreign_files(path) else ENGINE + 5

@@ -31,7 +31,7 @@ from lrdoctor.read.bytes import dcp
 from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import FRAMEWORK, _common
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
-from lrdoctor.read.scan.listing import Tree
+from lrdoctor.read.scan.view import ScanView
 
 NAME = "nemo_rl"
 
@@ -54,9 +54,9 @@ _LAYOUT = _common.StepFolders(STEP_DIR, _is_step_dir,
                               missing=f"no NeMo-RL step_N/{INFO} checkpoints here")
 
 
-def claims(tree: Tree) -> int:
-    """How well this layout claims the listed input: FRAMEWORK + 3, or 0 when it is not one."""
-    return FRAMEWORK + 3 if _is_layout(tree.path) else 0
+def claims(scan: ScanView) -> int:
+    """How well this layout claims the input: FRAMEWORK + 3, or 0 when it is not one."""
+    return FRAMEWORK + 3 if _is_layout(scan.path) else 0
 
 
 def detect(path: Path) -> bool:

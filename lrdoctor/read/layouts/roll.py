@@ -30,12 +30,12 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read import layouts
-from lrdoctor.read.layouts import FRAMEWORK, _common
+from lrdoctor.read.layouts import FRAMEWORK, RECOGNISED, _common
 from lrdoctor.read.layouts._megatron_core import scheduler_refs
 from lrdoctor.read.layouts._torchstate import read_optimizer_file
-from lrdoctor.read.scan import shapes
-from lrdoctor.read.scan.listing import Tree
+from lrdoctor.read.scan import grouping, shapes
 from lrdoctor.read.scan.shapes import SCHEDULER_KEYS, scheduler_field
+from lrdoctor.read.scan.view import ScanView
 
 NAME = "roll"
 
@@ -90,9 +90,15 @@ def _workers(output_dir: Path) -> dict[str, list[Path]]:
     return out
 
 
-def claims(tree: Tree) -> int:
-    """How well this layout claims the listed input: FRAMEWORK + 5, or 0 when it is not one."""
-    return FRAMEWORK + 5 if _is_layout(tree.path) else 0
+def claims(scan: ScanView) -> int:
+    """How well this layout claims the input: FRAMEWORK + 5 for ROLL's own layout (its
+    reader reads it), RECOGNISED + 5 when only what the files hold says ROLL (a
+    ``scheduler.pt`` of megatron-core's shape in ``checkpoint-N``, read by content and
+    normalised by :func:`refine`), else 0."""
+    if _is_layout(scan.path):
+        return FRAMEWORK + 5
+    sc = scan.content
+    return RECOGNISED + 5 if sc is not None and _claims_content(sc) else 0
 
 
 def detect(path: Path) -> bool:
@@ -201,7 +207,18 @@ def planned_from_config(cfg: _common.Loaded, worker: str) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- read
 
-def read(path: Path) -> RunState:
+def read(path: Path | grouping.Checkpoint | ScanView) -> RunState:
+    """A ROLL checkpoint through its own layout, or read by content: a view is one
+    checkpoint the generic content read classified (normalised by :func:`refine` where it
+    holds what ROLL saves), a grouped checkpoint goes through that read."""
+    if isinstance(path, (ScanView, grouping.Checkpoint)):
+        from lrdoctor.read.layouts import torchsave
+
+        if not isinstance(path, ScanView):
+            return torchsave.read(path)
+        if path.content is not None and _claims_content(path.content):
+            return torchsave.read_view(path, NAME, refine)
+        return torchsave.read_view(path)
     path = _common.as_path(path)
     ckpts = find_checkpoints(path)
     ckpt = ckpts[-1]
@@ -283,12 +300,7 @@ def read(path: Path) -> RunState:
     return st
 
 
-# ---------------------------------------------------------------- refine (discovery)
-
-def claims_content(sc: shapes.Scan) -> int:
-    """FRAMEWORK + 5 when this checkpoint, read by content, is laid out as this framework saves."""
-    return FRAMEWORK + 5 if _claims_content(sc) else 0
-
+# ---------------------------------------------------------------- read by content
 
 def _claims_content(sc: shapes.Scan) -> bool:
     """A megatron-core scheduler state in a ``scheduler.pt`` of a ``checkpoint-N`` folder:

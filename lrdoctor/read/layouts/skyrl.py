@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read.layouts import FRAMEWORK, _common
-from lrdoctor.read.scan import shapes
+from lrdoctor.read.layouts import RECOGNISED, _common
+from lrdoctor.read.scan import grouping, shapes
+from lrdoctor.read.scan.view import ScanView
 
 NAME = "skyrl"
 
@@ -40,11 +41,6 @@ def _trainer_state(sc: shapes.Scan) -> tuple[str, _common.Loaded] | None:
         if Path(f).name == TRAINER_STATE and isinstance(obj, dict) and "global_step" in obj:
             return f, obj
     return None
-
-
-def claims_content(sc: shapes.Scan) -> int:
-    """FRAMEWORK + 1 when this checkpoint, read by content, is laid out as this framework saves."""
-    return FRAMEWORK + 1 if _claims_content(sc) else 0
 
 
 def _claims_content(sc: shapes.Scan) -> bool:
@@ -93,3 +89,30 @@ def refine(sc: shapes.Scan, st: RunState) -> None:
 
 def _positive_int(x: Any) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool) and x > 0
+
+
+# ---------------------------------------------------------------- layout (read by content)
+
+def claims(scan: ScanView) -> int:
+    """RECOGNISED + 1 when this checkpoint, as the content read classified it, is
+    laid out as SkyRL saves."""
+    sc = scan.content
+    return RECOGNISED + 1 if sc is not None and _claims_content(sc) else 0
+
+
+def find_checkpoints(path: Path) -> list[grouping.Checkpoint]:
+    """The checkpoints the generic content read finds (:mod:`.torchsave`)."""
+    from lrdoctor.read.layouts import torchsave
+
+    return torchsave.find_checkpoints(path)
+
+
+def read(ckpt: Path | grouping.Checkpoint | ScanView) -> RunState:
+    """The generic content read and SkyRL's normalisation (:func:`refine`). A view is one
+    checkpoint that read classified and found SkyRL's; anything else goes through that
+    read, which asks the registry about each checkpoint (an older one may not be SkyRL's)."""
+    from lrdoctor.read.layouts import torchsave
+
+    if isinstance(ckpt, ScanView):
+        return torchsave.read_view(ckpt, NAME, refine)
+    return torchsave.read(ckpt)

@@ -15,6 +15,7 @@ their schedule cannot be rebuilt.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +26,16 @@ from lrdoctor.read import layouts
 from lrdoctor.read.layouts import GENERIC, _common
 from lrdoctor.read.layouts._torchstate import optimizer_info, torch_scheduler, torch_scheduler_kind
 from lrdoctor.read.scan import grouping, listing, reading, refusal, shapes
-from lrdoctor.read.scan.listing import Tree
+from lrdoctor.read.scan.view import ScanView
 
 NAME = "torch"
 
 # ---------------------------------------------------------------- layout
 # Files and checkpoints are found by content (lrdoctor.read.scan), not by name.
 
-def claims(tree: Tree) -> int:
-    """How well this layout claims the listed input: GENERIC, or 0 when it is not one."""
-    return GENERIC if _is_layout(tree.path) else 0
+def claims(scan: ScanView) -> int:
+    """How well this layout claims the input: GENERIC, or 0 when it is not one."""
+    return GENERIC if _is_layout(scan.path) else 0
 
 
 def detect(path: Path) -> bool:
@@ -73,21 +74,44 @@ def find_checkpoints(path: Path) -> list[grouping.Checkpoint]:
 
 # ---------------------------------------------------------------- read
 
-def read(path: Path | grouping.Checkpoint) -> RunState:
-    """The newest checkpoint under ``path`` (or the one given), read by content."""
-    if isinstance(path, grouping.Checkpoint):
-        return read_checkpoint(path)
-    return read_checkpoint(find_checkpoints(_common.as_path(path))[-1])
+def read(path: Path | grouping.Checkpoint | ScanView) -> RunState:
+    """The newest checkpoint under ``path`` (or the one given), read by content: the layout
+    that claims what it holds best reads it on (:func:`read_view` with its normalisation);
+    none claims it, it stays framework-blind."""
+    view = content_view(path)
+    framework = layouts.recognised(view)
+    if framework is not None:
+        return framework.read(view)
+    return read_view(view)
 
 
 def read_checkpoint(ckpt: grouping.Checkpoint) -> RunState:
-    """Scan one checkpoint, normalize it, and let a framework module refine it."""
+    """One checkpoint read by content (what the DCP and Lightning readers fall back on)."""
+    return read(ckpt)
+
+
+def content_view(ckpt: Path | grouping.Checkpoint | ScanView) -> ScanView:
+    """The view of one checkpoint read by content (the newest under a path), classified
+    once; a checkpoint with nothing readable is refused here."""
+    if isinstance(ckpt, ScanView):
+        return ckpt
+    if not isinstance(ckpt, grouping.Checkpoint):
+        ckpt = find_checkpoints(_common.as_path(ckpt))[-1]
     sc = reading.scan(ckpt)
     _require_readable(sc)
-    ref = layouts.content_claimant(sc)
-    st = build(sc, fmt=ref.NAME if ref else NAME)
-    if ref is not None:
-        ref.refine(sc, st)
+    return ScanView.of(sc)
+
+
+def read_view(view: ScanView, fmt: str = NAME,
+              normalise: Callable[[shapes.Scan, RunState], None] | None = None) -> RunState:
+    """The framework-blind state of one classified checkpoint, with a recognised
+    framework's ``normalise`` (its units, where its budget lives) applied first."""
+    sc = view.content
+    if sc is None:  # a view of a path, not of one classified checkpoint
+        return read_view(content_view(view.path), fmt, normalise)
+    st = build(sc, fmt=fmt)
+    if normalise is not None:
+        normalise(sc, st)
     from lrdoctor import epochs
 
     for cfg in sc.of(shapes.CONFIG):  # a loop's args Namespace, hparams, a config dict
@@ -96,7 +120,7 @@ def read_checkpoint(ckpt: grouping.Checkpoint) -> RunState:
 
     _stateless.attach(sc, st)  # a scheduler that saves no position (timm)
     _finish(st)
-    _require_training_state(st, ckpt)
+    _require_training_state(st, sc.checkpoint)
     return st
 
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read.layouts import FRAMEWORK, _common
-from lrdoctor.read.scan import shapes
+from lrdoctor.read.layouts import RECOGNISED, _common
+from lrdoctor.read.scan import grouping, shapes
+from lrdoctor.read.scan.view import ScanView
 
 NAME = "torchtune"
 
@@ -32,11 +33,6 @@ def _recipe(sc: shapes.Scan) -> tuple[str, _common.Loaded] | None:
                 and (Path(f).name == RECIPE_STATE or "seed" in obj):
             return f, obj
     return None
-
-
-def claims_content(sc: shapes.Scan) -> int:
-    """FRAMEWORK when this checkpoint, read by content, is laid out as this framework saves."""
-    return FRAMEWORK if _claims_content(sc) else 0
 
 
 def _claims_content(sc: shapes.Scan) -> bool:
@@ -69,3 +65,30 @@ def refine(sc: shapes.Scan, st: RunState) -> None:
                                  total * per_epoch, Unit.UPDATES,
                                  f"{f}:total_epochs x max_steps_per_epoch")
         st.trainer_progress = st.scheduler_progress
+
+
+# ---------------------------------------------------------------- layout (read by content)
+
+def claims(scan: ScanView) -> int:
+    """RECOGNISED when this checkpoint, as the content read classified it, is
+    laid out as torchtune saves."""
+    sc = scan.content
+    return RECOGNISED if sc is not None and _claims_content(sc) else 0
+
+
+def find_checkpoints(path: Path) -> list[grouping.Checkpoint]:
+    """The checkpoints the generic content read finds (:mod:`.torchsave`)."""
+    from lrdoctor.read.layouts import torchsave
+
+    return torchsave.find_checkpoints(path)
+
+
+def read(ckpt: Path | grouping.Checkpoint | ScanView) -> RunState:
+    """The generic content read and torchtune's normalisation (:func:`refine`). A view is one
+    checkpoint that read classified and found torchtune's; anything else goes through that
+    read, which asks the registry about each checkpoint (an older one may not be torchtune's)."""
+    from lrdoctor.read.layouts import torchsave
+
+    if isinstance(ckpt, ScanView):
+        return torchsave.read_view(ckpt, NAME, refine)
+    return torchsave.read(ckpt)

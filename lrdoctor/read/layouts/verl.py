@@ -31,8 +31,9 @@ import re
 from pathlib import Path
 
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read.layouts import FRAMEWORK
-from lrdoctor.read.scan import shapes
+from lrdoctor.read.layouts import RECOGNISED
+from lrdoctor.read.scan import grouping, shapes
+from lrdoctor.read.scan.view import ScanView
 
 NAME = "verl"
 
@@ -78,11 +79,6 @@ def _placed_hits(sc: shapes.Scan) -> list[tuple[shapes.Found, Path, Path]]:
     return out
 
 
-def claims_content(sc: shapes.Scan) -> int:
-    """FRAMEWORK when this checkpoint, read by content, is laid out as this framework saves."""
-    return FRAMEWORK if _placed_hits(sc) else 0
-
-
 def refine(sc: shapes.Scan, st: RunState) -> None:
     """verl's unit: one scheduler step per training (rollout) step; ``global_step_N`` is N."""
     hits = _placed_hits(sc)
@@ -116,3 +112,30 @@ def refine(sc: shapes.Scan, st: RunState) -> None:
         st.extras["optimizer_updates_per_training_step"] = opt.value / n
     st.notes.append("verl layout: the scheduler is stepped once per update_actor call "
                     "(training step); the optimizer once per PPO mini-batch, by design")
+
+
+# ---------------------------------------------------------------- layout (read by content)
+
+def claims(scan: ScanView) -> int:
+    """RECOGNISED when this checkpoint, as the content read classified it, is
+    laid out as verl saves."""
+    sc = scan.content
+    return RECOGNISED if sc is not None and bool(_placed_hits(sc)) else 0
+
+
+def find_checkpoints(path: Path) -> list[grouping.Checkpoint]:
+    """The checkpoints the generic content read finds (:mod:`.torchsave`)."""
+    from lrdoctor.read.layouts import torchsave
+
+    return torchsave.find_checkpoints(path)
+
+
+def read(ckpt: Path | grouping.Checkpoint | ScanView) -> RunState:
+    """The generic content read and verl's normalisation (:func:`refine`). A view is one
+    checkpoint that read classified and found verl's; anything else goes through that
+    read, which asks the registry about each checkpoint (an older one may not be verl's)."""
+    from lrdoctor.read.layouts import torchsave
+
+    if isinstance(ckpt, ScanView):
+        return torchsave.read_view(ckpt, NAME, refine)
+    return torchsave.read(ckpt)
