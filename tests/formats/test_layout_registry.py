@@ -63,6 +63,21 @@ def test_megatron_core_checkpoint_imports_only_megatron(megatron_run_dir):
     assert _layouts_imported(got["modules"]) == {"megatron"}, got["modules"]
 
 
+def test_a_framework_recognised_by_content_imports_only_its_layout(tmp_path):
+    """verl (FSDP, written with the classes verl saves) is read by the generic content read
+    and recognised on the classified checkpoint: only torchsave and verl are imported, not
+    the other layouts recognised by content (their hints, names or keys, do not match the
+    checkpoint) nor any other reader (no other hint matches the run's names)."""
+    from tests.formats.test_formats_layouts import verl_run
+
+    got = _inspect_modules(verl_run(tmp_path / "v", step=3, sched_per_update=False))
+    assert got["format"] == "verl"
+    assert _layouts_imported(got["modules"]) == {"torchsave", "verl"}, got["modules"]
+    torch = _inspect_modules(SAMPLES / "torch-microstep")
+    assert torch["format"] == "torch"
+    assert _layouts_imported(torch["modules"]) == {"torchsave"}, torch["modules"]
+
+
 def test_registry_entries_meet_their_protocol():
     """Every entry loads its module by a static import (a missing one raises, never skipped),
     and every module implements the one Layout protocol, whichever evidence it is claimed on."""

@@ -54,7 +54,8 @@ def refine(sc: shapes.Scan, st: RunState) -> None:
 # ---------------------------------------------------------------- layout (read by content)
 
 def claims(scan: ScanView) -> int:
-    """RECOGNISED when what this input holds (read by content) is laid out as Composer saves."""
+    """RECOGNISED when this checkpoint, as the content read classified it, is
+    laid out as Composer saves."""
     sc = scan.content
     return RECOGNISED if sc is not None and _claims_content(sc) else 0
 

@@ -107,8 +107,9 @@ def read_view(view: ScanView, fmt: str = NAME,
     """The framework-blind state of one classified checkpoint, with a recognised
     framework's ``normalise`` (its units, where its budget lives) applied first."""
     sc = view.content
-    if sc is None:  # a view of a path, not of one classified checkpoint
-        return read_view(content_view(view.path), fmt, normalise)
+    if sc is None:  # a view of an input: its newest checkpoint
+        sc = content_view(view.path).content
+        assert sc is not None  # content_view classifies
     st = build(sc, fmt=fmt)
     if normalise is not None:
         normalise(sc, st)
