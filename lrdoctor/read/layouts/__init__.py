@@ -65,8 +65,9 @@ class Layout(Protocol):
     """A framework's checkpoint layout: how well it claims an input, which paths are its
     checkpoints, and how to read one.
 
-    ``claims`` returns 0 for an input that is not this layout's, else a score up to the
-    registry entry's ``ceiling``. ``read`` returns the framework-blind state of one
+    ``claims`` returns 0 for evidence (an input, or a checkpoint the content read
+    classified) that is not this layout's, else a score up to the registry entry's
+    ``ceiling``. ``read`` returns the framework-blind state of one
     checkpoint that ``find_checkpoints`` listed (a layout read by content also takes the
     :class:`ScanView` of one checkpoint the generic content read classified).
     """

@@ -33,7 +33,7 @@ from lrdoctor.read import layouts
 from lrdoctor.read.layouts import FRAMEWORK, RECOGNISED, _common
 from lrdoctor.read.layouts._megatron_core import scheduler_refs
 from lrdoctor.read.layouts._torchstate import read_optimizer_file
-from lrdoctor.read.scan import grouping, shapes
+from lrdoctor.read.scan import shapes
 from lrdoctor.read.scan.shapes import SCHEDULER_KEYS, scheduler_field
 from lrdoctor.read.scan.view import ScanView
 
@@ -91,14 +91,14 @@ def _workers(output_dir: Path) -> dict[str, list[Path]]:
 
 
 def claims(scan: ScanView) -> int:
-    """How well this layout claims the input: FRAMEWORK + 5 for ROLL's own layout (its
-    reader reads it), RECOGNISED + 5 when only what the files hold says ROLL (a
-    ``scheduler.pt`` of megatron-core's shape in ``checkpoint-N``, read by content and
-    normalised by :func:`refine`), else 0."""
-    if _is_layout(scan.path):
-        return FRAMEWORK + 5
+    """How well this layout claims the evidence: on an input, FRAMEWORK + 5 for ROLL's own
+    layout (its reader reads it); on a checkpoint the content read classified, RECOGNISED
+    + 5 when it holds what ROLL saves (a megatron-core scheduler in ``checkpoint-N``'s
+    ``scheduler.pt``, normalised by :func:`refine`); else 0."""
     sc = scan.content
-    return RECOGNISED + 5 if sc is not None and _claims_content(sc) else 0
+    if sc is not None:
+        return RECOGNISED + 5 if _claims_content(sc) else 0
+    return FRAMEWORK + 5 if _is_layout(scan.path) else 0
 
 
 def detect(path: Path) -> bool:
@@ -207,18 +207,13 @@ def planned_from_config(cfg: _common.Loaded, worker: str) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- read
 
-def read(path: Path | grouping.Checkpoint | ScanView) -> RunState:
-    """A ROLL checkpoint through its own layout, or read by content: a view is one
-    checkpoint the generic content read classified (normalised by :func:`refine` where it
-    holds what ROLL saves), a grouped checkpoint goes through that read."""
-    if isinstance(path, (ScanView, grouping.Checkpoint)):
+def read(path: Path | ScanView) -> RunState:
+    """A ROLL checkpoint through its own layout; a view is one checkpoint the generic
+    content read classified and found ROLL's: that read, normalised by :func:`refine`."""
+    if isinstance(path, ScanView):
         from lrdoctor.read.layouts import torchsave
 
-        if not isinstance(path, ScanView):
-            return torchsave.read(path)
-        if path.content is not None and _claims_content(path.content):
-            return torchsave.read_view(path, NAME, refine)
-        return torchsave.read_view(path)
+        return torchsave.read_view(path, NAME, refine)
     path = _common.as_path(path)
     ckpts = find_checkpoints(path)
     ckpt = ckpts[-1]
