@@ -59,7 +59,8 @@ def _callbacks() -> ModuleType:
 
 
 def _replay() -> ModuleType:
-    from lrdoctor import replay
+    # Not ``from lrdoctor import replay``: that asks this module's __getattr__ first.
+    import lrdoctor.replay as replay
 
     return replay
 

@@ -438,3 +438,22 @@ def test_the_api_is_declared_for_completion_and_type_checkers():
     for name in lrdoctor.__all__:
         assert getattr(lrdoctor, name) is not None, name
     assert (ROOT / "lrdoctor" / "py.typed").is_file()
+
+
+def test_each_api_name_resolves_first_in_a_fresh_process():
+    """Each lazily resolved name works as the first thing a program touches (in a test
+    process the submodules are already imported, which hid a recursion once: the
+    ``replay`` loader asked the package's own ``__getattr__``)."""
+    code = ("import lrdoctor, sys\n"
+            "name = sys.argv[1]\n"
+            "assert getattr(lrdoctor, name) is not None\n"
+            "print(type(getattr(lrdoctor, name)).__name__)")
+    import lrdoctor
+
+    for name in lrdoctor.__all__:
+        r = subprocess.run([sys.executable, "-c", code, name], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, (name, r.stderr[-500:])
+    r = subprocess.run([sys.executable, "-c", "import lrdoctor; print(lrdoctor.replay.run)"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "function run" in r.stdout, r.stderr[-500:]
