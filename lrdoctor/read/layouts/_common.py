@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, cast, overload
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import Key
@@ -236,13 +236,28 @@ def _side(value: Any, count: bool = False) -> float | None:
     return num(value, "", "", count=count, required=False)
 
 
-def optimizer_summary(opt_sd: Any) -> dict[str, Any]:
+class OptimizerSummary(TypedDict):
+    """What a torch optimizer state says about the run (:func:`optimizer_summary`)."""
+
+    found: bool  # any optimizer state dict (``param_groups``) at all
+    lrs: list[float]  # every param group's ``lr``
+    lr_keys: list[tuple[Key, ...]]  # where each of ``lrs`` lives in the state
+    initial_lrs: list[float]  # ``initial_lr``: set by any torch LRScheduler built on it
+    step: float | None  # the optimizer step (max over parameters and groups)
+    steps_distinct: list[float]
+    unreadable_steps: int  # step tensors the loader could not read
+    params_with_state: int
+    group_max_lr: list[float]  # per-group peaks (OneCycleLR, Megatron overrides)
+    group_min_lr: list[float]
+
+
+def optimizer_summary(opt_sd: Any) -> OptimizerSummary:
     """Param-group LRs and the optimizer step of a (possibly wrapped) optimizer state.
 
     ``step`` is the max over per-parameter ``state[i]["step"]`` (AdamW keeps a
     0-d tensor) and param-group ``step`` (Megatron's distributed optimizer and
-    Apex/TE FusedAdam keep it there). ``step_known`` is False when the only
-    steps are tensors the loader could not read.
+    Apex/TE FusedAdam keep it there). ``unreadable_steps`` counts the step tensors
+    the loader could not read.
     """
     lrs: list[float] = []
     lr_keys: list[tuple[Key, ...]] = []  # where each of ``lrs`` lives in ``opt_sd``
@@ -292,7 +307,8 @@ def optimizer_summary(opt_sd: Any) -> dict[str, Any]:
         "steps_distinct": sorted(set(steps)),
         "unreadable_steps": unreadable,
         "params_with_state": n_state,
-        **extra,
+        "group_max_lr": extra["group_max_lr"],
+        "group_min_lr": extra["group_min_lr"],
     }
 
 

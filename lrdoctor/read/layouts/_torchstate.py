@@ -8,6 +8,7 @@ ScheduleSpec fields and the optimizer counters consistent.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from lrdoctor.core.facts import Storage
 from lrdoctor.core.fieldref import FieldRef, Key
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.layouts import _common
+from lrdoctor.read.layouts._common import OptimizerSummary
 
 # Bookkeeping fields of LRScheduler.state_dict() that say nothing about the shape.
 _VOLATILE = ("last_epoch", "_step_count", "_last_lr", "_is_initial", "_get_lr_called_within_step")
@@ -75,48 +77,56 @@ def _params(sd: _common.Loaded) -> dict[str, Any]:
     return out
 
 
-def _spec_fields(kind: str, sd: _common.Loaded, opt: dict[str, Any] | None
-                 ) -> dict[str, Any] | None:
+@dataclass
+class _Fields:
+    """The :class:`ScheduleSpec` numbers of one scheduler state."""
+
+    max_lr: float
+    min_lr: float = 0.0
+    init_lr: float = 0.0
+    warmup: float = 0.0
+    horizon: float | None = None
+
+
+def _spec_fields(kind: str, sd: _common.Loaded, opt: OptimizerSummary | None) -> _Fields | None:
     """max_lr/min_lr/init_lr/warmup/horizon for one (non-composite) scheduler, None if unknowable."""
     base = _first(sd.get("base_lrs"))
-    groups = opt or {}
-    f: dict[str, Any] = {"max_lr": base, "min_lr": 0.0, "init_lr": base or 0.0, "warmup": 0.0,
-                         "horizon": None}
+    max_lr, min_lr, init_lr, warmup = base, 0.0, base or 0.0, 0.0
     hkey = _HORIZON.get(kind)
-    if hkey is not None and _common.number(sd.get(hkey)) is not None:
-        f["horizon"] = float(sd[hkey])
+    end = _common.number(sd.get(hkey)) if hkey is not None else None
+    horizon = float(end) if end is not None else None
     if kind == "CosineAnnealingLR":
-        f["min_lr"] = float(sd.get("eta_min") or 0.0)
+        min_lr = float(sd.get("eta_min") or 0.0)
     elif kind == "CosineAnnealingWarmRestarts":
-        f["min_lr"] = float(sd.get("eta_min") or 0.0)
-        f["horizon"] = None  # restarts: no single end
+        min_lr = float(sd.get("eta_min") or 0.0)
+        horizon = None  # restarts: no single end
     elif kind == "LinearLR" and base is not None:
-        f["init_lr"] = base * float(sd.get("start_factor", 1.0))
-        f["min_lr"] = base * float(sd.get("end_factor", 1.0))
+        init_lr = base * float(sd.get("start_factor", 1.0))
+        min_lr = base * float(sd.get("end_factor", 1.0))
     elif kind == "ConstantLR" and base is not None:
-        f["init_lr"] = base * float(sd.get("factor", 1.0))
-        f["min_lr"] = base
+        init_lr = base * float(sd.get("factor", 1.0))
+        min_lr = base
     elif kind == "OneCycleLR":
         # base_lrs are initial_lr = max_lr / div_factor; max_lr lives in the param groups.
-        max_lr = _first(groups.get("group_max_lrs"))
+        # .get: torchtitan's flat optimizer summary carries no per-group peaks
+        max_lr = _first(opt.get("group_max_lr")) if opt else None
         if max_lr is None:
             return None
-        f["max_lr"] = max_lr
-        f["init_lr"] = base or 0.0
-        f["min_lr"] = _first(groups.get("group_min_lrs")) or 0.0
+        init_lr = base or 0.0
+        min_lr = (_first(opt.get("group_min_lr")) if opt else None) or 0.0
         phases = sd.get("_schedule_phases")
         if isinstance(phases, list) and phases and isinstance(phases[0], dict):
-            end = _common.number(phases[0].get("end_step"))
-            if end is not None:
-                f["warmup"] = float(end)
+            warmup_end = _common.number(phases[0].get("end_step"))
+            if warmup_end is not None:
+                warmup = float(warmup_end)
     elif kind == "CyclicLR":
-        f["max_lr"] = _first(sd.get("max_lrs"))
-    if f["max_lr"] is None:
+        max_lr = _first(sd.get("max_lrs"))
+    if max_lr is None:
         return None
-    return f
+    return _Fields(float(max_lr), float(min_lr), float(init_lr), float(warmup), horizon)
 
 
-def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict[str, Any] | None = None,
+def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: OptimizerSummary | None = None,
                     ref: FieldRef | None = None,
                     ) -> tuple[ScheduleSpec | None, Counter | None, list[str]]:
     """(schedule, scheduler progress, notes) from a torch ``LRScheduler.state_dict()``.
@@ -183,14 +193,14 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict[str, Any] | N
         horizon = None
         if kind == "SequentialLR":
             milestones = sd.get("_milestones") or []
-            last_h = specs[-1]["horizon"]
+            last_h = specs[-1].horizon
             if last_h is not None and milestones:
                 horizon = float(milestones[-1]) + last_h
         else:
-            hs = [s["horizon"] for s in specs if s["horizon"] is not None]
+            hs = [s.horizon for s in specs if s.horizon is not None]
             horizon = max(hs) if hs else None
-        f = {"max_lr": max(s["max_lr"] for s in specs), "min_lr": specs[-1]["min_lr"],
-             "init_lr": specs[0]["init_lr"], "warmup": 0.0, "horizon": horizon}
+        f = _Fields(max_lr=max(s.max_lr for s in specs), min_lr=specs[-1].min_lr,
+                    init_lr=specs[0].init_lr, horizon=horizon)
     else:
         alone = _spec_fields(kind, sd, opt)
         if alone is None:
@@ -199,31 +209,20 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: dict[str, Any] | N
         f = alone
     spec = ScheduleSpec(family="torch", kind=kind, unit=progress.unit if progress else unit,
                         params=_params(sd), source=source,
-                        max_lr=float(f["max_lr"]), min_lr=float(f["min_lr"]),
-                        init_lr=float(f["init_lr"]), warmup=float(f["warmup"]),
-                        horizon=f["horizon"])
+                        max_lr=f.max_lr, min_lr=f.min_lr, init_lr=f.init_lr, warmup=f.warmup,
+                        horizon=f.horizon)
     field = HORIZON_FIELD.get(kind)
     if ref is not None and field is not None and field in sd:
         spec.refs["horizon"] = ref.child(field)
     return spec, progress, notes
 
 
-def optimizer_info(opt_sd: Any) -> dict[str, Any]:
-    """:func:`_common.optimizer_summary` plus the OneCycleLR per-group peaks."""
-    info = _common.optimizer_summary(opt_sd)
-    max_lrs: list[float | None] = []
-    min_lrs: list[float | None] = []
-    for d in _common.torch_optimizer_dicts(opt_sd):
-        for g in d.get("param_groups") or []:
-            if isinstance(g, dict) and "max_lr" in g:
-                max_lrs.append(_common.number(g.get("max_lr")))
-                min_lrs.append(_common.number(g.get("min_lr")))
-    info["group_max_lrs"] = max_lrs
-    info["group_min_lrs"] = min_lrs
-    return info
+# The optimizer summary a torch scheduler is read with (OneCycleLR keeps its peak in the
+# param groups): the name the torch-based layouts import.
+optimizer_info = _common.optimizer_summary
 
 
-def add_optimizer(st: RunState, info: dict[str, Any], source: str,
+def add_optimizer(st: RunState, info: OptimizerSummary, source: str,
                   ref: FieldRef | None = None) -> None:
     """Record the optimizer step counter and LRs on ``st`` (shared by the three readers);
     with ``ref`` (the field holding the optimizer state) each LR's field too."""
@@ -241,7 +240,7 @@ def add_optimizer(st: RunState, info: dict[str, Any], source: str,
     _initial_lrs(st, info)
 
 
-def _initial_lrs(st: RunState, info: dict[str, Any]) -> None:
+def _initial_lrs(st: RunState, info: OptimizerSummary) -> None:
     """``initial_lr`` is set in the param groups by any torch LRScheduler built on the
     optimizer: with no scheduler state saved, it still says a scheduler was there and
     what its peak was (the run-level rule LRD115 reads it)."""
@@ -250,7 +249,7 @@ def _initial_lrs(st: RunState, info: dict[str, Any]) -> None:
                                           if isinstance(x, (int, float)) and not isinstance(x, bool)]
 
 
-def read_optimizer_file(st: RunState, f: Path) -> dict[str, Any]:
+def read_optimizer_file(st: RunState, f: Path) -> OptimizerSummary:
     """Read a standalone optimizer file (HF ``optimizer.pt``, ROLL's) onto ``st``.
 
     Records the file, the param-group LRs and the ``optimizer.step`` counter;

@@ -168,7 +168,7 @@ def read(path: Path) -> RunState:
     if ofile is not None:
         opt = read_optimizer_file(st, ofile)
 
-    base_lrs = (sched or {}).get("base_lrs") or (opt or {}).get("initial_lrs") or []
+    base_lrs = (sched or {}).get("base_lrs") or (opt["initial_lrs"] if opt else [])
     base_lr = _common.side_num(st, base_lrs[0], sfile if sched else ofile, "base_lrs[0]") \
         if isinstance(base_lrs, (list, tuple)) and base_lrs else None
 

@@ -424,7 +424,7 @@ def _micro_batches(args: _common.Loaded) -> int | None:
 
 def _distributed_param_groups(st: RunState, ckpt: Path,
                               dcp_state: dcp.DcpState | None
-                              ) -> tuple[dict[str, Any], str] | None:
+                              ) -> tuple[_common.OptimizerSummary, str] | None:
     """(optimizer summary, source) of a torch_dist DistributedOptimizer's param-group
     objects (:data:`DIST_OPT_GROUPS`), or None when the checkpoint has none readable.
 
@@ -470,7 +470,7 @@ def _distributed_param_groups(st: RunState, ckpt: Path,
 
 
 def _lrs_expected(st: RunState, sd: _common.Loaded, args: _common.Loaded,
-                  opt: dict[str, Any]) -> None:
+                  opt: _common.OptimizerSummary) -> None:
     """No param-group LR was read: say so, and when the checkpoint shows a distributed
     optimizer that saved them (never silent), record why in ``optimizer_lrs_unread``."""
     if args.get("no_save_optim"):

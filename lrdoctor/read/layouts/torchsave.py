@@ -274,8 +274,8 @@ def _pick_optimizer(sc: shapes.Scan, sched: shapes.Found | None) -> shapes.Found
     return hits[0]
 
 
-def _read_found_scheduler(st: RunState, sched: shapes.Found, opt: dict[str, Any] | None
-                          ) -> None:
+def _read_found_scheduler(st: RunState, sched: shapes.Found,
+                          opt: _common.OptimizerSummary | None) -> None:
     src = sched.where
     if sched.kind == shapes.SCHED_MEGATRON:
         from lrdoctor.read.layouts._megatron_core import schedule_from_state, scheduler_refs
@@ -361,7 +361,8 @@ def _finish(st: RunState) -> None:
             return
 
 
-def _read_scheduler(st: RunState, sched: _common.Loaded, src: str, opt: dict[str, Any] | None,
+def _read_scheduler(st: RunState, sched: _common.Loaded, src: str,
+                    opt: _common.OptimizerSummary | None,
                     ref: FieldRef | None = None) -> None:
     """Schedule spec and progress through the one shared torch-scheduler converter."""
     st.extras["scheduler_class"] = torch_scheduler_kind(sched) or "unknown"
