@@ -27,6 +27,8 @@ import math
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from lrdoctor.schedules import horizon_fields
+
 if TYPE_CHECKING:
     from types import FrameType
 
@@ -63,30 +65,39 @@ def scheduler_progress(scheduler: Any) -> float | None:
     return None
 
 
+def _decays(name: str, scheduler: Any) -> bool:
+    """Whether a scheduler with a horizon field decays over it: ConstantLR's ends a
+    constant factor, and a LinearLR that rises (a warm-up) ends at its peak."""
+    if name == "ConstantLR":
+        return False
+    if name == "LinearLR":
+        return bool(scheduler.end_factor < scheduler.start_factor)
+    return True
+
+
 def scheduler_horizon(scheduler: Any) -> float | None:
     """Where a decaying schedule ends, in the scheduler's own steps; None when unknown
-    or when the schedule does not decay (a warm-up-only ``LinearLR``, ``ConstantLR``)."""
+    or when the schedule does not decay (a warm-up-only ``LinearLR``, ``ConstantLR``).
+
+    The field that holds it comes from :mod:`lrdoctor.schedules.horizon_fields`, the
+    table the checkpoint readers use too, so a class either knows the other knows."""
     scheduler = _unwrap(scheduler)
     name = type(scheduler).__name__
-    if hasattr(scheduler, "lr_decay_steps") and hasattr(scheduler, "num_steps"):
-        return float(scheduler.lr_decay_steps)
-    if name == "CosineAnnealingLR":
-        return float(scheduler.T_max)
-    if name == "OneCycleLR":  # torch refuses to step past total_steps
-        return float(scheduler.total_steps)
-    if name == "PolynomialLR":
-        return float(scheduler.total_iters)
-    if name == "LinearLR" and scheduler.end_factor < scheduler.start_factor:
-        return float(scheduler.total_iters)
+    if hasattr(scheduler, horizon_fields.MEGATRON[0]) and hasattr(scheduler, "num_steps"):
+        return float(getattr(scheduler, horizon_fields.MEGATRON[0]))
+    field = horizon_fields.field_of(name)
+    if field is not None:
+        value = getattr(scheduler, field, None)
+        return float(value) if value is not None and _decays(name, scheduler) else None
     if name == "LambdaLR":  # HF get_scheduler: functools.partial(..., num_training_steps=N)
         ends = []
+        warm, stable, decay = horizon_fields.HF_WSD_PHASES
         for fn in getattr(scheduler, "lr_lambdas", []):
             kw = getattr(fn, "keywords", None) or {}
-            if "num_training_steps" in kw:
-                ends.append(float(kw["num_training_steps"]))
-            elif "num_decay_steps" in kw:  # warmup_stable_decay
-                ends.append(float(kw.get("num_warmup_steps", 0) + kw.get("num_stable_steps", 0)
-                                  + kw["num_decay_steps"]))
+            if horizon_fields.HF_TRAINING_STEPS in kw:
+                ends.append(float(kw[horizon_fields.HF_TRAINING_STEPS]))
+            elif decay in kw:  # warmup_stable_decay
+                ends.append(float(kw.get(warm, 0) + kw.get(stable, 0) + kw[decay]))
         return min(ends) if ends else None
     if name == "SequentialLR":
         last = scheduler_horizon(scheduler._schedulers[-1])

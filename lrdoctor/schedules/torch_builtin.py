@@ -43,6 +43,8 @@ import math
 from bisect import bisect_right
 from typing import TYPE_CHECKING, Any
 
+from lrdoctor.schedules import horizon_fields
+
 if TYPE_CHECKING:
     from lrdoctor.core.state import ScheduleSpec
 
@@ -51,9 +53,7 @@ KINDS = ("LinearLR", "CosineAnnealingLR", "OneCycleLR", "SequentialLR", "StepLR"
          "CosineAnnealingWarmRestarts")
 CHAINABLE = ("LinearLR", "CosineAnnealingLR", "StepLR", "MultiStepLR", "ExponentialLR",
              "ConstantLR", "PolynomialLR")
-HORIZON_FIELD = {"LinearLR": "total_iters", "ConstantLR": "total_iters",
-                 "PolynomialLR": "total_iters", "CosineAnnealingLR": "T_max",
-                 "OneCycleLR": "total_steps"}
+HORIZON_FIELD = horizon_fields.TORCH  # class -> its horizon field (the one table)
 DEFAULTS: dict[str, dict[str, Any]] = {
     "LinearLR": {"start_factor": 1.0 / 3, "end_factor": 1.0, "total_iters": 5},
     "ConstantLR": {"factor": 1.0 / 3, "total_iters": 5},

@@ -18,12 +18,10 @@ from lrdoctor.core.fieldref import FieldRef, Key
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.layouts import _common
 from lrdoctor.read.layouts._common import OptimizerSummary
+from lrdoctor.schedules import horizon_fields
 
 # Bookkeeping fields of LRScheduler.state_dict() that say nothing about the shape.
 _VOLATILE = ("last_epoch", "_step_count", "_last_lr", "_is_initial", "_get_lr_called_within_step")
-# Fields that point at a horizon, by class.
-_HORIZON = {"CosineAnnealingLR": "T_max", "OneCycleLR": "total_steps", "LinearLR": "total_iters",
-            "ConstantLR": "total_iters", "PolynomialLR": "total_iters"}
 
 
 # Keys that identify a plain (non-composite) scheduler class, first match wins: the order
@@ -92,7 +90,7 @@ def _spec_fields(kind: str, sd: _common.Loaded, opt: OptimizerSummary | None) ->
     """max_lr/min_lr/init_lr/warmup/horizon for one (non-composite) scheduler, None if unknowable."""
     base = _first(sd.get("base_lrs"))
     max_lr, min_lr, init_lr, warmup = base, 0.0, base or 0.0, 0.0
-    hkey = _HORIZON.get(kind)
+    hkey = horizon_fields.TORCH.get(kind)
     end = _common.number(sd.get(hkey)) if hkey is not None else None
     horizon = float(end) if end is not None else None
     if kind == "CosineAnnealingLR":
@@ -171,7 +169,7 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: OptimizerSummary |
     if kind == "ReduceLROnPlateau":
         notes.append(f"{source}: ReduceLROnPlateau follows a metric, not progress: no schedule")
         return None, progress, notes
-    from lrdoctor.schedules.torch_builtin import HORIZON_FIELD, KINDS
+    from lrdoctor.schedules.torch_builtin import KINDS
 
     kinds = [kind, *(torch_scheduler_kind(c) if isinstance(c, dict) else None for c in children)]
     unmodelled = [k or "?" for k in kinds if k not in KINDS]
@@ -211,7 +209,7 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: OptimizerSummary |
                         params=_params(sd), source=source,
                         max_lr=f.max_lr, min_lr=f.min_lr, init_lr=f.init_lr, warmup=f.warmup,
                         horizon=f.horizon)
-    field = HORIZON_FIELD.get(kind)
+    field = horizon_fields.TORCH.get(kind)
     if ref is not None and field is not None and field in sd:
         spec.refs["horizon"] = ref.child(field)
     return spec, progress, notes

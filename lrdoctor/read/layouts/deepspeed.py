@@ -38,6 +38,7 @@ from lrdoctor.read.layouts import ENGINE, _common
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
 from lrdoctor.read.scan import refusal
 from lrdoctor.read.scan.view import ScanView
+from lrdoctor.schedules import horizon_fields
 
 NAME = "deepspeed"
 
@@ -249,7 +250,8 @@ def read(path: Path) -> RunState:
                             "initialisation (not a training update)")
     if st.schedule is not None and st.schedule.horizon is not None and gs is not None:
         if st.schedule.family == NAME:
-            where, whence = "total_num_steps", f"{cfg_src}.scheduler.params.total_num_steps"
+            where = horizon_fields.DEEPSPEED[st.schedule.kind]  # set only from this table
+            whence = f"{cfg_src}.scheduler.params.{where}"
         else:
             where, whence = f"scheduler.{st.schedule.kind}.horizon", st.schedule.source
         st.planned_end = Counter(where, st.schedule.horizon, Unit.UPDATES, whence)
@@ -357,12 +359,13 @@ def _read_scheduler(st: RunState, sched: Any, cfg: dict | None, cfg_src: str, sr
         st.notes.append(f"{kind}: peak LR is the optimizer's initial lr, which ds_config does not "
                         "give (client optimizer): schedule unknown")
         return
-    total = params.get("total_num_steps")
+    hkey = horizon_fields.DEEPSPEED.get(kind)  # None: WarmupLR holds its peak, no horizon
+    total = params.get(hkey) if hkey is not None else None
     st.schedule = ScheduleSpec(
         family=NAME, kind=kind, unit=Unit.UPDATES, params=dict(params),
         max_lr=float(max_lr), min_lr=float(min_lr), init_lr=float(init_lr),  # type: ignore[arg-type]
         warmup=p("warmup_num_steps", 1000),
-        horizon=p("total_num_steps", 0) if total is not None and kind != "WarmupLR" else None,
+        horizon=p(hkey, 0) if hkey is not None and total is not None else None,
         source=f"{cfg_src}.scheduler" + ("" if "warmup_max_lr" in params or kind ==
                                           "WarmupDecayLR" else " + optimizer.params.lr"))
 

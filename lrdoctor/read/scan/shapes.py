@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.fieldref import FieldRef, Key
 from lrdoctor.read.scan.listing import clip, plural
+from lrdoctor.schedules import horizon_fields
 
 if TYPE_CHECKING:
     from lrdoctor.read.scan.grouping import Checkpoint
@@ -122,7 +123,7 @@ SCHEDULER_KEYS: dict[str, tuple[str, ...]] = {
     "max_lr": ("max_lr", "start_lr"),
     "min_lr": ("min_lr",),
     "lr_warmup_steps": ("lr_warmup_steps", "warmup_iter", "warmup_steps"),
-    "lr_decay_steps": ("lr_decay_steps", "end_iter", "decay_steps"),
+    "lr_decay_steps": horizon_fields.MEGATRON,
     "lr_decay_style": ("lr_decay_style", "decay_style"),
     "num_steps": ("num_steps", "num_iters"),
 }
