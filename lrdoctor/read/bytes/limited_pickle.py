@@ -30,7 +30,8 @@ from __future__ import annotations
 import pickle
 import struct
 from collections import Counter, OrderedDict
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Protocol
 
 from lrdoctor.core.errors import LimitExceeded
 from lrdoctor.read.bytes import limits
@@ -38,12 +39,29 @@ from lrdoctor.read.bytes import limits
 _SCALAR_KEYS = frozenset({str, bytes, int, float, bool, type(None), complex})
 _HASHED_CALLS_MAX = 1_000  # composite keys (tuples, frozensets) per load: bounds hash flooding
 _INT_HASH_SAFE = (1 << 61) - 1  # ints below this hash to themselves (no crafted collisions)
+_IDENTITY_HASH: object = object.__hash__
+
+
+class BinaryFile(Protocol):
+    """What :class:`BoundedReader` reads through: a binary file (local, BytesIO or remote)."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+    def readline(self, limit: int = -1, /) -> bytes: ...
+
+
+class PickleSource(Protocol):
+    """What the unpickler reads: ``read(n)`` and ``readline()`` (a file, or a BoundedReader)."""
+
+    def read(self, n: int, /) -> bytes: ...
+
+    def readline(self) -> bytes: ...
 
 
 class BoundedReader:
     """A binary file seen through a byte budget: a declared length cannot allocate past it."""
 
-    def __init__(self, f: Any, budget: int, path: str | None):
+    def __init__(self, f: BinaryFile, budget: int, path: str | None):
         self._f, self.left, self._path = f, budget, path
 
     def _spend(self, n: int) -> None:
@@ -72,7 +90,7 @@ def _key_ok(key: Any, depth: int = 0) -> bool | None:
         if t is int and not -_INT_HASH_SAFE < key < _INT_HASH_SAFE:
             return False
         return True
-    if t.__hash__ is object.__hash__:  # identity hash: a stand-in object, a function
+    if t.__hash__ is _IDENTITY_HASH:  # identity hash: a stand-in object, a function
         return True
     if depth < 2 and t in (tuple, frozenset) and len(key) <= 16:
         return None if all(_key_ok(k, depth + 1) is not False for k in key) else False
@@ -82,7 +100,7 @@ def _key_ok(key: Any, depth: int = 0) -> bool | None:
     return False
 
 
-def plain_children(obj: Any) -> Any:
+def plain_children(obj: Any) -> Iterable[Any] | None:
     """The values a container holds (None for a leaf): what a copy, a ``str`` or a hash visits."""
     if isinstance(obj, dict):
         return [*obj.keys(), *obj.values()]
@@ -102,8 +120,8 @@ def _leaf_weight(obj: Any) -> int:
     return 1
 
 
-def expanded_size(roots: list[Any], children: Any, limit: int, max_depth: int
-                  ) -> tuple[int, int]:
+def expanded_size(roots: list[Any], children: Callable[[Any], Iterable[Any] | None], limit: int,
+                  max_depth: int) -> tuple[int, int]:
     """(values the roots expand to with shared references repeated, containers' elements
     visited to find out). Stops as soon as the size passes ``limit``; the size is -1 when
     the roots nest deeper than ``max_depth``. Iterative, memoised by identity: one visit
@@ -169,7 +187,7 @@ def expanded_size(roots: list[Any], children: Any, limit: int, max_depth: int
     return total, work
 
 
-class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
+class LimitedUnpickler(pickle._Unpickler):
     """``pickle._Unpickler`` with :mod:`lrdoctor.read.bytes.limits` checked as it runs (see the module doc).
 
     Subclasses supply ``find_class`` and ``persistent_load``; ``buildable`` names the
@@ -180,10 +198,23 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
     buildable: ClassVar[tuple[type, ...]] = ()
     hashing_calls: ClassVar[tuple[Any, ...]] = (set, frozenset, dict, OrderedDict, Counter)
     #: what a container holds, for the expansion a call's arguments are weighed by
-    children: ClassVar[Any] = staticmethod(plain_children)
-    dispatch: ClassVar[dict[int, Any]] = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
+    children: ClassVar[staticmethod[[Any], Iterable[Any] | None]] = staticmethod(plain_children)
+    dispatch: ClassVar[dict[int, Callable[[Any], None]]] = dict(pickle._Unpickler.dispatch)
 
-    def __init__(self, file: Any, path: str | None, *, encoding: str = "latin1",
+    # pickle._Unpickler's own state, which typeshed leaves out (it declares only the
+    # public API): the objects built so far, the marks, the memo.
+    _file_read: Callable[[int], bytes]
+    _file_readline: Callable[[], bytes]
+    read: Callable[[int], bytes]
+    readline: Callable[[], bytes]
+    stack: list[Any]
+    metastack: list[list[Any]]
+    append: Callable[[Any], None]
+    memo: dict[int, Any]
+    proto: int
+    pop_mark: Callable[[], list[Any]]
+
+    def __init__(self, file: PickleSource, path: str | None, *, encoding: str = "latin1",
                  size: int | None = None):
         super().__init__(file, encoding=encoding)
         self._lim_path = path
@@ -197,7 +228,7 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
         self._found: dict[int, Any] = {}  # id -> what find_class returned (kept alive)
         self._names: dict[int, str] = {}  # id -> the global's name, for messages
         self._composite_keys = 0
-        self._tuple_depth: dict[int, tuple[int, tuple]] = {}
+        self._tuple_depth: dict[int, tuple[int, tuple[Any, ...]]] = {}
 
     # ------------------------------------------------------------ accounting
     def _over(self, name: str, detail: str) -> LimitExceeded:
@@ -338,7 +369,7 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
         self.append(bytearray(data))
     dispatch[pickle.BYTEARRAY8[0]] = load_bytearray8
 
-    def _tuple(self, items: Any) -> tuple:
+    def _tuple(self, items: Iterable[Any]) -> tuple[Any, ...]:
         """A new tuple, its nesting known at once (tuples never change): a chain of TUPLE1
         is refused at the depth limit, not after a million opcodes."""
         t = tuple(items)
@@ -479,7 +510,7 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
             raise pickle.UnpicklingError(f"{what} of a {type(func).__name__} that is not "
                                          "an allow-listed global")
 
-    def call(self, func: Any, args: Any, kwargs: dict | None = None, *,
+    def call(self, func: Any, args: Any, kwargs: dict[str, Any] | None = None, *,
              checked: bool = False) -> Any:
         """Call an allow-listed global: its container arguments are charged (it may copy them),
         the elements a hashing constructor will hash are checked first."""
@@ -503,7 +534,8 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
             raise self._over("pickle_int_bytes", "the pickle builds an integer too large")
         return out
 
-    def bound_args(self, func: Any, args: tuple, kwargs: dict | None) -> None:
+    def bound_args(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None
+                   ) -> None:
         """Refuse a call whose arguments expand, through shared references, past ``nodes``.
 
         What an allow-listed callable costs is bounded by what its arguments expand to:
@@ -539,7 +571,7 @@ class LimitedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
         self.append(self.call(cls, tuple(args)))
     dispatch[pickle.OBJ[0]] = load_obj
 
-    def new_instance(self, cls: Any, args: tuple, kwargs: dict) -> Any:
+    def new_instance(self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``cls.__new__(cls, *args, **kwargs)`` for an allow-listed class (checked, charged)."""
         if not isinstance(cls, type):
             raise pickle.UnpicklingError("malformed NEWOBJ")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from lrdoctor.core.errors import LimitExceeded, UnusableInput
 
@@ -91,6 +91,15 @@ def get(name: str) -> int:
     if value < 1:
         raise UnusableInput(f"{lim.env}={raw!r}: not a positive integer")
     return value
+
+
+_E = TypeVar("_E", bound=UnusableInput)
+
+
+@overload
+def over(name: str, path: str | None, detail: str) -> LimitExceeded: ...
+@overload
+def over(name: str, path: str | None, detail: str, cls: type[_E]) -> _E: ...
 
 
 def over(name: str, path: str | None, detail: str,
