@@ -594,3 +594,27 @@ def test_truncated_legacy_file_is_unusable_input(tmp_path, keep):
     with pytest.raises(UnusableInput) as info:
         safeload.load(cut)
     assert str(cut) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_numpy_frombuffer_of_an_int_is_refused_before_any_allocation():
+    """Bug found by typing the stand-ins' arguments as what a pickle may pass (``object``,
+    narrowed): numpy's ``_frombuffer`` stand-in called ``bytes(buf)`` on whatever ``buf``
+    was, so an int asked for that many zero bytes (2**40 here), past every limit, as the
+    ``bytes(n)`` that _bytes_like refuses. The pickle names numpy's own _frombuffer and
+    dtype (pickled by numpy's reducers); a real buffer still decodes."""
+    import numpy as np
+    from numpy._core.numeric import _frombuffer
+
+    class Buffer:
+        def __init__(self, buf):
+            self.buf = buf
+
+        def __reduce__(self):
+            return (_frombuffer, (self.buf, np.dtype("<f8"), (1,), "C"))
+
+    with pytest.raises(UnusableInput) as e:
+        safeload.load_bytes(pickle.dumps({"rng": Buffer(1 << 40)}, protocol=2), "rng.pkl")
+    assert "malformed numpy buffer" in str(e.value) and "MemoryError" not in str(e.value)
+    ok = safeload.load_bytes(pickle.dumps({"rng": Buffer(np.float64(2.5).tobytes())},
+                                          protocol=2), "rng.pkl")
+    assert ok["rng"].state["values"] == [2.5]

@@ -23,13 +23,21 @@ import sys
 import zipfile
 from collections import Counter, OrderedDict
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar, overload
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
 from lrdoctor.read.bytes import limits, unsafe_globals
-from lrdoctor.read.bytes.limited_pickle import BoundedReader, LimitedUnpickler
+from lrdoctor.read.bytes.limited_pickle import BoundedReader, LimitedUnpickler, PickleSource
+
+# What the API hands back: a value an untrusted pickle built (plain data, Opaque records,
+# TensorRefs), whatever the file claims. ``Any`` at this boundary, so that a layout narrows
+# each value it reads with isinstance; inside this module the arguments a pickle passes to
+# an allow-listed stand-in are typed ``object``, so that mypy insists on that narrowing.
+Unpickled = Any
+_T = TypeVar("_T")
 
 # File names that say "a torch.save / pickle file" (a file by another name is still
 # recognised by its first bytes: lrdoctor.read.scan.listing.is_pickle). The one list.
@@ -67,8 +75,8 @@ class Opaque:
     """
 
     cls: str  # "module.qualname"
-    state: Any = None
-    args: tuple = ()
+    state: Unpickled = None
+    args: tuple[Unpickled, ...] = ()
 
     def __setstate__(self, state: Any) -> None:
         # Called by the unpickler's BUILD opcode only; never by copy/pickle (see __reduce__).
@@ -90,7 +98,7 @@ class Opaque:
         else:
             self.state = state
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Opaque], tuple[str, Unpickled, tuple[Unpickled, ...]]]:
         return (Opaque, (self.cls, self.state, self.args))
 
 
@@ -146,13 +154,14 @@ class _Bad(Exception):
     """A malformed record inside an otherwise allow-listed pickle."""
 
 
-def _ints(x: Any, what: str) -> tuple[int, ...]:
+def _ints(x: object, what: str) -> tuple[int, ...]:
     if not isinstance(x, (tuple, list)) or not all(type(i) is int for i in x):
         raise _Bad(f"malformed {what}")
     return tuple(x)
 
 
-def _tensor(storage: Any, offset: Any, size: Any, stride: Any, dtype: str | None = None) -> TensorRef:
+def _tensor(storage: object, offset: object, size: object, stride: object,
+            dtype: str | None = None) -> TensorRef:
     if not isinstance(storage, TensorRef) or type(offset) is not int:
         raise _Bad("malformed tensor record")
     # storage.storage_offset: legacy files can hand out views of a bigger storage
@@ -161,37 +170,41 @@ def _tensor(storage: Any, offset: Any, size: Any, stride: Any, dtype: str | None
                      _ints(stride, "tensor stride"))
 
 
-def _rebuild_tensor(storage, storage_offset, size, stride, *_rest):
+def _rebuild_tensor(storage: object, storage_offset: object, size: object, stride: object,
+                    *_rest: object) -> TensorRef:
     return _tensor(storage, storage_offset, size, stride)
 
 
-def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad, hooks, dtype, *_rest):
+def _rebuild_tensor_v3(storage: object, storage_offset: object, size: object, stride: object,
+                       requires_grad: object, hooks: object, dtype: object,
+                       *_rest: object) -> TensorRef:
     if not (isinstance(dtype, str) and dtype.startswith("torch.")):
         raise _Bad("malformed tensor dtype")
     return _tensor(storage, storage_offset, size, stride, dtype.removeprefix("torch."))
 
 
-def _rebuild_parameter(data, *_rest):
+def _rebuild_parameter(data: object, *_rest: object) -> TensorRef:
     if not isinstance(data, TensorRef):
         raise _Bad("malformed parameter record")
     return data
 
 
-def _rebuild_meta(dtype, size, stride, *_rest):
+def _rebuild_meta(dtype: object, size: object, stride: object, *_rest: object) -> TensorRef:
     if not (isinstance(dtype, str) and dtype.startswith("torch.")):
         raise _Bad("malformed tensor dtype")
     return TensorRef(dtype.removeprefix("torch."), _ints(size, "tensor size"), "", "", 0,
                      _ints(stride, "tensor stride"))
 
 
-def _subclass(cls: Any) -> bool:
+def _subclass(cls: object) -> bool:
     """A tensor class a record may name: a known one (marker) or, read with unknown
     classes kept opaque, any other (torchao, a user's subclass): its tensor is still
     read as metadata, never called corrupt."""
     return isinstance(cls, _Marker) or isinstance(cls, type) and issubclass(cls, _Record)
 
 
-def _rebuild_wrapper(cls, dtype, size, stride, *_rest):
+def _rebuild_wrapper(cls: object, dtype: object, size: object, stride: object,
+                     *_rest: object) -> TensorRef:
     """A wrapper tensor subclass (FSDP2's DTensor): its global shape and dtype only; the
     data lives in the local tensor of its state (see :func:`_rebuild_from_type_v2`)."""
     if not _subclass(cls) or not (isinstance(dtype, str) and dtype.startswith("torch.")):
@@ -200,12 +213,12 @@ def _rebuild_wrapper(cls, dtype, size, stride, *_rest):
                      _ints(stride, "tensor stride"))
 
 
-def _rebuild_from_type_v2(func, new_type, args, state=None):
-    if func not in (_rebuild_tensor, _rebuild_tensor_v3, _rebuild_parameter, _rebuild_meta,
-                    _rebuild_wrapper) \
-            or not _subclass(new_type) or not isinstance(args, tuple):
+def _rebuild_from_type_v2(func: object, new_type: object, args: object,
+                          state: object = None) -> TensorRef:
+    rebuild = next((f for f in _TENSOR_REBUILDS if f is func), None)
+    if rebuild is None or not _subclass(new_type) or not isinstance(args, tuple):
         raise _Bad("malformed tensor-subclass record")
-    out = func(*args)
+    out = rebuild(*args)
     if func is _rebuild_wrapper:
         # A DTensor pickles its shard as state["_local_tensor"]: that one has the bytes
         # (an optimizer's step can be read from it); otherwise the metadata stands.
@@ -218,28 +231,36 @@ def _rebuild_from_type_v2(func, new_type, args, state=None):
     return out
 
 
-def _rebuild_sparse(layout, data):
+# The records a tensor-subclass record may rebuild its tensor with.
+_TENSOR_REBUILDS: tuple[Callable[..., TensorRef], ...] = (
+    _rebuild_tensor, _rebuild_tensor_v3, _rebuild_parameter, _rebuild_meta, _rebuild_wrapper)
+
+
+def _rebuild_sparse(layout: object, data: object) -> Opaque:
     return Opaque("torch.sparse_tensor", state={"layout": layout, "data": data})
 
 
-def _device(kind, index=None):
+def _device(kind: object, index: object = None) -> str:
     if not isinstance(kind, str) or not (index is None or type(index) is int):
         raise _Bad("malformed torch.device")
     return kind if index is None or ":" in kind else f"{kind}:{index}"
 
 
-def _size(dims=()):
+def _size(dims: object = ()) -> tuple[int, ...]:
     return _ints(dims, "torch.Size")
 
 
-def _codecs_encode(obj, encoding="utf-8"):
-    if not isinstance(obj, str) or encoding not in ("latin1", "latin-1", "utf-8", "utf8"):
+def _codecs_encode(obj: object, encoding: object = "utf-8") -> bytes:
+    if not isinstance(obj, str) or not isinstance(encoding, str) \
+            or encoding not in ("latin1", "latin-1", "utf-8", "utf8"):
         raise _Bad("malformed bytes record")
     return obj.encode(encoding)
 
 
-def _bytes_like(kind):
-    def make(*args):
+def _bytes_like(kind: type[bytes] | type[bytearray]) -> Callable[..., bytes | bytearray]:
+    # bytes()/bytearray() take what the pickle passes and check it themselves (a TypeError
+    # is one line through _guard); only the size bomb is refused here.
+    def make(*args: Unpickled) -> bytes | bytearray:
         if args and isinstance(args[0], int):  # bytes(n) / bytearray(n): refuse size bombs
             raise _Bad(f"malformed {kind.__name__} record")
         if len(args) == 2 and isinstance(args[0], str):
@@ -248,7 +269,7 @@ def _bytes_like(kind):
     return make
 
 
-def _reconstructor(cls, base, state=None):
+def _reconstructor(cls: object, base: object, state: object = None) -> Opaque:
     """copyreg._reconstructor (protocol 0/1 objects): only for our record stand-ins."""
     if isinstance(cls, type) and issubclass(cls, _Record):
         obj = cls.__new__(cls)
@@ -258,15 +279,16 @@ def _reconstructor(cls, base, state=None):
     raise _Bad("copyreg._reconstructor of a non-allow-listed class")
 
 
-def _path(*parts):
+def _path(*parts: object) -> str:
     import posixpath
 
-    if not all(isinstance(p, str) for p in parts):
+    names = [p for p in parts if isinstance(p, str)]
+    if len(names) != len(parts):
         raise _Bad("malformed path record")
-    return posixpath.join(*parts) if parts else "."
+    return posixpath.join(*names) if names else "."
 
 
-def _enum_value(value, *_rest):
+def _enum_value(value: object, *_rest: object) -> object:
     return value
 
 
@@ -275,14 +297,16 @@ class _Record:
 
     _lrd_name = ""
 
-    def __new__(cls, *args, **kwargs):
+    # A stand-in: constructing it (REDUCE, NEWOBJ) gives inert data, never an instance.
+    def __new__(cls, *args: object, **kwargs: object) -> Opaque:  # type: ignore[misc]
         return Opaque(cls._lrd_name, dict(kwargs) if kwargs else None, tuple(args))
 
 
 class _DictRecord:
     """Stand-in for dict subclasses (Lightning's AttributeDict): becomes a plain dict."""
 
-    def __new__(cls, *args, **kwargs):
+    # A stand-in: constructing it gives a plain dict (dict() checks what the pickle passes).
+    def __new__(cls, *args: Unpickled, **kwargs: Unpickled) -> dict[Any, Any]:  # type: ignore[misc]
         return dict(*args, **kwargs)
 
 
@@ -290,13 +314,13 @@ def _record(name: str) -> type:
     return type(name.rsplit(".", 1)[-1], (_Record,), {"_lrd_name": name, "__module__": __name__})
 
 
-def _np_dtype(name, align=False, copy=True):
+def _np_dtype(name: object, align: object = False, copy: object = True) -> Opaque:
     if not isinstance(name, str):
         raise _Bad("malformed numpy.dtype")
     return Opaque("numpy.dtype", state=name, args=(name,))
 
 
-def _np_dtype_build(obj: Opaque, state: Any) -> None:
+def _np_dtype_build(obj: Opaque, state: object) -> None:
     # (version, byteorder, subarray, names, fields, elsize, alignment, flags)
     if not isinstance(state, tuple) or len(state) < 2:
         raise _Bad("malformed numpy.dtype state")
@@ -307,7 +331,7 @@ def _np_dtype_build(obj: Opaque, state: Any) -> None:
     obj.state = order + obj.args[0].lstrip("<>|=")
 
 
-def _np_reconstruct(cls, shape=(0,), dtype=b"b"):
+def _np_reconstruct(cls: object, shape: object = (0,), dtype: object = b"b") -> Opaque:
     if not isinstance(cls, _Marker):
         raise _Bad("malformed numpy array record")
     return Opaque("numpy.ndarray", state=None)
@@ -318,7 +342,7 @@ _NP_FMT = {"f8": "d", "f4": "f", "f2": "e", "i8": "q", "i4": "i", "i2": "h", "i1
 _NP_VALUES_LIMIT = 100_000
 
 
-def _np_decode(dtype: str, raw: bytes, count: int) -> list | None:
+def _np_decode(dtype: str, raw: bytes, count: int) -> list[float] | None:
     code = _NP_FMT.get(dtype[1:]) if len(dtype) > 1 else None
     if code is None or count > _NP_VALUES_LIMIT:
         return None
@@ -329,7 +353,7 @@ def _np_decode(dtype: str, raw: bytes, count: int) -> list | None:
     return list(struct.unpack(f"{order}{count}{code}", raw[: count * size]))
 
 
-def _np_array_build(obj: Opaque, state: Any) -> None:
+def _np_array_build(obj: Opaque, state: object) -> None:
     # (version, shape, dtype, is_fortran, data)
     if not isinstance(state, tuple) or len(state) != 5:
         raise _Bad("malformed numpy array state")
@@ -341,6 +365,7 @@ def _np_array_build(obj: Opaque, state: Any) -> None:
     n = 1
     for s in shape:
         n *= s
+    values: list[Any] | None
     if isinstance(data, (bytes, bytearray)):
         values = _np_decode(dt, bytes(data), n)
     elif isinstance(data, list):  # object arrays hold a list of (allow-listed) objects
@@ -350,13 +375,15 @@ def _np_array_build(obj: Opaque, state: Any) -> None:
     obj.state = {"dtype": dt, "shape": shape, "values": values}
 
 
-def _np_frombuffer(buf, dtype, shape, order="C"):
+def _np_frombuffer(buf: object, dtype: object, shape: object, order: object = "C") -> Opaque:
+    if not isinstance(buf, (bytes, bytearray)):  # bytes(n) of an int would allocate n bytes
+        raise _Bad("malformed numpy buffer")
     obj = Opaque("numpy.ndarray")
     _np_array_build(obj, (1, shape, dtype, order == "F", bytes(buf)))
     return obj
 
 
-def _np_scalar(dtype, data=None):
+def _np_scalar(dtype: object, data: object = None) -> object:
     dt = dtype.state if isinstance(dtype, Opaque) and dtype.cls == "numpy.dtype" else None
     if not isinstance(dt, str) or not isinstance(data, (bytes, bytearray)):
         raise _Bad("malformed numpy scalar")
@@ -366,7 +393,8 @@ def _np_scalar(dtype, data=None):
     return values[0]
 
 
-_BUILD_HOOKS = {"numpy.dtype": _np_dtype_build, "numpy.ndarray": _np_array_build}
+_BUILD_HOOKS: dict[str, Callable[[Opaque, object], None]] = {
+    "numpy.dtype": _np_dtype_build, "numpy.ndarray": _np_array_build}
 
 _TORCH_DTYPE_NAMES = [*_DTYPES, *_DTYPE_ALIASES]
 
@@ -462,7 +490,7 @@ class KeyOpaque(Opaque):
 
 
 class _KeyRecord(_Record):
-    def __new__(cls, *args, **kwargs):
+    def __new__(cls, *args: object, **kwargs: object) -> KeyOpaque:  # type: ignore[misc]
         return KeyOpaque(cls._lrd_name, dict(kwargs) if kwargs else None, tuple(args))
 
 
@@ -598,7 +626,9 @@ class _Unpickler(LimitedUnpickler):
     hashing_calls = (*LimitedUnpickler.hashing_calls, _DictRecord)
     children = staticmethod(lambda obj: _children(obj))
 
-    def __init__(self, file, path: str, storage_ref=None, unknown_as_opaque: bool = False):
+    def __init__(self, file: PickleSource, path: str,
+                 storage_ref: Callable[[object], TensorRef] | None = None,
+                 unknown_as_opaque: bool = False):
         super().__init__(file, path, encoding="latin1")  # py2-era pickles: numpy byte strings
         self._path = path
         self._storage_ref = storage_ref
@@ -637,7 +667,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 
-def _guard(path: str, fn, *args):
+def _guard(path: str, fn: Callable[..., _T], *args: Any) -> _T:
     try:
         return fn(*args)
     except UnusableInput:
@@ -671,13 +701,13 @@ def _children(obj: Any) -> Any:
     return None
 
 
-def _checked(obj: Any, path: str) -> Any:
+def _checked(obj: Unpickled, path: str) -> Unpickled:
     """Refuse a result too deep or too shared to walk (billion laughs) before anyone walks it."""
     limits.check_tree(obj, path, what="the pickled data", children=_children)
     return obj
 
 
-def _zip_members_check(source: Any, path: str) -> None:
+def _zip_members_check(source: str | BinaryIO, path: str) -> None:
     """The member count and central-directory size, from the end record, before zipfile
     parses the directory (one ZipInfo per member costs ~0.5 KB)."""
     if isinstance(source, str):
@@ -706,7 +736,7 @@ def _zip_layout(zf: zipfile.ZipFile, path: str) -> str:
     raise UnusableInput("a zip file without data.pkl: not a torch checkpoint", path)
 
 
-def _load_zip(path: str, unknown_as_opaque: bool, source: Any = None) -> Any:
+def _load_zip(path: str, unknown_as_opaque: bool, source: BinaryIO | None = None) -> Unpickled:
     """``source``: a file object holding the archive (a DCP bytes item), else ``path`` is read."""
     _zip_members_check(source if source is not None else path, path)
     with zipfile.ZipFile(source if source is not None else path) as zf:
@@ -725,7 +755,7 @@ def _zip_pickle(zf: zipfile.ZipFile, path: str) -> tuple[str, bytes]:
 
 
 def _unpickle_zip(data: bytes, prefix: str, members: dict[str, zipfile.ZipInfo], path: str,
-                  unknown_as_opaque: bool) -> Any:
+                  unknown_as_opaque: bool) -> Unpickled:
     """data.pkl's object graph, each storage checked against its member's size."""
     def storage_ref(pid: Any) -> TensorRef:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
@@ -781,7 +811,7 @@ _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 _LEGACY_PROTOCOL = 1001
 
 
-def _load_stream(path: str, unknown_as_opaque: bool, source: Any = None) -> Any:
+def _load_stream(path: str, unknown_as_opaque: bool, source: BinaryIO | None = None) -> Unpickled:
     """A non-zip file: the legacy torch format or a plain pickle (``source``: an open file)."""
     with _reopen(path, source) as f:
         head = f.read(8)
@@ -880,7 +910,7 @@ def map_refs(obj: Any, fn: Callable[[TensorRef], Any], seen: dict[int, Any] | No
 
 
 def load(path: str | Path | BinaryIO, *, unknown_as_opaque: bool = False,
-         name: str | None = None) -> Any:
+         name: str | None = None) -> Unpickled:
     """Unpickle ``path`` with tensors turned into :class:`TensorRef`, through the allow-list.
 
     A torch zip checkpoint, a legacy torch file, or a plain pickle. Allow-listed
@@ -912,7 +942,7 @@ def load(path: str | Path | BinaryIO, *, unknown_as_opaque: bool = False,
     return _guard(p, _load_any, p, unknown_as_opaque)
 
 
-def _load_any(path: str, unknown_as_opaque: bool, source: Any = None) -> Any:
+def _load_any(path: str, unknown_as_opaque: bool, source: BinaryIO | None = None) -> Unpickled:
     if zipfile.is_zipfile(source if source is not None else path):
         return _load_zip(path, unknown_as_opaque, _rewound(source))
     try:
@@ -933,7 +963,7 @@ def _load_any(path: str, unknown_as_opaque: bool, source: Any = None) -> Any:
 load_obj = load
 
 
-def load_bytes(data: bytes, path: str, *, unknown_as_opaque: bool = False) -> Any:
+def load_bytes(data: bytes, path: str, *, unknown_as_opaque: bool = False) -> Unpickled:
     """:func:`load` for bytes already in memory (a torch.distributed.checkpoint bytes item).
 
     ``path`` names where they came from, for messages and for the TensorRefs
@@ -954,7 +984,7 @@ def load_bytes(data: bytes, path: str, *, unknown_as_opaque: bool = False) -> An
     return _guard(path, run)
 
 
-def load_pickle_file(path: str | Path, *, unknown_as_opaque: bool = False) -> Any:
+def load_pickle_file(path: str | Path, *, unknown_as_opaque: bool = False) -> Unpickled:
     """A plain pickle (accelerate ``random_states_*.pkl`` of old versions, ...) via the allow-list.
 
     Torch zip files are accepted too (several ``.pkl``/``.bin`` files are really torch.save).
@@ -962,15 +992,23 @@ def load_pickle_file(path: str | Path, *, unknown_as_opaque: bool = False) -> An
     return load(path, unknown_as_opaque=unknown_as_opaque)
 
 
-def _decode(dtype: str, raw: bytes, big: bool) -> Any:
+# A value read from a tensor's bytes (ints and bools are floats to mypy).
+Number = float | complex
+
+
+def _decode(dtype: str, raw: bytes, big: bool) -> Number:
     order = ">" if big else "<"
     size, code = _DTYPES[dtype]
+    value: Number  # what the struct code decodes: a bool, an int or a float
     if code is not None:
-        return struct.unpack(order + code, raw)[0]
+        value = struct.unpack(order + code, raw)[0]
+        return value
     if dtype == "bfloat16":
-        return struct.unpack(order + "f", (raw + b"\0\0") if big else (b"\0\0" + raw))[0]
+        value = struct.unpack(order + "f", (raw + b"\0\0") if big else (b"\0\0" + raw))[0]
+        return value
     if dtype == "float8_e5m2":
-        return struct.unpack("<e", b"\0" + raw)[0]
+        value = struct.unpack("<e", b"\0" + raw)[0]
+        return value
     if dtype == "float8_e4m3fn":
         b = raw[0]
         sign = -1.0 if b & 0x80 else 1.0
@@ -988,7 +1026,7 @@ def _decode(dtype: str, raw: bytes, big: bool) -> Any:
     raise UnusableInput(f"cannot decode values of dtype {dtype}")
 
 
-def read_values(ref: TensorRef, limit: int = 64, data: bytes | None = None) -> list:
+def read_values(ref: TensorRef, limit: int = 64, data: bytes | None = None) -> list[Number]:
     """The values of a small tensor (an optimizer's ``step``), flat, row-major.
 
     Reads only that tensor's bytes; refuses tensors with more than ``limit`` elements.
@@ -1005,7 +1043,7 @@ def read_values(ref: TensorRef, limit: int = 64, data: bytes | None = None) -> l
     return _guard(ref.path, _read_values, ref, data)
 
 
-def decode_values(dtype: str, raw: bytes, count: int) -> list:
+def decode_values(dtype: str, raw: bytes, count: int) -> list[Number]:
     """``count`` little-endian values of ``dtype`` from raw bytes (DCP's raw tensor items)."""
     if dtype not in _DTYPES:
         raise UnusableInput(f"cannot decode values of dtype {dtype}")
@@ -1015,7 +1053,7 @@ def decode_values(dtype: str, raw: bytes, count: int) -> list:
     return [_decode(dtype, raw[i * size:(i + 1) * size], False) for i in range(count)]
 
 
-def _read_values(ref: TensorRef, data: bytes | None = None) -> list:
+def _read_values(ref: TensorRef, data: bytes | None = None) -> list[Number]:
     size = _DTYPES[ref.dtype][0]
     # Element indices in the storage, row-major over the shape.
     idx = [ref.storage_offset]
@@ -1050,18 +1088,24 @@ def _read_values(ref: TensorRef, data: bytes | None = None) -> list:
     if any(len(chunks[a]) != (b - a) * size for a, b in spans):
         raise _Bad("tensor lies outside its storage")
     if len(spans) == 1:
-        raw = chunks[lo]
-        return [_decode(ref.dtype, raw[(i - lo) * size:(i - lo + 1) * size], big) for i in idx]
+        span = chunks[lo]
+        return [_decode(ref.dtype, span[(i - lo) * size:(i - lo + 1) * size], big) for i in idx]
     return [_decode(ref.dtype, chunks[i], big) for i in idx]
 
 
-def _rewound(source: Any) -> Any:
+@overload
+def _rewound(source: BinaryIO) -> BinaryIO: ...
+@overload
+def _rewound(source: None) -> None: ...
+
+
+def _rewound(source: BinaryIO | None) -> BinaryIO | None:
     if source is not None:
         source.seek(0)
     return source
 
 
-def _reopen(path: str, source: Any = None):
+def _reopen(path: str, source: BinaryIO | None = None) -> AbstractContextManager[BinaryIO]:
     """``path`` opened for reading: ``source`` (rewound, left open), a URL through
     :mod:`lrdoctor.read.bytes.storage` (range reads), else the local file."""
     import contextlib

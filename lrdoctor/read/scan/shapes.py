@@ -202,7 +202,9 @@ def number(value: Any) -> float | None:
         if value.numel != 1:
             return None
         vals = read_values(value)
-        return vals[0] if vals else None
+        v = vals[0] if vals else None
+        # as for plain scalars: a bool (or a complex) tensor is no count
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
     return None
 
 
