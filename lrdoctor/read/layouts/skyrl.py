@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read.layouts import RECOGNISED, _common
-from lrdoctor.read.scan import grouping, shapes
-from lrdoctor.read.scan.view import ScanView
+from lrdoctor.read.layouts import RECOGNISED, _common, torchsave
+from lrdoctor.read.scan import shapes
 
 NAME = "skyrl"
 
@@ -93,26 +92,7 @@ def _positive_int(x: Any) -> TypeGuard[int]:
 
 # ---------------------------------------------------------------- layout (read by content)
 
-def claims(scan: ScanView) -> int:
-    """RECOGNISED + 1 when this checkpoint, as the content read classified it, is
-    laid out as SkyRL saves."""
-    sc = scan.content
-    return RECOGNISED + 1 if sc is not None and _claims_content(sc) else 0
-
-
-def find_checkpoints(path: Path) -> list[grouping.Checkpoint]:
-    """The checkpoints the generic content read finds (:mod:`.torchsave`)."""
-    from lrdoctor.read.layouts import torchsave
-
-    return torchsave.find_checkpoints(path)
-
-
-def read(ckpt: Path | grouping.Checkpoint | ScanView) -> RunState:
-    """The generic content read and SkyRL's normalisation (:func:`refine`). A view is one
-    checkpoint that read classified and found SkyRL's; anything else goes through that
-    read, which asks the registry about each checkpoint (an older one may not be SkyRL's)."""
-    from lrdoctor.read.layouts import torchsave
-
-    if isinstance(ckpt, ScanView):
-        return torchsave.read_view(ckpt, NAME, refine)
-    return torchsave.read(ckpt)
+# claims: RECOGNISED + 1 when the content read classified a checkpoint laid out as SkyRL saves;
+# read: the generic content read, then SkyRL's normalisation (:func:`refine`).
+_LAYOUT = torchsave.Recognised(NAME, RECOGNISED + 1, _claims_content, refine)
+claims, find_checkpoints, read = _LAYOUT.claims, _LAYOUT.find_checkpoints, _LAYOUT.read

@@ -85,6 +85,36 @@ def read(path: Path | grouping.Checkpoint | ScanView) -> RunState:
     return read_view(view)
 
 
+class Recognised:
+    """The layout side of a framework recognised by content (verl, SkyRL, Composer,
+    torchtune): it claims a classified checkpoint its ``holds`` test says is laid out as
+    the framework saves, lists what the generic content read lists, and reads one through
+    that read with its ``normalise`` (its units, where its budget lives). A module binds
+    its ``claims``, ``find_checkpoints`` and ``read`` to one of these."""
+
+    def __init__(self, name: str, score: int, holds: Callable[[shapes.Scan], bool],
+                 normalise: Callable[[shapes.Scan, RunState], None]) -> None:
+        self.name, self.score, self.holds, self.normalise = name, score, holds, normalise
+
+    def claims(self, scan: ScanView) -> int:
+        """``score`` when the content read classified this checkpoint and ``holds`` it."""
+        sc = scan.content
+        return self.score if sc is not None and self.holds(sc) else 0
+
+    def find_checkpoints(self, path: Path) -> list[grouping.Checkpoint]:
+        """The checkpoints the generic content read finds."""
+        return find_checkpoints(path)
+
+    def read(self, ckpt: Path | grouping.Checkpoint | ScanView) -> RunState:
+        """A view is one checkpoint the content read classified and found this framework's:
+        read with its normalisation. Anything else goes through the generic read, which
+        asks the registry about the checkpoint it picks (an older one may not be this
+        framework's)."""
+        if isinstance(ckpt, ScanView):
+            return read_view(ckpt, self.name, self.normalise)
+        return read(ckpt)
+
+
 def read_checkpoint(ckpt: grouping.Checkpoint) -> RunState:
     """One checkpoint read by content (what the DCP and Lightning readers fall back on)."""
     return read(ckpt)

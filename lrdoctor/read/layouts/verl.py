@@ -31,9 +31,8 @@ import re
 from pathlib import Path
 
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read.layouts import RECOGNISED
-from lrdoctor.read.scan import grouping, shapes
-from lrdoctor.read.scan.view import ScanView
+from lrdoctor.read.layouts import RECOGNISED, torchsave
+from lrdoctor.read.scan import shapes
 
 NAME = "verl"
 
@@ -116,26 +115,7 @@ def refine(sc: shapes.Scan, st: RunState) -> None:
 
 # ---------------------------------------------------------------- layout (read by content)
 
-def claims(scan: ScanView) -> int:
-    """RECOGNISED when this checkpoint, as the content read classified it, is
-    laid out as verl saves."""
-    sc = scan.content
-    return RECOGNISED if sc is not None and bool(_placed_hits(sc)) else 0
-
-
-def find_checkpoints(path: Path) -> list[grouping.Checkpoint]:
-    """The checkpoints the generic content read finds (:mod:`.torchsave`)."""
-    from lrdoctor.read.layouts import torchsave
-
-    return torchsave.find_checkpoints(path)
-
-
-def read(ckpt: Path | grouping.Checkpoint | ScanView) -> RunState:
-    """The generic content read and verl's normalisation (:func:`refine`). A view is one
-    checkpoint that read classified and found verl's; anything else goes through that
-    read, which asks the registry about each checkpoint (an older one may not be verl's)."""
-    from lrdoctor.read.layouts import torchsave
-
-    if isinstance(ckpt, ScanView):
-        return torchsave.read_view(ckpt, NAME, refine)
-    return torchsave.read(ckpt)
+# claims: RECOGNISED when the content read classified a checkpoint laid out as verl saves;
+# read: the generic content read, then verl's normalisation (:func:`refine`).
+_LAYOUT = torchsave.Recognised(NAME, RECOGNISED, lambda sc: bool(_placed_hits(sc)), refine)
+claims, find_checkpoints, read = _LAYOUT.claims, _LAYOUT.find_checkpoints, _LAYOUT.read
