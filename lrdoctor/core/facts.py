@@ -33,7 +33,6 @@ class Storage(str, Enum):
     DCP = "dcp"  # torch.distributed.checkpoint: fix refuses, says what to set on resume
 
 
-@dataclass(frozen=True)
 class Rampup(Record):
     """Megatron's ``--rampup-batch-size`` and the samples it really consumes (LRD118)."""
 
@@ -48,7 +47,6 @@ class Rampup(Record):
     train_iters_x_global_batch: int | None = optional()
 
 
-@dataclass(frozen=True)
 class LrsUnread(Record):
     """Param-group LRs the checkpoint shows were saved but that could not be read
     (Megatron's distributed optimizer): why, and the items (LRD111)."""
@@ -58,7 +56,6 @@ class LrsUnread(Record):
     names: list[str] = field(default_factory=list, metadata={"key": "items"})
 
 
-@dataclass(frozen=True)
 class LrLog(Record):
     """A logged-LR file (Lightning's metrics.csv, a TensorBoard event file) the schedule
     was fitted from (``column``, ``points``), or one that could not be used (``reason``)."""
@@ -69,7 +66,6 @@ class LrLog(Record):
     reason: str | None = optional()
 
 
-@dataclass(frozen=True)
 class EpochPlan(Record):
     """The knobs an epoch-based loop sizes its horizon from, and where they were read
     (:mod:`lrdoctor.epochs` does the arithmetic, LRD117 judges it)."""

@@ -78,7 +78,6 @@ def judged(found: Sequence[Finding]) -> bool:
     return any(f.severity >= Severity.WARNING and f.code != "LRD111" for f in found)
 
 
-@dataclass(frozen=True)
 class ProgressEvidence(Evidence):
     """Scheduler progress against the trainer's counters (LRD103, LRD104, LRD108, LRD109)."""
 
@@ -200,7 +199,6 @@ def horizon(state: RunState) -> Horizon | None:
                    ratio=progress_ratio(state), consistent=consistent(state))
 
 
-@dataclass(frozen=True)
 class PastHorizon(Evidence):
     """The scheduler past its horizon (LRD101, LRD110)."""
 
@@ -230,7 +228,6 @@ def past_horizon(h: Horizon) -> PastHorizon:
         min_lr=h.spec.min_lr, lr_at_scheduler_progress=lr_or_none(h.spec, prog))
 
 
-@dataclass(frozen=True)
 class ReplayBudget(Evidence):
     """The replayed scheduler progress against its budget (LRD201, LRD202), and the
     corrections that would make them meet."""
@@ -255,8 +252,7 @@ class ReplayBudget(Evidence):
         return f"{self.ratio:.3g}x the scheduler's budget"
 
 
-@dataclass(frozen=True, kw_only=True)
-class IntervalEvidence(Evidence):
+class IntervalEvidence(Evidence, kw_only=True):
     """Scheduler progress between two checkpoints of one run against the updates between
     them (LRD112, LRD113, LRD116): the counters as ``{counter, from, to, delta, unit}``."""
 
@@ -277,16 +273,14 @@ class IntervalEvidence(Evidence):
     ratio_in_interval: float | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
-class LiveEvidence(Evidence):
+class LiveEvidence(Evidence, kw_only=True):
     """What the live guard (:mod:`lrdoctor.runtime.guard`) saw in the training loop; one
     finding per code, ``occurrences`` counting how often it was seen."""
 
     occurrences: int = 1
 
 
-@dataclass(frozen=True, kw_only=True)
-class LiveResume(LiveEvidence):
+class LiveResume(LiveEvidence, kw_only=True):
     """At the first update after a resume the scheduler is not where the restored updates
     put it (LRD112 behind, LRD113 ahead)."""
 

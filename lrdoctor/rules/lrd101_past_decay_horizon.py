@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.core.state import RunState
@@ -31,7 +30,6 @@ from lrdoctor.rules.common import LiveEvidence, PastHorizon, fmt, horizon, past_
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class PastDecayHorizon(PastHorizon):
     pass
 
@@ -72,8 +70,7 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         f"{fmt(h.horizon)} {prog.unit.value}{where}: {tail}.", ev)]
 
 
-@dataclass(frozen=True, kw_only=True)
-class LiveHorizon(LiveEvidence):
+class LiveHorizon(LiveEvidence, kw_only=True):
     """The live guard: the scheduler reached its horizon before the loop's last update."""
 
     scheduler_progress: float

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
 from lrdoctor.core.state import RunState
@@ -24,7 +23,6 @@ from lrdoctor.rules.common import fmt, horizon
 RULE = Rule.from_module(__name__, Severity.INFO)
 
 
-@dataclass(frozen=True)
 class MinLrTail(Evidence):
     horizon: float
     planned_end: float

@@ -19,7 +19,6 @@ the budget by k; repair the checkpoint with `lrdoctor fix --policy rescale`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.core.state import RunState
@@ -34,7 +33,6 @@ from lrdoctor.rules.common import (
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class SchedulerKTimesFast(ProgressEvidence):
     def headline(self) -> str | None:
         return self.versus("the nominal progress")
@@ -92,8 +90,7 @@ def _k_causes(state: RunState, k: int) -> str:
     return "the scheduler is " + why
 
 
-@dataclass(frozen=True, kw_only=True)
-class LiveSteppedBetweenUpdates(LiveEvidence):
+class LiveSteppedBetweenUpdates(LiveEvidence, kw_only=True):
     """The live guard (StepGuard): the scheduler stepped more than once between two
     optimizer steps."""
 
@@ -102,8 +99,7 @@ class LiveSteppedBetweenUpdates(LiveEvidence):
     since_last_update: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class LiveAdvance(LiveEvidence):
+class LiveAdvance(LiveEvidence, kw_only=True):
     """The live guard (LoopWatch): one update advanced the scheduler more than its rate
     (``max_advance``: the most seen so far)."""
 

@@ -15,7 +15,6 @@ Resume with `--override-opt_param-scheduler` after fixing the counter, or run `l
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lrdoctor.core.facts import Invariant
 from lrdoctor.core.findings import Finding, Rule, Severity
@@ -25,7 +24,6 @@ from lrdoctor.rules.common import ProgressEvidence, law_broken
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class MegatronSamplesMismatch(ProgressEvidence):
     def headline(self) -> str | None:
         return self.versus("consumed - skipped samples")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 from lrdoctor.core.state import RunState
@@ -25,7 +24,6 @@ from lrdoctor.rules.common import LR_RTOL, fmt
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True)
 class OptimizerLrMismatch(Evidence):
     optimizer_lrs: list[float]
     schedule_lr: float

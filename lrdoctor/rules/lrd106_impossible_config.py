@@ -14,7 +14,6 @@ Correct the configuration.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 from lrdoctor.core.state import RunState
@@ -22,7 +21,6 @@ from lrdoctor.core.state import RunState
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class ImpossibleConfig(Evidence):
     schedule: str
     source: str

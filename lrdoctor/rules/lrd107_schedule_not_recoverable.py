@@ -15,7 +15,6 @@ or a YAML file) or `--from-replay` when repairing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
 from lrdoctor.core.state import RunState
@@ -23,7 +22,6 @@ from lrdoctor.core.state import RunState
 RULE = Rule.from_module(__name__, Severity.INFO)
 
 
-@dataclass(frozen=True)
 class ScheduleNotRecoverable(Evidence):
     """``format``: no schedule at all; ``source``: one fitted to logged LRs."""
 

@@ -17,7 +17,6 @@ Step the scheduler on every successful optimizer update.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.core.state import RunState
@@ -29,7 +28,6 @@ EPOCH_STYLE = frozenset({"StepLR", "MultiStepLR", "ExponentialLR", "ReduceLROnPl
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True)
 class SchedulerBehind(ProgressEvidence):
     def headline(self) -> str | None:
         return self.versus("the nominal progress")

@@ -14,7 +14,6 @@ Repair the scheduler state with `lrdoctor fix --policy nominal`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lrdoctor.core.facts import Invariant
 from lrdoctor.core.findings import Finding, Rule, Severity
@@ -24,7 +23,6 @@ from lrdoctor.rules.common import ProgressEvidence, law_broken
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class DeepspeedSkipMismatch(ProgressEvidence):
     def headline(self) -> str | None:
         return self.versus("global_steps - skipped_steps")

@@ -13,7 +13,6 @@ Nothing to do.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.core.state import RunState
@@ -22,7 +21,6 @@ from lrdoctor.rules.common import PastHorizon, fmt, horizon, past_horizon
 RULE = Rule.from_module(__name__, Severity.INFO)
 
 
-@dataclass(frozen=True)
 class LrAtFloor(PastHorizon):
     pass
 

@@ -22,7 +22,6 @@ lrdoctor at the file or folder that holds it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lrdoctor.core.facts import LrLog, LrsUnread
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
@@ -32,8 +31,7 @@ from lrdoctor.rules.common import fmt, judged, scanned
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True, kw_only=True)
-class NotJudged(Evidence):
+class NotJudged(Evidence, kw_only=True):
     """What could not be judged and what was scanned. One of: no scheduler state
     (``contents``: what each file held), a scheduler with nothing to compare it with
     (``scheduler_progress``), param-group LRs saved but unread (``optimizer_lrs_unread``),

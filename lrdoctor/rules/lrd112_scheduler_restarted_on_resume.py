@@ -20,15 +20,12 @@ trainer's counters.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from lrdoctor.core.findings import Rule, Severity
 from lrdoctor.rules.common import IntervalEvidence
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True, kw_only=True)
-class SchedulerRestarted(IntervalEvidence):
+class SchedulerRestarted(IntervalEvidence, kw_only=True):
     """With ``restarted_near``: the update count the scheduler's progress restarted at
     (``resumed_from``: the checkpoint resumed from, when one matches)."""

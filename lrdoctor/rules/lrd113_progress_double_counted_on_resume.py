@@ -17,15 +17,12 @@ repair the checkpoint with `lrdoctor fix --policy nominal`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from lrdoctor.core.findings import Rule, Severity
 from lrdoctor.rules.common import IntervalEvidence
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True, kw_only=True)
-class ProgressDoubleCounted(IntervalEvidence):
+class ProgressDoubleCounted(IntervalEvidence, kw_only=True):
     """With ``excess`` and ``excess_matches`` (``{what, value, multiple}``): the progress
     the resume added again."""

@@ -18,7 +18,6 @@ extend-horizon` rewrites a checkpoint's horizon.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from lrdoctor.core.findings import Evidence, Rule, Severity, optional
@@ -26,7 +25,6 @@ from lrdoctor.core.findings import Evidence, Rule, Severity, optional
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class ScheduleChanged(Evidence):
     from_checkpoint: str
     to_checkpoint: str

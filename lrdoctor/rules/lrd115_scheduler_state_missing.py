@@ -17,7 +17,6 @@ to the restored step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from lrdoctor.core.findings import Evidence, Rule, Severity, optional
@@ -25,7 +24,6 @@ from lrdoctor.core.findings import Evidence, Rule, Severity, optional
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True)
 class SchedulerStateMissing(Evidence):
     checkpoint: str
     optimizer_lrs: list[float]

@@ -16,15 +16,12 @@ not depend on batching; repair with `lrdoctor fix --policy nominal`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from lrdoctor.core.findings import Rule, Severity
 from lrdoctor.rules.common import IntervalEvidence
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True, kw_only=True)
-class ProgressRatioChanges(IntervalEvidence):
+class ProgressRatioChanges(IntervalEvidence, kw_only=True):
     """The first interval that differs, with every interval's ratio, the run's rate before
     (``ratio_before``) and the interval's (``ratio_in_interval``)."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lrdoctor.core.facts import EpochPlan
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
@@ -31,7 +30,6 @@ from lrdoctor.core.state import RunState
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class EpochEndArithmetic(Evidence):
     """The plan, the horizon and what each window policy takes; with ``policy`` when the
     config or the counters tell which the loop does (``difference``: per policy when

@@ -20,7 +20,6 @@ extend-horizon` rewrites a checkpoint's horizon.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from lrdoctor.core.facts import Rampup
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
@@ -30,7 +29,6 @@ from lrdoctor.rules.common import REL_TOL, fmt, planned_end_in_schedule_units, p
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class DecayUnfinished(Evidence):
     horizon: float
     planned_end: float

@@ -31,7 +31,6 @@ included; `lrdoctor fix --policy extend-horizon` rewrites a checkpoint's horizon
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
@@ -39,7 +38,6 @@ from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
 if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
 
-@dataclass(frozen=True)
 class HorizonInAnotherUnit(Evidence):
     """The saved horizon, the planned end, the rate, the hypothesis that predicts the
     horizon and every other one with its number (ruled out)."""

@@ -20,7 +20,6 @@ dataloader length x epochs) and resume from a checkpoint saved with it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
@@ -28,7 +27,6 @@ from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
 if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
 
-@dataclass(frozen=True)
 class HorizonUnset(Evidence):
     """The horizon saved as 0 or below, and the LR of 0 against the peak that confirms it."""
 

@@ -23,7 +23,6 @@ name and rename them when complete.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
 
 
-@dataclass(frozen=True)
 class UnreadableFile(Evidence):
     file: str
     why: str

@@ -31,7 +31,6 @@ update); resume from a checkpoint from before the LR reached 0 after fixing it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
@@ -44,7 +43,6 @@ ZERO_RTOL = 1e-12  # an LR this small against the run's peak is 0 (float noise o
 LINE_RTOL = 1e-3  # how far (relative to the peak) the checkpoints' LRs may lie off a line
 
 
-@dataclass(frozen=True)
 class ZeroLR(Evidence):
     source: str  # "optimizer", "log" or "checkpoints"
     zero_from: float  # the step (update) from which the LR is 0

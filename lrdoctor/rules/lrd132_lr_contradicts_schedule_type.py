@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
@@ -45,7 +44,6 @@ LOW = 0.05  # a logged LR at or below this share of the peak is at the floor
 BACK = 0.9  # and climbing back to this share of the peak is a new cycle
 
 
-@dataclass(frozen=True)
 class LogContradiction(Evidence):
     configured: str  # "hf linear (training_args.bin)"
     log: str

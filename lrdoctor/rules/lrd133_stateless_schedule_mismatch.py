@@ -28,7 +28,6 @@ schedule is stepped in.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.findings import Evidence, Finding, FreeEvidence, Rule, Severity, optional
@@ -44,7 +43,6 @@ _UPDATE_COUNTERS = ("optimizer.step", "loop.global_step", "loop.num_updates", "l
 _MAX_K = 64
 
 
-@dataclass(frozen=True)
 class StatelessPlacement(Evidence):
     lr: float
     counter: str

@@ -14,7 +14,6 @@ update count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Finding, Rule, Severity
@@ -26,8 +25,7 @@ if TYPE_CHECKING:
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Overshoot(ReplayBudget):
+class Overshoot(ReplayBudget, kw_only=True):
     """The replay's budget evidence: the loop takes more updates than budgeted."""
 
 

@@ -13,7 +13,6 @@ Make the budget follow the replayed update count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Finding, Rule, Severity
@@ -25,8 +24,7 @@ if TYPE_CHECKING:
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Undershoot(ReplayBudget):
+class Undershoot(ReplayBudget, kw_only=True):
     """The replay's budget evidence: the loop takes fewer updates than budgeted."""
 
 

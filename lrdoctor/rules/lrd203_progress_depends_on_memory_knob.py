@@ -13,7 +13,6 @@ Drive the scheduler by samples or nominal progress, not by update count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True)
 class MemoryKnob(Evidence):
     key: str
     #: (knob value, optimizer updates, scheduler progress at the end) per value tried.

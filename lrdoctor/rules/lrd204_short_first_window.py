@@ -13,7 +13,6 @@ Use `(global_step + 1) % k == 0` as the optimizer-step condition.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class ShortFirstWindow(Evidence):
     window_sizes_head: list[int]
     k: int

@@ -13,7 +13,6 @@ Step the scheduler only when the optimizer steps; divide a micro-step budget by 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -25,7 +24,6 @@ if TYPE_CHECKING:
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class LrChangesInsideWindow(Evidence):
     changes: int
     updates: int
@@ -58,8 +56,7 @@ def check(c: ReplayContext) -> list[Finding]:
         location="scheduler.step_on")]
 
 
-@dataclass(frozen=True, kw_only=True)
-class LiveLrChange(LiveEvidence):
+class LiveLrChange(LiveEvidence, kw_only=True):
     """The live guard: the LR changed inside an accumulation window."""
 
     lr_before: list[float]

@@ -13,7 +13,6 @@ Advance the scheduler by nominal/actual per update.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True)
 class VariableUpdates(Evidence):
     updates_per_step: dict[str, float]
     #: Windows spanning steps: the least and most updates' worth of micro-batches a step holds.

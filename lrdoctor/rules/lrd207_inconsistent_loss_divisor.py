@@ -13,7 +13,6 @@ All-reduce the step's document count and broadcast it to every micro-batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class InconsistentLossDivisor(Evidence):
     bad_updates: int
     weight_sum_min: float

@@ -13,7 +13,6 @@ Repeat rows until the pad is full (or pad with whole prompts).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class ShortPadding(Evidence):
     steps: int
     #: The first short pad as the packer noted it (mb_size, pad_size, dp, rows, needed).

@@ -18,7 +18,6 @@ Raise the cap (at least to the longest sequence) or let the partition count grow
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True)
 class TokenCapExceeded(Evidence):
     cap: int
     max_tokens: int

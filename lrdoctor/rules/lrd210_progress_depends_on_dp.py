@@ -13,7 +13,6 @@ Increment the scheduler by the global batch (samples) or once per update.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class ProgressDependsOnDp(Evidence):
     #: dp size -> mean scheduler advance per train step.
     advance_by_dp: dict[int, float]

@@ -12,7 +12,6 @@ Step the scheduler only after a successful optimizer step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True)
 class SteppedOnFailedUpdate(Evidence):
     failed_updates: int
 

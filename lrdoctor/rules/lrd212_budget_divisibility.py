@@ -13,7 +13,6 @@ Cut mini-batches at prompt boundaries.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class BudgetDivisibility(Evidence):
     steps: int
     #: The first case: (step, sequences, updates taken, nominal) or (note, step, value).

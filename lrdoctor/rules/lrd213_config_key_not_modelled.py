@@ -14,7 +14,6 @@ Check the key's effect by hand, or replay a batch log recorded from the run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -22,7 +21,6 @@ from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True)
 class ConfigKeyNotModelled(Evidence):
     key: str
     value: Any

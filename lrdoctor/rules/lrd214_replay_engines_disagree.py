@@ -16,7 +16,6 @@ Replay the whole run with `--torch` and report the config to lrdoctor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from lrdoctor.core.findings import Evidence, Rule, Severity
@@ -24,7 +23,6 @@ from lrdoctor.core.findings import Evidence, Rule, Severity
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True)
 class EnginesDisagree(Evidence):
     #: The cross-check as run: micro-batches compared, the columns that disagree, ...
     cross_check: dict[str, Any]

@@ -19,7 +19,6 @@ dp to undo DDP's mean), as `num_items_in_batch` does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True)
 class LossDivisorLrScale(Evidence):
     """The effective LR scale per update the configured divisor implies
     (:func:`lrdoctor.replay.loss_scale.scale`)."""

@@ -21,7 +21,6 @@ Call `scheduler.step()` after `optimizer.step()`, inside the optimizer-step bran
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
@@ -37,7 +36,6 @@ def is_step_order_warning(message: str) -> bool:
     return "lr_scheduler.step() before optimizer.step()" in message.replace("`", "")
 
 
-@dataclass(frozen=True)
 class SchedulerBeforeOptimizer(Evidence):
     warning: str
     count: int

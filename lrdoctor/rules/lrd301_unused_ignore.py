@@ -12,14 +12,11 @@ Remove the ignore.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from lrdoctor.core.findings import Evidence, Rule, Severity
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
-@dataclass(frozen=True)
 class UnusedIgnore(Evidence):
     code: str
     config_key: str

@@ -12,14 +12,11 @@ Fix the step accounting, or raise the tolerance with a reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from lrdoctor.core.findings import Evidence, Rule, Severity
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class ProgressRatioExceeded(Evidence):
     progress_ratio: float
     max_progress_ratio: float

@@ -14,7 +14,7 @@ Correct the path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from lrdoctor.core.findings import Evidence, Rule, Severity
@@ -23,7 +23,6 @@ from lrdoctor.core.report import Report
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
-@dataclass(frozen=True)
 class InputUnusable(Evidence):
     """The target, and the refusal's structured record verbatim (what was scanned: the
     keys are :class:`~lrdoctor.core.errors.UnusableInput`'s ``detail``)."""

@@ -115,6 +115,16 @@ def test_evidence_serialises_to_its_json_keys(cls):
     assert headline is None or isinstance(headline, str) and headline
 
 
+@pytest.mark.parametrize("cls", _evidence_types(), ids=lambda c: c.__name__)
+def test_evidence_is_a_frozen_dataclass_by_being_evidence(cls):
+    """No decorator on each evidence type: Record makes every subclass a frozen dataclass."""
+    assert "@dataclass" not in inspect.getsource(cls).split("class ", 1)[0]
+    ev = _instance(cls)
+    assert dataclasses.is_dataclass(ev) and cls.__dataclass_params__.frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(ev, dataclasses.fields(cls)[0].name, None)
+
+
 def test_every_rule_with_a_check_has_typed_evidence():
     by_module = {}
     for cls in _evidence_types():
