@@ -33,6 +33,7 @@ from lrdoctor.replay.translate.common import (
     Reader,
     Translation,
     Translator,
+    rl_config,
     synthetic_up_to,
     truthy,
 )
@@ -160,24 +161,13 @@ def translate(data: dict, base: Path | None = None) -> Translation:
                     "async GRPO trains on off-policy batches; replayed as synchronous")
     r.unmodelled_if("grpo.use_dynamic_sampling", truthy,
                     "dynamic sampling makes the samples per step vary; replayed as fixed")
-    cfg: dict[str, Any] = {
-        "framework": "nemo_rl",
-        "schedule": schedule,
-        "budget": {"formula": "nominal"},
-        "train": {"steps": steps, "samples_per_step": sps, "micro_batch_size": micro,
-                  "mini_batch_size": gbs,
-                  "gradient_accumulation": max(1, gbs // dp // micro)},
-        "dp": {"size": dp},
-        "batching": batching,
-        "accumulation": {"rule": "correct", "flush_at_step_end": True},
-        # The DTensor v2 and Megatron workers step the scheduler once per train() call,
-        # that is once per GRPO step, however many global batches the step holds.
-        "scheduler": {"step_on": "rollout_step", "increment": 1},
-    }
-    synth = synthetic_up_to(r.get(f"{P}.max_total_sequence_length", kind=int))
-    if synth:
-        cfg["data"] = {"synthetic": synth}
-    return r.done("nemo_rl", cfg)
+    # The DTensor v2 and Megatron workers step the scheduler once per train() call,
+    # that is once per GRPO step, however many global batches the step holds.
+    return r.done("nemo_rl", rl_config(
+        "nemo_rl", schedule, dp=dp, batching=batching, step_on="rollout_step",
+        train={"steps": steps, "samples_per_step": sps, "micro_batch_size": micro,
+               "mini_batch_size": gbs, "gradient_accumulation": max(1, gbs // dp // micro)},
+        synthetic=synthetic_up_to(r.get(f"{P}.max_total_sequence_length", kind=int))))
 
 
 TRANSLATOR = Translator("nemo_rl", "NeMo-RL (GRPO YAML)", "yaml", looks_like, translate)

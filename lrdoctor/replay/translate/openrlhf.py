@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.replay.translate.common import Reader, Translation, Translator, synthetic_up_to
+from lrdoctor.replay.translate.common import (
+    Reader,
+    Translation,
+    Translator,
+    rl_config,
+    synthetic_up_to,
+)
 
 MARKERS = ("--rollout.batch_size", "--train.batch_size", "--rollout.n_samples_per_prompt",
            "openrlhf.cli.train_ppo_ray")
@@ -142,20 +148,12 @@ def translate(text: str, base: Path | None = None) -> Translation:
                                     "replayed as fixed"})
         r.used["algo.dynamic_filtering_enable"] = True
     max_len = r.get("data.max_len", 2048, int)
-    cfg = {
-        "framework": "openrlhf",
-        "schedule": schedule,
-        "budget": {"formula": "nominal"},
-        "train": {"steps": steps, "samples_per_step": sps, "epochs_per_step": epochs,
-                  "micro_batch_size": micro, "mini_batch_size": tbs,
-                  "gradient_accumulation": max(1, tbs // dp // micro)},
-        "dp": {"size": dp},
-        "batching": batching,
-        "accumulation": {"rule": "correct", "flush_at_step_end": True},
-        "scheduler": {"step_on": "update", "increment": 1},
-        "data": {"synthetic": synthetic_up_to(max_len)},
-    }
-    return r.done("openrlhf", cfg)
+    return r.done("openrlhf", rl_config(
+        "openrlhf", schedule, dp=dp, batching=batching, step_on="update",
+        train={"steps": steps, "samples_per_step": sps, "epochs_per_step": epochs,
+               "micro_batch_size": micro, "mini_batch_size": tbs,
+               "gradient_accumulation": max(1, tbs // dp // micro)},
+        synthetic=synthetic_up_to(max_len)))
 
 
 TRANSLATOR = Translator("openrlhf", "OpenRLHF (train_ppo_ray arguments)", "args", looks_like,

@@ -30,6 +30,7 @@ from lrdoctor.replay.translate.common import (
     Reader,
     Translation,
     Translator,
+    rl_config,
     synthetic_up_to,
     truthy,
 )
@@ -107,24 +108,17 @@ def translate(data: dict, base: Path | None = None) -> Translation:
                     "scheduler kwargs are not translated")
     max_len = r.get(f"{T}.max_prompt_length", 512, int) + r.get(
         "generator.sampling_params.max_generate_length", 1024, int)
-    cfg: dict[str, Any] = {
-        "framework": r.get("framework", "skyrl", str),
-        "schedule": schedule,
-        "budget": {"formula": "nominal"},
-        "train": {"steps": steps, "samples_per_step": tbs * n, "epochs_per_step": epochs,
-                  "micro_batch_size": micro, "mini_batch_size": mini,
-                  "gradient_accumulation": max(1, mini // dp // micro)},
-        "dp": {"size": dp},
-        "batching": batching,
-        "accumulation": {"rule": "correct", "flush_at_step_end": True},
-        "scheduler": {"step_on": "update", "increment": 1},
-    }
     synth = synthetic_up_to(max_len)
-    if synth:
+    if synth and stepwise:
         # Step-wise: every turn is a sequence; without a log each of the n samples of a
         # prompt is one turn, and the prompt ids come from n (synthetic ``group:n``).
-        cfg["data"] = {"synthetic": synth + (f";group:{n}" if stepwise else "")}
-    return r.done("skyrl", cfg)
+        synth += f";group:{n}"
+    return r.done("skyrl", rl_config(
+        r.get("framework", "skyrl", str), schedule, dp=dp, batching=batching, step_on="update",
+        train={"steps": steps, "samples_per_step": tbs * n, "epochs_per_step": epochs,
+               "micro_batch_size": micro, "mini_batch_size": mini,
+               "gradient_accumulation": max(1, mini // dp // micro)},
+        synthetic=synth))
 
 
 TRANSLATOR = Translator("skyrl", "SkyRL (skyrl-train config)", "yaml", looks_like, translate)

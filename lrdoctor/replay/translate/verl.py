@@ -29,6 +29,7 @@ from lrdoctor.replay.translate.common import (
     Translation,
     Translator,
     positive,
+    rl_config,
     synthetic_up_to,
     truthy,
 )
@@ -154,22 +155,13 @@ def translate(data: dict, base: Path | None = None) -> Translation:
     r.unmodelled_if(f"{optim}.zero_indexed_step", lambda v: not truthy(v),
                     "one-indexed steps shift the cosine by one step")
     max_len = r.get("data.max_prompt_length", 0, int) + r.get("data.max_response_length", 0, int)
-    cfg: dict[str, Any] = {
-        "framework": r.get("framework", "verl", str),
-        "schedule": schedule,
-        "budget": {"formula": "nominal"},
-        "train": {"steps": steps, "samples_per_step": sps, "epochs_per_step": epochs,
-                  "micro_batch_size": micro, "mini_batch_size": mini,
-                  "gradient_accumulation": max(1, per_rank_mini // micro)},
-        "dp": {"size": dp},
-        "batching": batching,
-        "accumulation": {"rule": "correct", "flush_at_step_end": True},
-        "scheduler": {"step_on": "rollout_step", "increment": 1},
-    }
-    synth = synthetic_up_to(max_len)
-    if synth:
-        cfg["data"] = {"synthetic": synth}
-    return r.done("verl", cfg)
+    return r.done("verl", rl_config(
+        r.get("framework", "verl", str), schedule, dp=dp, batching=batching,
+        step_on="rollout_step",
+        train={"steps": steps, "samples_per_step": sps, "epochs_per_step": epochs,
+               "micro_batch_size": micro, "mini_batch_size": mini,
+               "gradient_accumulation": max(1, per_rank_mini // micro)},
+        synthetic=synthetic_up_to(max_len)))
 
 
 TRANSLATOR = Translator("verl", "verl (Hydra ppo_trainer.yaml)", "yaml", looks_like, translate)
