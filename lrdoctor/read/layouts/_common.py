@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, overload
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import Key
@@ -39,10 +39,11 @@ def as_path(path: Any) -> Path:
     Typed as ``Path`` on purpose: ``RemotePath`` implements the part of pathlib the layouts
     use (``/``, ``name``, ``parent``, ``is_file``, ``is_dir``, ``iterdir``, ``glob``,
     ``stat``, ``read_text``), so each layout is written once for local and remote inputs.
+    The one cast lives in :func:`lrdoctor.read.bytes.storage.reader_path` (the scan uses it too).
     """
-    from lrdoctor.read.bytes.storage import as_path as local_or_remote
+    from lrdoctor.read.bytes.storage import reader_path
 
-    return cast(Path, local_or_remote(path))
+    return reader_path(path)
 
 
 def load(path: Path) -> Any:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.read.bytes.safeload import PICKLE_SUFFIXES
-from lrdoctor.read.bytes.storage import as_path
+from lrdoctor.read.bytes.storage import reader_path
 
 TREE_DEPTH = 5        # folder levels below the input (ROLL: output/worker/checkpoint-N/x/file)
 TREE_ENTRIES = 20_000  # names listed per input
@@ -31,7 +31,7 @@ class Tree:
 
 def list_tree(path: str | Path, depth: int = TREE_DEPTH, limit: int = TREE_ENTRIES) -> Tree:
     """The bounded listing of ``path`` (symlinked folders are not walked)."""
-    root: Path = as_path(path)  # type: ignore[assignment]  # RemotePath quacks like Path
+    root = reader_path(path)
     names = {root.name}
     level: list[Path] = [root]
     complete = True
@@ -220,7 +220,7 @@ def candidate_files(path: Path, max_files: int = MAX_FILES) -> list[Path]:
     Hidden names, tokenizer files and weights in non-pickle formats are
     skipped. More than ``max_files`` is refused: the input is not a run.
     """
-    path = as_path(path)  # type: ignore[assignment]  # a RemotePath quacks like a Path
+    path = reader_path(path)
     if path.is_file():
         return [path]
     if not path.is_dir():
