@@ -23,6 +23,7 @@ from lrdoctor.read.scan.shapes import (
 if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
     from lrdoctor.read.bytes.dcp import DcpState
+    from lrdoctor.read.scan.view import ScanView
 
 CHECKPOINT_N = re.compile(r"^checkpoint-(\d+)$")
 
@@ -376,6 +377,24 @@ def checkpoint_n_dirs(path: Path, marker: str | Iterable[str]) -> list[Path]:
 
 
 _Ckpt = TypeVar("_Ckpt")
+
+
+def claim_by_path(score: int, is_layout: Callable[[Path], bool]) -> Callable[[ScanView], int]:
+    """A path layout's ``claims``: ``score`` when ``is_layout`` accepts the input's path, else 0."""
+    def claims(scan: ScanView) -> int:
+        return score if is_layout(scan.path) else 0
+
+    return claims
+
+
+def detector(name: str) -> Callable[[Path], bool]:
+    """A layout's ``detect``: whether the registry's best claim on a path is layout ``name``'s."""
+    def detect(path: Path) -> bool:
+        from lrdoctor.read import layouts
+
+        return layouts.claimed_as(path) == name
+
+    return detect
 
 
 def listed(found: list[_Ckpt], missing: str, path: Path) -> list[_Ckpt]:

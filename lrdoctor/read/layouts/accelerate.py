@@ -25,7 +25,6 @@ from pathlib import Path
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read import layouts
 from lrdoctor.read.layouts import ENGINE, _common
 from lrdoctor.read.layouts._torchstate import (
     add_optimizer,
@@ -33,7 +32,6 @@ from lrdoctor.read.layouts._torchstate import (
     optimizer_info,
     torch_scheduler,
 )
-from lrdoctor.read.scan.view import ScanView
 
 NAME = "accelerate"
 
@@ -76,16 +74,6 @@ def _candidates(path: Path) -> list[Path]:
     return []
 
 
-def claims(scan: ScanView) -> int:
-    """How well this layout claims the input: ENGINE + 1, or 0 when it is not one."""
-    return ENGINE + 1 if _is_layout(scan.path) else 0
-
-
-def detect(path: Path) -> bool:
-    """Whether this layout reads ``path``: its claim is the best of the registry's."""
-    return layouts.claimed_as(path) == "accelerate"
-
-
 def _is_layout(path: Path) -> bool:
     path = _common.as_path(path)
     if path.is_file():
@@ -93,6 +81,10 @@ def _is_layout(path: Path) -> bool:
     if _is_state_dir(path):
         return True
     return path.is_dir() and bool(_candidates(path))
+
+
+claims = _common.claim_by_path(ENGINE + 1, _is_layout)
+detect = _common.detector("accelerate")
 
 
 def find_checkpoints(path: Path) -> list[Path]:

@@ -26,10 +26,8 @@ from typing import Any
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
-from lrdoctor.read import layouts
 from lrdoctor.read.layouts import TRAINER, _common, _logfit
 from lrdoctor.read.layouts._torchstate import read_optimizer_file
-from lrdoctor.read.scan.view import ScanView
 
 NAME = "hf"
 
@@ -42,16 +40,6 @@ TRAINING_ARGS = "training_args.bin"
 
 # ---------------------------------------------------------------- layout
 
-def claims(scan: ScanView) -> int:
-    """How well this layout claims the input: TRAINER, or 0 when it is not one."""
-    return TRAINER if _is_layout(scan.path) else 0
-
-
-def detect(path: Path) -> bool:
-    """Whether this layout reads ``path``: its claim is the best of the registry's."""
-    return layouts.claimed_as(path) == "hf"
-
-
 def _is_layout(path: Path) -> bool:
     path = _common.as_path(path)
     if path.is_file():
@@ -59,6 +47,10 @@ def _is_layout(path: Path) -> bool:
     if not path.is_dir():
         return False
     return (path / TRAINER_STATE).is_file() or bool(_common.checkpoint_n_dirs(path, TRAINER_STATE))
+
+
+claims = _common.claim_by_path(TRAINER, _is_layout)
+detect = _common.detector("hf")
 
 
 def find_checkpoints(path: Path) -> list[Path]:

@@ -50,7 +50,6 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import Invariant, LrsUnread, Storage
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
-from lrdoctor.read import layouts
 from lrdoctor.read.bytes import dcp
 from lrdoctor.read.layouts import ENGINE, GENERIC, _common
 from lrdoctor.read.layouts._megatron_core import rampup_budget, scheduler_refs
@@ -149,11 +148,6 @@ def claims(scan: ScanView) -> int:
     return GENERIC - 1 if _beside_foreign_files(path) else ENGINE + 5
 
 
-def detect(path: Path) -> bool:
-    """Whether this layout reads ``path``: its claim is the best of the registry's."""
-    return layouts.claimed_as(path) == "megatron"
-
-
 def _is_layout(path: Path) -> bool:
     path = _common.as_path(path)
     if path.is_file():
@@ -167,6 +161,9 @@ def _is_layout(path: Path) -> bool:
     # The tracker alone is not enough: verl's FSDP checkpoints write the same file name
     # beside global_step_N/ folders.
     return any(_is_iter_dir(d) for d in _iter_dirs(path))
+
+
+detect = _common.detector("megatron")
 
 
 def find_checkpoints(path: Path) -> list[Path]:

@@ -29,7 +29,6 @@ from typing import Any
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
-from lrdoctor.read import layouts
 from lrdoctor.read.layouts import FRAMEWORK, RECOGNISED, _common
 from lrdoctor.read.layouts._megatron_core import scheduler_refs
 from lrdoctor.read.layouts._torchstate import read_optimizer_file
@@ -101,11 +100,6 @@ def claims(scan: ScanView) -> int:
     return FRAMEWORK + 5 if _is_layout(scan.path) else 0
 
 
-def detect(path: Path) -> bool:
-    """Whether this layout reads ``path``: its claim is the best of the registry's."""
-    return layouts.claimed_as(path) == "roll"
-
-
 def _is_layout(path: Path) -> bool:
     path = _common.as_path(path)
     try:
@@ -118,6 +112,9 @@ def _is_layout(path: Path) -> bool:
         return bool(_workers(path))
     except OSError:
         return False
+
+
+detect = _common.detector("roll")
 
 
 def find_checkpoints(path: Path) -> list[Path]:

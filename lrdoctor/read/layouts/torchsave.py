@@ -33,22 +33,16 @@ NAME = "torch"
 # ---------------------------------------------------------------- layout
 # Files and checkpoints are found by content (lrdoctor.read.scan), not by name.
 
-def claims(scan: ScanView) -> int:
-    """How well this layout claims the input: GENERIC, or 0 when it is not one."""
-    return GENERIC if _is_layout(scan.path) else 0
-
-
-def detect(path: Path) -> bool:
-    """Whether this layout reads ``path``: its claim is the best of the registry's."""
-    return layouts.claimed_as(path) == "torchsave"
-
-
 def _is_layout(path: Path) -> bool:
     path = _common.as_path(path)
     if path.is_file():
         return listing.is_pickle(path)
     return path.is_dir() and any(listing.is_pickle(f)
                                  for f in _safe_candidates(path))
+
+
+claims = _common.claim_by_path(GENERIC, _is_layout)
+detect = _common.detector("torchsave")
 
 
 def _safe_candidates(path: Path) -> list[Path]:
