@@ -7,6 +7,7 @@ objects here are plain dicts/lists/numbers plus ``TensorRef`` and ``Opaque``.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -23,6 +24,7 @@ from lrdoctor.read.scan.shapes import (
 if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
     from lrdoctor.read.bytes.dcp import DcpState
+    from lrdoctor.read.bytes.storage import RemotePath
     from lrdoctor.read.scan.view import ScanView
 
 CHECKPOINT_N = re.compile(r"^checkpoint-(\d+)$")
@@ -34,7 +36,7 @@ Loaded = dict[Any, Any]
 JsonObject = dict[str, Any]
 
 
-def as_path(path: Any) -> Path:
+def as_path(path: str | os.PathLike[str] | RemotePath) -> Path:
     """A local :class:`Path`, or for a URL a :class:`~lrdoctor.read.bytes.storage.RemotePath`.
 
     Typed as ``Path`` on purpose: ``RemotePath`` implements the part of pathlib the layouts
@@ -138,16 +140,16 @@ MAX_MAGNITUDE = 1e15  # no step, sample count, horizon or LR of a real run comes
 
 
 @overload
-def num(value: Any, file: Any, key: str, *, count: bool = False,
+def num(value: Any, file: object, key: str, *, count: bool = False,
         required: Literal[True] = True) -> float: ...
 
 
 @overload
-def num(value: Any, file: Any, key: str, *, count: bool = False,
+def num(value: Any, file: object, key: str, *, count: bool = False,
         required: bool) -> float | None: ...
 
 
-def num(value: Any, file: Any, key: str, *, count: bool = False,
+def num(value: Any, file: object, key: str, *, count: bool = False,
         required: bool = True) -> float | None:
     """A number read from a checkpoint, sidecar or config, checked where it enters the model.
 
@@ -191,7 +193,7 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def side_num(st: Any, value: Any, file: Any, key: str, *, count: bool = False) -> float | None:
+def side_num(st: RunState, value: Any, file: object, key: str, *, count: bool = False) -> float | None:
     """:func:`num` for a side value: a bad one is noted on ``st`` and ignored (None)."""
     if value is None:
         return None

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import FieldRef
@@ -279,7 +278,7 @@ def _pick_scheduler(sc: shapes.Scan, st: RunState) -> shapes.Found | None:
     return None
 
 
-def _progress_of(f: shapes.Found) -> Any:
+def _progress_of(f: shapes.Found) -> float | None:
     v = f.value
     for k in ("last_epoch", "num_steps", "last_batch_iteration"):
         if k in v:
