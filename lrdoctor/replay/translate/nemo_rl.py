@@ -33,10 +33,10 @@ from lrdoctor.replay.translate.common import (
     Reader,
     Translation,
     Translator,
-    rl_config,
     synthetic_up_to,
     truthy,
 )
+from lrdoctor.replay.translate.rl_config import rl_config
 
 P = "policy"
 MAX_REPLAY_STEPS = 2000

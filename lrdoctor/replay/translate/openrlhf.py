@@ -25,13 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.replay.translate.common import (
-    Reader,
-    Translation,
-    Translator,
-    rl_config,
-    synthetic_up_to,
-)
+from lrdoctor.replay.translate.common import Reader, Translation, Translator, synthetic_up_to
+from lrdoctor.replay.translate.rl_config import rl_config
 
 MARKERS = ("--rollout.batch_size", "--train.batch_size", "--rollout.n_samples_per_prompt",
            "openrlhf.cli.train_ppo_ray")

@@ -29,10 +29,10 @@ from lrdoctor.replay.translate.common import (
     Translation,
     Translator,
     positive,
-    rl_config,
     synthetic_up_to,
     truthy,
 )
+from lrdoctor.replay.translate.rl_config import rl_config
 
 A = "actor_rollout_ref.actor"
 
