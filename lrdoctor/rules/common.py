@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from lrdoctor.core.facts import Invariant
 from lrdoctor.core.findings import Evidence, Finding, optional
@@ -92,8 +92,12 @@ class ProgressEvidence(Evidence):
     # Where, at this rate, the floor will come (rules.evidence_checks.harm_ahead).
     harm_ahead: Mapping[str, Any] | None = optional()
 
-    def versus(self, what: str) -> str:
-        return f"{self.ratio:.3g}x {what}"
+    #: What the scheduler's progress is measured against, for the verdict line; each
+    #: rule's evidence names its own (None: no headline, the title stands).
+    against: ClassVar[str | None] = None
+
+    def headline(self) -> str | None:
+        return None if self.against is None else f"{self.ratio:.3g}x {self.against}"
 
 
 def progress_evidence(state: RunState) -> ProgressEvidence | None:
@@ -109,9 +113,11 @@ def progress_evidence(state: RunState) -> ProgressEvidence | None:
 
 
 @dataclass(frozen=True)
-class LawBroken:
-    """A framework's own law (``state.facts.invariant``) that the saved counters break
-    (LRD104, LRD109): the evidence, the two counters and their ratio."""
+class ProgressGap:
+    """Scheduler progress apart from the counter it should equal: a framework's own law
+    (``state.facts.invariant``) the saved counters break (LRD104, LRD109), or the nominal
+    progress with no law to judge by (LRD103 ahead, LRD108 behind). The evidence, the
+    two counters and their ratio."""
 
     evidence: ProgressEvidence
     progress: Counter
@@ -125,14 +131,23 @@ class LawBroken:
                 f"({self.ratio:.3g}x)")
 
 
-def law_broken(state: RunState, law: Invariant) -> LawBroken | None:
-    """The comparison when ``law`` is the state's and its counters break it, else None."""
+def _gap(state: RunState) -> ProgressGap | None:
     ev = progress_evidence(state)
     prog, nominal = state.scheduler_progress, state.nominal_progress
-    if state.facts.invariant is not law or ev is None or prog is None or nominal is None \
-            or prog.value == nominal.value:
+    if ev is None or prog is None or nominal is None or prog.value == nominal.value:
         return None
-    return LawBroken(ev, prog, nominal, prog.value / nominal.value)
+    return ProgressGap(ev, prog, nominal, prog.value / nominal.value)
+
+
+def law_broken(state: RunState, law: Invariant) -> ProgressGap | None:
+    """The comparison when ``law`` is the state's and its counters break it, else None."""
+    return _gap(state) if state.facts.invariant is law else None
+
+
+def off_nominal_gap(state: RunState) -> ProgressGap | None:
+    """The comparison when scheduler progress is off the nominal progress and no
+    framework law covers the pair (:func:`off_nominal`), else None."""
+    return _gap(state) if off_nominal(state) else None
 
 
 def off_nominal(state: RunState) -> bool:

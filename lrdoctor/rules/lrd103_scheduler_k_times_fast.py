@@ -22,30 +22,21 @@ from collections.abc import Sequence
 
 from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.core.state import RunState
-from lrdoctor.rules.common import (
-    LiveEvidence,
-    ProgressEvidence,
-    fmt,
-    off_nominal,
-    progress_evidence,
-)
+from lrdoctor.rules.common import LiveEvidence, ProgressEvidence, fmt, off_nominal_gap
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 class SchedulerKTimesFast(ProgressEvidence):
-    def headline(self) -> str | None:
-        return self.versus("the nominal progress")
+    against = "the nominal progress"
 
 
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     """The scheduler advanced k times what the trainer's counters say."""
-    ev = progress_evidence(state)
-    prog, nominal = state.scheduler_progress, state.nominal_progress
-    if ev is None or prog is None or nominal is None or not off_nominal(state) \
-            or prog.value <= nominal.value:
+    gap = off_nominal_gap(state)
+    if gap is None or gap.ratio <= 1:
         return []
-    ratio = prog.value / nominal.value
+    ev, prog, nominal, ratio = gap.evidence, gap.progress, gap.nominal, gap.ratio
     k = round(ratio)
     near_int = k >= 2 and abs(ratio - k) <= 0.02 * k
     causes = _k_causes(state, k) if near_int else (

@@ -25,8 +25,7 @@ RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 class MegatronSamplesMismatch(ProgressEvidence):
-    def headline(self) -> str | None:
-        return self.versus("consumed - skipped samples")
+    against = "consumed - skipped samples"
 
 
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:

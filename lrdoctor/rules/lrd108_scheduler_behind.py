@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.core.state import RunState
-from lrdoctor.rules.common import ProgressEvidence, fmt, off_nominal, progress_evidence
+from lrdoctor.rules.common import ProgressEvidence, fmt, off_nominal_gap
 
 # torch schedulers commonly stepped once per epoch, where "behind" is by design.
 EPOCH_STYLE = frozenset({"StepLR", "MultiStepLR", "ExponentialLR", "ReduceLROnPlateau"})
@@ -29,19 +29,16 @@ RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
 class SchedulerBehind(ProgressEvidence):
-    def headline(self) -> str | None:
-        return self.versus("the nominal progress")
+    against = "the nominal progress"
 
 
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     """The scheduler advanced less than the trainer's counters (info for a per-epoch
     torch scheduler, where that is the design)."""
-    ev = progress_evidence(state)
-    prog, nominal = state.scheduler_progress, state.nominal_progress
-    if ev is None or prog is None or nominal is None or not off_nominal(state) \
-            or prog.value > nominal.value:
+    gap = off_nominal_gap(state)
+    if gap is None or gap.ratio > 1:
         return []
-    ratio = prog.value / nominal.value
+    ev, prog, nominal, ratio = gap.evidence, gap.progress, gap.nominal, gap.ratio
     severity = None
     if state.schedule is not None and state.schedule.kind in EPOCH_STYLE:
         severity = Severity.INFO

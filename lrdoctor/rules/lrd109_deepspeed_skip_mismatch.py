@@ -24,8 +24,7 @@ RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 class DeepspeedSkipMismatch(ProgressEvidence):
-    def headline(self) -> str | None:
-        return self.versus("global_steps - skipped_steps")
+    against = "global_steps - skipped_steps"
 
 
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
