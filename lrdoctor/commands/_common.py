@@ -24,7 +24,7 @@ class FailOn(str, Enum):
     never = "never"
 
 
-#: ``--output-format``'s choices: ``text`` (each command's terminal view, ``render.TEXT``)
+#: ``--output-format``'s choices: ``text`` (each command's terminal view, ``render.text.TEXT``)
 #: and every machine format the renderers have. ``render.FORMATS`` is the one list, so a
 #: new renderer is a new choice with no second edit (importing ``render`` is light).
 OutputFormat = Enum(  # type: ignore[misc]

@@ -6,8 +6,7 @@ which picks the output by two registries:
 - :data:`FORMATS`: the machine formats, one function per name (``json``, the CI
   formats in :mod:`lrdoctor.render.machine`: SARIF 2.1.0, JUnit XML, GitHub Actions,
   and GitHub-flavoured Markdown in :mod:`lrdoctor.render.markdown`);
-- :data:`TEXT`: per command, how its reports read on a terminal
-  (:mod:`lrdoctor.render.text`).
+- :data:`lrdoctor.render.text.TEXT`: per command, how its reports read on a terminal.
 
 The HTML report page is :mod:`lrdoctor.render.html`, the figures
 :mod:`lrdoctor.render.plots`, progress bars :mod:`lrdoctor.render.progress`.
@@ -20,10 +19,8 @@ imported when it is used, so ``lrdoctor --help`` and ``inspect`` stay fast.
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -71,37 +68,8 @@ FORMATS: dict[str, Callable[[Sequence[Report], str], str]] = {
 }
 
 
-@dataclass(frozen=True)
-class TextView:
-    """How one command's reports read as text: ``each`` per report (given the
-    command's context keywords), and optionally ``before``/``after`` over all of them.
-    Names are ``"module:function"`` under :mod:`lrdoctor.render`, imported on use."""
-
-    each: str
-    before: str | None = None
-    after: str | None = None
-    json_array: bool = False  # --json is always a list (check), even for one target
-    verdicts: bool = True  # one verdict line per target before the details
-    verbose: bool = False  # ``each`` takes ``verbose=True`` (every counter read)
-    quiet: str | None = None  # --quiet without verdict lines: one line per report
-
-
-#: Per command: its text view. ``emit(..., command=NAME)`` picks one; the default is
-#: the command of the first report.
-TEXT: dict[str, TextView] = {
-    "inspect": TextView(each="text:render_inspect", before="text:render_trend_of_many",
-                        verbose=True),
-    "replay": TextView(each="text:render_replay", verbose=True),
-    "fix": TextView(each="text:render_fix", verdicts=False, quiet="text:fix_line"),
-    "check": TextView(each="text:render_check_target", after="text:render_check_summary",
-                      json_array=True, verbose=True),
-    "report": TextView(each="text:render_findings"),
-}
-
-
-def _resolve(ref: str) -> Callable[..., Any]:
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(f"lrdoctor.render.{module}"), name)
+#: The commands whose ``--json`` is always a list (``check``), even for one target.
+JSON_ARRAY = frozenset({"check"})
 
 
 def document(reports: Sequence[Report], fmt: str, fail_on: str = "warning") -> str:
@@ -147,8 +115,10 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
     reports = list(reports)
     fmt, fail_on = getattr(fmt, "value", fmt), getattr(fail_on, "value", fail_on)
     name = command or (reports[0].command if reports else "report")
-    view = TEXT.get(name, TEXT["report"])
     if fmt == "text":
+        from lrdoctor.render.text import TEXT  # rich: imported only for text
+
+        view = TEXT.get(name, TEXT["report"])
         if view.verdicts:
             from lrdoctor.render.verdict import print_verdicts
 
@@ -156,7 +126,7 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
         if quiet:
             if view.quiet:
                 for r in reports:
-                    _resolve(view.quiet)(r, **context)
+                    view.quiet(r, **context)
             if (on_github_actions() if annotate is None else annotate) and \
                     (lines := github_annotations(reports)):
                 print(lines)
@@ -164,21 +134,20 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
         if verbose and view.verbose:
             context["verbose"] = True
         if view.before:
-            _resolve(view.before)(reports)
-        each = _resolve(view.each)
+            view.before(reports)
         for r in reports:
-            each(r, **context)
+            view.each(r, **context)
         if view.after:
-            _resolve(view.after)(reports)
+            view.after(reports)
         if on_github_actions() if annotate is None else annotate:
             lines = github_annotations(reports)
             if lines:
                 print(lines)
-    elif fmt == "json" and view.json_array:
+    elif fmt == "json" and name in JSON_ARRAY:
         print(json.dumps([r.to_dict() for r in reports], indent=2, allow_nan=False))
     else:
         print(document(reports, fmt, fail_on))
     return max((r.exit_code(fail_on) for r in reports), default=0)
 
 
-__all__ = ["FORMATS", "TEXT", "TextView", "document", "emit"]
+__all__ = ["FORMATS", "JSON_ARRAY", "document", "emit"]

@@ -1,11 +1,13 @@
 """What the commands print on a terminal (rich text): one renderer per command.
 
-:data:`lrdoctor.render.TEXT` names which of these each command uses; a renderer
+:data:`TEXT` (at the end) says which of these each command uses; a renderer
 takes one report (plus the command's context keywords) and prints it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO, cast
 
 from rich.console import Console
@@ -545,3 +547,27 @@ def choice_line(t) -> str:
     if t.alternative:
         line += f"; the alternative: {t.alternative}"
     return line
+
+
+@dataclass(frozen=True)
+class TextView:
+    """How one command's reports read as text: ``each`` per report (given the
+    command's context keywords), and optionally ``before``/``after`` over all of them."""
+
+    each: Callable[..., None]
+    before: Callable[..., None] | None = None
+    after: Callable[..., None] | None = None
+    verdicts: bool = True  # one verdict line per target before the details
+    verbose: bool = False  # ``each`` takes ``verbose=True`` (every counter read)
+    quiet: Callable[..., None] | None = None  # --quiet without verdict lines: one line each
+
+
+#: Per command: its text view. ``emit(..., command=NAME)`` picks one; the default is
+#: the command of the first report.
+TEXT: dict[str, TextView] = {
+    "inspect": TextView(each=render_inspect, before=render_trend_of_many, verbose=True),
+    "replay": TextView(each=render_replay, verbose=True),
+    "fix": TextView(each=render_fix, verdicts=False, quiet=fix_line),
+    "check": TextView(each=render_check_target, after=render_check_summary, verbose=True),
+    "report": TextView(each=render_findings),
+}
