@@ -618,3 +618,42 @@ def test_numpy_frombuffer_of_an_int_is_refused_before_any_allocation():
     ok = safeload.load_bytes(pickle.dumps({"rng": Buffer(np.float64(2.5).tobytes())},
                                           protocol=2), "rng.pkl")
     assert ok["rng"].state["values"] == [2.5]
+
+
+def _legacy_file(path: pathlib.Path, view) -> pathlib.Path:
+    """The legacy (non-zip) torch format, written as torch's _legacy_save lays it out,
+    with torch's own FloatStorage class in the persistent id and ``view`` as its view."""
+    import struct
+
+    class Storage:
+        pass
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, Storage):
+                return ("storage", torch.FloatStorage, "0", "cpu", 4, view)
+            return None
+
+    with open(path, "wb") as f:
+        pickle.dump(0x1950A86A20F9469CFC6C, f, protocol=2)
+        pickle.dump(1001, f, protocol=2)
+        pickle.dump({"protocol_version": 1001, "little_endian": True,
+                     "type_sizes": {"short": 2, "int": 4, "long": 4}}, f, protocol=2)
+        Pickler(f, protocol=2).dump({"w": Storage()})
+        pickle.dump(["0"], f, protocol=2)
+        f.write(struct.pack("<q", 4) + struct.pack("<4f", 1, 2, 3, 4))
+    return path
+
+
+def test_legacy_storage_view_is_checked(tmp_path):
+    """Bug found while typing the persistent ids a pickle hands over: a legacy storage's
+    view (root key, offset, size) was unpacked unchecked, so ("0", "x", "y") made a
+    TensorRef of shape ('y',) and read_values then raised an unexpected TypeError."""
+    good = safeload.load(_legacy_file(tmp_path / "good.pt", ("0", 1, 2)))["w"]
+    assert (good.shape, good.storage_offset) == ((2,), 1)
+    assert safeload.read_values(good) == [2.0, 3.0]
+    assert safeload.load(_legacy_file(tmp_path / "whole.pt", None))["w"].shape == (4,)
+    for n, view in enumerate([("0", "x", "y"), ("0", -1, 2), ("0", 1), 7]):
+        with pytest.raises(UnusableInput) as e:
+            safeload.load(_legacy_file(tmp_path / f"bad{n}.pt", view))
+        assert "malformed storage view" in str(e.value), view

@@ -757,7 +757,7 @@ def _zip_pickle(zf: zipfile.ZipFile, path: str) -> tuple[str, bytes]:
 def _unpickle_zip(data: bytes, prefix: str, members: dict[str, zipfile.ZipInfo], path: str,
                   unknown_as_opaque: bool) -> Unpickled:
     """data.pkl's object graph, each storage checked against its member's size."""
-    def storage_ref(pid: Any) -> TensorRef:
+    def storage_ref(pid: object) -> TensorRef:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
             raise _Bad(f"unknown persistent id {str(pid)[:60]}")
         _, stype, key, _location, numel = pid
@@ -841,7 +841,7 @@ def _load_stream(path: str, unknown_as_opaque: bool, source: BinaryIO | None = N
         little = sys_info.get("little_endian", True)
         roots: dict[str, tuple[str, int]] = {}
 
-        def storage_ref(pid: Any) -> TensorRef:
+        def storage_ref(pid: object) -> TensorRef:
             if not (isinstance(pid, tuple) and len(pid) == 6 and pid[0] == "storage"):
                 raise _Bad(f"unknown persistent id {str(pid)[:60]}")
             _, stype, key, _location, numel, view = pid
@@ -850,8 +850,11 @@ def _load_stream(path: str, unknown_as_opaque: bool, source: BinaryIO | None = N
                 raise _Bad("malformed storage record")
             roots.setdefault(key, (dtype, numel))
             offset, size = 0, numel
-            if view is not None:
-                _view_key, offset, size = view
+            if view is not None:  # (root key, offset, size) in elements, as torch writes it
+                if not (isinstance(view, tuple) and len(view) == 3 and type(view[1]) is int
+                        and type(view[2]) is int and view[1] >= 0 and view[2] >= 0):
+                    raise _Bad("malformed storage view")
+                offset, size = view[1], view[2]
             return TensorRef(dtype, (size,), path, key, offset, (1,))
 
         obj = _checked(_Unpickler(bounded, path, storage_ref, unknown_as_opaque).load(), path)
