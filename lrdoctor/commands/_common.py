@@ -4,7 +4,6 @@ Printing the reports is :func:`lrdoctor.render.emit`'s, for every command."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from enum import Enum
@@ -15,6 +14,7 @@ import typer
 
 from lrdoctor import render
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.render import on_github_actions
 
 
 class FailOn(str, Enum):
@@ -97,10 +97,6 @@ def resolve_format(json_flag: bool, output_format: OutputFormat | None) -> Outpu
     return OutputFormat["text"]
 
 
-def on_github_actions() -> bool:
-    return os.environ.get("GITHUB_ACTIONS") == "true"
-
-
 def emit_to(out: Path | None, reports, fmt, fail_on, **kw) -> int:
     """:func:`lrdoctor.render.emit` to stdout, or with ``-o FILE`` into FILE (atomically);
     its exit code either way."""
@@ -113,7 +109,7 @@ def emit_to(out: Path | None, reports, fmt, fail_on, **kw) -> int:
     with contextlib.redirect_stdout(buf):
         code = render.emit(reports, fmt, fail_on, annotate=False, **kw)
     guarded(lambda: write_output(out, buf.getvalue()))
-    if fmt is OutputFormat["text"] and render.on_github_actions():
+    if fmt is OutputFormat["text"] and on_github_actions():
         print(render.github_annotations(list(reports) if isinstance(reports, list) else [reports]))
     return code
 
