@@ -31,31 +31,16 @@ import pickle
 import struct
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from lrdoctor.core.errors import LimitExceeded
 from lrdoctor.read.bytes import limits
+from lrdoctor.read.bytes.unpickler_base import BinaryFile, PickleSource, TypedUnpickler
 
 _SCALAR_KEYS = frozenset({str, bytes, int, float, bool, type(None), complex})
 _HASHED_CALLS_MAX = 1_000  # composite keys (tuples, frozensets) per load: bounds hash flooding
 _INT_HASH_SAFE = (1 << 61) - 1  # ints below this hash to themselves (no crafted collisions)
 _IDENTITY_HASH: object = object.__hash__
-
-
-class BinaryFile(Protocol):
-    """What :class:`BoundedReader` reads through: a binary file (local, BytesIO or remote)."""
-
-    def read(self, n: int = -1, /) -> bytes: ...
-
-    def readline(self, limit: int = -1, /) -> bytes: ...
-
-
-class PickleSource(Protocol):
-    """What the unpickler reads: ``read(n)`` and ``readline()`` (a file, or a BoundedReader)."""
-
-    def read(self, n: int, /) -> bytes: ...
-
-    def readline(self) -> bytes: ...
 
 
 class BoundedReader:
@@ -187,7 +172,7 @@ def expanded_size(roots: list[Any], children: Callable[[Any], Iterable[Any] | No
     return total, work
 
 
-class LimitedUnpickler(pickle._Unpickler):
+class LimitedUnpickler(TypedUnpickler):
     """``pickle._Unpickler`` with :mod:`lrdoctor.read.bytes.limits` checked as it runs (see the module doc).
 
     Subclasses supply ``find_class`` and ``persistent_load``; ``buildable`` names the
@@ -200,19 +185,6 @@ class LimitedUnpickler(pickle._Unpickler):
     #: what a container holds, for the expansion a call's arguments are weighed by
     children: ClassVar[staticmethod[[Any], Iterable[Any] | None]] = staticmethod(plain_children)
     dispatch: ClassVar[dict[int, Callable[[Any], None]]] = dict(pickle._Unpickler.dispatch)
-
-    # pickle._Unpickler's own state, which typeshed leaves out (it declares only the
-    # public API): the objects built so far, the marks, the memo.
-    _file_read: Callable[[int], bytes]
-    _file_readline: Callable[[], bytes]
-    read: Callable[[int], bytes]
-    readline: Callable[[], bytes]
-    stack: list[Any]
-    metastack: list[list[Any]]
-    append: Callable[[Any], None]
-    memo: dict[int, Any]
-    proto: int
-    pop_mark: Callable[[], list[Any]]
 
     def __init__(self, file: PickleSource, path: str | None, *, encoding: str = "latin1",
                  size: int | None = None):

@@ -30,7 +30,8 @@ from typing import Any, BinaryIO, TypeVar, overload
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
 from lrdoctor.read.bytes import limits, unsafe_globals
-from lrdoctor.read.bytes.limited_pickle import BoundedReader, LimitedUnpickler, PickleSource
+from lrdoctor.read.bytes.limited_pickle import BoundedReader, LimitedUnpickler
+from lrdoctor.read.bytes.unpickler_base import PickleSource
 
 # What the API hands back: a value an untrusted pickle built (plain data, Opaque records,
 # TensorRefs), whatever the file claims. ``Any`` at this boundary, so that a layout narrows
