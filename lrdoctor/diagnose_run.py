@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.findings import Finding
+from lrdoctor.core.numbers import number
 from lrdoctor.core.state import Counter, RunState
 from lrdoctor.rules import (
     lrd112_scheduler_restarted_on_resume as lrd112,
@@ -121,8 +122,6 @@ def points(states: list[RunState]) -> list[Point]:
     return out
 
 
-def _fmt(x: float) -> str:
-    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.4g}"
 
 
 def _differ(a: float, b: float) -> bool:
@@ -216,9 +215,9 @@ def _continuity(a: Point, b: Point, resumes: list[Point], rate: float,
         ev["lr_at_scheduler"], ev["lr_at_updates"] = lr_b, b.lr_at_updates
         lr_txt = (f"; the schedule gives {lr_b:.6g} at {b.name} where the counters imply "
                   f"{b.lr_at_updates:.6g}")
-    head = (f"{a.name} -> {b.name}: {b_u.name} {_fmt(a_u.value)} -> "
-            f"{_fmt(b_u.value)} (+{_fmt(du)}) but {b_s.name} {_fmt(sa)} -> "
-            f"{_fmt(sb)} ({'+' if ds >= 0 else ''}{_fmt(ds)}) {unit}")
+    head = (f"{a.name} -> {b.name}: {b_u.name} {number(a_u.value)} -> "
+            f"{number(b_u.value)} (+{number(du)}) but {b_s.name} {number(sa)} -> "
+            f"{number(sb)} ({'+' if ds >= 0 else ''}{number(ds)}) {unit}")
     restarted_at = None
     if ds < 0 and _differ(sa, sb):
         restarted_at = b_u.value - sb / rate
@@ -235,7 +234,7 @@ def _continuity(a: Point, b: Point, resumes: list[Point], rate: float,
         ev["restarted_near"] = restarted_at
         return [lrd112.RULE.finding(
             f"{head}: the scheduler {why}, as if it restarted from 0 at a resume near "
-            f"{b_u.name} {_fmt(restarted_at)} (state not saved or not restored){lr_txt}.",
+            f"{b_u.name} {number(restarted_at)} (state not saved or not restored){lr_txt}.",
             lrd112.SchedulerRestarted(**ev), location=b.path)], None
     persists = next_ratio is not None and _same(next_ratio * du, ds)
     if ds > expected and _differ(ds, expected) and not persists:
@@ -252,8 +251,8 @@ def _continuity(a: Point, b: Point, resumes: list[Point], rate: float,
                 ev["excess_matches"] = {"what": what, "value": base, "multiple": m}
                 times = "" if m == 1 else f" x {m}"
                 return [lrd113.RULE.finding(
-                    f"{head}: {_fmt(excess)} {unit} more than the updates explain, which is "
-                    f"{what} ({_fmt(base)}){times}: the resume stepped the restored scheduler "
+                    f"{head}: {number(excess)} {unit} more than the updates explain, which is "
+                    f"{what} ({number(base)}){times}: the resume stepped the restored scheduler "
                     "by the progress again (e.g. scheduler.step(iteration * global_batch_size)"
                     f" after load_state_dict){lr_txt}.", lrd113.ProgressDoubleCounted(**ev),
                     location=b.path)], None
@@ -279,8 +278,8 @@ def _ratio_drift(pts: list[Point], intervals: list[dict[str, Any]]) -> list[Find
     more = (f"; {len(bad) - 1} more interval(s) differ too" if len(bad) > 1 else "")
     return [lrd116.RULE.finding(
         f"{a.name} -> {b.name}: {b_s.name} advanced {first['ratio']:.4g} per unit "
-        f"of {b_u.name} (+{_fmt(b_s.value - a_s.value)} over "
-        f"+{_fmt(b_u.value - a_u.value)}) where the run advanced "
+        f"of {b_u.name} (+{number(b_s.value - a_s.value)} over "
+        f"+{number(b_u.value - a_u.value)}) where the run advanced "
         f"{first['rate']:.4g}{more} (per-interval ratios "
         f"{', '.join(f'{r:.4g}' for r in ratios)}): scheduler progress per update depends on something that changed (batch "
         "composition, accumulation, world size, a resume).", lrd116.ProgressRatioChanges(**ev),
@@ -330,7 +329,7 @@ def _schedule_changed(a: Point, b: Point) -> list[Finding]:
         if old is not None and new is not None and not math.isclose(
                 old, new, rel_tol=LR_RTOL, abs_tol=1e-15):
             ev["lr_at_resume_old_schedule"], ev["lr_at_resume_new_schedule"] = old, new
-            lr_txt = (f"; at {a.scheduler.name} {_fmt(x)} the LR jumps from {old:.6g} to "
+            lr_txt = (f"; at {a.scheduler.name} {number(x)} the LR jumps from {old:.6g} to "
                       f"{new:.6g}")
     what = ", ".join(f"{c['what']} {fmt_any(c['from'])} -> {fmt_any(c['to'])}"
                      for c in changes)
@@ -340,7 +339,7 @@ def _schedule_changed(a: Point, b: Point) -> list[Finding]:
 
 
 def fmt_any(v: Any) -> str:
-    return _fmt(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
+    return number(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
 
 
 def _missing_scheduler(pts: list[Point]) -> list[Finding]:
@@ -364,7 +363,7 @@ def _missing_scheduler(pts: list[Point]) -> list[Finding]:
         if p.updates is not None:
             ev["updates"] = {"counter": p.updates.name, "value": p.updates.value,
                              "unit": p.updates.unit.value}
-            where = f" at {p.updates.name} {_fmt(p.updates.value)}"
+            where = f" at {p.updates.name} {number(p.updates.value)}"
         other = next((q for q in reversed(pts[:i]) if q.scheduler is not None), None) or \
             next((q for q in pts[i + 1:] if q.scheduler is not None), None)
         also = ""
@@ -372,7 +371,7 @@ def _missing_scheduler(pts: list[Point]) -> list[Finding]:
             there = other.scheduler
             ev["checkpoint_with_scheduler"] = other.path
             ev["scheduler_there"] = {"counter": there.name, "value": there.value}
-            also = f" ({other.name} has {there.name} {_fmt(there.value)})"
+            also = f" ({other.name} has {there.name} {number(there.value)})"
         out.append(lrd115.RULE.finding(
             f"{p.name} saves no scheduler state{where}, but its optimizer lr "
             f"{lrs[0]:.6g} is {lrs[0] / peak:.3g}x the peak {peak:.6g} ({whence}): a "

@@ -77,7 +77,7 @@ def updates_after(batches: int, epochs_done: float, ga: int, policy: str) -> int
     return updates(batches, e, ga, policy)
 
 
-def _num(v: Any) -> float | None:
+def _finite_number(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return None
     return v
@@ -92,18 +92,18 @@ def plan_from(fields: dict[str, Any], source: str = "") -> EpochPlan | None:
             if key in fields and fields[key] is not None:
                 got[what] = fields[key]
                 break
-    epochs, ga = _num(got.get("epochs")), _num(got.get("ga"))
+    epochs, ga = _finite_number(got.get("epochs")), _finite_number(got.get("ga"))
     if epochs is None or ga is None or epochs <= 0 or ga < 1 or epochs != int(epochs):
         return None
-    ws = _num(got.get("world_size")) or 1
+    ws = _finite_number(got.get("world_size")) or 1
     drop = got.get("drop_last") if isinstance(got.get("drop_last"), bool) else None
-    n, bs = _num(got.get("dataset_len")), _num(got.get("batch_size"))
-    bpe = _num(got.get("batches_per_epoch"))
+    n, bs = _finite_number(got.get("dataset_len")), _finite_number(got.get("batch_size"))
+    bpe = _finite_number(got.get("batches_per_epoch"))
     if bpe is None:
         if n is None or bs is None or n <= 0 or bs <= 0:
             return None
         bpe = batches_per_epoch(int(n), int(bs), int(ws), bool(drop))
-    horizon = _num(got.get("horizon"))
+    horizon = _finite_number(got.get("horizon"))
     window = got.get("window") if got.get("window") in POLICIES else None
     return EpochPlan(epochs=int(epochs), ga=int(ga), batches_per_epoch=int(bpe),
                      horizon=int(horizon) if horizon is not None and horizon > 0 else None,

@@ -62,11 +62,11 @@ _NUMBERS = (  # (label, getter on report.state) shown for inspect reports
 def _counter(c: Any) -> Any:
     if isinstance(c, dict) and "value" in c:
         unit = c.get("unit") or ""
-        return f"{_num(c['value'])} {unit}".strip()
+        return f"{_html_number(c['value'])} {unit}".strip()
     return None
 
 
-def _num(x: Any) -> str:
+def _html_number(x: Any) -> str:
     return number(x, whole_below=1e15, none="None")
 
 
@@ -254,16 +254,16 @@ def _section(i: int, rep: Report, figs: list[tuple[str, Path]], note: str | None
             except (AttributeError, TypeError):
                 v = None
             if v is not None:
-                rows.append((label, v if isinstance(v, str) else _num(v)))
+                rows.append((label, v if isinstance(v, str) else _html_number(v)))
     summary = rep.extra.get("summary")
     if isinstance(summary, dict):
         for k, v in summary.items():
             label = k.replace("_", " ")
             if isinstance(v, (int, float, str)) and not isinstance(v, bool):
-                rows.append((label, _num(v)))
+                rows.append((label, _html_number(v)))
             elif isinstance(v, dict) and v and all(
                     isinstance(x, (int, float, str, type(None))) for x in v.values()):
-                rows.append((label, ", ".join(f"{a.replace('_', ' ')} {_num(x)}"
+                rows.append((label, ", ".join(f"{a.replace('_', ' ')} {_html_number(x)}"
                                               for a, x in v.items() if x is not None)))
     if rep.findings:
         out.append('<table class="findings"><thead><tr><th>code</th><th>finding</th>'

@@ -71,7 +71,7 @@ def _short(source: str, target: str) -> str:
     return source[len(base) + 1:] if source.startswith(base + "/") else source
 
 
-def _num(x) -> str:
+def _six_digits(x) -> str:
     return number(x, digits=6)
 
 
@@ -102,8 +102,8 @@ def no_findings_line(report) -> str:
     cmp = (st.get("derived") or {}).get("compared")
     if why is None and isinstance(cmp, dict):  # the two counters compared (rules.hypotheses)
         return (f"[green]No findings: the scheduler and the trainer agree "
-                f"({cmp['scheduler']} = {_num(cmp['scheduler_value'])}, "
-                f"{cmp['other']} = {_num(cmp['other_value'])}).[/green]")
+                f"({cmp['scheduler']} = {_six_digits(cmp['scheduler_value'])}, "
+                f"{cmp['other']} = {_six_digits(cmp['other_value'])}).[/green]")
     if why is None:
         return "[green]No findings: the scheduler and the trainer agree.[/green]"
     return f"[yellow]No findings, but not judged: {why}.[/yellow]"
@@ -154,11 +154,11 @@ def render_inspect(report, con: Console | None = None, verbose: bool = False) ->
     spec, d = st.get("schedule"), st.get("derived", {})
     if spec:
         unit = spec["unit"]
-        horizon = f"{_num(spec['horizon'])} {unit}" if spec.get("horizon") else "none"
+        horizon = f"{_six_digits(spec['horizon'])} {unit}" if spec.get("horizon") else "none"
         source = _short(spec.get("source") or "checkpoint", report.target)
         info.add_row(
             "schedule:", f"[bold]{spec['family']} {spec['kind']}[/bold] max_lr {spec['max_lr']:g}, "
-            f"min_lr {spec['min_lr']:g}, warmup {_num(spec['warmup'])} {unit}, decay horizon "
+            f"min_lr {spec['min_lr']:g}, warmup {_six_digits(spec['warmup'])} {unit}, decay horizon "
             f"{horizon}  [dim]({source})[/dim]")
         parts = []
         if d.get("horizon_fraction") is not None:
@@ -194,7 +194,7 @@ def _counter_table(rows, compared: int, target: str, width: int) -> Table:
         for i, (role, c) in enumerate(rows):
             if i == compared and i:
                 table.add_section()
-            table.add_row(role, c["name"], _num(c["value"]), c["unit"],
+            table.add_row(role, c["name"], _six_digits(c["value"]), c["unit"],
                           _short(c.get("source", ""), target))
         return table
     grid = Table.grid(padding=(0, 2))
@@ -202,7 +202,7 @@ def _counter_table(rows, compared: int, target: str, width: int) -> Table:
     grid.add_column(no_wrap=True)
     grid.add_column()
     for role, c in rows:
-        line = Text.assemble((c["name"], "bold"), f" = {_num(c['value'])} {c['unit']}")
+        line = Text.assemble((c["name"], "bold"), f" = {_six_digits(c['value'])} {c['unit']}")
         src = _short(c.get("source", ""), target)
         if src:
             line.append(f"  ({src})", "dim")
@@ -249,10 +249,10 @@ def render_trend(reports, con: Console | None = None) -> None:
                  else ", ".join(codes) or "[green]ok[/green]")
         table.add_row(
             row["checkpoint"],
-            _num(up["value"]) + (f" {_delta(du)}" if du is not None else "") if up else "-",
-            _num(sp["value"]) + (f" {_delta(ds)}" if ds is not None else "") if sp else
+            _six_digits(up["value"]) + (f" {_delta(du)}" if du is not None else "") if up else "-",
+            _six_digits(sp["value"]) + (f" {_delta(ds)}" if ds is not None else "") if sp else
             "[bold]none[/bold]",
-            ratio, _num(row.get("horizon")),
+            ratio, _six_digits(row.get("horizon")),
             f"{row['optimizer_lr']:.3g}" if row.get("optimizer_lr") is not None else "-", found)
     con.print(table)
     # Units and the columns' meaning under the table: in the headers they were cut at 80.
@@ -264,7 +264,7 @@ def render_trend(reports, con: Console | None = None) -> None:
 
 
 def _delta(x) -> str:
-    return f"({'+' if x >= 0 else ''}{_num(x)})"
+    return f"({'+' if x >= 0 else ''}{_six_digits(x)})"
 
 
 # ------------------------------------------------------------------- check
@@ -463,7 +463,7 @@ def _steps(pair: list[int]) -> str:
 
 # --------------------------------------------------------------------- fix
 
-def _fmt(v) -> str:
+def _fix_cell(v) -> str:
     """A fix table cell: floats to 6 significant digits, lists in brackets."""
     cell = number(v, digits=6, grouping=False, whole_below=0, none="None")
     return "[" + cell + "]" if isinstance(v, list) else cell
@@ -489,14 +489,14 @@ def render_fix(report, *, plan, dry_run: bool, result=None, con: Console | None 
         if c.file != current:
             current = c.file
             table.add_row(f"[dim]{c.file}[/dim]", "", "")
-        table.add_row("  " + c.key_str, _fmt(c.before), f"[bold]{_fmt(c.after)}[/bold]")
+        table.add_row("  " + c.key_str, _fix_cell(c.before), f"[bold]{_fix_cell(c.after)}[/bold]")
     con.print(table)
     unit = t.unit.value if t.unit else ""
-    con.print(f"scheduler progress {_fmt(t.progress_before)} -> {_fmt(t.progress)} {unit}")
+    con.print(f"scheduler progress {_fix_cell(t.progress_before)} -> {_fix_cell(t.progress)} {unit}")
     if t.horizon is not None:
-        con.print(f"decay horizon {_fmt(t.horizon_before)} -> {_fmt(t.horizon)} {unit}")
+        con.print(f"decay horizon {_fix_cell(t.horizon_before)} -> {_fix_cell(t.horizon)} {unit}")
     if t.lr_before is not None or t.lr is not None:
-        con.print(f"learning rate {_fmt(t.lr_before)} -> {_fmt(t.lr)}")
+        con.print(f"learning rate {_fix_cell(t.lr_before)} -> {_fix_cell(t.lr)}")
     for n in plan.notes:
         con.print(f"[dim]note:[/dim] {n}")
     for w in getattr(plan, "warnings", []):
@@ -537,7 +537,7 @@ def fix_line(report, *, plan, dry_run: bool, result=None, **_: object) -> None:
 
 def choice_line(t) -> str:
     """What fix chose and the alternative: a default repair must say it was a choice."""
-    flags = f"--policy {t.policy}" + (f" --k {_fmt(t.k)}" if t.policy == "rescale" and t.k
+    flags = f"--policy {t.policy}" + (f" --k {_fix_cell(t.k)}" if t.policy == "rescale" and t.k
                                       else "")
     if t.chosen_by != "findings":
         return f"policy: {flags} (as given)"

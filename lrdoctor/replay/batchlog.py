@@ -34,7 +34,7 @@ INT_COLS = tuple(BATCH_LOG_MIN)
 MIN_VALUE = BATCH_LOG_MIN
 
 
-def _fmt(path: Path) -> str:
+def _log_format(path: Path) -> str:
     by_name = batch_log_format(path.name)
     if by_name is not None:
         return by_name
@@ -237,7 +237,7 @@ def read_batch_log(path: str | Path):
                             ".parquet)", sp)
     if not p.is_file():
         raise UnusableInput("no such batch log file", sp)
-    fmt = _fmt(p)
+    fmt = _log_format(p)
     try:
         if fmt == "parquet":
             import pyarrow.parquet as pq
@@ -282,7 +282,7 @@ def write_batch_log(df, path: str | Path) -> None:
     from lrdoctor.atomic import replacing
 
     p = Path(path)
-    fmt = _fmt(p) if p.suffix else "jsonl"
+    fmt = _log_format(p) if p.suffix else "jsonl"
     with replacing(p, suffix=".tmp") as tmp:
         if fmt == "parquet":
             df.to_parquet(tmp, index=False)

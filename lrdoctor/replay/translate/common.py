@@ -89,7 +89,7 @@ class Reader:
         if isinstance(val, str) and "${" in val:
             raise UnusableInput(f"{key} is {val!r}: the interpolation does not resolve in this file")
         if kind in (int, float):
-            val = _num(val, key, kind)
+            val = checked_number(val, key, kind)
         elif kind is bool:
             val = _bool(val, key)
         elif kind is str:
@@ -135,7 +135,7 @@ class Reader:
         return Translation(framework, config, dict(sorted(self.used.items())), self.unmodelled)
 
 
-def _num(value: Any, key: str, kind: type = int) -> Any:
+def checked_number(value: Any, key: str, kind: type = int) -> Any:
     if isinstance(value, bool):
         raise UnusableInput(f"{key} is {value!r}; expected a number")
     if isinstance(value, str):

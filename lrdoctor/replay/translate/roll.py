@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.replay.translate.common import Translation, Translator, _num
+from lrdoctor.replay.translate.common import Translation, Translator, checked_number
 from lrdoctor.replay.translate.interpolate import MISSING as _MISSING
 from lrdoctor.replay.translate.interpolate import lookup as _lookup
 from lrdoctor.replay.translate.interpolate import resolve
@@ -138,7 +138,7 @@ def _required(data: dict, key: str, why: str) -> int:
     val = _get(data, key, None)
     if val is None:
         raise UnusableInput(f"{key} is missing: {why}")
-    return _num(val, key)
+    return checked_number(val, key)
 
 
 def _dp_size(actor: dict) -> tuple[int, dict]:
@@ -147,22 +147,22 @@ def _dp_size(actor: dict) -> tuple[int, dict]:
     world = actor.get("world_size")
     if mapping is not None:
         gpus = parse_device_mapping(mapping, "actor_train.device_mapping")
-        per_worker = _num(actor.get("num_gpus_per_worker") or 1, "actor_train.num_gpus_per_worker")
+        per_worker = checked_number(actor.get("num_gpus_per_worker") or 1, "actor_train.num_gpus_per_worker")
         strategy = str(_get(actor, "strategy_args.strategy_name", ""))
         if strategy not in ("hf_infer", "vllm", "sglang"):
             per_worker = 1  # ROLL forces 1 GPU per worker for training strategies
         world = len(gpus) // per_worker
     elif world is not None:
-        world = _num(world, "actor_train.world_size")
+        world = checked_number(world, "actor_train.world_size")
     else:
         raise UnusableInput(
             "actor_train has neither device_mapping nor world_size: cannot tell the dp size"
         )
     sc = _get(actor, "strategy_args.strategy_config", {}) or {}
-    tp = _num(sc.get("tensor_model_parallel_size") or 1, "tensor_model_parallel_size")
-    pp = _num(sc.get("pipeline_model_parallel_size") or 1, "pipeline_model_parallel_size")
-    cp = _num(sc.get("context_parallel_size") or 1, "context_parallel_size")
-    ulysses = _num(_get(actor, "model_args.ulysses_size", 1) or 1, "model_args.ulysses_size")
+    tp = checked_number(sc.get("tensor_model_parallel_size") or 1, "tensor_model_parallel_size")
+    pp = checked_number(sc.get("pipeline_model_parallel_size") or 1, "pipeline_model_parallel_size")
+    cp = checked_number(sc.get("context_parallel_size") or 1, "context_parallel_size")
+    ulysses = checked_number(_get(actor, "model_args.ulysses_size", 1) or 1, "model_args.ulysses_size")
     model_par = tp * pp * cp * ulysses
     if world % model_par:
         raise UnusableInput(
@@ -183,12 +183,12 @@ def _num_return_sequences(data: dict) -> tuple[int, str]:
         return 1, "agentic pipeline (ROLL forces num_return_sequences to 1)"
     v = _get(data, "actor_infer.generating_args.num_return_sequences")
     if v is not None:
-        return _num(v, "actor_infer.generating_args.num_return_sequences"), (
+        return checked_number(v, "actor_infer.generating_args.num_return_sequences"), (
             "actor_infer.generating_args.num_return_sequences"
         )
     v = _get(data, "num_return_sequences_in_group")
     if v is not None:
-        return _num(v, "num_return_sequences_in_group"), "num_return_sequences_in_group"
+        return checked_number(v, "num_return_sequences_in_group"), "num_return_sequences_in_group"
     return 1, "default"
 
 
@@ -260,7 +260,7 @@ def _translate(data: dict) -> dict:
             val = _HF_DEFAULTS[key]
         if kind is str:
             return str(val)
-        return _num(val, f"actor_train.training_args.{key}", kind)
+        return checked_number(val, f"actor_train.training_args.{key}", kind)
 
     steps = _required(data, "max_steps", "ROLL needs it to size the scheduler")
     if steps < 1:
@@ -271,7 +271,7 @@ def _translate(data: dict) -> dict:
     if rbs < 1:
         raise UnusableInput(f"rollout_batch_size is {rbs}: the replay needs a fixed batch size")
     nrs, nrs_from = _num_return_sequences(data)
-    ppo_epochs = _num(_get(data, "ppo_epochs", 1), "ppo_epochs")
+    ppo_epochs = checked_number(_get(data, "ppo_epochs", 1), "ppo_epochs")
     mbs = ta("per_device_train_batch_size")
     ga = ta("gradient_accumulation_steps")
     for key, v in (("actor_train.training_args.per_device_train_batch_size", mbs),
@@ -334,7 +334,7 @@ def _translate(data: dict) -> dict:
     dynamic = bool(actor.get("use_dynamic_batching_in_train", False))
     batching: dict[str, Any] = {"strategy": "static", "round_to": 1}
     if dynamic:
-        cap = _num(
+        cap = checked_number(
             actor.get("max_tokens_per_microbatch_in_train") or 0,
             "actor_train.max_tokens_per_microbatch_in_train",
         )
@@ -347,7 +347,7 @@ def _translate(data: dict) -> dict:
         batching = {
             "strategy": "token_budget",
             "max_tokens_per_microbatch": cap,
-            "round_to": _num(
+            "round_to": checked_number(
                 ROLL_ROUND_DEFAULT if rnd is None else rnd,
                 "actor_train.sequence_length_round_in_train",
             ),
@@ -373,9 +373,9 @@ def _translate(data: dict) -> dict:
 
     max_len = _get(data, "sequence_length", None)
     if max_len is None and _get(data, "prompt_length", None) is not None:
-        max_len = _num(_get(data, "prompt_length"), "prompt_length") + _num(
+        max_len = checked_number(_get(data, "prompt_length"), "prompt_length") + checked_number(
             _get(data, "response_length", 0), "response_length")
-    synth = synthetic_up_to(_num(max_len, "sequence_length") if max_len is not None else None)
+    synth = synthetic_up_to(checked_number(max_len, "sequence_length") if max_len is not None else None)
     if synth:
         out["data"] = {"synthetic": synth}
     return out
@@ -412,11 +412,11 @@ def _sequence_packing(data: dict, actor: dict, layout: dict, out: dict,
     vp = sc.get("virtual_pipeline_model_parallel_size") or 1
     out["batching"] = {
         "strategy": "roll_sequence_packing",
-        "max_tokens_per_microbatch": _num(cap, f"{key}.max_packed_sequence_length_train"),
+        "max_tokens_per_microbatch": checked_number(cap, f"{key}.max_packed_sequence_length_train"),
         "round_to": pad,
-        "min_micro_batches": _num(args.get("min_num_micro_batches_train", 1),
+        "min_micro_batches": checked_number(args.get("min_num_micro_batches_train", 1),
                                   f"{key}.min_num_micro_batches_train"),
-        "virtual_pipeline": _num(vp, "virtual_pipeline_model_parallel_size"),
+        "virtual_pipeline": checked_number(vp, "virtual_pipeline_model_parallel_size"),
     }
 
 
