@@ -56,7 +56,7 @@ class Record(Mapping[str, Any]):
 
     Every subclass is a frozen dataclass by being one (``class X(Evidence):`` and its
     fields; ``class X(Evidence, kw_only=True):`` for keyword-only fields): said here
-    once instead of a decorator on each of the sixty evidence types, and mypy knows it
+    once instead of a decorator on every evidence type, and mypy knows it
     (``dataclass_transform``)."""
 
     def raw(self) -> dict[str, Any]:
