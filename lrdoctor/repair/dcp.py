@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.repair import Builder, Change, FormatPlan, Key, Refusal, Target, get_at, walk
 from lrdoctor.core.state import RunState
-from lrdoctor.repair.policies import Refusal, Target
-from lrdoctor.repair.writer import Change, Key, get_at, walk
 
 NEW_FILE = "__lrdoctor_fix.distcp"
 METADATA = ".metadata"
@@ -59,9 +58,8 @@ def folders(state: RunState) -> list[Path]:
     return out
 
 
-def plan(path: Path, state: RunState, target: Target) -> Any:
+def plan(path: Path, state: RunState, target: Target) -> FormatPlan:
     from lrdoctor.read.bytes import dcp as reader
-    from lrdoctor.repair.engine import FormatPlan
     from lrdoctor.repair.writer import load_pickle
 
     path = Path(path)
@@ -99,7 +97,8 @@ def plan(path: Path, state: RunState, target: Target) -> Any:
     if not out:
         raise Refusal(f"no scheduler state with progress {target.progress_before:g} in the "
                       "items of " + ", ".join(str(d) for d in dirs), str(path))
-    builders = {rel: _Builder(rel) for rel in by_rel if any(c.file == rel for c in out)}
+    builders: dict[str, Builder] = {rel: _Builder(rel) for rel in by_rel
+                                    if any(c.file == rel for c in out)}
     if builders:
         notes.append("DCP: the changed items are written to " + NEW_FILE + " and .metadata "
                      "points at them; every other file is hard-linked (or copied) unchanged")
@@ -141,7 +140,7 @@ def _rel(root: Path, p: Path) -> str:
 def _output(path: Path, ckpt: Path, dirs: list[Path]) -> tuple[Path, list[str] | None]:
     """The output's root and files: the checkpoint folder as it is, or, for a run folder,
     its top-level files (a tracker) and the repaired checkpoint folder only."""
-    from lrdoctor.repair.writer import tree_files
+    from lrdoctor.core.repair import tree_files
 
     inside = all(d == ckpt or d.is_relative_to(ckpt) for d in dirs)
     if path.is_dir() and ckpt != path and ckpt.is_relative_to(path) and inside:
@@ -210,12 +209,12 @@ def _plan_objects(objs: list[tuple[str, Any]], target: Target,
     """The edits: the scheduler state the reader named (``named``), else every one found by
     shape at the progress inspect read; the optimizers' param-group LRs beside them."""
     from lrdoctor.read.scan.shapes import is_megatron_scheduler
-    from lrdoctor.repair.megatron import scheduler_edits
     from lrdoctor.repair.torchstate import (
         group_lrs,
         is_optimizer,
         optimizer_changes,
         scheduler_changes,
+        scheduler_edits,
     )
     from lrdoctor.schedules import group_lr
 

@@ -1,39 +1,41 @@
-"""``lrdoctor fix``: read -> diagnose -> policy -> per-format plan -> atomic write -> verify."""
+"""``lrdoctor fix``: read -> diagnose -> policy -> the layout's plan -> atomic write -> verify.
+
+Which edits a checkpoint needs is the knowledge of the layout that read it: the engine
+asks the layout registry for that layout's repair side
+(:func:`lrdoctor.read.layouts.repairs`, typed :class:`~lrdoctor.read.layouts.Repairs`)
+and hands it the framework-blind arithmetic (:data:`lrdoctor.repair.torchstate.TOOLS`).
+A state stored in torch.distributed.checkpoint folders goes to the DCP writer
+(:mod:`lrdoctor.repair.dcp`) whatever the layout, because the storage, not the trainer,
+decides how an item can be rewritten. A layout with no repair side is refused in one
+line; nothing is imported by a name built from a string.
+"""
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lrdoctor import __version__
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import Storage
 from lrdoctor.core.findings import Finding
+from lrdoctor.core.repair import Builder, FormatPlan, Refusal, Target, tree_files
 from lrdoctor.core.state import RunState
-from lrdoctor.repair.policies import Refusal, Target, make_target
-from lrdoctor.repair.writer import Change, Written, sha256, tree_files, write_output
+from lrdoctor.repair.policies import make_target
+from lrdoctor.repair.writer import Change, Written, sha256, write_output
+
+if TYPE_CHECKING:
+    from lrdoctor.core.report import Report
+
+__all__ = ["FixFailed", "FixPlan", "FixResult", "FormatPlan", "fix_report", "plan_fix",
+           "read_state", "write_fix"]
 
 
 class FixFailed(UnusableInput):
     """The written copy did not pass verification; nothing was left behind."""
-
-
-@dataclass
-class FormatPlan:
-    """What one format's writer decided: the checkpoint root, its files, the edits."""
-
-    root: Path  # a directory or a single file
-    files: list[str] | None = None  # relative to root; None: every file under it
-    changes: list[Change] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    # Hard-link the files no change touches (DCP tensor files), else copy them.
-    link: bool = False
-    # file -> what writes it (and the files beside it) from its changes: a DCP .metadata.
-    builders: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -50,7 +52,7 @@ class FixPlan:
     # One line each, shown as "warning:": what the fix could not set and how to set it.
     warnings: list[str] = field(default_factory=list)
     link: bool = False
-    builders: dict[str, Any] = field(default_factory=dict)
+    builders: dict[str, Builder] = field(default_factory=dict)
 
     @property
     def noop(self) -> bool:
@@ -70,7 +72,7 @@ def read_state(path: Path, format: str | None = None) -> tuple[str, RunState, li
     from lrdoctor.read import layouts
 
     mod = layouts.detect(path, format)
-    name = mod.__name__.rsplit(".", 1)[-1]
+    name = layouts.ALIASES.get(mod.NAME, mod.NAME)  # the registry's name (torch -> torchsave)
     if path.is_dir():  # a run: the resume shapes show only between its checkpoints
         from lrdoctor.diagnose_run import diagnose_run
         from lrdoctor.inspect_api import read_run
@@ -134,20 +136,20 @@ def plan_fix(path: str | Path, *, policy: str | None = None, k: float | None = N
     if target is None:
         plan.notes.append("nothing to fix: no finding calls for a repair")
         return plan
+    from lrdoctor.read import layouts
     from lrdoctor.repair import dcp
+    from lrdoctor.repair.torchstate import TOOLS
 
-    if state.facts.storage is Storage.DCP or dcp.folders(state):
-        writer: Any = dcp  # torch_dist, torch_dcp, torchtitan, NeMo-RL, any DCP folder
-    else:
-        try:
-            writer = importlib.import_module(f"lrdoctor.repair.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"lrdoctor.repair.{name}":
-                raise
-            raise Refusal(f"`fix` cannot write the {name} format yet", str(path)) from None
     try:
-        fp: FormatPlan = writer.plan(path, state, target)
-    except Refusal as exc:  # a writer names the file inside the checkpoint; say which input
+        if state.facts.storage is Storage.DCP or dcp.folders(state):
+            # torch_dist, torch_dcp, torchtitan, NeMo-RL, any DCP folder: by the storage
+            fp = dcp.plan(path, state, target)
+        else:
+            repairs = layouts.repairs(name)
+            if repairs is None:
+                raise Refusal(f"`fix` cannot write the {name} format yet", str(path))
+            fp = repairs.repair(path, state, target, TOOLS)
+    except Refusal as exc:  # a layout names the file inside the checkpoint; say which input
         if exc.path is None:
             raise Refusal(str(exc), str(path)) from None
         raise
@@ -228,9 +230,10 @@ class FixResult:
 
 def manifest(plan: FixPlan) -> dict[str, Any]:
     inputs = {}
-    for rel in sorted({c.file for c in plan.changes}):
-        src = plan.root if plan.root.is_file() else plan.root / rel
-        inputs[rel] = sha256(src)
+    root = plan.root
+    if root is not None:
+        for rel in sorted({c.file for c in plan.changes}):
+            inputs[rel] = sha256(root if root.is_file() else root / rel)
     return {"lrdoctor": __version__, "command": "fix", "input": str(plan.path),
             "format": plan.format, "policy": plan.target.policy if plan.target else None,
             "target": plan.target.to_dict() if plan.target else None,
@@ -254,8 +257,9 @@ def write_fix(plan: FixPlan, out: str | Path, *, force: bool = False, progress: 
             _mark_unverified(tmp, result.unresolved)
 
     root = plan.root
+    assert root is not None, "plan_fix sets the root of every plan that changes something"
     if _names_the_file(plan, out):
-        root = plan.root / plan.files[0]  # `--out fixed.pt` for a one-file checkpoint dir
+        root = root / plan.files[0]  # `--out fixed.pt` for a one-file checkpoint dir
     try:
         result.written = write_output(root, out, plan.files, plan.changes, manifest(plan),
                                       force=force, verify=check if verify else None,
@@ -347,7 +351,7 @@ def _verify(plan: FixPlan, tmp: Path) -> list[Finding]:
 
 
 def fix_report(plan: FixPlan, *, dry_run: bool, out: Path | None,
-               result: FixResult | None = None):
+               result: FixResult | None = None) -> Report:
     """The fix's :class:`~lrdoctor.core.report.Report`: the plan (policy, target, changes),
     and after a write the output, its manifest, the rewritten files and the findings
     that re-inspecting the copy gave. The JSON document ``fix --json`` prints."""

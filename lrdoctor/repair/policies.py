@@ -1,24 +1,27 @@
 """Repair policies: what the scheduler state *should* be, decided on the RunState alone.
 
 Framework-blind on purpose: a policy turns a :class:`RunState` (plus what the user
-said) into a :class:`Target` — new scheduler progress, maybe a new horizon, the LR
-the schedule gives there. The per-format writers (``lrdoctor.repair.<format>``)
-only translate a Target into concrete fields. When the checkpoint cannot say what
+said) into a :class:`~lrdoctor.core.repair.Target` — new scheduler progress, maybe a new
+horizon, the LR the schedule gives there. Each layout's repair (``repair`` in
+``lrdoctor.read.layouts.<framework>``, reached through the layout registry) only
+translates a Target into concrete fields. When the checkpoint cannot say what
 was intended, the policy refuses with the option to give; it never guesses.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import NotParsed, UnusableInput
 from lrdoctor.core.findings import Finding
+from lrdoctor.core.repair import Refusal, Target
 from lrdoctor.core.state import RunState, ScheduleSpec, Unit
 from lrdoctor.diagnose import Recommendation, recommend
 from lrdoctor.schedules import lr_or_none, with_horizon
+
+__all__ = ["POLICIES", "RESOLVES", "Refusal", "Target", "make_target", "read_replay"]
 
 POLICIES = ("nominal", "rescale", "extend-horizon")
 
@@ -32,48 +35,6 @@ RESOLVES = {
     "extend-horizon": ("LRD101", "LRD105"),
     "sync-lr": ("LRD105",),
 }
-
-
-class Refusal(UnusableInput):
-    """The intent is ambiguous or impossible; the message says which option to give."""
-
-
-@dataclass
-class Target:
-    """The scheduler state the output checkpoint must hold."""
-
-    policy: str  # nominal | rescale | extend-horizon | sync-lr
-    progress_before: float
-    progress: float  # new scheduler progress, in ``unit``
-    unit: Unit | None
-    horizon_before: float | None = None
-    horizon: float | None = None  # None: horizon unchanged
-    k: float | None = None
-    schedule: ScheduleSpec | None = None  # the schedule *after* the fix
-    lr_before: float | None = None  # what the schedule gave at the old progress
-    lr: float | None = None  # what it gives at the new progress (None: unknown)
-    motivated_by: list[str] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-    # How the policy was chosen: "option" (--policy/--k/--progress/--from-replay) or
-    # "findings" (the checkpoint's recommendation), and the other repair that works.
-    chosen_by: str = "option"
-    alternative: str | None = None
-    why: str = ""
-
-    @property
-    def scale(self) -> float | None:
-        """progress / progress_before, for formats that scale sibling counters."""
-        return self.progress / self.progress_before if self.progress_before else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "policy": self.policy, "unit": self.unit.value if self.unit else None,
-            "progress_before": self.progress_before, "progress": self.progress,
-            "horizon_before": self.horizon_before, "horizon": self.horizon, "k": self.k,
-            "lr_before": self.lr_before, "lr": self.lr,
-            "motivated_by": self.motivated_by, "reasons": self.reasons,
-            "chosen_by": self.chosen_by, "alternative": self.alternative, "why": self.why,
-        }
 
 
 def read_replay(path: Path) -> tuple[float, float]:
@@ -278,6 +239,8 @@ def _pace(state: RunState) -> float | None:
 def _extended_horizon(state: RunState, spec: ScheduleSpec | None, ratio: float | None) -> float:
     """progress + remaining planned work (converted to the schedule's unit) x observed pace."""
     sp = state.scheduler_progress
+    if sp is None:  # make_target refused this already
+        raise Refusal("the checkpoint holds no scheduler progress to repair", state.path)
     if spec is None or spec.horizon is None:
         raise Refusal("the checkpoint's schedule has no horizon to move (use --policy "
                       "nominal, or change the horizon in the training config)", state.path)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copyreg
 import pickle
 import types
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 # Plain data classes (no __setstate__/__reduce__ of their own): NEWOBJ + BUILD(__dict__).
 PLAIN_NAMES = ("deepspeed.runtime.fp16.loss_scaler.LossScaler",
@@ -40,6 +40,7 @@ class EnumStandIn(StandIn):
     """An enum member as its value: ``Enum.__reduce_ex__`` is ``(cls, (value,))``, so is ours."""
 
     __slots__ = ("value",)
+    value: Any  # set once in __new__ (the class is immutable after)
 
     def __new__(cls, value: Any = None) -> EnumStandIn:
         obj = object.__new__(cls)
@@ -53,7 +54,8 @@ class EnumStandIn(StandIn):
         return (type(self), (self.value,))
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.value == self.value  # type: ignore[attr-defined]
+        return isinstance(other, EnumStandIn) and type(other) is type(self) \
+            and bool(other.value == self.value)
 
     def __hash__(self) -> int:
         return hash((self._lrd_name, self.value))
@@ -108,7 +110,24 @@ def safe_globals() -> list[tuple[type, str]]:
     return [(cls, name) for name, cls in classes().items()]
 
 
-class _Pickler(pickle._Pickler):  # type: ignore[name-defined]
+if TYPE_CHECKING:
+    class _PurePickler(pickle._Pickler):
+        """The pure-Python pickler's internals that typeshed does not declare (they are
+        stable CPython API of ``pickle._Pickler``, which this module extends)."""
+
+        proto: int
+        memo: dict[int, tuple[int, Any]]
+
+        def save(self, obj: Any, save_persistent_id: bool = True) -> None: ...
+        def save_global(self, obj: Any, name: str | None = None) -> None: ...
+        def write(self, data: bytes) -> int: ...
+        def memoize(self, obj: Any) -> None: ...
+        def get(self, i: int) -> bytes: ...
+else:
+    _PurePickler = pickle._Pickler
+
+
+class _Pickler(_PurePickler):
     """The pure-Python pickler, writing a stand-in class under its original global name
     (the stdlib pickler would import the module to check the name: the import we avoid)."""
 

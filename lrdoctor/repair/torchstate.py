@@ -1,21 +1,31 @@
-"""Edits of torch ``LRScheduler`` and optimizer state dicts, found by their shape.
+"""The scheduler-state arithmetic of a repair: torch ``LRScheduler``, megatron-core
+``OptimizerParamScheduler`` and optimizer state dicts, found by their shape.
 
-Shared by every format that stores plain torch state (torch.save dicts, HF
-``scheduler.pt``/``optimizer.pt``, Lightning, accelerate). Locating by shape
-rather than by a framework's key names keeps one writer for all of them.
+Framework-blind: how a scheduler state moves to a new progress (``last_epoch`` and
+``_step_count``, ``num_steps``, the horizon field, ``_last_lr``, the param-group ``lr``)
+is the same whichever trainer saved it. *Where* a layout keeps that state (which file,
+which key, which optimizer goes with it) is the layout's own knowledge, in the ``repair``
+function of its module in :mod:`lrdoctor.read.layouts`; the layout calls this arithmetic
+through :data:`TOOLS` (the :class:`~lrdoctor.core.repair.RepairTools` protocol), handed
+in by the engine, because reading must not import ``repair/``. The DCP writer
+(:mod:`lrdoctor.repair.dcp`) uses the same functions on the items it re-nests.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lrdoctor.core.repair import Change, Key, Refusal, Target, get_at, walk
+from lrdoctor.read.scan.shapes import SCHEDULER_KEYS, is_megatron_scheduler, is_torch_scheduler
 from lrdoctor.read.scan.shapes import is_optimizer as discover_is_optimizer
-from lrdoctor.read.scan.shapes import is_torch_scheduler
-from lrdoctor.repair.policies import Refusal, Target
-from lrdoctor.repair.writer import Change, Key, get_at, load_pickle, walk
+from lrdoctor.repair.writer import load_pickle
 from lrdoctor.schedules import group_lr
 from lrdoctor.schedules.torch_builtin import HORIZON_FIELD
+
+if TYPE_CHECKING:
+    from lrdoctor.core.state import RunState
 
 # Horizon fields of torch's built-in schedulers (state_dict() keys): the one table.
 HORIZON_KEYS = tuple(dict.fromkeys(h for k, h in HORIZON_FIELD.items() if k != "OneCycleLR"))
@@ -33,7 +43,7 @@ def is_optimizer(d: Any) -> bool:
                                             for g in d["param_groups"])
 
 
-def find(obj: Any, pred) -> list[Key]:
+def find(obj: Any, pred: Callable[[Any], bool]) -> list[Key]:
     return [k for k, v in walk(obj) if pred(v)]
 
 
@@ -133,3 +143,138 @@ def plan_scheduler_file(sfile: Path, ofile: Path | None, target: Target,
     if opt_file is not None:
         changes += optimizer_changes(opt_file.name, opt, (), lrs)
     return changes, opt_file is not None, lrs
+
+
+# ---------------------------------------------------------------- megatron-core schedulers
+
+def scheduler_edits(file: str, sched_key: Key, sched: dict[str, Any],
+                    target: Target) -> list[Change]:
+    """num_steps / lr_decay_steps edits of one OptimizerParamScheduler state dict."""
+    out = []
+    nkey = next(k for k in SCHEDULER_KEYS["num_steps"] if k in sched)
+    old = sched[nkey]
+    if old != target.progress_before:
+        raise Refusal(f"{file}: {nkey} is {old}, other files say {target.progress_before:g}: "
+                      "the ranks disagree; fix them one by one")
+    new = _like(old, target.progress)
+    out.append(Change(file, sched_key + (nkey,), old, new, why=target.policy))
+    if target.horizon is not None:
+        hkey = next(k for k in SCHEDULER_KEYS["lr_decay_steps"] if k in sched)
+        out.append(Change(file, sched_key + (hkey,), sched[hkey], _like(sched[hkey],
+                                                                        target.horizon),
+                          why="extend-horizon"))
+    return out
+
+
+def optimizer_edits(file: str, obj: Any, under: Key, target: Target) -> tuple[list[Change], bool]:
+    """param-group lr of every optimizer state dict found under ``under``."""
+    out: list[Change] = []
+    root = get_at(obj, under) if under else obj
+    found = False
+    for k in find(root, is_optimizer):
+        found = True
+        out += optimizer_changes(file, obj, under + k, group_lrs(get_at(root, k), target))
+    return out, found
+
+
+def _like(old: Any, value: float) -> Any:
+    """Keep the counter's type: ints stay ints when the new value is whole."""
+    if isinstance(old, int) and not isinstance(old, bool) and float(value).is_integer():
+        return int(value)
+    return float(value)
+
+
+# ---------------------------------------------------------------- several files, by content
+
+def content_changes(objs: dict[Path, Any], rel: dict[Path, str], target: Target,
+                    state: RunState) -> tuple[list[Change], list[str]]:
+    """Every scheduler state at the old progress in ``objs`` (torch and megatron-core, by
+    shape), the optimizers beside them; where none is saved (torchtune), the counter the
+    reader named with a FieldRef."""
+    notes: list[str] = []
+    opts = [(f, k) for f, o in objs.items() for k in find(o, is_optimizer)]
+    lrs = group_lrs(get_at(objs[opts[0][0]], opts[0][1]), target) if opts else None
+    changes: list[Change] = []
+    n_sched = 0
+    for f, o in objs.items():
+        for k in find(o, is_scheduler):
+            if get_at(o, k)["last_epoch"] == target.progress_before:
+                changes += scheduler_changes(rel[f], o, k, target, lrs)
+                n_sched += 1
+        for k in find(o, is_megatron_scheduler):
+            changes += scheduler_edits(rel[f], k, get_at(o, k), target)
+            n_sched += 1
+    if not n_sched:
+        changes += _rebuilt_counter(objs, rel, target, state)
+    for f, k in opts:
+        changes += optimizer_changes(rel[f], objs[f], k, lrs)
+    if len({rel[f] for f in objs}) > 1:
+        notes.append("edited in place of: " + ", ".join(sorted({c.file for c in changes})))
+    return changes, notes
+
+
+def _rebuilt_counter(objs: dict[Path, Any], rel: dict[Path, str], target: Target,
+                     state: RunState) -> list[Change]:
+    """No scheduler state (torchtune): edit the counter the scheduler is rebuilt from."""
+    prog = state.scheduler_progress
+    ref = prog.ref if prog is not None else None  # the field the reader named
+    f = Path(ref.file) if ref is not None else None
+    if ref is None or f is None or f not in objs or not ref.key or ref.item:
+        raise Refusal(f"no scheduler state with progress {target.progress_before:g} in "
+                      + ", ".join(sorted(rel.values())))
+    try:
+        old = get_at(objs[f], ref.key)
+    except (KeyError, IndexError, TypeError, AttributeError):
+        raise Refusal(f"{rel[f]}: no field {ref.dotted}") from None
+    if old != target.progress_before:
+        raise Refusal(f"{rel[f]}:{ref.dotted} is {old}, not {target.progress_before:g}")
+    new = int(target.progress) if float(target.progress).is_integer() else target.progress
+    return [Change(rel[f], ref.key, old, new, why=f"{target.policy} (the scheduler is "
+                                                   f"rebuilt from {ref.dotted} on resume)")]
+
+
+# ---------------------------------------------------------------- what layouts call
+
+class Tools:
+    """:class:`~lrdoctor.core.repair.RepairTools`: this module's arithmetic, handed to a
+    layout's ``repair``. Each method looks the module function up when called, so a test
+    that replaces one (``monkeypatch.setattr(torchstate, ...)``) reaches every layout."""
+
+    def load(self, path: Path) -> Any:
+        return load_pickle(path)
+
+    def torch_state(self, file: str, obj: Any, target: Target
+                    ) -> tuple[list[Change], list[str]]:
+        return plan_torch_state(file, obj, target)
+
+    def scheduler_file(self, sfile: Path, ofile: Path | None, target: Target
+                       ) -> tuple[list[Change], bool, list[float] | None]:
+        return plan_scheduler_file(sfile, ofile, target)
+
+    def torch_scheduler(self, file: str, obj: Any, key: Key, target: Target,
+                        lrs: list[float] | None) -> list[Change]:
+        return scheduler_changes(file, obj, key, target, lrs)
+
+    def megatron_scheduler(self, file: str, key: Key, sched: dict[str, Any],
+                           target: Target) -> list[Change]:
+        return scheduler_edits(file, key, sched, target)
+
+    def optimizers(self, file: str, obj: Any, under: Key, target: Target
+                   ) -> tuple[list[Change], bool]:
+        return optimizer_edits(file, obj, under, target)
+
+    def group_lrs(self, opt_sd: dict[str, Any], target: Target) -> list[float] | None:
+        return group_lrs(opt_sd, target)
+
+    def is_scheduler(self, d: Any) -> bool:
+        return is_scheduler(d)
+
+    def is_optimizer(self, d: Any) -> bool:
+        return is_optimizer(d)
+
+    def content_state(self, objs: dict[Path, Any], rels: dict[Path, str], target: Target,
+                      state: RunState) -> tuple[list[Change], list[str]]:
+        return content_changes(objs, rels, target, state)
+
+
+TOOLS = Tools()

@@ -411,6 +411,8 @@ class _Writer:
         from lrdoctor.repair.standins import _Pickler
 
         class W(_Pickler):
+            used: list[StorageRef]
+
             def persistent_id(self, obj: Any) -> Any:
                 if isinstance(obj, StorageRef):
                     self.used.append(obj)
@@ -470,6 +472,7 @@ def _put(zf: zipfile.ZipFile, name: str, size: int, chunks: Any) -> None:
     info.compress_type = zipfile.ZIP_STORED
     info.file_size = size
     zip64 = size * 1.05 > zipfile.ZIP64_LIMIT
+    assert zf.fp is not None  # an open archive, being written
     info.extra = _extra(zf.fp.tell(), name, zip64)
     with zf.open(info, "w", force_zip64=zip64) as f:
         for chunk in chunks:

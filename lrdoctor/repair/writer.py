@@ -16,55 +16,18 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lrdoctor.atomic import refuse_checkpoint
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.repair import Builder, Change, Key, get_at, key_str
 from lrdoctor.read.bytes import unsafe_globals
 from lrdoctor.read.layouts._fixmanifest import MANIFEST
 
 _CHUNK = 8 << 20
-
-Key = tuple[Any, ...]
-
-
-@dataclass
-class Change:
-    """One field of one file: ``file`` is relative to the checkpoint root."""
-
-    file: str
-    key: Key
-    before: Any
-    after: Any
-    kind: str = "pickle"  # "pickle" (torch.save) or "json"
-    why: str = ""
-
-    @property
-    def key_str(self) -> str:
-        return key_str(self.key)
-
-    def to_dict(self) -> dict[str, Any]:
-        from lrdoctor.core.findings import jsonable as _jsonable
-
-        return {"file": self.file, "key": self.key_str, "before": _jsonable(self.before),
-                "after": _jsonable(self.after), "why": self.why}
-
-
-def key_str(key: Key) -> str:
-    out = ""
-    for k in key:
-        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
-    return out
-
-
-# ---------------------------------------------------------------- key paths
-def get_at(obj: Any, key: Key) -> Any:
-    for k in key:
-        obj = getattr(obj, k) if isinstance(obj, argparse.Namespace) else obj[k]
-    return obj
 
 
 def set_at(obj: Any, key: Key, value: Any) -> None:
@@ -76,23 +39,6 @@ def set_at(obj: Any, key: Key, value: Any) -> None:
         raise TypeError(f"cannot set inside a tuple at {key_str(key)}")
     else:
         parent[last] = value
-
-
-def walk(obj: Any, key: Key = (), depth: int = 12) -> Iterator[tuple[Key, Any]]:
-    """Every (key path, value) of nested dicts/lists/Namespaces; tensors not entered."""
-    yield key, obj
-    if depth == 0:
-        return
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            if isinstance(k, (str, int)):
-                yield from walk(v, key + (k,), depth - 1)
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from walk(v, key + (i,), depth - 1)
-    elif isinstance(obj, argparse.Namespace):
-        for k, v in vars(obj).items():
-            yield from walk(v, key + (k,), depth - 1)
 
 
 # ---------------------------------------------------------------- loading
@@ -197,14 +143,6 @@ def sha256(path: Path) -> str:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()
-
-
-def tree_files(root: Path) -> list[str]:
-    """Relative paths of every file under ``root`` (a file root: its own name)."""
-    if root.is_file():
-        return [root.name]
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                  if p.is_file() and not p.is_symlink())
 
 
 def _fsync_file(path: Path) -> None:
@@ -426,7 +364,7 @@ def write_output(src: Path, out: Path, files: list[str], changes: list[Change],
                  manifest: dict[str, Any], *, force: bool = False,
                  verify: Callable[[Path], None] | None = None,
                  progress: Any = None, protect: tuple[Path, ...] = (), link: bool = False,
-                 builders: dict[str, Any] | None = None) -> Written:
+                 builders: dict[str, Builder] | None = None) -> Written:
     """Build the output in a temporary sibling, verify it there, rename it into place.
 
     ``files``: what the output holds (relative to ``src``; a file root: its name).
@@ -454,7 +392,7 @@ def write_output(src: Path, out: Path, files: list[str], changes: list[Change],
 def _write_locked(src: Path, out: Path, files: list[str], changes: list[Change],
                   manifest: dict[str, Any], *, force: bool,
                   verify: Callable[[Path], None] | None, progress: Any, link: bool = False,
-                  builders: dict[str, Any] | None = None) -> Written:
+                  builders: dict[str, Builder] | None = None) -> Written:
     single = src.is_file()
     by_file: dict[str, list[Change]] = {}
     for c in changes:

@@ -182,13 +182,13 @@ def test_a_writer_refusal_names_the_input(monkeypatch):
     the user reads also names the input given on the command line."""
     from pathlib import Path
 
+    from lrdoctor.read.layouts import torchsave as layout  # the torch.save layout's repair
     from lrdoctor.repair import Refusal, plan_fix
-    from lrdoctor.repair import torchsave as writer
 
-    def refuse(path, state, target):
+    def refuse(path, state, target, tools):
         raise Refusal("checkpoint_60.pt: no torch scheduler state with last_epoch 240")
 
-    monkeypatch.setattr(writer, "plan", refuse)
+    monkeypatch.setattr(layout, "repair", refuse)
     src = Path(__file__).resolve().parents[2] / "sample_checkpoints" / "torch-microstep"
     with pytest.raises(Refusal) as e:
         plan_fix(src / "checkpoint_60.pt")

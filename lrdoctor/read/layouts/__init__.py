@@ -43,13 +43,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.read.scan.listing import Hint
 from lrdoctor.read.scan.view import ScanView
 
 if TYPE_CHECKING:
+    from lrdoctor.core.repair import FormatPlan, RepairTools, Target
     from lrdoctor.core.state import RunState
 
 # Claim scores: how specific the evidence is (higher wins).
@@ -83,13 +84,21 @@ class Layout(Protocol):
     def read(self, ckpt: Any) -> RunState: ...
 
 
+@runtime_checkable
 class Repairs(Protocol):
-    r"""The repair side of a layout: the field edits ``lrdoctor fix`` writes, through the
-    :class:`~lrdoctor.core.fieldref.FieldRef`\ s the layout's ``read`` filled. An entry's
-    ``repair`` loader returns one (issue 20 moves the repair modules behind it; until then
-    ``lrdoctor.repair.engine`` finds them by the layout's name)."""
+    r"""The repair side of a layout: the field edits ``lrdoctor fix`` writes, planned in the
+    same module that reads the checkpoint, through the
+    :class:`~lrdoctor.core.fieldref.FieldRef`\ s its ``read`` filled.
 
-    def plan(self, path: Path, state: RunState, target: Any) -> Any: ...
+    ``repair`` names the files and key paths (:class:`~lrdoctor.core.repair.Change`), the
+    refusals and the notes that only this framework knows; how a scheduler state moves is
+    framework-blind and comes in as ``tools`` (:class:`~lrdoctor.core.repair.RepairTools`,
+    implemented in ``lrdoctor.repair``), so reading never imports the writer. An entry
+    registered with ``repairs=True`` is its own repair side: the engine reaches it through
+    :func:`repairs`, never by importing a module named after the layout."""
+
+    def repair(self, path: Path, state: RunState, target: Target,
+               tools: RepairTools) -> FormatPlan: ...
 
 
 @dataclass(frozen=True)
@@ -106,7 +115,7 @@ class Entry:
     load: Callable[[], Layout]
     on_names: bool = True
     on_content: bool = False
-    repair: Callable[[], Repairs] | None = None  # the static import of its repair side
+    repairable: bool = False  # the module also holds its repair side (Repairs)
 
     def layout(self) -> Layout:
         return self.load()
@@ -115,19 +124,32 @@ class Entry:
         """Whether this entry is asked about ``scan`` (an input, or a classified checkpoint)."""
         return self.on_content if scan.content is not None else self.on_names
 
+    def repairs(self) -> Repairs | None:
+        """The layout's repair side, or None where ``fix`` cannot write this layout. A
+        layout registered as repairable without a ``repair`` is a registry error, said
+        loudly, never skipped."""
+        if not self.repairable:
+            return None
+        mod = self.load()
+        if not isinstance(mod, Repairs):
+            raise TypeError(f"layout {self.name} is registered with repairs=True but its "
+                            "module has no repair()")
+        return mod
+
 
 LAYOUTS: list[Entry] = []
 
 
 def register(name: str, *, ceiling: int, names: Sequence[str] = (),
              patterns: Sequence[str] = (), keys: Sequence[str] = (), always: bool = False,
-             on_names: bool = True, on_content: bool = False
+             on_names: bool = True, on_content: bool = False, repairs: bool = False
              ) -> Callable[[Callable[[], Layout]], Callable[[], Layout]]:
-    """Register the decorated loader (a function doing one static import) as layout ``name``."""
+    """Register the decorated loader (a function doing one static import) as layout ``name``;
+    ``repairs``: the module also holds its repair (:class:`Repairs`, ``lrdoctor fix``)."""
 
     def add(load: Callable[[], Layout]) -> Callable[[], Layout]:
         LAYOUTS.append(Entry(name, Hint(frozenset(names), tuple(patterns), tuple(keys), always),
-                             ceiling, load, on_names, on_content))
+                             ceiling, load, on_names, on_content, repairs))
         return load
 
     return add
@@ -136,19 +158,20 @@ def register(name: str, *, ceiling: int, names: Sequence[str] = (),
 # ---------------------------------------------------------------- the registry
 
 @register("megatron", ceiling=ENGINE + 5, names=("model_optim_rng.pt", "common.pt"),
-          patterns=(r"^iter_\d+$",))
+          patterns=(r"^iter_\d+$",), repairs=True)
 def _megatron() -> Layout:
     from lrdoctor.read.layouts import megatron
     return megatron
 
 
-@register("roll", ceiling=FRAMEWORK + 5, names=("scheduler.pt",), on_content=True)
+@register("roll", ceiling=FRAMEWORK + 5, names=("scheduler.pt",), on_content=True,
+          repairs=True)
 def _roll() -> Layout:
     from lrdoctor.read.layouts import roll
     return roll
 
 
-@register("deepspeed", ceiling=ENGINE + 4, patterns=(r"model_states\.pt$",))
+@register("deepspeed", ceiling=ENGINE + 4, patterns=(r"model_states\.pt$",), repairs=True)
 def _deepspeed() -> Layout:
     from lrdoctor.read.layouts import deepspeed
     return deepspeed
@@ -166,13 +189,13 @@ def _torchtitan() -> Layout:
     return torchtitan
 
 
-@register("hf", ceiling=TRAINER, names=("trainer_state.json",))
+@register("hf", ceiling=TRAINER, names=("trainer_state.json",), repairs=True)
 def _hf() -> Layout:
     from lrdoctor.read.layouts import hf
     return hf
 
 
-@register("lightning", ceiling=ENGINE + 2, patterns=(r"\.ckpt$",))
+@register("lightning", ceiling=ENGINE + 2, patterns=(r"\.ckpt$",), repairs=True)
 def _lightning() -> Layout:
     from lrdoctor.read.layouts import lightning
     return lightning
@@ -180,13 +203,13 @@ def _lightning() -> Layout:
 
 @register("accelerate", ceiling=ENGINE + 1,
           patterns=(r"^(?:scheduler|optimizer)(?:_\d+)?\.bin$", r"^random_states_\d+\.pkl$",
-                    r"^optimizer_\d+$"))
+                    r"^optimizer_\d+$"), repairs=True)
 def _accelerate() -> Layout:
     from lrdoctor.read.layouts import accelerate
     return accelerate
 
 
-@register("torchsave", ceiling=GENERIC, always=True)
+@register("torchsave", ceiling=GENERIC, always=True, repairs=True)
 def _torchsave() -> Layout:
     from lrdoctor.read.layouts import torchsave
     return torchsave
@@ -246,6 +269,13 @@ def by_content() -> list[str]:
 
 def _entry(name: str) -> Entry | None:
     return next((e for e in LAYOUTS if e.name == name), None)
+
+
+def repairs(name: str) -> Repairs | None:
+    """The repair side of the layout registered (or aliased) as ``name``; None where it has
+    none (``fix`` then refuses in one line)."""
+    entry = _entry(ALIASES.get(name, name))
+    return entry.repairs() if entry is not None else None
 
 
 def get(name: str) -> Layout:

@@ -10,10 +10,12 @@ imports another framework's layout for them.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.facts import Rampup
 from lrdoctor.core.fieldref import FieldRef
+from lrdoctor.core.repair import Change, FormatPlan, Refusal, RepairTools, Target, tree_files
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.layouts import _common
 from lrdoctor.read.scan.shapes import scheduler_field, scheduler_key
@@ -124,3 +126,57 @@ def rampup_budget(st: RunState, args: dict[str, Any], src: str, unit: Unit) -> N
             f"ramp-up: train_iters {train_iters} iterations consume {real:,} samples, not "
             f"train_iters x global_batch_size = {train_iters * gbs:,}")
     st.facts.rampup = info
+
+
+# ---------------------------------------------------------------- repair (lrdoctor fix)
+
+EXTEND_NOTE = ("Megatron-LM checks the checkpoint's lr_decay_steps against the command line on "
+               "resume: resume with --use-checkpoint-opt_param-scheduler (or pass the matching "
+               "--lr-decay-samples {h:g})")
+
+
+def rank_file_repair(path: Path, ckpt: Path | None, files: list[Path], tracker: str,
+                     target: Target, tools: RepairTools) -> FormatPlan:
+    """The edits of ``lrdoctor fix`` for Megatron-LM ``torch``-format rank files
+    (``model_optim_rng.pt``), the repair of :mod:`lrdoctor.read.layouts.megatron`.
+
+    Every rank file of the fixed iteration gets the same edit: the scheduler's
+    ``num_steps`` (samples) and, for extend-horizon, ``lr_decay_steps``; the optimizer's
+    param-group ``lr`` follows the schedule. megatron-core recomputes the param-group LR in
+    ``load_state_dict`` anyway (it calls ``step(num_steps)``), but keeping it consistent
+    makes the output inspect clean. A run dir gives a run dir with the tracker and the
+    fixed iteration only. Here, beside megatron-core's other shared state, because the
+    megatron layout module is at the size limit."""
+    root = path
+
+    def rel_of(f: Path) -> str:
+        return f.name if root.is_file() else str(f.relative_to(root))
+
+    out_files: list[str] | None = None
+    if path.is_file():
+        out_files = [path.name]
+    elif ckpt is not None and path != ckpt and ckpt.parent == path:
+        out_files = ([tracker] if (path / tracker).is_file() else []) + [
+            f"{ckpt.name}/{f}" for f in tree_files(ckpt)]
+    changes: list[Change] = []
+    any_opt = False
+    for f in files:
+        sd = tools.load(f)
+        key = next((k for k in ("opt_param_scheduler", "lr_scheduler")
+                    if isinstance(sd.get(k), dict)), None)
+        if key is None:
+            raise Refusal("no opt_param_scheduler in this file", str(f))
+        rel = rel_of(f)
+        changes += tools.megatron_scheduler(rel, (key,), sd[key], target)
+        if isinstance(sd.get("optimizer"), dict):
+            ch, found = tools.optimizers(rel, sd, ("optimizer",), target)
+            changes += ch
+            any_opt = any_opt or found
+        del sd
+    notes = []
+    if target.horizon is not None:
+        notes.append(EXTEND_NOTE.format(h=target.horizon))
+    if not any_opt:
+        notes.append("no optimizer param groups in these files (distributed optimizer?): "
+                     "megatron-core sets the LR from num_steps when it loads the scheduler")
+    return FormatPlan(root=root, files=out_files, changes=changes, notes=notes)

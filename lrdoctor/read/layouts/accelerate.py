@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.repair import FormatPlan, Refusal, RepairTools, Target, named_file
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read.layouts import ENGINE, _common
 from lrdoctor.read.layouts._torchstate import (
@@ -175,3 +176,32 @@ def _nominal(st: RunState) -> None:
     if opt_step is not None:
         st.nominal_progress = Counter("optimizer.step", opt_step.value, Unit.UPDATES,
                                       "optimizer.bin state step (max over parameters)")
+
+
+# ---------------------------------------------------------------- repair (lrdoctor fix)
+
+def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> FormatPlan:
+    """The edits of ``lrdoctor fix`` for a ``save_state`` folder (``scheduler.bin``,
+    ``optimizer.bin``).
+
+    The scheduler/optimizer pair the reader named (else the first) is repaired; model
+    weights and ``random_states_*.pkl`` are copied as they are. A prepared
+    ``AcceleratedScheduler`` steps ``num_processes`` times per update, which is why a
+    rescale says how to prepare it, or the counter runs ahead again."""
+    ckpt = find_checkpoints(Path(path))[-1]
+    scheds = numbered_files(ckpt, SCHEDULER_FILE)
+    opts = numbered_files(ckpt, OPTIMIZER_FILE)
+    if not scheds:
+        raise Refusal("no scheduler.bin to repair", str(ckpt))
+    named = named_file(state)
+    sfile = named if named is not None and named in scheds else scheds[0]
+    opt = opts[scheds.index(sfile)] if len(opts) == len(scheds) else (opts[0] if opts else None)
+    changes, _, _ = tools.scheduler_file(sfile, opt, target)
+    notes = []
+    if target.policy == "rescale":
+        notes.append("a prepared AcceleratedScheduler steps num_processes times per update: "
+                     "prepare it with split_batches=True, or step_scheduler_with_optimizer=False, "
+                     "or the counter will run ahead again")
+    if len(scheds) > 1:
+        notes.append(f"{len(scheds) - 1} more scheduler file(s) copied unchanged")
+    return FormatPlan(root=ckpt, files=None, changes=changes, notes=notes)

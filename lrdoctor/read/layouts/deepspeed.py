@@ -30,6 +30,16 @@ from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import Invariant
+from lrdoctor.core.repair import (
+    Change,
+    FormatPlan,
+    Refusal,
+    RepairTools,
+    Target,
+    get_at,
+    tree_files,
+    walk,
+)
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.bytes import safetext
@@ -389,3 +399,64 @@ def _check_ranks(st: RunState, sd: dict, main: Path, others: list[Path]) -> None
     if disagree:
         st.notes.append(f"{len(disagree)} of {len(others) + 1} model-state files disagree with "
                         f"{main.name} on {', '.join(sorted({k for d in disagree for k in d['differs']}))}")
+
+
+# ---------------------------------------------------------------- repair (lrdoctor fix)
+
+def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> FormatPlan:
+    """The edits of ``lrdoctor fix`` for an engine checkpoint (``<save>/latest``,
+    ``<save>/<tag>/``).
+
+    DeepSpeed's own schedulers save only ``last_batch_iteration`` (progress - 1) and are
+    rebuilt from ds_config on resume (so a new horizon is refused: it belongs in
+    ds_config); a client torch scheduler saves its usual state. The param-group ``lr``
+    lives in the model-states file without ZeRO and in the ``*_optim_states.pt``
+    partitions with ZeRO; every copy is set. A run directory gives a run directory holding
+    ``latest`` and the fixed tag, so ``engine.load_checkpoint(OUT)`` finds it."""
+    path = Path(path)
+    tag, _ = resolve(path)
+    if path.is_file():
+        raise Refusal("give the checkpoint's tag directory (or the save directory), not one "
+                      "file: DeepSpeed keeps the optimizer state in sibling files", str(path))
+    root: Path = tag
+    files: list[str] | None = None
+    if tag != path:
+        root = path
+        files = ([LATEST] if (path / LATEST).is_file() else []) + [
+            f"{tag.name}/{f}" for f in tree_files(tag)]
+
+    def rel(f: Path) -> str:
+        return str(f.relative_to(root))
+
+    changes: list[Change] = []
+    for f in model_files(tag):
+        sd = tools.load(f)
+        sched = sd.get("lr_scheduler")
+        if isinstance(sched, dict) and "last_batch_iteration" in sched:
+            if target.horizon is not None:
+                raise Refusal("DeepSpeed rebuilds its scheduler from ds_config on resume: set "
+                              f"scheduler.params.total_num_steps = {target.horizon:g} in your "
+                              "ds_config instead (or use --policy nominal)")
+            old = sched["last_batch_iteration"]
+            if old + 1 != target.progress_before:
+                raise Refusal(f"{f.name}: last_batch_iteration {old} disagrees with the other "
+                              "rank files")
+            new = int(round(target.progress)) - 1
+            changes.append(Change(rel(f), ("lr_scheduler", "last_batch_iteration"), old, new,
+                                  why=target.policy + " (progress - 1)"))
+        elif tools.is_scheduler(sched):
+            opt = next((get_at(sd, k) for k, v in walk(sd.get("optimizer"))
+                        if tools.is_optimizer(v)), None) \
+                if sd.get("optimizer") is not None else None
+            changes += tools.torch_scheduler(rel(f), sd, ("lr_scheduler",), target,
+                                             tools.group_lrs(opt, target) if opt else None)
+        else:
+            raise Refusal("no lr_scheduler state to repair", str(f))
+        if sd.get("optimizer") is not None:
+            ch, _ = tools.optimizers(rel(f), sd, ("optimizer",), target)
+            changes += ch
+    for f in sorted(tag.iterdir()):
+        if OPTIM_STATES.match(f.name):
+            ch, _ = tools.optimizers(rel(f), tools.load(f), (), target)
+            changes += ch
+    return FormatPlan(root=root, files=files, changes=changes, notes=[])

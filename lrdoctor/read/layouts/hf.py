@@ -25,6 +25,7 @@ from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import FieldRef
+from lrdoctor.core.repair import FormatPlan, Refusal, RepairTools, Target, named_file
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.layouts import TRAINER, _common, _logfit
 from lrdoctor.read.layouts._torchstate import read_optimizer_file
@@ -255,3 +256,32 @@ def _lr_history(ts: _common.JsonObject) -> list[tuple[int, float]]:
                 and _common._side(entry.get("learning_rate")) is not None:
             out.append((entry["step"], float(entry["learning_rate"])))
     return out
+
+
+# ---------------------------------------------------------------- repair (lrdoctor fix)
+
+def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> FormatPlan:
+    """The edits of ``lrdoctor fix`` for a ``checkpoint-N`` directory.
+
+    Only ``scheduler.pt`` (``last_epoch``, ``_step_count``, ``_last_lr``) and the
+    optimizer's param-group ``lr`` change. ``trainer_state.json`` holds the trainer's own
+    count (``global_step``), which is the truth the scheduler is repaired towards, so it is
+    copied as is; ``training_args.bin`` (a pickle of TrainingArguments) is always copied
+    byte for byte, never rewritten, which is why a new horizon is refused: the Trainer
+    rebuilds it from TrainingArguments when it resumes."""
+    if target.horizon is not None:
+        raise Refusal("the HF Trainer rebuilds the schedule's horizon from TrainingArguments "
+                      "(max_steps / num_train_epochs) when it resumes, and lrdoctor never rewrites "
+                      "training_args.bin: use --policy nominal, or resume with a new --max_steps")
+    ckpt = find_checkpoints(Path(path))[-1]
+    sfile = named_file(state) or scheduler_file(ckpt)
+    if not sfile.is_file():
+        raise Refusal(f"no {SCHEDULER_FILE} to repair", str(ckpt))
+    changes, has_opt, _ = tools.scheduler_file(sfile, optimizer_file(ckpt), target)
+    notes = []
+    if not has_opt:
+        notes.append("no optimizer.pt param groups: the first resumed update keeps its LR")
+    if ckpt != Path(path):
+        notes.append(f"the output is a repaired copy of {ckpt.name} (resume from it with "
+                     "trainer.train(resume_from_checkpoint=OUT))")
+    return FormatPlan(root=ckpt, files=None, changes=changes, notes=notes)

@@ -42,6 +42,7 @@ from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import LrLog
+from lrdoctor.core.repair import FormatPlan, RepairTools, Target
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.bytes.storage import as_path
@@ -475,3 +476,23 @@ def _scheduler(st: RunState, scheds: list, info: dict | None, src: str,
         st.notes.append(f"about {per_update:.3g} batches per optimizer step "
                         "(accumulate_grad_batches): Lightning counts a scheduler's `frequency` in "
                         "batches, so a frequency > 1 that divides it steps on every update")
+
+
+# ---------------------------------------------------------------- repair (lrdoctor fix)
+
+def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> FormatPlan:
+    """The edits of ``lrdoctor fix`` for a ``.ckpt`` file.
+
+    ``lr_schedulers[i]`` and ``optimizer_states[i]`` are plain torch state dicts and are
+    found by shape, as for a plain torch.save dict. ``global_step`` and the ``loops``
+    progress trackers are the trainer's own counts, so they are kept. A directory in gives
+    a directory out, holding the repaired ``.ckpt`` under its name."""
+    path = Path(path)
+    f = find_checkpoints(path)[-1]
+    root = path if path.is_dir() else f
+    rel = str(f.relative_to(root)) if root.is_dir() else f.name
+    changes, notes = tools.torch_state(rel, tools.load(f), target)
+    if root.is_dir():
+        notes.append(f"the output holds a repaired copy of {rel} only; resume with "
+                     f"trainer.fit(model, ckpt_path=OUT/{rel})")
+    return FormatPlan(root=root, files=[rel], changes=changes, notes=notes)

@@ -49,10 +49,11 @@ from typing import Any
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import Invariant, LrsUnread, Storage
 from lrdoctor.core.fieldref import FieldRef
+from lrdoctor.core.repair import FormatPlan, RepairTools, Target
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.bytes import dcp
 from lrdoctor.read.layouts import ENGINE, GENERIC, _common
-from lrdoctor.read.layouts._megatron_core import rampup_budget, scheduler_refs
+from lrdoctor.read.layouts._megatron_core import rampup_budget, rank_file_repair, scheduler_refs
 from lrdoctor.read.scan.shapes import (
     DIST_OPT_ANY,
     DIST_OPT_GROUPS,
@@ -582,3 +583,9 @@ def _check_ranks(st: RunState, sd: _common.Loaded, sched: _common.Loaded,
     if disagree:
         st.notes.append(f"{len(disagree)} of {len(files)} rank files disagree with "
                         f"{files[0].parent.name} on scheduler state or iteration")
+
+
+def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> FormatPlan:
+    """``fix``: every rank file of the iteration :func:`resolve` picks (megatron-core's edits)."""
+    ckpt, files = resolve(Path(path))
+    return rank_file_repair(Path(path), ckpt, files, TRACKER, target, tools)

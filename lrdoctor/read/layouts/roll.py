@@ -28,6 +28,7 @@ from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import FieldRef
+from lrdoctor.core.repair import Change, FormatPlan, Refusal, RepairTools, Target
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.layouts import FRAMEWORK, RECOGNISED, _common
 from lrdoctor.read.layouts._megatron_core import scheduler_refs
@@ -344,3 +345,37 @@ def _read_pipeline_state(st: RunState, ckpt_n: Path, n: int, worker: str | None)
         if lrs:
             st.extras["pipeline_logged_lr"] = lrs[-1][1]
             st.extras["pipeline_logged_lr_points"] = len(lrs)
+
+
+# ---------------------------------------------------------------- repair (lrdoctor fix)
+
+def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> FormatPlan:
+    """The edits of ``lrdoctor fix`` for a worker's ``checkpoint-N/scheduler.pt``.
+
+    The scheduler is megatron-core's (``num_steps`` counts optimizer updates); the
+    optimizer's param groups live in ``iter_0000001/mp_rank_*/optimizer.pt``. The output
+    is a repaired copy of the worker's ``checkpoint-N`` directory. mcore_adapter checks
+    ``lr_decay_steps`` against the run's config on resume, which is why a new horizon
+    comes with a note saying where to set it."""
+    ckpt = find_checkpoints(Path(path))[-1]
+    sfile = scheduler_file(ckpt)
+    sched = tools.load(sfile)
+    if not isinstance(sched, dict):
+        raise Refusal("not a scheduler state dict", str(sfile))
+    changes: list[Change] = tools.megatron_scheduler(str(sfile.relative_to(ckpt)), (), sched,
+                                                     target)
+    notes = []
+    opt_files = sorted((sfile.parent / ITER_DIR).glob(f"mp_rank_*/{OPTIMIZER_FILE}"))
+    for f in opt_files:
+        ch, _ = tools.optimizers(str(f.relative_to(ckpt)), tools.load(f), (), target)
+        changes += ch
+    if not opt_files:
+        notes.append("optimizer state not in optimizer.pt files (dist_optimizer/ or not saved): "
+                     "megatron-core sets the LR from num_steps when it loads the scheduler")
+    if target.horizon is not None:
+        notes.append("mcore_adapter checks lr_decay_steps against the run's config on resume "
+                     "unless use_checkpoint_opt_param_scheduler is set: set lr_decay_steps "
+                     f"{target.horizon:g} in lr_scheduler_kwargs (or use the checkpoint's)")
+    notes.append(f"the output is a repaired copy of {ckpt.parent.name}/{ckpt.name}; put it "
+                 "where the run resumes from")
+    return FormatPlan(root=ckpt, files=None, changes=changes, notes=notes)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import FieldRef
+from lrdoctor.core.repair import FormatPlan, Refusal, RepairTools, Target
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.layouts import GENERIC, _common
@@ -396,3 +397,39 @@ def _read_scheduler(st: RunState, sched: _common.Loaded, src: str,
                                             ref=ref)
     st.schedule, st.scheduler_progress = spec, progress
     st.notes.extend(notes)
+
+
+# ---------------------------------------------------------------- repair (lrdoctor fix)
+
+def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> FormatPlan:
+    """The edits of ``lrdoctor fix`` for a checkpoint read by content (this layout and the
+    frameworks refined from it: ROLL's bare ``scheduler.pt``, verl, SkyRL, Composer,
+    torchtune).
+
+    Edits go where the read found the state (``state.facts.files_used``), by shape: torch
+    ``LRScheduler`` states, megatron-core scheduler states, the optimizer's param-group
+    ``lr``; where no scheduler state is saved (torchtune), the counter the reader named with
+    a FieldRef. A folder checkpoint is copied whole; a single file alone (a directory in
+    gives a directory out, holding it by name)."""
+    import os
+
+    from lrdoctor.read.bytes.safeload import PICKLE_SUFFIXES
+
+    ckpt = Path(state.path)
+    used = [Path(f) for f in state.facts.files_used or [state.path]]
+    used = [f for f in used if f.is_file() and (f.suffix.lower() in PICKLE_SUFFIXES or f == ckpt)]
+    if not used:
+        raise Refusal("no checkpoint file holds the state inspect read", str(path))
+    if ckpt.is_file() and used == [ckpt]:
+        root = path if path.is_dir() else ckpt
+        rel = str(ckpt.relative_to(root)) if root.is_dir() else ckpt.name
+        changes, notes = tools.torch_state(rel, tools.load(ckpt), target)
+        return FormatPlan(root=root, files=[rel], changes=changes, notes=notes)
+    # The folder holding the checkpoint and every file used (torchtune keeps its
+    # recipe_state/ beside the epoch folders: the copy is then the run folder).
+    root = Path(os.path.commonpath([str(ckpt if ckpt.is_dir() else ckpt.parent)]
+                                   + [str(f.parent) for f in used]))
+    objs = {f: tools.load(f) for f in used}
+    rels = {f: str(f.relative_to(root)) for f in used}
+    changes, notes = tools.content_state(objs, rels, target, state)
+    return FormatPlan(root=root, files=None, changes=changes, notes=notes)
