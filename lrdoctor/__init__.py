@@ -4,7 +4,6 @@ The metadata path (``lrdoctor inspect``) must never import torch, pandas or
 matplotlib: keep heavy imports inside the functions that need them.
 """
 
-from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -23,62 +22,14 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each resolv
     )
     from lrdoctor.runtime.record import BatchLogRecorder
 
-# The library API, resolved on first use so ``import lrdoctor`` stays light: each name's
-# home module, imported statically by the loader it maps to (no module names as strings).
-# (``diagnose`` is not here: the submodule of that name would shadow the function.)
-
-
-def _inspect_api() -> ModuleType:
-    from lrdoctor import inspect_api
-
-    return inspect_api
-
-
-def _repair_engine() -> ModuleType:
-    from lrdoctor.repair import engine
-
-    return engine
-
-
-def _guard() -> ModuleType:
-    from lrdoctor.runtime import guard
-
-    return guard
-
-
-def _record() -> ModuleType:
-    from lrdoctor.runtime import record
-
-    return record
-
-
-def _callbacks() -> ModuleType:
-    from lrdoctor.runtime import callbacks
-
-    return callbacks
-
-
-def _replay() -> ModuleType:
-    # Not ``from lrdoctor import replay``: that asks this module's __getattr__ first.
-    import lrdoctor.replay as replay
-
-    return replay
-
-
-_API: dict[str, Callable[[], ModuleType]] = {
-    "inspect_path": _inspect_api,
-    "read_state": _inspect_api,
-    "plan_fix": _repair_engine,
-    "write_fix": _repair_engine,
-    "NormalizedStepper": _guard,
-    "StepGuard": _guard,
-    "LoopWatch": _guard,
-    "SchedulerStepError": _guard,
-    "LRDoctorWarning": _guard,
-    "BatchLogRecorder": _record,
-    "hf_callback": _callbacks,
-    "lightning_callback": _callbacks,
-}
+# The library API, resolved on first use so ``import lrdoctor`` stays light: each name is
+# imported from its home module by :func:`__getattr__` (static imports, no module names
+# as strings). (``diagnose`` is not here: the submodule of that name would shadow it.)
+_API = frozenset({
+    "inspect_path", "read_state", "plan_fix", "write_fix", "NormalizedStepper", "StepGuard",
+    "LoopWatch", "SchedulerStepError", "LRDoctorWarning", "BatchLogRecorder", "hf_callback",
+    "lightning_callback",
+})
 
 
 # Written out (not built from _API) so that type checkers and completion read it statically;
@@ -96,8 +47,24 @@ def __dir__() -> list[str]:
 
 
 def __getattr__(name: str) -> Any:
-    if name in _API:
-        return getattr(_API[name](), name)
-    if name == "replay":  # the subpackage: lrdoctor.replay.run(config, batch_log=...)
-        return _replay()
-    raise AttributeError(f"module 'lrdoctor' has no attribute {name!r}")
+    home: ModuleType
+    match name:
+        case "inspect_path" | "read_state":
+            from lrdoctor import inspect_api as home
+        case "plan_fix" | "write_fix":
+            from lrdoctor.repair import engine as home
+        case ("NormalizedStepper" | "StepGuard" | "LoopWatch" | "SchedulerStepError"
+              | "LRDoctorWarning"):
+            from lrdoctor.runtime import guard as home
+        case "BatchLogRecorder":
+            from lrdoctor.runtime import record as home
+        case "hf_callback" | "lightning_callback":
+            from lrdoctor.runtime import callbacks as home
+        case "replay":  # the subpackage: lrdoctor.replay.run(config, batch_log=...)
+            # Not ``from lrdoctor import replay``: that asks this __getattr__ first.
+            import lrdoctor.replay as replay
+
+            return replay
+        case _:
+            raise AttributeError(f"module 'lrdoctor' has no attribute {name!r}")
+    return getattr(home, name)
