@@ -257,7 +257,7 @@ class LimitedUnpickler(TypedUnpickler):
                 if fn is None:
                     raise pickle.UnpicklingError(f"unknown pickle opcode 0x{key[0]:02x}")
                 fn(self)
-        except pickle._Stop as stopinst:  # type: ignore[attr-defined]
+        except pickle._Stop as stopinst:  # type: ignore[attr-defined]  # stdlib internal
             return stopinst.value
 
     # ------------------------------------------------------------ opcodes
@@ -306,7 +306,7 @@ class LimitedUnpickler(TypedUnpickler):
 
     def load_int(self) -> None:
         self._int(self.readline(), True)
-        pickle._Unpickler.load_int(self)  # type: ignore[attr-defined]
+        pickle._Unpickler.load_int(self)  # type: ignore[attr-defined]  # stdlib internal
     dispatch[pickle.INT[0]] = load_int
 
     def load_long(self) -> None:

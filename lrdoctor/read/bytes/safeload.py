@@ -491,6 +491,7 @@ class KeyOpaque(Opaque):
 
 
 class _KeyRecord(_Record):
+    # A stand-in, as _Record: its construction gives a KeyOpaque, never an instance.
     def __new__(cls, *args: object, **kwargs: object) -> KeyOpaque:  # type: ignore[misc]
         return KeyOpaque(cls._lrd_name, dict(kwargs) if kwargs else None, tuple(args))
 
@@ -713,10 +714,10 @@ def _zip_members_check(source: str | BinaryIO, path: str) -> None:
     parses the directory (one ZipInfo per member costs ~0.5 KB)."""
     if isinstance(source, str):
         with open(source, "rb") as f:
-            end = zipfile._EndRecData(f)  # type: ignore[attr-defined]
+            end = zipfile._EndRecData(f)  # type: ignore[attr-defined]  # stdlib internal
     else:
         pos = source.tell()
-        end = zipfile._EndRecData(source)  # type: ignore[attr-defined]
+        end = zipfile._EndRecData(source)  # type: ignore[attr-defined]  # stdlib internal
         source.seek(pos)
     if end is None:
         return  # zipfile will say it is not a zip
