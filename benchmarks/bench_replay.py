@@ -22,8 +22,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from lrdoctor.replay import analysis, engine
+from lrdoctor.replay import analysis, engine, planning
 from lrdoctor.replay.config import config_from_dict
+from lrdoctor.replay.samples import load_samples
 
 
 def _cfg(steps: int, per: int, strategy: str) -> object:
@@ -50,7 +51,7 @@ def bench_fast(steps: int, per: int, strategy: str) -> None:
     cfg = _cfg(steps, per, strategy)
     df = _lengths(steps, per)
     t0 = time.perf_counter()
-    infos = engine.plan_steps(cfg, df)
+    infos = planning.plan_steps(cfg, df)
     t1 = time.perf_counter()
     rep = engine.simulate(cfg, infos)
     t2 = time.perf_counter()
@@ -68,8 +69,8 @@ def bench_engines(device: str, steps: int = 40, per: int = 256) -> None:
     from lrdoctor.replay import torch_exec
 
     cfg = _cfg(steps, per, "token_budget")
-    infos = engine.plan_steps(cfg, _lengths(steps, per, seed=1))
-    torch_exec.replay_torch(cfg, engine.plan_steps(cfg, _lengths(2, per, 2)), device=device)
+    infos = planning.plan_steps(cfg, _lengths(steps, per, seed=1))
+    torch_exec.replay_torch(cfg, planning.plan_steps(cfg, _lengths(2, per, 2)), device=device)
     t0 = time.perf_counter()
     fast = engine.simulate(cfg, infos)
     fast_s = time.perf_counter() - t0
@@ -234,7 +235,7 @@ def bench_verl_megatron() -> None:
     cfg = res.replay.cfg
     dp = cfg.dp.size
     mpr = int(cfg.train.mini_batch_size) // dp
-    samples = engine.load_samples(cfg)  # the replay's own (seeded) synthetic lengths
+    samples = load_samples(cfg)  # the replay's own (seeded) synthetic lengths
     tok = samples["tokens"].to_numpy()
     step = samples["step"].to_numpy()
     calls = 0

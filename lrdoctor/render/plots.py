@@ -467,7 +467,7 @@ def nominal_windows(rep: Replay):
     import numpy as np
 
     from lrdoctor.replay.analysis import summarize
-    from lrdoctor.replay.engine import nominal_k
+    from lrdoctor.replay.nominal import nominal_k
 
     t = rep.trace
     upd = t["is_update"]

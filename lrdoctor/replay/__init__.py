@@ -1,8 +1,10 @@
 """``lrdoctor replay``: replay a training loop's step accounting before it burns GPU-days.
 
 Modules: :mod:`.config` (the run config), :mod:`.batchlog` (batch logs and
-synthetic lengths), :mod:`.packing` (the frameworks' micro-batching),
-:mod:`.translate` (the frameworks' own configs), :mod:`.engine` (fast numpy path),
+synthetic lengths), :mod:`.samples` (which of them a replay reads),
+:mod:`.planning` (each step micro-batched through :mod:`.packing`, the frameworks'
+packers), :mod:`.nominal` (what the config promises: updates, budget, horizon,
+schedule), :mod:`.translate` (the frameworks' own configs), :mod:`.engine` (fast numpy path),
 :mod:`.torch_exec` (real optimizer/scheduler path), :mod:`.analysis`
 (summary, findings, sweeps) and :mod:`.plots`.
 
@@ -122,10 +124,13 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     from lrdoctor.replay import analysis
     from lrdoctor.replay import engine as eng
     from lrdoctor.replay.config import load_config, with_key
+    from lrdoctor.replay.nominal import schedule_spec
+    from lrdoctor.replay.planning import plan_steps
+    from lrdoctor.replay.samples import lengths_source, load_samples
 
     cfg = load_config(config, opts.sets, opts.config_root)
     try:
-        samples = eng.load_samples(cfg, batch_log, synthetic, seed)
+        samples = load_samples(cfg, batch_log, synthetic, seed)
     except UnusableInput as exc:  # a config key the samples need: name the config
         if exc.path is None:
             raise UnusableInput(str(exc), str(config)) from None
@@ -140,13 +145,13 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     # An impossible schedule is a config error: say so before the long part.
     sps = cfg.train.samples_per_step or len(samples) / max(1, samples["step"].nunique())
     try:
-        eng.schedule_spec(cfg, float(sps))
+        schedule_spec(cfg, float(sps))
     except UnusableInput as exc:
         if exc.path is None:
             raise UnusableInput(str(exc), str(config)) from None
         raise
     notes: dict = dict(cfg._source)
-    infos = eng.plan_steps(cfg, samples, planner, tick("planning"), notes)
+    infos = plan_steps(cfg, samples, planner, tick("planning"), notes)
     n_mb = sum(len(i.plan.micro_batches) for i in infos) * cfg.train.epochs_per_step
     use_torch, why, torch_ok = _pick_engine(engine, model, device, opts.cross_check)
     cross = None
@@ -173,7 +178,7 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
                      f"{TORCH_EXTRA})"}
     summary = analysis.summarize(rep)
     summary["engine_reason"] = f"{why} ({n_mb} micro-batches)"
-    summary["lengths"] = eng.lengths_source(cfg, batch_log, synthetic)
+    summary["lengths"] = lengths_source(cfg, batch_log, synthetic)
     if cfg._source:
         summary["config_source"] = dict(cfg._source)
     if cross is not None:

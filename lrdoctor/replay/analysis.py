@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 def summarize(rep: Replay) -> dict[str, Any]:
     """Nominal vs actual updates, where the LR reaches its floor, the corrected budget."""
-    from lrdoctor.replay.engine import floor_progress, nominal_k
+    from lrdoctor.replay.nominal import nominal_k
+    from lrdoctor.schedules import floor_progress, lr_at
 
     cfg, spec, t = rep.cfg, rep.spec, rep.trace
     steps = cfg.train.steps
@@ -39,8 +40,6 @@ def summarize(rep: Replay) -> dict[str, Any]:
     if fp is not None:
         reached = np.flatnonzero(ps["progress_end"] >= fp - 1e-9 * max(1.0, abs(fp)))
         floor_step = int(reached[0]) + 1 if len(reached) else None
-    from lrdoctor.schedules import lr_at
-
     lr_end = lr_at(spec, end)
     up = ps["updates"]
     closes = t["is_update"]

@@ -93,7 +93,7 @@ def cross_check(cfg, infos: list, fast, *, device: str = "cpu") -> dict[str, Any
     disagreement (none expected: the two engines are tested equal), the throughput.
     """
     from lrdoctor.replay import torch_exec
-    from lrdoctor.replay.engine import samples_per_step
+    from lrdoctor.replay.nominal import samples_per_step
 
     F = fast.trace
     epochs = cfg.train.epochs_per_step

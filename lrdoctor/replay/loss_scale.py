@@ -52,7 +52,7 @@ def scale(rep, strategy: str) -> dict[str, Any] | None:
     n = rank_tokens(rep)
     if len(n) != len(t["window"]) or not len(n):
         return None
-    from lrdoctor.replay.engine import nominal_k
+    from lrdoctor.replay.nominal import nominal_k
 
     applied = t["applied"].astype(bool)
     win = t["window"][applied]

@@ -29,10 +29,8 @@ from typing import Any
 import numpy as np
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.replay.engine import (
-    Replay,
-    StepInfo,
-    carried_doc_windows,
+from lrdoctor.replay.engine import Replay, carried_doc_windows
+from lrdoctor.replay.nominal import (
     nominal_k,
     nominal_samples_per_update,
     nominal_updates,
@@ -40,6 +38,7 @@ from lrdoctor.replay.engine import (
     samples_per_step,
     schedule_spec,
 )
+from lrdoctor.replay.planning import StepInfo
 
 
 def _torch():

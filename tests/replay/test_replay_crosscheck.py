@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lrdoctor.replay import ReplayOptions, crosscheck, engine, replay_full
+from lrdoctor.replay import ReplayOptions, crosscheck, engine, planning, replay_full
 from lrdoctor.replay.config import config_from_dict
 
 
@@ -20,7 +20,7 @@ def _elastic_run():
         "scheduler": {"failed_updates": [50], "increment": "samples"},
     })
     df = pd.DataFrame({"step": np.repeat(np.arange(40), 16), "tokens": np.full(640, 64)})
-    infos = engine.plan_steps(cfg, df)
+    infos = planning.plan_steps(cfg, df)
     return cfg, infos, engine.simulate(cfg, infos)
 
 

@@ -11,9 +11,10 @@ import pytest
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.findings import Severity
-from lrdoctor.replay import engine, torch_exec
+from lrdoctor.replay import engine, planning, torch_exec
 from lrdoctor.replay.config import config_from_dict, load_config, with_key
 from lrdoctor.replay.packing import MicroBatch, StepPlan
+from lrdoctor.replay.samples import load_samples
 
 BASE = {
     "schedule": {"family": "megatron", "kind": "cosine", "max_lr": 1e-3, "min_lr": 1e-5,
@@ -190,7 +191,7 @@ VARIANTS = [
 def test_fast_path_agrees_with_real_torch_optimizer_and_scheduler(over):
     cfg = _cfg(**over)
     df = _lengths()
-    infos = engine.plan_steps(cfg, df)
+    infos = planning.plan_steps(cfg, df)
     fast = engine.simulate(cfg, infos)
     real = torch_exec.replay_torch(cfg, infos, device="cpu")
     F, T = fast.trace, real.trace
@@ -229,7 +230,7 @@ def test_torch_path_takes_a_user_model(tmp_path, monkeypatch):
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = _cfg(train={"steps": 2})
-    infos = engine.plan_steps(cfg, _lengths(steps=2))
+    infos = planning.plan_steps(cfg, _lengths(steps=2))
     factory = torch_exec.load_model_factory("lrd_user_model:factory")
     rep = torch_exec.replay_torch(cfg, infos, device="cpu", model_factory=factory,
                                   optimizer="adamw")
@@ -255,10 +256,10 @@ def test_cuda_request_without_cuda_is_unusable_input():
 
 def test_static_without_lengths_and_token_budget_needs_lengths():
     cfg = _cfg(batching={"strategy": "static"})
-    df = engine.load_samples(cfg)
+    df = load_samples(cfg)
     assert len(df) == 6 * 32 and set(df["tokens"]) == {1}
     with pytest.raises(UnusableInput, match="needs sample lengths"):
-        engine.load_samples(_cfg())
+        load_samples(_cfg())
 
 
 def test_short_log_is_cycled_and_noted():
@@ -295,7 +296,7 @@ def test_any_loop_replays_the_same_on_both_engines(k, rule, flush, step_on, inc,
     })
     df = pd.DataFrame({"step": np.repeat(np.arange(4), per_step),
                        "tokens": np.full(4 * per_step, 8)})
-    infos = engine.plan_steps(cfg, df, planner=static_planner(rows))
+    infos = planning.plan_steps(cfg, df, planner=static_planner(rows))
     F = engine.simulate(cfg, infos).trace
     T = torch_exec.replay_torch(cfg, infos, device="cpu").trace
     for col in ("window", "window_size", "is_update", "applied", "update_index", "failed"):
@@ -327,7 +328,7 @@ def test_real_packings_with_dp_changes_replay_the_same_on_both_engines(strategy,
         "scheduler": {"increment": inc},
         "accumulation": {"flush_at_step_end": flush},
     })
-    infos = engine.plan_steps(cfg, df)
+    infos = planning.plan_steps(cfg, df)
     F = engine.simulate(cfg, infos).trace
     T = torch_exec.replay_torch(cfg, infos, device="cpu").trace
     for col in ("window", "window_size", "is_update", "samples", "max_rank_tokens", "dp"):
@@ -358,7 +359,7 @@ def test_token_cap_measure_follows_packing(strategy, packed, measure, worst):
                      "packed": packed},
     })
     df = pd.DataFrame({"step": [0] * 6, "tokens": [1500, 600, 700, 300, 500, 300]})
-    infos = engine.plan_steps(cfg, df)
+    infos = planning.plan_steps(cfg, df)
     rep = engine.simulate(cfg, infos)
     f = {x.code: x for x in analysis.findings(rep)}["LRD209"]
     assert f.evidence["measure"] == measure
@@ -395,7 +396,7 @@ def test_a_sequence_over_the_cap_is_an_error_where_the_framework_asserts(strateg
     # Only train step 2 holds a sequence over the cap.
     df = pd.DataFrame({"step": [0] * 4 + [1] * 4 + [2] * 4,
                        "tokens": [100, 200, 300, 400] * 2 + [1200, 100, 100, 100]})
-    rep = engine.simulate(cfg, engine.plan_steps(cfg, df))
+    rep = engine.simulate(cfg, planning.plan_steps(cfg, df))
     f = {x.code: x for x in analysis.findings(rep)}["LRD209"]
     if who is None:
         assert f.severity == Severity.WARNING and f.evidence["framework_asserts"] is None

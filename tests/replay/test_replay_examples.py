@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lrdoctor.replay import ReplayOptions, replay_full, run
+from lrdoctor.replay import ReplayOptions, planning, replay_full, run
 from lrdoctor.replay import engine as eng
 from lrdoctor.replay.config import load_config, with_key
+from lrdoctor.replay.samples import load_samples
 from tests.helpers.paths import REPO
 
 EX = REPO / "examples"
@@ -79,7 +80,7 @@ def check_verl(rep, s):
     # The same run on verl 0.9.1 fits every micro-batch under the cap: no LRD209.
     cfg = load_config(EX / "verl-dynamic-bsz.yaml")
     new = with_key(with_key(cfg, "framework", "verl==0.9.1"), "batching.flavor", "verl")
-    infos = eng.plan_steps(new, eng.load_samples(new))
+    infos = planning.plan_steps(new, load_samples(new))
     assert max(i.plan.notes["max_micro_batch_tokens"] for i in infos) <= 16384
 
 
@@ -168,7 +169,7 @@ def test_fastllm_loss_divisor_agrees_on_both_paths(divisor, bad):
     from lrdoctor.replay import analysis, torch_exec
 
     cfg = with_key(load_config(EX / "fastllm-docs.yaml"), "batching.loss_divisor", divisor)
-    infos = eng.plan_steps(cfg, eng.load_samples(cfg))
+    infos = planning.plan_steps(cfg, load_samples(cfg))
     for rep in (eng.simulate(cfg, infos), torch_exec.replay_torch(cfg, infos, device="cpu")):
         sums = rep.trace["window_weight_sum"][rep.trace["is_update"]]
         found = {f.code: f for f in analysis.findings(rep)}
@@ -183,7 +184,7 @@ def test_fastllm_loss_divisor_agrees_on_both_paths(divisor, bad):
 def test_verl_token_cap_is_checked_on_real_tokens():
     """verl packs without padding: the cap is against the rank's real tokens."""
     cfg = load_config(EX / "verl-dynamic-bsz.yaml")
-    infos = eng.plan_steps(cfg, eng.load_samples(cfg))
+    infos = planning.plan_steps(cfg, load_samples(cfg))
     real = max(i.plan.notes["max_micro_batch_tokens"] for i in infos)
     padded = max(len(r) * p for i in infos for mb in i.plan.micro_batches
                  for r, p in zip(mb.ranks, mb.padded_len, strict=True))
@@ -191,7 +192,7 @@ def test_verl_token_cap_is_checked_on_real_tokens():
     assert _ev(rep, "LRD209")["max_tokens"] == real < padded
     # The same loop with padding (packed: false) is judged on rows x padded length.
     padded_cfg = with_key(cfg, "batching.packed", False)
-    rep2 = eng.simulate(padded_cfg, eng.plan_steps(padded_cfg, eng.load_samples(padded_cfg)))
+    rep2 = eng.simulate(padded_cfg, planning.plan_steps(padded_cfg, load_samples(padded_cfg)))
     assert int(rep2.trace["max_rank_tokens"].max()) == padded
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from lrdoctor.replay import analysis, engine
 from lrdoctor.replay.config import config_from_dict, with_key
+from lrdoctor.replay.samples import load_samples
 from lrdoctor.schedules import lr_at
 
 
@@ -100,7 +101,7 @@ ONEVISION = {
 
 def test_onevision_off_by_one_first_window_and_scheduler_four_times_fast():
     cfg = config_from_dict(ONEVISION)
-    rep, s, found = _run(cfg, engine.load_samples(cfg))
+    rep, s, found = _run(cfg, load_samples(cfg))
     t = rep.trace
     sizes = t["window_size"][t["is_update"]].tolist()
     assert sizes[:3] == [1, 4, 4] and len(sizes) == 25       # g % 4 == 0 at g = 0, 4, .., 96
@@ -118,7 +119,7 @@ def test_onevision_fixed_loop_is_clean():
     cfg = config_from_dict({**ONEVISION, "accumulation": {"rule": "correct",
                                                           "flush_at_step_end": False},
                             "scheduler": {"step_on": "update"}})
-    rep, s, found = _run(cfg, engine.load_samples(cfg))
+    rep, s, found = _run(cfg, load_samples(cfg))
     assert set(rep.trace["window_size"][rep.trace["is_update"]].tolist()) == {4}
     assert s["actual_updates"] == 25 and s["progress_ratio"] == 1.0
     assert s["lr_changes_inside_windows"] == 0 and not found
@@ -241,7 +242,7 @@ RLINF = {
 
 def test_rlinf_dp_changes_with_sample_increments_do_not_drift():
     cfg = config_from_dict({**RLINF, "scheduler": {"increment": "samples"}})
-    rep, s, found = _run(cfg, engine.load_samples(cfg))
+    rep, s, found = _run(cfg, load_samples(cfg))
     ps = analysis.per_step(rep)
     # gbs 64 / (mbs 2 * dp) = 8 micro-batches per update at dp 4, 4 at dp 8.
     t = rep.trace
@@ -255,7 +256,7 @@ def test_rlinf_dp_changes_with_sample_increments_do_not_drift():
 
 def test_rlinf_per_micro_batch_increments_drift_with_dp():
     cfg = config_from_dict({**RLINF, "scheduler": {"increment": "micro_batches"}})
-    rep, s, found = _run(cfg, engine.load_samples(cfg))
+    rep, s, found = _run(cfg, load_samples(cfg))
     ps = analysis.per_step(rep)
     assert ps["advance"][:10].tolist() == [16.0] * 10            # 2 updates x 8 micro-batches
     assert ps["advance"][10:20].tolist() == [8.0] * 10           # dp 8: 2 x 4
@@ -268,11 +269,11 @@ def test_rlinf_per_micro_batch_increments_drift_with_dp():
 def test_rlinf_steps_the_scheduler_on_failed_updates():
     cfg = config_from_dict({**RLINF, "dp": {"size": 4}, "scheduler": {
         "increment": "samples", "failed_updates": [3, 7, 11], "step_on_failed_update": True}})
-    rep, s, found = _run(cfg, engine.load_samples(cfg))
+    rep, s, found = _run(cfg, load_samples(cfg))
     assert s["failed_updates"] == 3 and s["progress_ratio"] == 1.0
     assert found["LRD211"].evidence["failed_updates"] == 3
     megatron_like = with_key(cfg, "scheduler.step_on_failed_update", False)
-    _, s2, found2 = _run(megatron_like, engine.load_samples(cfg))
+    _, s2, found2 = _run(megatron_like, load_samples(cfg))
     assert s2["scheduler_progress_end"] == 30 * 128 - 3 * 64 and "LRD211" not in found2
 
 
@@ -304,7 +305,7 @@ def test_accelerate_scheduler_stepped_num_processes_times():
         "dp": {"size": 4},
         "scheduler": {"multiplier": 4},
     })
-    _, s, found = _run(cfg, engine.load_samples(cfg))
+    _, s, found = _run(cfg, load_samples(cfg))
     assert s["actual_updates"] == 40 and s["scheduler_progress_end"] == 160
     assert s["progress_ratio"] == 4.0 and s["floor_step"] == 10
     assert found["LRD201"].evidence["corrected_progress_scale"] == 0.25

@@ -1,0 +1,150 @@
+"""Each train step's samples, micro-batched as the framework does it: :func:`plan_steps`.
+
+Why its own module: planning is where a replay spends its time (Karmarkar-Karp over
+every step) and the one place that calls the packers (:mod:`.packing`); both paths,
+the fast one (:mod:`.engine`) and the real torch loop (:mod:`.torch_exec`), replay the
+same :class:`StepInfo` list it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lrdoctor.core.errors import UnusableInput
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from lrdoctor.replay.config import RunConfig
+
+
+@dataclass
+class StepFrame:
+    """One train step's samples as numpy arrays (the ``frame`` given to ``plan_step``)."""
+
+    step: int
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.columns["tokens"])
+
+
+def _iter_frames(samples: pd.DataFrame, steps: int,
+                 notes: dict | None = None) -> Iterator[tuple[StepFrame, int]]:
+    """``steps`` step frames and the logged step each came from; a shorter log is cycled
+    (and ``notes`` says so)."""
+    order = np.argsort(samples["step"].to_numpy(), kind="stable")
+    cols = {c: samples[c].to_numpy()[order] for c in samples.columns}
+    step_col = cols["step"]
+    uniq, starts = np.unique(step_col, return_index=True)
+    if len(uniq) == 0:
+        raise UnusableInput("the batch log holds no samples")
+    ends = np.append(starts[1:], len(step_col))
+    if notes is not None:
+        notes["logged_steps"] = int(len(uniq))
+        if len(uniq) < steps:
+            notes["cycled"] = f"the batch log holds {len(uniq)} steps; cycled over {steps}"
+    for s in range(steps):
+        i = s % len(uniq)
+        sl = slice(int(starts[i]), int(ends[i]))
+        yield StepFrame(s, {c: v[sl] for c, v in cols.items()}), i
+
+
+@dataclass
+class StepInfo:
+    step: int
+    dp: int
+    plan: Any  # packing.StepPlan
+    samples: int
+    docs: int | None = None
+    mb_docs: list[float] | None = None  # documents per micro-batch, all ranks
+
+
+Planner = Callable[[Any, Any, Any, int], Any]
+
+
+def default_planner() -> Planner:
+    from lrdoctor.replay import packing
+
+    return packing.plan_step
+
+
+def plan_steps(cfg: RunConfig, samples: pd.DataFrame, planner: Planner | None = None,
+               progress: Callable[[int], None] | None = None,
+               notes: dict | None = None) -> list[StepInfo]:
+    """Run the framework's micro-batching once per train step.
+
+    With the default planner the steps are planned in chunks through
+    ``packing.plan_many`` (Karmarkar-Karp for a whole chunk at once), with
+    ``progress`` called per chunk; a given planner is called step by step.
+    """
+    from lrdoctor.replay import packing
+
+    # A cycled log replans the same frame at the same dp: plans are deterministic.
+    unique: dict[tuple[int, int], int] = {}
+    todo: list[tuple[StepFrame, int]] = []
+    steps: list[tuple[int, int, int]] = []  # (step, dp, index into todo)
+    for frame, logged in _iter_frames(samples, cfg.train.steps, notes):
+        dp = cfg.dp.size_at(frame.step)
+        key = (logged, dp)
+        if key not in unique:
+            unique[key] = len(todo)
+            todo.append((frame, dp))
+        steps.append((frame.step, dp, unique[key]))
+    plans: list[Any] = []
+    with packing.paused_gc():
+        if planner is not None:
+            for frame, dp in todo:
+                plans.append(planner(cfg.batching, cfg.train, frame.columns, dp))
+                if progress is not None:
+                    progress(frame.step)
+        else:
+            a = 0
+            while a < len(todo):
+                b, rows = a, 0
+                while b < len(todo) and (b == a or rows + len(todo[b][0]) <= _PLAN_CHUNK_ROWS):
+                    rows += len(todo[b][0])
+                    b += 1
+                chunk = todo[a:b]
+                plans.extend(packing.plan_many(cfg.batching, cfg.train,
+                                               [f.columns for f, _ in chunk],
+                                               [d for _, d in chunk]))
+                if progress is not None:
+                    progress(chunk[-1][0].step)
+                a = b
+        infos = [_step_info(frame, dp, plan) for (frame, dp), plan in zip(todo, plans,
+                                                                        strict=True)]
+    if progress is not None and steps:
+        progress(steps[-1][0])  # cycled steps reuse plans: the bar still ends at the end
+    return [StepInfo(step, dp, infos[i].plan, infos[i].samples, infos[i].docs,
+                     infos[i].mb_docs) if infos[i].step != step else infos[i]
+            for step, dp, i in steps]
+
+
+# Samples planned per ``plan_many`` call (whole steps): large enough that per-call
+# costs vanish (Karmarkar-Karp's lockstep groups fill up), small enough that the
+# progress bar moves about once a second and the lockstep arrays stay bounded.
+_PLAN_CHUNK_ROWS = 1_000_000
+
+
+def _step_info(frame: StepFrame, dp: int, plan: Any) -> StepInfo:
+    """A planned step with its document counts (per micro-batch, summed over ranks)."""
+    docs = frame.columns.get("docs")
+    mb_docs = None
+    if docs is not None:
+        mbs = plan.micro_batches
+        parts = [r for mb in mbs for r in mb.ranks]
+        per_mb = np.fromiter((sum(map(len, mb.ranks)) for mb in mbs), dtype=np.int64,
+                             count=len(mbs))
+        mb_docs = [0.0] * len(mbs)
+        if per_mb.sum():
+            d = docs[np.concatenate(parts).astype(np.int64, copy=False)].astype(np.float64)
+            cum = np.concatenate(([0.0], np.cumsum(d)))
+            ends = np.cumsum(per_mb)
+            mb_docs = (cum[ends] - cum[ends - per_mb]).tolist()
+    return StepInfo(frame.step, dp, plan, len(frame),
+                    int(docs.sum()) if docs is not None else None, mb_docs)

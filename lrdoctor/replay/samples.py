@@ -1,0 +1,81 @@
+"""Where a replay's sample lengths come from: a batch log, synthetic lengths, or (static
+batching) the sample counts alone.
+
+Why apart from planning: choosing and validating the source is the command line's and
+the config's business (``--batch-log`` / ``--synthetic`` / ``data:``), and the output
+names it (:func:`lengths_source`); :mod:`.planning` only sees the rows.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lrdoctor.core.errors import UnusableInput
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from lrdoctor.replay.config import RunConfig
+
+
+def load_samples(cfg: RunConfig, batch_log: str | None = None, synthetic: str | None = None,
+                 seed: int | None = None) -> pd.DataFrame:
+    """One row per sample (``step``, ``tokens`` and optional ``prompt_id``/``docs``/``rank``)."""
+    import pandas as pd
+
+    if batch_log and synthetic:
+        raise UnusableInput("give either --batch-log or --synthetic, not both")
+    if not batch_log and not synthetic:
+        # The config's data section applies only when the command line names no source.
+        if cfg.data.batch_log and cfg.data.synthetic:
+            raise UnusableInput("data: give either batch_log or synthetic, not both")
+        if cfg.data.batch_log:
+            # Relative to the config file, so a config runs from any directory.
+            batch_log = cfg.resolve_path(cfg.data.batch_log)
+            from pathlib import Path
+
+            if not Path(batch_log).is_file():
+                raise UnusableInput(f"data.batch_log {cfg.data.batch_log!r}: no such file "
+                                    "(read relative to the config file's directory)",
+                                    batch_log)
+        synthetic = cfg.data.synthetic
+    seed = cfg.data.seed if seed is None else seed
+    if batch_log:
+        from lrdoctor.replay import batchlog
+
+        return batchlog.read_batch_log(batch_log)
+    if synthetic:
+        from lrdoctor.replay import batchlog
+
+        sps = cfg.train.samples_per_step
+        if sps is None:
+            raise UnusableInput("--synthetic needs train.samples_per_step in the config")
+        return batchlog.synthetic(synthetic, cfg.train.steps, sps, seed=seed)
+    if cfg.batching.strategy not in ("static",):
+        raise UnusableInput(f"batching.strategy {cfg.batching.strategy} needs sample lengths: "
+                            "give --batch-log or --synthetic (or data.batch_log / "
+                            "data.synthetic in the config)")
+    sps = cfg.train.samples_per_step
+    if sps is None:
+        raise UnusableInput("train.samples_per_step is needed when there is no batch log")
+    # Without lengths a static loop only needs the sample count; one token each.
+    steps = np.repeat(np.arange(cfg.train.steps, dtype=np.int64), sps)
+    return pd.DataFrame({"step": steps, "tokens": np.ones_like(steps)})
+
+
+def lengths_source(cfg: RunConfig, batch_log: str | None = None,
+                   synthetic: str | None = None) -> str:
+    """Where the replay's sample lengths come from, in words (the output says it)."""
+    if batch_log:
+        return f"batch log {batch_log}"
+    if synthetic:
+        return f"synthetic {synthetic} (--synthetic)"
+    if cfg.data.batch_log:
+        return f"batch log {cfg.data.batch_log} (data.batch_log)"
+    if cfg.data.synthetic:
+        origin = ("drawn up to the config's own maximum lengths: no batch log given"
+                  if cfg._keys_used is not None else "data.synthetic")
+        return f"synthetic {cfg.data.synthetic} ({origin})"
+    return "sample counts only (static batching: lengths do not change the accounting)"
