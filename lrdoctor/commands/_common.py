@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -52,6 +52,16 @@ OutFileOpt = Annotated[Path | None, typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (same as --output-format json).")]
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Text: only the one-line verdict per target.")]
+ExecutorOpt = Annotated[str, typer.Option(
+    "--executor", help="Where --jobs run: process (a local process pool, default) or ray "
+    "(pip install 'lrdoctor[ray]'; RAY_ADDRESS for a cluster).")]
+
+
+def jobs_option(what: str) -> Any:
+    """``--jobs/-j`` (at least 1), its help naming what runs side by side."""
+    return typer.Option("--jobs", "-j", min=1, help=f"{what} at once (see --executor).")
+
+
 AllowUnsafeOpt = Annotated[list[str] | None, typer.Option(
     "--allow-unsafe-global", metavar="NAME",
     help="Read a pickle global that can run code (e.g. torch.storage._load_from_bytes) as "

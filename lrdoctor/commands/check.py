@@ -10,6 +10,7 @@ import typer
 from lrdoctor.commands._common import (
     AllowUnsafeOpt,
     ConfigFileOpt,
+    ExecutorOpt,
     FailOn,
     JsonOpt,
     OutputFormat,
@@ -20,6 +21,7 @@ from lrdoctor.commands._common import (
     die,
     emit_to,
     guarded,
+    jobs_option,
     on_github_actions,
     print_unusable,
     resolve_format,
@@ -72,11 +74,8 @@ def check_cmd(
     output: Annotated[Path | None, typer.Option(
         "--out", "-o", "--output", metavar="FILE",
         help="Write the output (any --output-format) to FILE instead of stdout.")] = None,
-    jobs: Annotated[int, typer.Option(
-        "--jobs", "-j", min=1, help="Inspect this many fleet members at once.")] = 1,
-    executor: Annotated[str, typer.Option(
-        "--executor", help="process (a local process pool, default) or ray "
-        "(pip install 'lrdoctor[ray]'; RAY_ADDRESS for a cluster).")] = "process",
+    jobs: Annotated[int, jobs_option("Inspect this many fleet members")] = 1,
+    executor: ExecutorOpt = "process",
     json_: JsonOpt = False,
     output_format: OutputFormatOpt = None,
     quiet: QuietOpt = False,

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from lrdoctor.commands._common import (
+    ExecutorOpt,
     FailOnOpt,
     JsonOpt,
     OutFileOpt,
@@ -18,6 +19,7 @@ from lrdoctor.commands._common import (
     VerboseOpt,
     emit_to,
     guarded,
+    jobs_option,
     png_path,
     print_unusable,
     resolve_format,
@@ -102,11 +104,8 @@ def replay_cmd(
     sweep: Annotated[str | None, typer.Option(
         "--sweep", help="KEY=v1,v2,...: compare values of one config key "
         "(e.g. batching.max_tokens_per_microbatch=4096,8192,16384).")] = None,
-    jobs: Annotated[int, typer.Option(
-        "--jobs", "-j", min=1, help="Replay this many --sweep values at once.")] = 1,
-    executor: Annotated[str, typer.Option(
-        "--executor", help="Where --sweep values run: process (a local process pool, "
-        "default) or ray (pip install 'lrdoctor[ray]').")] = "process",
+    jobs: Annotated[int, jobs_option("Replay this many --sweep values")] = 1,
+    executor: ExecutorOpt = "process",
     sets: Annotated[list[str] | None, typer.Option(
         "--set", help="KEY=VALUE for what a launch script leaves unresolved (a variable set "
         "outside it, a $(...)); repeatable.")] = None,
