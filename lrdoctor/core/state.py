@@ -70,6 +70,10 @@ class Counter:
     source: str = ""
     # Where the value lives (file and key path), so a repair can write it back.
     ref: FieldRef | None = None
+    # ``value`` is the field at ``ref`` plus this: a count the framework keeps from another
+    # origin (DeepSpeed's ``last_batch_iteration`` starts at -1, so progress is it + 1); a
+    # repair writes ``value - ref_offset``.
+    ref_offset: float = 0.0
 
 
 @dataclass

@@ -39,7 +39,8 @@ def test_reader_names_the_scheduler_field_and_fix_edits_it(tmp_path):
 
 def test_dcp_reader_ref_is_the_item_the_repair_rewrites(tmp_path):
     """The same state through dcp.save (generic DCP folder, read by content): the ref names
-    the re-nested key path; the DCP writer maps it to its bytes item."""
+    the bytes item that holds the field (its fqn, the key inside it empty for a leaf), the
+    item the DCP writer rewrites."""
     model, opt, sched = _train(10, 3, _cosine)
     ck = tmp_path / "c" / "step_10"
     _save({"net": model.state_dict(), "run": {"optim": opt.state_dict(),
@@ -47,7 +48,7 @@ def test_dcp_reader_ref_is_the_item_the_repair_rewrites(tmp_path):
     _, st, _ = read_state(tmp_path / "c")
     ref = st.scheduler_progress.ref
     assert ref is not None and Path(ref.file).name == ".metadata"
-    assert ref.key == ("run", "lr", "cosine", "last_epoch")
+    assert (ref.item, ref.key) == ("run.lr.cosine.last_epoch", ())
     plan = plan_fix(tmp_path / "c")
-    assert ("run.lr.cosine.last_epoch",) in {c.key for c in plan.changes}
+    assert (ref.item, *ref.key) in {c.key for c in plan.changes}
     assert write_fix(plan, tmp_path / "out").verified

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
+from lrdoctor.core.fieldref import FieldRef, Key
 from lrdoctor.core.tree import dig
 from lrdoctor.read.bytes.storage import open_binary, reader_path
 
@@ -76,6 +77,21 @@ class DcpState:
     bytes_items: int = 0
     bytes_read: int = 0  # bytes of the bytes items read (bounded by MAX_TOTAL_BYTES)
     version: str | None = None
+    # fqn -> the key path its value was re-nested at in ``tree`` (the planner's, else the
+    # dots): how a field of ``tree`` is traced back to the item that holds it (:meth:`ref`).
+    paths: dict[str, tuple[Key, ...]] = field(default_factory=dict)
+
+    def ref(self, key: tuple[Key, ...]) -> FieldRef | None:
+        """The :class:`FieldRef` of the field at ``key`` in ``tree``: ``.metadata`` of this
+        folder, ``item`` the fqn of the DCP item holding it, ``key`` the path inside that
+        item's value (empty for a leaf item). None when no item read holds it."""
+        best: tuple[str, int] | None = None
+        for fqn, p in self.paths.items():
+            if key[:len(p)] == p and (best is None or len(p) > best[1]):
+                best = (fqn, len(p))
+        if best is None:
+            return None
+        return FieldRef(str(self.path / METADATA), tuple(key[best[1]:]), best[0])
 
     def get(self, dotted: str, default: Any = None) -> Any:
         """A value by its fqn, or by a dotted path into ``tree``."""
@@ -323,7 +339,7 @@ def load(folder: Path, *, prefixes: Iterable[str] | None = None,
     finally:
         files.close()
     st.files += sorted(str(folder / rel) for rel in files.sizes)
-    st.tree = _nest(st.flat, md.fields.get("planner_data"), st.skipped)
+    st.tree = _nest(st.flat, md.fields.get("planner_data"), st.skipped, st.paths)
     return st
 
 
@@ -413,9 +429,11 @@ def _tensor_entry(files: _Files, fqn: str, meta: object, chunks: list[Chunk], st
     return _tensor_value(files.read(rel, off, length), f"{folder / rel}[{fqn}]", dtype)
 
 
-def _nest(flat: dict[str, Any], planner: object, skipped: dict[str, str]) -> dict[str, Any]:
+def _nest(flat: dict[str, Any], planner: object, skipped: dict[str, str],
+          paths: dict[str, tuple[Key, ...]]) -> dict[str, Any]:
     """Re-nest the flat items: along the default planner's recorded paths when present,
-    else by splitting the fqn on dots."""
+    else by splitting the fqn on dots. ``paths`` gets each item's path as re-nested (a
+    list's int keys included, as :func:`_lists` turns them into lists)."""
     root: dict[Any, Any] = {}
     plan = planner if isinstance(planner, dict) else None
     mapped = plan is not None
@@ -435,8 +453,32 @@ def _nest(flat: dict[str, Any], planner: object, skipped: dict[str, str]) -> dic
             skipped.setdefault(fqn, "clashes with another key when re-nested (kept in flat)")
             continue
         node[path[-1]] = value
+        paths[fqn] = path
     # The top level holds the state dict's names: a dict whatever the planner paths claim.
-    return {str(k): _lists(v, mapped, k) for k, v in root.items()}
+    tree = {str(k): _lists(v, mapped, k) for k, v in root.items()}
+    for fqn, path in paths.items():
+        paths[fqn] = _as_nested(tree, path)
+    return tree
+
+
+def _as_nested(tree: object, path: tuple[object, ...]) -> tuple[Key, ...]:
+    """``path`` as it walks the re-nested ``tree``: a digit key where :func:`_lists` made a
+    list becomes an int, an int key where it stayed a dict becomes a str."""
+    out: list[Key] = []
+    node = tree
+    for part in path:
+        if isinstance(node, list):
+            k: Key = int(str(part))
+        else:
+            k = str(part)
+        out.append(k)
+        if isinstance(node, dict):
+            node = node.get(k)
+        elif isinstance(node, list) and isinstance(k, int) and 0 <= k < len(node):
+            node = node[k]
+        else:
+            node = None
+    return tuple(out)
 
 
 def _lists(node: Any, mapped: bool, parent: object) -> Any:

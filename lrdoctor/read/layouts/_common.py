@@ -248,6 +248,7 @@ class OptimizerSummary(TypedDict):
     lr_keys: list[tuple[Key, ...]]  # where each of ``lrs`` lives in the state
     initial_lrs: list[float]  # ``initial_lr``: set by any torch LRScheduler built on it
     step: float | None  # the optimizer step (max over parameters and groups)
+    step_key: tuple[Key, ...] | None  # the first field holding that max: its FieldRef key
     steps_distinct: list[float]
     unreadable_steps: int  # step tensors the loader could not read
     params_with_state: int
@@ -268,6 +269,7 @@ def optimizer_summary(opt_sd: Any) -> OptimizerSummary:
     initial_lrs: list[float] = []
     extra: dict[str, list[float]] = {"group_max_lr": [], "group_min_lr": []}
     steps: list[float] = []
+    step_keys: list[tuple[Key, ...]] = []  # where each of ``steps`` lives in ``opt_sd``
     unreadable = 0
     n_state = 0
     dicts_at = optimizer_dicts_at(opt_sd)
@@ -292,9 +294,10 @@ def optimizer_summary(opt_sd: Any) -> OptimizerSummary:
                 s = _side(g["step"], count=True)
                 if s is not None:
                     steps.append(s)
+                    step_keys.append((*at, "param_groups", gi, "step"))
         state = d.get("state")
         if isinstance(state, dict):
-            for pstate in state.values():
+            for pid, pstate in state.items():
                 if isinstance(pstate, dict) and "step" in pstate:
                     n_state += 1
                     s = _side(pstate["step"], count=True)
@@ -302,12 +305,15 @@ def optimizer_summary(opt_sd: Any) -> OptimizerSummary:
                         unreadable += 1
                     else:
                         steps.append(float(s))
+                        step_keys.append((*at, "state", pid, "step"))
     return {
         "found": bool(dicts),
         "lrs": lrs,
         "lr_keys": lr_keys,
         "initial_lrs": initial_lrs,
         "step": max(steps) if steps else None,
+        # The first field holding that max: the optimizer step's FieldRef key.
+        "step_key": step_keys[steps.index(max(steps))] if steps else None,
         "steps_distinct": sorted(set(steps)),
         "unreadable_steps": unreadable,
         "params_with_state": n_state,

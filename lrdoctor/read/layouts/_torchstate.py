@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import Storage
@@ -19,6 +19,9 @@ from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.layouts import _common
 from lrdoctor.read.layouts._common import OptimizerSummary
 from lrdoctor.schedules import horizon_fields
+
+if TYPE_CHECKING:
+    from lrdoctor.read.bytes.dcp import DcpState
 
 # Bookkeeping fields of LRScheduler.state_dict() that say nothing about the shape.
 _VOLATILE = ("last_epoch", "_step_count", "_last_lr", "_is_initial", "_get_lr_called_within_step")
@@ -179,6 +182,7 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: OptimizerSummary |
                      "schedules; only its progress is known")
         return None, progress, notes
 
+    by: int | None = None  # the child whose horizon field sets a composite's horizon
     if children:
         fields = [(torch_scheduler_kind(c), c) for c in children if isinstance(c, dict)]
         rebuilt = [_spec_fields(k, c, opt) if k and k not in ("LambdaLR", "ReduceLROnPlateau")
@@ -194,9 +198,11 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: OptimizerSummary |
             last_h = specs[-1].horizon
             if last_h is not None and milestones:
                 horizon = float(milestones[-1]) + last_h
+                by = len(specs) - 1
         else:
             hs = [s.horizon for s in specs if s.horizon is not None]
             horizon = max(hs) if hs else None
+            by = next(i for i, s in enumerate(specs) if s.horizon == horizon) if hs else None
         f = _Fields(max_lr=max(s.max_lr for s in specs), min_lr=specs[-1].min_lr,
                     init_lr=specs[0].init_lr, horizon=horizon)
     else:
@@ -212,6 +218,13 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: OptimizerSummary |
     field = horizon_fields.TORCH.get(kind)
     if ref is not None and field is not None and field in sd:
         spec.refs["horizon"] = ref.child(field)
+    elif ref is not None and by is not None and all(isinstance(c, dict) for c in children):
+        # A composite's horizon comes from one child's field (SequentialLR: the last,
+        # after the milestones; ChainedScheduler: the longest).
+        child = children[by]
+        cfield = horizon_fields.TORCH.get(torch_scheduler_kind(child) or "")
+        if cfield is not None and cfield in child:
+            spec.refs["horizon"] = ref.child("_schedulers", by, cfield)
     return spec, progress, notes
 
 
@@ -225,7 +238,8 @@ def add_optimizer(st: RunState, info: OptimizerSummary, source: str,
     """Record the optimizer step counter and LRs on ``st`` (shared by the three readers);
     with ``ref`` (the field holding the optimizer state) each LR's field too."""
     if info["step"] is not None:
-        st.counters.append(Counter("optimizer.step", info["step"], Unit.UPDATES, source))
+        st.counters.append(Counter("optimizer.step", info["step"], Unit.UPDATES, source,
+                                   _step_ref(ref, info)))
         if len(info["steps_distinct"]) > 1:
             st.notes.append(f"{source}: parameters disagree on the optimizer step "
                             f"({info['steps_distinct'][:4]}): some were frozen or added later; "
@@ -236,6 +250,12 @@ def add_optimizer(st: RunState, info: OptimizerSummary, source: str,
     if ref is not None:
         st.optimizer_lr_refs = [ref.child(*k) for k in info["lr_keys"]]
     _initial_lrs(st, info)
+
+
+def _step_ref(ref: FieldRef | None, info: OptimizerSummary) -> FieldRef | None:
+    """The field of the optimizer step (the first parameter's, or group's, holding the max)."""
+    key = info["step_key"]
+    return ref.child(*key) if ref is not None and key is not None else None
 
 
 def _initial_lrs(st: RunState, info: OptimizerSummary) -> None:
@@ -250,17 +270,25 @@ def _initial_lrs(st: RunState, info: OptimizerSummary) -> None:
 def read_optimizer_file(st: RunState, f: Path) -> OptimizerSummary:
     """Read a standalone optimizer file (HF ``optimizer.pt``, ROLL's) onto ``st``.
 
-    Records the file, the param-group LRs and the ``optimizer.step`` counter;
-    returns :func:`_common.optimizer_summary` for the reader's own use.
+    Records the file, the param-group LRs and the ``optimizer.step`` counter, each with
+    its field (in a DCP folder, the item holding it); returns
+    :func:`_common.optimizer_summary` for the reader's own use.
     """
-    opt = _common.optimizer_summary(load_optimizer(f, st))
+    obj, ds = _load_optimizer(f, st)
+    opt = _common.optimizer_summary(obj)
     st.files.append(str(f))
     st.optimizer_lrs = opt["lrs"]
-    if not f.is_dir():  # a DCP optimizer folder is never rewritten: no refs into it
-        st.optimizer_lr_refs = [FieldRef(str(f), k) for k in opt["lr_keys"]]
+    base = FieldRef(str(f)) if ds is None else FieldRef(str(ds.path / ".metadata"), ("optimizer",))
+    refs = [base.child(*k) for k in opt["lr_keys"]]
+    step_ref = _step_ref(base, opt)
+    if ds is not None:
+        refs = [ds.ref(r.key) or r for r in refs]
+        step_ref = ds.ref(step_ref.key) if step_ref is not None else None
+    st.optimizer_lr_refs = refs
     _initial_lrs(st, opt)
     if opt["step"] is not None:
-        st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, str(f)))
+        st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, str(f),
+                                   step_ref))
     elif opt["unreadable_steps"]:
         st.notes.append("optimizer step tensors could not be read")
     return opt
@@ -271,8 +299,14 @@ def load_optimizer(f: Path, st: RunState | None = None) -> Any:
     writes instead (accelerate ``save_fsdp_optimizer`` / HF Trainer: ``optimizer_0/``
     holding ``{"optimizer": FSDP.optim_state_dict(...)}``). A DCP source marks ``st`` so
     that ``fix`` refuses to rewrite it."""
+    return _load_optimizer(f, st)[0]
+
+
+def _load_optimizer(f: Path, st: RunState | None) -> tuple[Any, DcpState | None]:
+    """:func:`load_optimizer`, with the DCP folder's items when it is one (to trace each
+    field back to its item)."""
     if not f.is_dir():
-        return _common.load(f)
+        return _common.load(f), None
     from lrdoctor.read.bytes import dcp
 
     ds = dcp.load(f, prefixes=("optimizer",))
@@ -284,4 +318,4 @@ def load_optimizer(f: Path, st: RunState | None = None) -> Any:
     if not isinstance(opt, dict):
         raise UnusableInput("a DCP folder without 'optimizer' items (not an FSDP sharded "
                             "optimizer state)", str(f))
-    return opt
+    return opt, ds

@@ -40,6 +40,7 @@ from lrdoctor.core.repair import (
     tree_files,
     walk,
 )
+from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.bytes import safetext
@@ -157,17 +158,20 @@ def resolve(path: Path) -> tuple[Path, Path]:
     return path, model_files(path)[0]
 
 
-def _ds_config(sd: dict, tag: Path) -> tuple[dict | None, str]:
+def _ds_config(sd: dict[str, Any], tag: Path, main: Path
+               ) -> tuple[dict[str, Any] | None, str, FieldRef | None]:
+    """(ds_config, where it was read, the field holding it): the one saved in the model
+    states (DeepSpeed >= 0.9), else a ``ds_config.json`` beside the checkpoint."""
     cfg = sd.get("ds_config")
     if isinstance(cfg, dict):
-        return cfg, "ds_config"
+        return cfg, "ds_config", FieldRef(str(main), ("ds_config",))
     for d in (tag, tag.parent, tag.parent.parent):
         f = d / "ds_config.json"
         if f.is_file():
             cfg = safetext.read_json(f, "ds_config.json")
             if isinstance(cfg, dict):
-                return cfg, str(f)
-    return None, ""
+                return cfg, str(f), FieldRef(str(f))
+    return None, "", None
 
 
 # ---------------------------------------------------------------- read
@@ -183,7 +187,7 @@ def read(path: Path) -> RunState:
     st = RunState(format=NAME, path=str(tag), files=[src])
     # last_batch_iteration + 1 == global_steps - skipped_steps by DeepSpeed's law (LRD109).
     st.facts.invariant = Invariant.DEEPSPEED_STEPS
-    cfg, cfg_src = _ds_config(sd, tag)
+    cfg, cfg_src, cfg_ref = _ds_config(sd, tag, main)
     cfg_src = f"{src}:ds_config" if cfg_src == "ds_config" else cfg_src
     if cfg_src and not cfg_src.startswith(src):
         st.files.append(cfg_src)
@@ -193,13 +197,14 @@ def read(path: Path) -> RunState:
                       ("skipped_steps", Unit.UPDATES)):
         v = _common.number(sd.get(key))
         if v is not None:
-            st.counters.append(Counter(f"deepspeed.{key}", v, unit, f"{src}:{key}"))
+            st.counters.append(Counter(f"deepspeed.{key}", v, unit, f"{src}:{key}",
+                                       FieldRef(src, (key,))))
 
     # Optimizer: in the model states without ZeRO, else in the ZeRO partition files.
     opt_info = _read_optimizer(st, sd, tag, src)
 
     # Scheduler.
-    _read_scheduler(st, sd.get("lr_scheduler"), cfg, cfg_src, src, opt_info)
+    _read_scheduler(st, sd.get("lr_scheduler"), cfg, cfg_src, src, opt_info, cfg_ref)
 
     # Batch size and the rest of the config.
     if cfg:
@@ -264,13 +269,16 @@ def read(path: Path) -> RunState:
             whence = f"{cfg_src}.scheduler.params.{where}"
         else:
             where, whence = f"scheduler.{st.schedule.kind}.horizon", st.schedule.source
-        st.planned_end = Counter(where, st.schedule.horizon, Unit.UPDATES, whence)
-        st.trainer_progress = Counter("deepspeed.global_steps", gs.value, Unit.UPDATES, gs.source)
+        st.planned_end = Counter(where, st.schedule.horizon, Unit.UPDATES, whence,
+                                 st.schedule.refs.get("horizon"))
+        st.trainer_progress = Counter("deepspeed.global_steps", gs.value, Unit.UPDATES, gs.source,
+                                      gs.ref)
     return st
 
 
 def _read_optimizer(st: RunState, sd: dict, tag: Path, src: str) -> dict | None:
     opt_sd, opt_src = sd.get("optimizer"), src
+    opt_ref = FieldRef(src, ("optimizer",))
     if opt_sd is None:
         files = sorted((f for f in tag.iterdir() if OPTIM_STATES.match(f.name)),
                        key=lambda f: tuple(int(g) for g in OPTIM_STATES.match(f.name).groups()))
@@ -285,8 +293,9 @@ def _read_optimizer(st: RunState, sd: dict, tag: Path, src: str) -> dict | None:
             return None
         st.files.append(opt_src)
         st.extras["optim_state_files"] = len(files)
+        opt_ref = FieldRef(opt_src)
     info = optimizer_info(opt_sd)
-    add_optimizer(st, info, opt_src)
+    add_optimizer(st, info, opt_src, opt_ref)
     scaler = _loss_scaler(opt_sd)
     if scaler:
         st.extras["loss_scaler"] = scaler
@@ -310,8 +319,9 @@ def _loss_scaler(obj: Any, depth: int = 0) -> dict[str, Any] | None:
     return None
 
 
-def _read_scheduler(st: RunState, sched: Any, cfg: dict | None, cfg_src: str, src: str,
-                    opt_info: dict | None) -> None:
+def _read_scheduler(st: RunState, sched: Any, cfg: dict[str, Any] | None, cfg_src: str,
+                    src: str, opt_info: dict[str, Any] | None,
+                    cfg_ref: FieldRef | None = None) -> None:
     cfg_sched = cfg.get("scheduler") if cfg else None
     cfg_sched = cfg_sched if isinstance(cfg_sched, dict) else None
     kind = cfg_sched.get("type") if cfg_sched else None
@@ -324,7 +334,7 @@ def _read_scheduler(st: RunState, sched: Any, cfg: dict | None, cfg_src: str, sr
         return
     if "last_batch_iteration" not in sched:  # a torch scheduler (client, or named in ds_config)
         spec, prog, notes = torch_scheduler(sched, unit=Unit.UPDATES, source=f"{src}:lr_scheduler",
-                                            opt=opt_info)
+                                            opt=opt_info, ref=FieldRef(src, ("lr_scheduler",)))
         st.schedule, st.scheduler_progress = spec, prog
         st.notes += notes
         if spec is not None and kind and kind != spec.kind:
@@ -336,7 +346,8 @@ def _read_scheduler(st: RunState, sched: Any, cfg: dict | None, cfg_src: str, sr
     assert lbi is not None
     st.scheduler_progress = Counter(
         "scheduler.last_batch_iteration + 1", lbi + 1, Unit.UPDATES,
-        f"{src}:lr_scheduler.last_batch_iteration + 1 (scheduler steps taken)")
+        f"{src}:lr_scheduler.last_batch_iteration + 1 (scheduler steps taken)",
+        FieldRef(src, ("lr_scheduler", "last_batch_iteration")), ref_offset=1)
     st.extras["scheduler.last_batch_iteration"] = lbi
     if cfg_sched is None:
         st.notes.append("DeepSpeed scheduler state without a ds_config 'scheduler' section: "
@@ -378,6 +389,8 @@ def _read_scheduler(st: RunState, sched: Any, cfg: dict | None, cfg_src: str, sr
         horizon=p(hkey, 0) if hkey is not None and total is not None else None,
         source=f"{cfg_src}.scheduler" + ("" if "warmup_max_lr" in params or kind ==
                                           "WarmupDecayLR" else " + optimizer.params.lr"))
+    if st.schedule.horizon is not None and cfg_ref is not None and hkey is not None:
+        st.schedule.refs["horizon"] = cfg_ref.child("scheduler", "params", hkey)
 
 
 def _config_lr(cfg: dict | None) -> float | None:

@@ -134,7 +134,8 @@ def read(path: Path) -> RunState:
         st.planned_end = Counter("trainer.max_steps", max_steps, Unit.UPDATES, f"{ssrc}:max_steps",
                                  state_ref.child("max_steps"))
     if isinstance(ts.get("epoch"), (int, float)):
-        st.counters.append(Counter("trainer.epoch", ts["epoch"], Unit.EPOCHS, f"{ssrc}:epoch"))
+        st.counters.append(Counter("trainer.epoch", ts["epoch"], Unit.EPOCHS, f"{ssrc}:epoch",
+                                   state_ref.child("epoch")))
     n = _common.checkpoint_number(ckpt)
     if n is not None and n != global_step:
         st.notes.append(f"{ckpt.name} but trainer_state.global_step is {global_step}")
@@ -193,6 +194,9 @@ def read(path: Path) -> RunState:
                 st.notes.append("no schedule type fits log_history; schedule unknown")
     if base_lr is not None:
         st.extras["base_lr"] = base_lr
+    if st.schedule is not None and st.schedule.horizon is not None \
+            and st.schedule.horizon == max_steps and st.planned_end is not None:
+        st.schedule.refs["horizon"] = state_ref.child("max_steps")  # num_training_steps
     _overflowed_steps(st, args)
     for k in ("train_batch_size", "num_train_epochs", "logging_steps", "save_steps",
               "num_input_tokens_seen"):
@@ -214,12 +218,19 @@ def _overflowed_steps(st: RunState, args: _common.Loaded | None) -> None:
     if skipped <= 0:
         return
     st.counters.append(Counter("trainer.overflowed_steps", skipped, Unit.UPDATES,
-                               "trainer.global_step - optimizer.step"))
+                               "trainer.global_step - optimizer.step", _global_step_ref(st),
+                               ref_offset=-opt.value))
     st.nominal_progress = Counter("trainer.global_step - overflowed steps", opt.value,
                                   Unit.UPDATES, "trainer_state.global_step - (global_step - "
                                   "optimizer.step): fp16-overflowed steps skip the scheduler")
     st.notes.append(f"{skipped:,.0f} step(s) skipped the optimizer (fp16 overflow) and so the "
                     "scheduler: it trails global_step by that much by design")
+
+
+def _global_step_ref(st: RunState) -> FieldRef | None:
+    """trainer_state.json's global_step, the field the step counts start from."""
+    c = st.counter("trainer.global_step")
+    return c.ref if c is not None else None
 
 
 def _schedule_from_args(args: _common.Loaded, max_steps: Any, base_lr: float | None

@@ -43,6 +43,7 @@ from typing import Any
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import LrLog
 from lrdoctor.core.repair import FormatPlan, RepairTools, Target
+from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.bytes.storage import as_path
@@ -150,36 +151,45 @@ def read(path: Path) -> RunState:
         if k in sd:
             st.extras["lightning_version"] = sd[k]
 
-    fit = _get(sd, "loops", "fit_loop") or {}
-    optim = _get(fit, "epoch_loop.automatic_optimization.optim_progress", "optimizer", "step")
-    manual = fit.get("epoch_loop.manual_optimization.optim_step_progress")
-    batches = fit.get("epoch_loop.batch_progress")
-    counters = [
-        ("trainer.global_step", _common.number(sd.get("global_step")), Unit.UPDATES,
-         "global_step"),
-        ("lightning.optimizer_steps", _total(optim), Unit.UPDATES,
+    raw_fit = _get(sd, "loops", "fit_loop")
+    fit: dict[str, Any] = raw_fit if isinstance(raw_fit, dict) else {}
+    top = FieldRef(src)
+    at_fit = top.child("loops", "fit_loop")
+    total = ("total", "completed")
+    counters: list[tuple[str, Unit, str, FieldRef]] = [
+        ("trainer.global_step", Unit.UPDATES, "global_step", top.child("global_step")),
+        ("lightning.optimizer_steps", Unit.UPDATES,
          f"{FIT}['epoch_loop.automatic_optimization.optim_progress'].optimizer.step.total"
-         ".completed"),
-        ("lightning.manual_optimizer_steps", _total(manual), Unit.UPDATES,
-         f"{FIT}['epoch_loop.manual_optimization.optim_step_progress'].total.completed"),
-        ("lightning.scheduler_progress", _total(fit.get("epoch_loop.scheduler_progress")),
-         Unit.SCHEDULER_CALLS, f"{FIT}['epoch_loop.scheduler_progress'].total.completed"),
-        ("lightning.batches", _total(batches), Unit.MICRO_STEPS,
-         f"{FIT}['epoch_loop.batch_progress'].total.completed"),
-        ("lightning.epoch", _common.number(sd.get("epoch")), Unit.EPOCHS, "epoch"),
+         ".completed", at_fit.child("epoch_loop.automatic_optimization.optim_progress",
+                                    "optimizer", "step", *total)),
+        ("lightning.manual_optimizer_steps", Unit.UPDATES,
+         f"{FIT}['epoch_loop.manual_optimization.optim_step_progress'].total.completed",
+         at_fit.child("epoch_loop.manual_optimization.optim_step_progress", *total)),
+        ("lightning.scheduler_progress", Unit.SCHEDULER_CALLS,
+         f"{FIT}['epoch_loop.scheduler_progress'].total.completed",
+         at_fit.child("epoch_loop.scheduler_progress", *total)),
+        ("lightning.batches", Unit.MICRO_STEPS,
+         f"{FIT}['epoch_loop.batch_progress'].total.completed",
+         at_fit.child("epoch_loop.batch_progress", *total)),
+        ("lightning.epoch", Unit.EPOCHS, "epoch", top.child("epoch")),
     ]
-    for name, value, unit, where in counters:
+    for name, unit, where, ref in counters:
+        value = _common.number(_get(sd, *(str(k) for k in ref.key)))
         if value is not None and not (name == "lightning.manual_optimizer_steps" and value == 0):
-            st.counters.append(Counter(name, value, unit, f"{src}:{where}"))
+            st.counters.append(Counter(name, value, unit, f"{src}:{where}", ref))
     epochs_done = _epochs_done(fit)
     if epochs_done is not None:
+        # The completed epochs, give or take the one the checkpoint was written in.
+        done = _total(fit.get("epoch_progress")) or 0.0
         st.counters.append(Counter("lightning.epochs_done", epochs_done, Unit.EPOCHS,
-                                   f"{src}:{FIT}.epoch_progress (epochs that ran all batches)"))
+                                   f"{src}:{FIT}.epoch_progress (epochs that ran all batches)",
+                                   at_fit.child("epoch_progress", *total),
+                                   ref_offset=epochs_done - done))
 
     opts = sd.get("optimizer_states") or []
     info = optimizer_info(opts[0]) if isinstance(opts, list) and opts else None
     if info is not None:
-        add_optimizer(st, info, f"{src}:optimizer_states[0]")
+        add_optimizer(st, info, f"{src}:optimizer_states[0]", top.child("optimizer_states", 0))
     if isinstance(opts, list) and len(opts) > 1:
         st.notes.append(f"{len(opts)} optimizers: the first one is used")
 
@@ -366,6 +376,8 @@ def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
         scale=_logfit.calls_per_step(st.scheduler_progress, steps))
     if st.schedule is None:
         st.notes.append(f"no schedule type fits {f} column {col!r}; schedule unknown")
+    elif end is not None and end.ref is not None and st.schedule.horizon == budget:
+        st.schedule.refs["horizon"] = end.ref  # the budget the fit was given
 
 
 BUDGET_HPARAMS = ("max_steps", "total_steps", "num_training_steps", "training_steps",
@@ -382,9 +394,11 @@ def _planned_end(st: RunState, sd: dict, src: str, steps: Counter | None) -> Non
         v = _common.number(hp.get(key))
         if v is not None and v > 0:
             st.planned_end = Counter(f"hyper_parameters.{key}", v, Unit.UPDATES,
-                                     f"{src}:hyper_parameters.{key} (the module's own setting)")
+                                     f"{src}:hyper_parameters.{key} (the module's own setting)",
+                                     FieldRef(src, ("hyper_parameters", key)))
             if steps is not None:
-                st.trainer_progress = Counter(steps.name, steps.value, Unit.UPDATES, steps.source)
+                st.trainer_progress = Counter(steps.name, steps.value, Unit.UPDATES, steps.source,
+                                              steps.ref)
             return
     st.notes.append("Lightning does not save max_steps/max_epochs: the planned end is unknown")
 
@@ -427,7 +441,8 @@ def _scheduler(st: RunState, scheds: list, info: dict | None, src: str,
     if last is not None and epochs_done is not None and last == epochs_done and last != s:
         interval = "epoch"
     unit = Unit.EPOCHS if interval == "epoch" else Unit.UPDATES
-    spec, prog, notes = torch_scheduler(sd0, unit=unit, source=f"{src}:lr_schedulers[0]", opt=info)
+    spec, prog, notes = torch_scheduler(sd0, unit=unit, source=f"{src}:lr_schedulers[0]", opt=info,
+                                        ref=FieldRef(src, ("lr_schedulers", 0)))
     st.schedule, st.scheduler_progress = spec, prog
     st.notes += notes
     st.extras["lightning.interval"] = interval

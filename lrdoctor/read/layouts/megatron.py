@@ -315,9 +315,13 @@ def read(path: Path) -> RunState:
     )
     progress = st.scheduler_progress = Counter("scheduler.num_steps",
                                                field("num_steps", count=True), unit, src)
-    # The fields a repair writes through (a plain torch.save rank file; a DCP checkpoint
-    # is never rewritten, so its items get no refs).
-    in_file = FieldRef(str(main)) if dcp_state is None else None
+    # The fields a repair writes through: in the rank file (or common.pt), else in the DCP
+    # folder's common_state item, else in its re-nested items (traced to each item below).
+    in_file: FieldRef | None = FieldRef(str(main))
+    if dcp_state is not None:
+        meta = str(dcp_state.path / dcp.METADATA)
+        in_file = (FieldRef(meta, (0,), COMMON_STATE) if where.endswith(f":{COMMON_STATE}")
+                   else FieldRef(meta))
     if in_file is not None:
         at = in_file.child("opt_param_scheduler" if isinstance(sd.get("opt_param_scheduler"), dict)
                            else "lr_scheduler")
@@ -345,7 +349,10 @@ def read(path: Path) -> RunState:
     if opt["step"] is None:
         opt["step"] = _common_step(sd.get("optimizer"))
     if opt["step"] is not None:
-        st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, opt_src))
+        step_key = opt.get("step_key") if opt_src == f"{src}:optimizer" else None
+        st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, opt_src,
+                                   in_file.child("optimizer", *step_key)
+                                   if in_file is not None and step_key is not None else None))
     elif opt["unreadable_steps"]:
         st.notes.append("optimizer step tensors could not be read")
     st.optimizer_lrs = opt["lrs"]
@@ -368,9 +375,11 @@ def read(path: Path) -> RunState:
     for key, done in (("train_iters", it_counter), ("train_samples", consumed)):
         if args.get(key):
             budget_unit = Unit.UPDATES if key == "train_iters" else Unit.SAMPLES
-            st.planned_end = Counter(key, args[key], budget_unit, f"{src}:args.{key}")
+            st.planned_end = Counter(key, args[key], budget_unit, f"{src}:args.{key}",
+                                     in_file.child("args", key) if in_file else None)
             if done:
-                st.trainer_progress = Counter(done.name, done.value, budget_unit, done.source)
+                st.trainer_progress = Counter(done.name, done.value, budget_unit, done.source,
+                                              done.ref)
             break
 
     if unit is Unit.SAMPLES and _counts_updates(st, sched, consumed, skipped, it_counter):
@@ -408,6 +417,10 @@ def read(path: Path) -> RunState:
     st.facts.invariant = Invariant.MEGATRON_SAMPLES
     st.facts.micro_batches_per_update = _micro_batches(args)
     _check_ranks(st, sd, sched, files)
+    if dcp_state is not None and in_file is not None and not in_file.item:
+        from lrdoctor.read.layouts._refs import itemize
+
+        itemize(st, [dcp_state])  # torch_dcp / fsdp_dtensor: each field's own item
     return st
 
 

@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from lrdoctor.core.facts import Storage
+from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.bytes import dcp
 from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import FRAMEWORK, _common
+from lrdoctor.read.layouts._refs import itemize
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
 from lrdoctor.read.scan.view import ScanView
 
@@ -82,7 +85,8 @@ def read(path: Path) -> RunState:
                       ("consumed_samples", Unit.SAMPLES), ("current_epoch", Unit.EPOCHS)):
         v = _common.number(info.get(key))
         if v is not None:
-            st.counters.append(Counter(f"nemo_rl.{key}", float(v), unit, f"{info_file}:{key}"))
+            st.counters.append(Counter(f"nemo_rl.{key}", float(v), unit, f"{info_file}:{key}",
+                                       FieldRef(str(info_file), (key,))))
 
     odir = _optimizer_dir(ckpt)
     if odir is None:
@@ -93,18 +97,22 @@ def read(path: Path) -> RunState:
     st.files += ds.files
     _common.note_skipped(st, ds)
     src = str(odir)
-    optim = ds.tree.get("optim") if isinstance(ds.tree.get("optim"), dict) else {}
+    tree = FieldRef(str(odir / dcp.METADATA), ("optim",))  # a field of the items, re-nested
+    raw = ds.tree.get("optim")
+    optim: dict[str, Any] = raw if isinstance(raw, dict) else {}
     opt_info = optimizer_info(optim.get("optim")) if optim.get("optim") is not None else None
     if opt_info is not None:
-        add_optimizer(st, opt_info, f"{src}:optim.optim")
+        add_optimizer(st, opt_info, f"{src}:optim.optim", tree.child("optim"))
     sched = optim.get("sched")
     if isinstance(sched, dict):
         spec, prog, notes = torch_scheduler(sched, unit=Unit.ROLLOUT_STEPS,
-                                            source=f"{src}:optim.sched", opt=opt_info)
+                                            source=f"{src}:optim.sched", opt=opt_info,
+                                            ref=tree.child("sched"))
         st.schedule, st.scheduler_progress = spec, prog
         st.notes += notes
     else:
         st.notes.append("no optim.sched in the optimizer checkpoint (no scheduler configured)")
+    itemize(st, [ds])  # each field as the DCP item that holds it
     total = st.counter("nemo_rl.total_steps")
     if total is not None:
         st.trainer_progress = total

@@ -274,7 +274,7 @@ def read(path: Path | ScanView) -> RunState:
         total = planned.get("pipeline_max_steps")
         if isinstance(total, int) and total > 0:
             st.planned_end = Counter("pipeline.max_steps", total, Unit.ROLLOUT_STEPS,
-                                     f"{cfg_file}:max_steps")
+                                     f"{cfg_file}:max_steps", FieldRef(str(cfg_file), ("max_steps",)))
             kw = planned.get("lr_scheduler_kwargs") or {}
             if isinstance(kw, dict) and "lr_decay_steps" in kw:
                 st.notes.append("lr_scheduler_kwargs.lr_decay_steps overrides the budget; "
@@ -337,6 +337,11 @@ def _read_pipeline_state(st: RunState, ckpt_n: Path, n: int, worker: str | None)
         st.extras["pipeline_state_step"] = step
         if step != n:
             st.notes.append(f"pipeline state step {step} != checkpoint-{n}")
+        else:  # the folder's number is this field: the counters name it
+            for c, offset in ((st.counter("roll.pipeline_step"), 0),
+                              (st.counter("roll.pipeline_steps_done"), 1)):
+                if c is not None and c.ref is None:
+                    c.ref, c.ref_offset = FieldRef(str(f), ("step",)), offset
     history = state.get("log_history")
     if isinstance(history, list):
         prefix = {"critic": "critic/", "student": "student/"}.get(worker or "", "actor/")

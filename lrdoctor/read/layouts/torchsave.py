@@ -146,6 +146,9 @@ def read_view(view: ScanView, fmt: str = NAME,
     _stateless.attach(sc, st)  # a scheduler that saves no position (timm)
     _finish(st)
     _require_training_state(st, sc.checkpoint)
+    from lrdoctor.read.layouts._refs import itemize
+
+    itemize(st, sc.dcp.values())  # a field of a DCP folder: the item that holds it
     return st
 
 
@@ -215,7 +218,7 @@ def build(sc: shapes.Scan, fmt: str = NAME) -> RunState:
         st.optimizer_lr_refs = [opt_found.ref.child(*k) for k in opt["lr_keys"]]
         if opt["step"] is not None:
             st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES,
-                                       opt_found.where))
+                                       opt_found.where, opt_found.ref.child(*opt["step_key"])))
             if len(opt["steps_distinct"]) > 1:
                 st.notes.append(f"optimizer params disagree on step: {opt['steps_distinct']}")
         elif opt["unreadable_steps"]:
@@ -319,7 +322,8 @@ def _read_found_scheduler(st: RunState, sched: shapes.Found,
         if lbi is not None:
             st.scheduler_progress = Counter("scheduler.last_batch_iteration + 1", lbi + 1,
                                             Unit.UPDATES, _subkey(sched, "last_batch_iteration"),
-                                            sched.ref.child("last_batch_iteration"))
+                                            sched.ref.child("last_batch_iteration"),
+                                            ref_offset=1)
         st.notes.append(f"{src}: a DeepSpeed scheduler state keeps only its progress; its "
                         "schedule lives in the DeepSpeed config")
 

@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.facts import Storage
+from lrdoctor.core.fieldref import FieldRef, Key
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.bytes import dcp
 from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import FRAMEWORK, _common
+from lrdoctor.read.layouts._refs import itemize
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
 from lrdoctor.read.scan.view import ScanView
 
@@ -66,21 +68,35 @@ def find_checkpoints(path: Path) -> list[Path]:
     return _LAYOUT.find(as_path(path))
 
 
-def flat_optimizer(opt: Any) -> dict[str, Any]:
+def flat_optimizer(opt: dict[str, Any]) -> dict[str, Any]:
     """Step and LRs of torchtitan's flat optimizer dict (``state.{fqn}.step``,
-    ``param_groups.{fqn}.lr``), in the shape :func:`optimizer_info` returns."""
-    steps = [float(v) for k, v in opt.items() if isinstance(k, str) and k.startswith("state.")
-             and k.endswith(".step") and isinstance(v, (int, float))]
-    unreadable = sum(1 for k, v in opt.items() if isinstance(k, str) and k.startswith("state.")
-                     and k.endswith(".step") and not isinstance(v, (int, float)))
+    ``param_groups.{fqn}.lr``), in the shape :func:`optimizer_info` returns (each LR and
+    the step with its key in ``opt``: every parameter repeats its group's LR, so one LR
+    per distinct value is kept, at its first key)."""
+    steps: list[float] = []
+    step_keys: list[tuple[Key, ...]] = []
+    unreadable = 0
     lrs: list[float] = []
+    lr_keys: list[tuple[Key, ...]] = []
     for k, v in opt.items():
-        if isinstance(k, str) and k.startswith("param_groups.") and k.endswith(".lr") \
-                and isinstance(v, (int, float)) and float(v) not in lrs:
-            lrs.append(float(v))
-    return {"found": bool(steps or lrs), "lrs": lrs, "initial_lrs": [],
-            "step": max(steps) if steps else None, "steps_distinct": sorted(set(steps)),
-            "unreadable_steps": unreadable, "params_with_state": len(steps)}
+        if not isinstance(k, str):
+            continue
+        value = v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        if k.startswith("state.") and k.endswith(".step"):
+            if value is None:
+                unreadable += 1
+            else:
+                steps.append(float(value))
+                step_keys.append((k,))
+        elif k.startswith("param_groups.") and k.endswith(".lr") and value is not None \
+                and float(value) not in lrs:
+            lrs.append(float(value))
+            lr_keys.append((k,))
+    step = max(steps) if steps else None
+    return {"found": bool(steps or lrs), "lrs": lrs, "lr_keys": lr_keys, "initial_lrs": [],
+            "step": step, "step_key": step_keys[steps.index(step)] if step is not None else None,
+            "steps_distinct": sorted(set(steps)), "unreadable_steps": unreadable,
+            "params_with_state": len(steps)}
 
 
 def read(path: Path) -> RunState:
@@ -96,6 +112,7 @@ def read(path: Path) -> RunState:
                         "train_state items: read by content")
         return st
     src = str(ckpt)
+    tree = FieldRef(str(ckpt / dcp.METADATA))  # a field of the items, re-nested
     st = RunState(format=NAME, path=src, files=list(ds.files))
     st.facts.storage = Storage.DCP
     _common.note_skipped(st, ds)
@@ -105,7 +122,7 @@ def read(path: Path) -> RunState:
     if isinstance(opt_sd, dict):
         info = optimizer_info(opt_sd) if _common.torch_optimizer_dicts(opt_sd) \
             else flat_optimizer(opt_sd)
-        add_optimizer(st, info, f"{src}:optimizer")
+        add_optimizer(st, info, f"{src}:optimizer", tree.child("optimizer"))
     else:
         st.notes.append("no optimizer items (saved with last_save_model_only?)")
 
@@ -114,13 +131,15 @@ def read(path: Path) -> RunState:
         if set(sched) == {"last_epoch"}:  # LRSchedulersContainer keeps only the counter
             st.scheduler_progress = Counter("scheduler.last_epoch",
                                             float(_common.number(sched["last_epoch"]) or 0),
-                                            Unit.UPDATES, f"{src}:lr_scheduler.last_epoch")
+                                            Unit.UPDATES, f"{src}:lr_scheduler.last_epoch",
+                                            tree.child("lr_scheduler", "last_epoch"))
             st.notes.append("torchtitan saves only lr_scheduler.last_epoch; the LambdaLR "
                             "schedule (warmup_steps, decay_ratio, training.steps) lives in the "
                             "job config, so only its progress is known")
         else:
             spec, prog, notes = torch_scheduler(sched, unit=Unit.UPDATES,
-                                                source=f"{src}:lr_scheduler", opt=info)
+                                                source=f"{src}:lr_scheduler", opt=info,
+                                                ref=tree.child("lr_scheduler"))
             st.schedule, st.scheduler_progress = spec, prog
             st.notes += notes
     else:
@@ -129,7 +148,8 @@ def read(path: Path) -> RunState:
     train = ds.tree.get("train_state")
     step = _common.number(train.get("step")) if isinstance(train, dict) else None
     if step is not None:
-        c = Counter("train_state.step", float(step), Unit.UPDATES, f"{src}:train_state.step")
+        c = Counter("train_state.step", float(step), Unit.UPDATES, f"{src}:train_state.step",
+                    tree.child("train_state", "step"))
         st.counters.append(c)
         st.trainer_progress = c
         st.nominal_progress = Counter("train_state.step", float(step), Unit.UPDATES,
@@ -142,6 +162,7 @@ def read(path: Path) -> RunState:
     st.extras["step_dir"] = ckpt.name
     if st.schedule is None:
         _schedule_from_job_config(st, ckpt, info)
+    itemize(st, [ds])  # each field as the DCP item that holds it
     return st
 
 
@@ -205,6 +226,9 @@ def _schedule_from_job_config(st: RunState, ckpt: Path, info: dict[str, Any] | N
     steps = int(_common.number(tr["steps"]) or 0)
     total = _common.number(ls.get("total_steps"))
     total_steps = int(total) if total is not None else steps
+    cfg_ref = FieldRef(str(f))
+    horizon_ref = cfg_ref.child(*(("lr_scheduler", "total_steps") if total is not None
+                                  else ("training", "steps")))
     lr = _common.number((cfg.get("optimizer") or {}).get("lr")) \
         if isinstance(cfg.get("optimizer"), dict) else None
     if lr is None:
@@ -220,10 +244,11 @@ def _schedule_from_job_config(st: RunState, ckpt: Path, info: dict[str, Any] | N
                                max_lr=float(lr), unit=Unit.UPDATES,
                                min_lr=float(lr) * params["min_lr_factor"],
                                warmup=float(params["warmup_steps"]),
-                               horizon=float(total_steps), params=params, source=src)
+                               horizon=float(total_steps), params=params, source=src,
+                               refs={"horizon": horizon_ref})
     if st.planned_end is None and steps > 0:
         st.planned_end = Counter("training.steps", float(steps), Unit.UPDATES,
-                                 f"{f}:training.steps")
+                                 f"{f}:training.steps", cfg_ref.child("training", "steps"))
     st.files.append(str(f))
     st.notes = [n for n in st.notes if not n.startswith("torchtitan saves only")]
     st.notes.append(f"schedule rebuilt from the job config {f} (torchtitan saves only "

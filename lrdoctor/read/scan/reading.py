@@ -12,13 +12,16 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
 from lrdoctor.read.bytes import seen
 from lrdoctor.read.scan.grouping import Checkpoint, run_checkpoints
 from lrdoctor.read.scan.listing import MAX_READ, MAX_SIDECAR_BYTES, SIDECAR_SUFFIXES, plural
 from lrdoctor.read.scan.shapes import DIST_OPT_GROUPS, SCHEDULER_KINDS, Found, Scan, classify
+
+if TYPE_CHECKING:
+    from lrdoctor.read.bytes.dcp import DcpState
 
 # ---------------------------------------------------------------- reading
 
@@ -53,6 +56,8 @@ class Loaded(NamedTuple):
     notes: list[str]
     skipped: dict[str, str]  # "file:key" -> why a part of it was left unread (DCP items)
     why: str = ""  # why the file was not read at all (``obj`` None)
+    # A DCP folder's items as read (``obj`` is their tree): traces a field back to its item.
+    dcp: DcpState | None = None
 
 
 def load_file(f: Path) -> Loaded:
@@ -139,7 +144,7 @@ def _load_dcp(f: Path) -> Loaded:
                      "state): " + ", ".join(names) + (f", +{more} more" if more else ""))
     notes += [f"{f.parent}: DCP item {k} not read ({why})" for k, why in
               list(ds.skipped.items()) if k not in ds.left][:6]
-    return Loaded(ds.tree, notes, {f"{f}:{k}": why for k, why in ds.skipped.items()})
+    return Loaded(ds.tree, notes, {f"{f}:{k}": why for k, why in ds.skipped.items()}, dcp=ds)
 
 
 def scan(ckpt: Checkpoint) -> Scan:
@@ -154,8 +159,10 @@ def scan(ckpt: Checkpoint) -> Scan:
     # Rank files are independent reads (remote ones wait on the network): read side by
     # side on a bounded thread pool, classified in file order.
     loaded = threads(load_file, files)
-    for f, (obj, notes, skipped, why) in zip(files, loaded, strict=True):
+    for f, (obj, notes, skipped, why, ds) in zip(files, loaded, strict=True):
         sc.notes.extend(notes)
+        if ds is not None:
+            sc.dcp[str(f)] = ds
         sc.skipped.update(skipped)
         if obj is None:
             sc.unread[str(f)] = why or "not read"

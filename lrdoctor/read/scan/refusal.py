@@ -144,7 +144,8 @@ def what_is(f: Path) -> str:
             return f"unreadable {kind}: {why}"
         return describe(obj, classify(obj, str(f), config=kind == "YAML"), kind)
     try:
-        obj, notes, _, _ = load_file(f)
+        loaded = load_file(f)
+        obj, notes = loaded.obj, loaded.notes
     except UnsafePickle as exc:
         return f"refused: asks for {exc.global_name!r} (not on the allow-list; nothing run)"
     except UnusableInput as exc:

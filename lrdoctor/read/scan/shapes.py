@@ -20,6 +20,7 @@ from lrdoctor.read.scan.listing import clip, plural
 from lrdoctor.schedules import horizon_fields
 
 if TYPE_CHECKING:
+    from lrdoctor.read.bytes.dcp import DcpState
     from lrdoctor.read.scan.grouping import Checkpoint
 
 MAX_WALK_NODES = 200_000  # objects visited per file when classifying
@@ -93,6 +94,9 @@ class Scan:
     # Files that could not be read at all (file -> why: truncated, corrupt, not a pickle):
     # a file the checkpoint needs to resume is then missing, which is an error (LRD130).
     unread: dict[str, str] = field(default_factory=dict)
+    # DCP folders read (``.metadata`` file -> its items): a field found in one is traced
+    # back to the item that holds it (lrdoctor.read.layouts._refs.itemize).
+    dcp: dict[str, DcpState] = field(default_factory=dict)
 
     def of(self, kind: str) -> list[Found]:
         return [f for f in self.found if f.kind == kind]
