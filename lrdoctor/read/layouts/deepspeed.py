@@ -30,6 +30,7 @@ from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import Invariant
+from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.repair import (
     Change,
     FormatPlan,
@@ -40,7 +41,6 @@ from lrdoctor.core.repair import (
     tree_files,
     walk,
 )
-from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.bytes import safetext

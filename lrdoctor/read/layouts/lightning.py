@@ -42,8 +42,8 @@ from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import LrLog
-from lrdoctor.core.repair import FormatPlan, RepairTools, Target
 from lrdoctor.core.fieldref import FieldRef
+from lrdoctor.core.repair import FormatPlan, RepairTools, Target
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.bytes.storage import as_path

@@ -217,8 +217,10 @@ def build(sc: shapes.Scan, fmt: str = NAME) -> RunState:
         st.optimizer_lrs = opt["lrs"]
         st.optimizer_lr_refs = [opt_found.ref.child(*k) for k in opt["lr_keys"]]
         if opt["step"] is not None:
+            at = opt["step_key"]
             st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES,
-                                       opt_found.where, opt_found.ref.child(*opt["step_key"])))
+                                       opt_found.where,
+                                       opt_found.ref.child(*at) if at is not None else None))
             if len(opt["steps_distinct"]) > 1:
                 st.notes.append(f"optimizer params disagree on step: {opt['steps_distinct']}")
         elif opt["unreadable_steps"]:
