@@ -54,6 +54,7 @@ from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.bytes import dcp
 from lrdoctor.read.layouts import ENGINE, GENERIC, _common
 from lrdoctor.read.layouts._megatron_core import rampup_budget, rank_file_repair, scheduler_refs
+from lrdoctor.read.layouts._refs import itemize
 from lrdoctor.read.scan.shapes import (
     DIST_OPT_ANY,
     DIST_OPT_GROUPS,
@@ -317,15 +318,12 @@ def read(path: Path) -> RunState:
                                                field("num_steps", count=True), unit, src)
     # The fields a repair writes through: in the rank file (or common.pt), else in the DCP
     # folder's common_state item, else in its re-nested items (traced to each item below).
-    in_file: FieldRef | None = FieldRef(str(main))
-    if dcp_state is not None:
-        meta = str(dcp_state.path / dcp.METADATA)
-        in_file = (FieldRef(meta, (0,), COMMON_STATE) if where.endswith(f":{COMMON_STATE}")
-                   else FieldRef(meta))
-    if in_file is not None:
-        at = in_file.child("opt_param_scheduler" if isinstance(sd.get("opt_param_scheduler"), dict)
-                           else "lr_scheduler")
-        progress.ref, st.schedule.refs = scheduler_refs(at, sched)
+    meta = str(dcp_state.path / dcp.METADATA) if dcp_state is not None else ""
+    in_file = FieldRef(str(main)) if not meta else FieldRef(meta, (0,), COMMON_STATE) \
+        if where.endswith(f":{COMMON_STATE}") else FieldRef(meta)
+    at = in_file.child("opt_param_scheduler" if isinstance(sd.get("opt_param_scheduler"), dict)
+                       else "lr_scheduler")
+    progress.ref, st.schedule.refs = scheduler_refs(at, sched)
 
     # Counters.
     iteration = sd.get("iteration", sd.get("total_iters"))
@@ -333,13 +331,12 @@ def read(path: Path) -> RunState:
         iteration = _common.side_num(st, iteration, src, "iteration", count=True)
         if iteration is not None:
             st.counters.append(Counter("megatron.iteration", int(iteration), Unit.UPDATES,
-                                       f"{src}:iteration",
-                                       in_file.child("iteration") if in_file else None))
+                                       f"{src}:iteration", in_file.child("iteration")))
     for k in ("consumed_train_samples", "skipped_train_samples", "consumed_valid_samples"):
         v = _common.side_num(st, args.get(k), src, f"args.{k}", count=True)
         if v is not None:
             st.counters.append(Counter(k, v, Unit.SAMPLES, f"{src}:args.{k}",
-                                       in_file.child("args", k) if in_file else None))
+                                       in_file.child("args", k)))
     opt = _common.optimizer_summary(sd.get("optimizer"))
     opt_src = f"{src}:optimizer"
     if not opt["lrs"] and ckpt is not None:
@@ -349,14 +346,13 @@ def read(path: Path) -> RunState:
     if opt["step"] is None:
         opt["step"] = _common_step(sd.get("optimizer"))
     if opt["step"] is not None:
-        step_key = opt.get("step_key") if opt_src == f"{src}:optimizer" else None
+        at_step = opt["step_key"] if opt_src == f"{src}:optimizer" else None
         st.counters.append(Counter("optimizer.step", opt["step"], Unit.UPDATES, opt_src,
-                                   in_file.child("optimizer", *step_key)
-                                   if in_file is not None and step_key is not None else None))
+                                   None if at_step is None else in_file.child("optimizer", *at_step)))
     elif opt["unreadable_steps"]:
         st.notes.append("optimizer step tensors could not be read")
     st.optimizer_lrs = opt["lrs"]
-    if in_file is not None and opt_src == f"{src}:optimizer":
+    if opt_src == f"{src}:optimizer":
         st.optimizer_lr_refs = [in_file.child("optimizer", *k) for k in opt["lr_keys"]]
     if not st.optimizer_lrs:
         _lrs_expected(st, sd, args, opt)
@@ -376,7 +372,7 @@ def read(path: Path) -> RunState:
         if args.get(key):
             budget_unit = Unit.UPDATES if key == "train_iters" else Unit.SAMPLES
             st.planned_end = Counter(key, args[key], budget_unit, f"{src}:args.{key}",
-                                     in_file.child("args", key) if in_file else None)
+                                     in_file.child("args", key))
             if done:
                 st.trainer_progress = Counter(done.name, done.value, budget_unit, done.source,
                                               done.ref)
@@ -417,9 +413,7 @@ def read(path: Path) -> RunState:
     st.facts.invariant = Invariant.MEGATRON_SAMPLES
     st.facts.micro_batches_per_update = _micro_batches(args)
     _check_ranks(st, sd, sched, files)
-    if dcp_state is not None and in_file is not None and not in_file.item:
-        from lrdoctor.read.layouts._refs import itemize
-
+    if dcp_state is not None and not in_file.item:
         itemize(st, [dcp_state])  # torch_dcp / fsdp_dtensor: each field's own item
     return st
 
