@@ -124,3 +124,19 @@ def test_a_layout_refusal_passes_through_with_the_input_named(tmp_path, monkeypa
     with pytest.raises(Refusal) as e:
         plan_fix(src)
     assert str(e.value) == f"{src}: ck.pt: this layout says no"
+
+
+def test_a_layout_registered_repairable_without_a_repair_is_said_loudly():
+    """Never a silent skip: an entry that says ``repairs=True`` over a module with no
+    ``repair`` is a registry error, not a layout ``fix`` quietly cannot write."""
+    import types
+
+    from lrdoctor.read.scan.listing import Hint
+
+    bare = types.ModuleType("lrdoctor.read.layouts.bare")
+    entry = layouts.Entry("bare", Hint(), 10, lambda: bare,
+                          repairable=True)
+    with pytest.raises(TypeError, match="bare is registered with repairs=True"):
+        entry.repairs()
+    assert layouts.Entry("bare", Hint(), 10,
+                         lambda: bare).repairs() is None
