@@ -14,8 +14,7 @@ from lrdoctor.core.facts import Storage
 from lrdoctor.core.state import RunState
 from lrdoctor.read import layouts
 from lrdoctor.read.bytes.dcp import METADATA, SUFFIX, is_dcp
-from lrdoctor.read.bytes.storage import as_path
-from lrdoctor.read.layouts import CONTAINER
+from lrdoctor.read.layouts import CONTAINER, _common
 from lrdoctor.read.scan.view import ScanView
 
 NAME = "dcp"
@@ -59,12 +58,12 @@ def detect(path: Path) -> bool:
 
 def _is_layout(path: Path) -> bool:
     """A DCP folder, or a folder of them (``step-100/``, ``checkpoint_5/``, ...)."""
-    path = as_path(path)
+    path = _common.as_path(path)
     return is_dcp(path) or (path.is_dir() and bool(_dcp_children(path)))
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = as_path(path)
+    path = _common.as_path(path)
     if is_dcp(path):
         return [path]
     found = _dcp_children(path)
@@ -83,7 +82,7 @@ def read(path: Path) -> RunState:
     from lrdoctor.read.layouts import torchsave
     from lrdoctor.read.scan import grouping
 
-    ckpt = find_checkpoints(as_path(path))[-1]
+    ckpt = find_checkpoints(_common.as_path(path))[-1]
     found = next((c for c in grouping.run_checkpoints(ckpt)
                   if ckpt / METADATA in c.files), None)
     if found is None:

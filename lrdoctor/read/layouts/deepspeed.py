@@ -44,8 +44,8 @@ from lrdoctor.core.repair import (
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.bytes import safetext
-from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import ENGINE, _common
+from lrdoctor.read.layouts._common import OptimizerSummary
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
 from lrdoctor.read.scan import refusal
 from lrdoctor.read.scan.view import ScanView
@@ -120,7 +120,7 @@ def detect(path: Path) -> bool:
 
 def _is_layout(path: Path) -> bool:
     """A model-states file, a tag dir, or a save dir of tags (but not an HF checkpoint-N)."""
-    path = as_path(path)
+    path = _common.as_path(path)
     if path.is_file():
         return bool(MODEL_STATES.match(path.name))
     if not path.is_dir():
@@ -129,7 +129,7 @@ def _is_layout(path: Path) -> bool:
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    path = as_path(path)
+    path = _common.as_path(path)
     if path.is_file():
         return [path.parent]
     if _is_tag(path):
@@ -177,7 +177,7 @@ def _ds_config(sd: dict[str, Any], tag: Path, main: Path
 # ---------------------------------------------------------------- read
 
 def read(path: Path) -> RunState:
-    path = as_path(path)
+    path = _common.as_path(path)
     tag, main = resolve(path)
     sd = _common.load_dict(main, "a DeepSpeed model-states dict")
     if "global_steps" not in sd and "lr_scheduler" not in sd:
@@ -211,11 +211,11 @@ def read(path: Path) -> RunState:
         tbs = _common.side_num(st, cfg.get("train_batch_size"), cfg_src, "train_batch_size",
                                count=True)
         if tbs is None:
-            parts = [_common.side_num(st, cfg.get(k), cfg_src, k, count=True) for k in
-                     ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps")]
+            micro, ga = (_common.side_num(st, cfg.get(k), cfg_src, k, count=True) for k in
+                         ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps"))
             dp = _common.side_num(st, sd.get("dp_world_size"), src, "dp_world_size", count=True)
-            if None not in parts and dp is not None:
-                tbs = parts[0] * parts[1] * dp
+            if micro is not None and ga is not None and dp is not None:
+                tbs = micro * ga * dp
         if tbs:
             st.samples_per_update = float(tbs)
             gs_c, samples = st.counter("deepspeed.global_steps"), st.counter("deepspeed.global_samples")
@@ -276,12 +276,12 @@ def read(path: Path) -> RunState:
     return st
 
 
-def _read_optimizer(st: RunState, sd: dict, tag: Path, src: str) -> dict | None:
+def _read_optimizer(st: RunState, sd: _common.Loaded, tag: Path, src: str
+                    ) -> OptimizerSummary | None:
     opt_sd, opt_src = sd.get("optimizer"), src
     opt_ref = FieldRef(src, ("optimizer",))
     if opt_sd is None:
-        files = sorted((f for f in tag.iterdir() if OPTIM_STATES.match(f.name)),
-                       key=lambda f: tuple(int(g) for g in OPTIM_STATES.match(f.name).groups()))
+        files = sorted((f for f in tag.iterdir() if OPTIM_STATES.match(f.name)), key=_ranks)
         if not files:
             st.notes.append("no optimizer state saved (save_checkpoint without optimizer?)")
             return None
@@ -302,6 +302,12 @@ def _read_optimizer(st: RunState, sd: dict, tag: Path, src: str) -> dict | None:
     return info
 
 
+def _ranks(f: Path) -> tuple[int, ...]:
+    """(dp rank, mp rank) of a ZeRO partition file, for ordering them."""
+    m = OPTIM_STATES.match(f.name)
+    return tuple(int(g) for g in m.groups()) if m else ()
+
+
 def _loss_scaler(obj: Any, depth: int = 0) -> dict[str, Any] | None:
     """cur_scale / cur_iter / last_overflow_iter of an fp16 loss scaler, wherever it is kept."""
     if depth > 3 or not isinstance(obj, dict):
@@ -320,10 +326,10 @@ def _loss_scaler(obj: Any, depth: int = 0) -> dict[str, Any] | None:
 
 
 def _read_scheduler(st: RunState, sched: Any, cfg: dict[str, Any] | None, cfg_src: str,
-                    src: str, opt_info: dict[str, Any] | None,
+                    src: str, opt_info: OptimizerSummary | None,
                     cfg_ref: FieldRef | None = None) -> None:
-    cfg_sched = cfg.get("scheduler") if cfg else None
-    cfg_sched = cfg_sched if isinstance(cfg_sched, dict) else None
+    raw = cfg.get("scheduler") if cfg else None
+    cfg_sched: dict[str, Any] | None = raw if isinstance(raw, dict) else None
     kind = cfg_sched.get("type") if cfg_sched else None
     if sched is None:
         st.notes.append("no lr_scheduler state: the engine had no scheduler (or the client "
@@ -343,7 +349,6 @@ def _read_scheduler(st: RunState, sched: Any, cfg: dict[str, Any] | None, cfg_sr
         return
 
     lbi = _common.num(sched.get("last_batch_iteration"), src, "lr_scheduler.last_batch_iteration")
-    assert lbi is not None
     st.scheduler_progress = Counter(
         "scheduler.last_batch_iteration + 1", lbi + 1, Unit.UPDATES,
         f"{src}:lr_scheduler.last_batch_iteration + 1 (scheduler steps taken)",
@@ -353,7 +358,7 @@ def _read_scheduler(st: RunState, sched: Any, cfg: dict[str, Any] | None, cfg_sr
         st.notes.append("DeepSpeed scheduler state without a ds_config 'scheduler' section: "
                         "its type and parameters are unknown")
         return
-    params = cfg_sched.get("params") if isinstance(cfg_sched.get("params"), dict) else {}
+    params = _common.mapping(cfg_sched.get("params"))
     if kind not in DS_KINDS:
         st.notes.append(f"DeepSpeed scheduler {kind!r} is not modelled (only "
                         f"{', '.join(DS_KINDS)}); progress only")
@@ -362,29 +367,30 @@ def _read_scheduler(st: RunState, sched: Any, cfg: dict[str, Any] | None, cfg_sr
     opt_lr = _config_lr(cfg)
 
     def p(key: str, default: float) -> float:
-        return _common.num(params.get(key, default), cfg_src,  # type: ignore[return-value]
-                           f"scheduler.params.{key}")
+        return _common.num(params.get(key, default), cfg_src, f"scheduler.params.{key}")
 
     if opt_lr is not None:
         opt_lr = _common.num(opt_lr, cfg_src, "optimizer.params.lr")
+    # (peak, floor, start); peak None: the optimizer's initial lr, which ds_config lacks.
     if kind == "WarmupCosineLR":
-        max_lr = opt_lr
-        min_lr = None if max_lr is None else max_lr * p("cos_min_ratio", 1e-4)
-        init_lr = None if max_lr is None else max_lr * p("warmup_min_ratio", 0.0)
+        lrs = None if opt_lr is None else \
+            (opt_lr, opt_lr * p("cos_min_ratio", 1e-4), opt_lr * p("warmup_min_ratio", 0.0))
     else:
-        max_lr = params.get("warmup_max_lr")
-        max_lr = opt_lr if max_lr is None and kind == "WarmupLR" else \
-            0.001 if max_lr is None else p("warmup_max_lr", 0.001)
-        min_lr = init_lr = p("warmup_min_lr", 0.0)
-    if max_lr is None:
+        given = params.get("warmup_max_lr")
+        peak = opt_lr if given is None and kind == "WarmupLR" else \
+            0.001 if given is None else p("warmup_max_lr", 0.001)
+        floor = p("warmup_min_lr", 0.0)
+        lrs = None if peak is None else (peak, floor, floor)
+    if lrs is None:
         st.notes.append(f"{kind}: peak LR is the optimizer's initial lr, which ds_config does not "
                         "give (client optimizer): schedule unknown")
         return
+    max_lr, min_lr, init_lr = lrs
     hkey = horizon_fields.DEEPSPEED.get(kind)  # None: WarmupLR holds its peak, no horizon
     total = params.get(hkey) if hkey is not None else None
     st.schedule = ScheduleSpec(
         family=NAME, kind=kind, unit=Unit.UPDATES, params=dict(params),
-        max_lr=float(max_lr), min_lr=float(min_lr), init_lr=float(init_lr),  # type: ignore[arg-type]
+        max_lr=float(max_lr), min_lr=float(min_lr), init_lr=float(init_lr),
         warmup=p("warmup_num_steps", 1000),
         horizon=p(hkey, 0) if hkey is not None and total is not None else None,
         source=f"{cfg_src}.scheduler" + ("" if "warmup_max_lr" in params or kind ==
@@ -393,7 +399,7 @@ def _read_scheduler(st: RunState, sched: Any, cfg: dict[str, Any] | None, cfg_sr
         st.schedule.refs["horizon"] = cfg_ref.child("scheduler", "params", hkey)
 
 
-def _config_lr(cfg: dict | None) -> float | None:
+def _config_lr(cfg: dict[str, Any] | None) -> float | None:
     opt = cfg.get("optimizer") if cfg else None
     if isinstance(opt, dict) and isinstance(opt.get("params"), dict):
         return _common.number(opt["params"].get("lr"))
@@ -403,7 +409,7 @@ def _config_lr(cfg: dict | None) -> float | None:
 RANK_KEYS = ("global_steps", "global_samples", "skipped_steps", "lr_scheduler")
 
 
-def _check_ranks(st: RunState, sd: dict, main: Path, others: list[Path]) -> None:
+def _check_ranks(st: RunState, sd: _common.Loaded, main: Path, others: list[Path]) -> None:
     """Every model-state file (mp ranks, ZeRO-3 dp ranks) must carry the same counters."""
     disagree = _common.compare_ranks(
         st, others, "a DeepSpeed model-states dict",

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,8 @@ from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.repair import FormatPlan, RepairTools, Target
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read import layouts
-from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import ENGINE, _common, _logfit
+from lrdoctor.read.layouts._common import OptimizerSummary
 from lrdoctor.read.layouts._torchstate import (
     add_optimizer,
     optimizer_info,
@@ -94,7 +95,7 @@ def detect(path: Path) -> bool:
 
 
 def _is_layout(path: Path) -> bool:
-    path = as_path(path)
+    path = _common.as_path(path)
     if path.is_file():
         return path.suffix == SUFFIX
     return path.is_dir() and any(_ckpt_files(d) for d in _search_dirs(path))
@@ -102,7 +103,7 @@ def _is_layout(path: Path) -> bool:
 
 def find_checkpoints(path: Path) -> list[Path]:
     """``*.ckpt`` files, oldest first: by ``step=N`` when every name has one, else by mtime."""
-    path = as_path(path)
+    path = _common.as_path(path)
     if path.is_file():
         return [path]
     files = [f for d in _search_dirs(path) for f in _ckpt_files(d)]
@@ -111,7 +112,7 @@ def find_checkpoints(path: Path) -> list[Path]:
 
     by_step = all(STEP_IN_NAME.search(f.name) for f in files)
 
-    def key(f: Path) -> tuple:
+    def key(f: Path) -> tuple[float, float, str]:
         m = STEP_IN_NAME.search(f.name)
         step = int(m.group(1)) if m else -1
         return (step, f.stat().st_mtime, f.name) if by_step else (f.stat().st_mtime, step, f.name)
@@ -121,20 +122,12 @@ def find_checkpoints(path: Path) -> list[Path]:
 
 # ---------------------------------------------------------------- read
 
-def _get(d: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
-
-
 def _total(progress: Any, field: str = "completed") -> float | None:
-    return _common.number(_get(progress, "total", field))
+    return _common.number(_common.dig(progress, "total", field))
 
 
 def read(path: Path) -> RunState:
-    path = as_path(path)
+    path = _common.as_path(path)
     ckpt = find_checkpoints(path)[-1]
     sd = _common.load_dict(ckpt, "a Lightning checkpoint dict")
     if "global_step" not in sd and "loops" not in sd:
@@ -151,7 +144,7 @@ def read(path: Path) -> RunState:
         if k in sd:
             st.extras["lightning_version"] = sd[k]
 
-    raw_fit = _get(sd, "loops", "fit_loop")
+    raw_fit = _common.dig(sd, "loops", "fit_loop")
     fit: dict[str, Any] = raw_fit if isinstance(raw_fit, dict) else {}
     top = FieldRef(src)
     at_fit = top.child("loops", "fit_loop")
@@ -174,7 +167,7 @@ def read(path: Path) -> RunState:
         ("lightning.epoch", Unit.EPOCHS, "epoch", top.child("epoch")),
     ]
     for name, unit, where, ref in counters:
-        value = _common.number(_get(sd, *(str(k) for k in ref.key)))
+        value = _common.number(_common.dig(sd, *(str(k) for k in ref.key)))
         if value is not None and not (name == "lightning.manual_optimizer_steps" and value == 0):
             st.counters.append(Counter(name, value, unit, f"{src}:{where}", ref))
     epochs_done = _epochs_done(fit)
@@ -194,8 +187,9 @@ def read(path: Path) -> RunState:
         st.notes.append(f"{len(opts)} optimizers: the first one is used")
 
     steps = _steps(st)
-    if steps is not None and st.counter("lightning.batches") and steps.value > 0:
-        st.extras["lightning.batches_per_update"] = st.counter("lightning.batches").value / steps.value
+    batches_c = st.counter("lightning.batches")
+    if steps is not None and batches_c is not None and steps.value > 0:
+        st.extras["lightning.batches_per_update"] = batches_c.value / steps.value
 
     scheds = sd.get("lr_schedulers") or []
     if not isinstance(scheds, list) or not scheds:
@@ -273,7 +267,7 @@ def read_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
         return None, "", _no_lr_column("column", "columns", header)
     si, li = header.index("step"), header.index(col)
 
-    def points():
+    def points() -> Iterator[tuple[int, float]]:
         for row in rows:
             if len(row) <= max(si, li) or not row[li].strip():
                 continue
@@ -294,7 +288,7 @@ def _no_lr_column(what: str, whats: str, names: list[str]) -> str:
             f"{', '.join(names[:8]) or 'none'}{' ...' if len(names) > 8 else ''})")
 
 
-def _first_per_step(points) -> list[tuple[int, float]] | None:
+def _first_per_step(points: Iterable[tuple[int, float]]) -> list[tuple[int, float]] | None:
     """The first usable (step, LR) of each step, by step; None when there is none.
     Lightning logs at every batch that may log, so inside an accumulation window
     several points share a step: the first is the LR the update started with."""
@@ -323,7 +317,7 @@ def read_tb_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
     return history, col, cut
 
 
-def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: dict,
+def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: _common.Loaded,
                    steps: Counter | None) -> None:
     """Fit the LambdaLR's schedule to a LearningRateMonitor log near the checkpoint.
 
@@ -384,7 +378,7 @@ BUDGET_HPARAMS = ("max_steps", "total_steps", "num_training_steps", "training_st
                   "train_steps")
 
 
-def _planned_end(st: RunState, sd: dict, src: str, steps: Counter | None) -> None:
+def _planned_end(st: RunState, sd: _common.Loaded, src: str, steps: Counter | None) -> None:
     """A step budget the module saved with save_hyperparameters(); Lightning keeps none itself."""
     hp = _common.as_fields(sd.get("hyper_parameters")) or {}
     from lrdoctor import epochs
@@ -409,7 +403,7 @@ def _steps(st: RunState) -> Counter | None:
             else st.counter("lightning.manual_optimizer_steps"))
 
 
-def _epochs_done(fit: dict) -> float | None:
+def _epochs_done(fit: _common.Loaded) -> float | None:
     """Epochs whose batches all ran: what an interval="epoch" scheduler has been stepped for.
 
     The epoch scheduler steps right after the epoch's last batch, before Lightning
@@ -422,7 +416,7 @@ def _epochs_done(fit: dict) -> float | None:
     if done is None:
         return None
     bp = fit.get("epoch_loop.batch_progress") or {}
-    ran = (_common.number(_get(bp, "current", "completed")) or 0) > 0
+    ran = (_common.number(_common.dig(bp, "current", "completed")) or 0) > 0
     last_batch = bp.get("is_last_batch")
     in_progress = started is not None and started > done
     if in_progress and last_batch is True and ran:
@@ -432,7 +426,7 @@ def _epochs_done(fit: dict) -> float | None:
     return done
 
 
-def _scheduler(st: RunState, scheds: list, info: dict | None, src: str,
+def _scheduler(st: RunState, scheds: list[Any], info: OptimizerSummary | None, src: str,
                steps: Counter | None, epochs_done: float | None) -> None:
     sd0 = scheds[0]
     last = _common.number(sd0.get("last_epoch")) if isinstance(sd0, dict) else None
@@ -454,8 +448,9 @@ def _scheduler(st: RunState, scheds: list, info: dict | None, src: str,
         made = None
         st.notes.append("manual optimization: training_step steps the scheduler itself, so "
                         "Lightning's scheduler_progress does not apply")
-    if made is not None and None not in lasts:
-        extra = sum(lasts) - made.value
+    known = [x for x in lasts if x is not None]
+    if made is not None and len(known) == len(lasts):
+        extra = sum(known) - made.value
         st.facts.extra_scheduler_calls = extra
         if extra > 0:
             st.notes.append(f"schedulers were stepped {extra:g} times more than Lightning's loop "
@@ -469,7 +464,7 @@ def _scheduler(st: RunState, scheds: list, info: dict | None, src: str,
             st.notes.append("interval='epoch' inferred (last_epoch equals the epochs run): "
                             "Lightning does not save the scheduler config")
         return
-    if s is None:
+    if steps is None or s is None:
         return
     per_update = st.extras.get("lightning.batches_per_update") or 1
     k = 1

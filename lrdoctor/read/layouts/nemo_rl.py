@@ -30,7 +30,6 @@ from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.bytes import dcp
-from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import FRAMEWORK, _common
 from lrdoctor.read.layouts._refs import itemize
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
@@ -68,15 +67,15 @@ def detect(path: Path) -> bool:
 
 
 def _is_layout(path: Path) -> bool:
-    return _LAYOUT.detect(as_path(path))
+    return _LAYOUT.detect(_common.as_path(path))
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    return _LAYOUT.find(as_path(path))
+    return _LAYOUT.find(_common.as_path(path))
 
 
 def read(path: Path) -> RunState:
-    ckpt = find_checkpoints(as_path(path))[-1]
+    ckpt = find_checkpoints(_common.as_path(path))[-1]
     info_file = ckpt / INFO
     info = _common.read_json(info_file)
     st = RunState(format=NAME, path=str(ckpt), files=[str(info_file)])

@@ -30,8 +30,8 @@ from lrdoctor.core.fieldref import FieldRef, Key
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.bytes import dcp
-from lrdoctor.read.bytes.storage import as_path
 from lrdoctor.read.layouts import FRAMEWORK, _common
+from lrdoctor.read.layouts._common import OptimizerSummary
 from lrdoctor.read.layouts._refs import itemize
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
 from lrdoctor.read.scan.view import ScanView
@@ -61,14 +61,14 @@ def detect(path: Path) -> bool:
 
 
 def _is_layout(path: Path) -> bool:
-    return _LAYOUT.detect(as_path(path))
+    return _LAYOUT.detect(_common.as_path(path))
 
 
 def find_checkpoints(path: Path) -> list[Path]:
-    return _LAYOUT.find(as_path(path))
+    return _LAYOUT.find(_common.as_path(path))
 
 
-def flat_optimizer(opt: dict[str, Any]) -> dict[str, Any]:
+def flat_optimizer(opt: _common.Loaded) -> OptimizerSummary:
     """Step and LRs of torchtitan's flat optimizer dict (``state.{fqn}.step``,
     ``param_groups.{fqn}.lr``), in the shape :func:`optimizer_info` returns (each LR and
     the step with its key in ``opt``: every parameter repeats its group's LR, so one LR
@@ -93,14 +93,15 @@ def flat_optimizer(opt: dict[str, Any]) -> dict[str, Any]:
             lrs.append(float(value))
             lr_keys.append((k,))
     step = max(steps) if steps else None
-    return {"found": bool(steps or lrs), "lrs": lrs, "lr_keys": lr_keys, "initial_lrs": [],
-            "step": step, "step_key": step_keys[steps.index(step)] if step is not None else None,
-            "steps_distinct": sorted(set(steps)), "unreadable_steps": unreadable,
-            "params_with_state": len(steps)}
+    return OptimizerSummary(
+        found=bool(steps or lrs), lrs=lrs, lr_keys=lr_keys, initial_lrs=[], step=step,
+        step_key=step_keys[steps.index(step)] if step is not None else None,
+        steps_distinct=sorted(set(steps)), unreadable_steps=unreadable,
+        params_with_state=len(steps), group_max_lr=[], group_min_lr=[])
 
 
 def read(path: Path) -> RunState:
-    ckpt = find_checkpoints(as_path(path))[-1]
+    ckpt = find_checkpoints(_common.as_path(path))[-1]
     ds = dcp.load(ckpt, prefixes=KEYS)
     if not any(k in ds.tree for k in ("lr_scheduler", "train_state")):
         # A step-N DCP folder is only a hint: without torchtitan's own items, what the
@@ -145,8 +146,8 @@ def read(path: Path) -> RunState:
     else:
         st.notes.append("no lr_scheduler items in this checkpoint")
 
-    train = ds.tree.get("train_state")
-    step = _common.number(train.get("step")) if isinstance(train, dict) else None
+    train = _common.mapping(ds.tree.get("train_state"))
+    step = _common.number(train.get("step"))
     if step is not None:
         c = Counter("train_state.step", float(step), Unit.UPDATES, f"{src}:train_state.step",
                     tree.child("train_state", "step"))
@@ -212,7 +213,8 @@ def job_config(ckpt: Path) -> tuple[Path, dict[str, Any]] | None:
     return None
 
 
-def _schedule_from_job_config(st: RunState, ckpt: Path, info: dict[str, Any] | None) -> None:
+def _schedule_from_job_config(st: RunState, ckpt: Path, info: OptimizerSummary | None
+                              ) -> None:
     """The LambdaLR torchtitan builds from ``[lr_scheduler]`` and ``training.steps``
     (family ``torchtitan``, exact to ``LRSchedulersContainer.Config.build``)."""
     from lrdoctor.core.state import ScheduleSpec
