@@ -85,15 +85,6 @@ def _key_ok(key: Any, depth: int = 0) -> bool | None:
     return False
 
 
-def plain_children(obj: Any) -> Iterable[Any] | None:
-    """The values a container holds (None for a leaf): what a copy, a ``str`` or a hash visits."""
-    if isinstance(obj, dict):
-        return [*obj.keys(), *obj.values()]
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return obj
-    return None
-
-
 _TEXT = frozenset({str, bytes, bytearray})
 _SCALAR_WEIGHT = frozenset({type(None), bool, int, float, complex, *_TEXT})
 
@@ -183,7 +174,7 @@ class LimitedUnpickler(TypedUnpickler):
     buildable: ClassVar[tuple[type, ...]] = ()
     hashing_calls: ClassVar[tuple[Any, ...]] = (set, frozenset, dict, OrderedDict, Counter)
     #: what a container holds, for the expansion a call's arguments are weighed by
-    children: ClassVar[staticmethod[[Any], Iterable[Any] | None]] = staticmethod(plain_children)
+    children: ClassVar[staticmethod[[Any], Iterable[Any] | None]] = staticmethod(limits.plain_children)
     dispatch: ClassVar[dict[int, Callable[[Any], None]]] = dict(pickle._Unpickler.dispatch)
 
     def __init__(self, file: PickleSource, path: str | None, *, encoding: str = "latin1",

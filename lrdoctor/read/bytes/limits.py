@@ -115,7 +115,8 @@ def check_size(name: str, size: int, path: str | None, what: str) -> None:
         raise over(name, path, f"{what} is {size:,} bytes")
 
 
-def _plain_children(obj: Any) -> Iterable[Any] | None:
+def plain_children(obj: Any) -> Iterable[Any] | None:
+    """The values a container holds (None for a leaf): what a copy, a ``str`` or a hash visits."""
     if isinstance(obj, dict):
         return [*obj.keys(), *obj.values()]
     if isinstance(obj, (list, tuple, set, frozenset)):
@@ -124,7 +125,7 @@ def _plain_children(obj: Any) -> Iterable[Any] | None:
 
 
 def check_tree(obj: Any, path: str | None, *, what: str = "data",
-               children: Callable[[Any], Iterable[Any] | None] = _plain_children) -> None:
+               children: Callable[[Any], Iterable[Any] | None] = plain_children) -> None:
     """Refuse ``obj`` if its nesting is deeper than ``depth``, if a full walk of it would
     visit more than ``nodes`` values (shared references expanded), or if it holds a cycle.
 
