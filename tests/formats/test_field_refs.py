@@ -4,7 +4,8 @@ following the ref through the file gives the value the reader reported: the same
 repair writes through, so nothing re-finds a field by its own tests.
 
 Checked on checkpoints written by each framework's own classes: megatron-core
-(Megatron-LM's layout), HF Trainer (torch scheduler + optimizer files), ROLL
+(Megatron-LM's layout), HF Trainer (torch scheduler + optimizer files), accelerate's
+``save_state`` (a SequentialLR whose horizon is its last child's field), ROLL
 (megatron-core scheduler in scheduler.pt), DeepSpeed's engine (``save_checkpoint``: its
 own WarmupDecayLR with ds_config in the model states, and a client torch scheduler under
 ZeRO-2 with the optimizer in the partition file), Lightning's Trainer with ModelCheckpoint,
@@ -351,6 +352,37 @@ def test_lightning_refs(lightning_saved):
     assert _check(st) >= 10
 
 
+# ---------------------------------------------------------------- accelerate's save_state
+
+@pytest.fixture(scope="module")
+def accelerate_saved(tmp_path_factory) -> Path:
+    """``Accelerator.save_state`` folders written by the real Accelerator (the generator of
+    tests/formats/test_formats_accelerate.py): a cosine and a SequentialLR run."""
+    from tests.formats.test_formats_accelerate import GEN
+
+    out = tmp_path_factory.mktemp("acc-refs")
+    (out / "gen.py").write_text(GEN)
+    subprocess.run([sys.executable, str(out / "gen.py"), str(out), "cosine,sequential"],
+                   check=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
+                   capture_output=True, timeout=300)
+    return out
+
+
+@pytest.mark.frameworks
+def test_accelerate_refs(accelerate_saved):
+    st = read_state(accelerate_saved / "sequential")
+    ck = Path(st.path)
+    assert st.scheduler_progress.ref == FieldRef(str(ck / "scheduler.bin"), ("last_epoch",))
+    # SequentialLR([LinearLR, CosineAnnealingLR(T_max=17)], milestones=[3]): the cosine's T_max.
+    assert st.schedule.refs["horizon"] == FieldRef(str(ck / "scheduler.bin"),
+                                                   ("_schedulers", 1, "T_max"))
+    assert st.counter("accelerate.step").ref == FieldRef(str(ck / "random_states_0.pkl"),
+                                                         ("step",))
+    assert st.counter("optimizer.step").ref.file == str(ck / "optimizer.bin")
+    assert not _missing(st)
+    assert _check(st) >= 5
+
+
 # ---------------------------------------------------------------- the rule, everywhere
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=[p.name for p in SAMPLES])
@@ -364,7 +396,7 @@ def test_no_sample_value_without_a_ref(sample):
 
 @pytest.mark.frameworks
 def test_no_fixture_value_without_a_ref(tmp_path, hf_run_dir, megatron_run_dir, roll_run_dir,
-                                        deepspeed_saved, lightning_saved):
+                                        deepspeed_saved, lightning_saved, accelerate_saved):
     """The same rule over every framework fixture written here, each read at every
     checkpoint it kept (not just the newest)."""
     from tests.formats.test_formats_dcp_layouts import nemo_rl_run
@@ -372,6 +404,7 @@ def test_no_fixture_value_without_a_ref(tmp_path, hf_run_dir, megatron_run_dir, 
     paths = [*hf_run_dir.root.glob("checkpoint-*"), megatron_run_dir.root,
              roll_run_dir.root, deepspeed_saved / "decay", deepspeed_saved / "client",
              *sorted((lightning_saved / "checkpoints").glob("*.ckpt")),
+             accelerate_saved / "cosine", accelerate_saved / "sequential",
              _dcp_loop(tmp_path / "loop"), _torchtitan(tmp_path / "titan"),
              nemo_rl_run(tmp_path / "nemo", grpo_steps=3, sched_per_step=1)]
     gaps = {}
@@ -381,7 +414,7 @@ def test_no_fixture_value_without_a_ref(tmp_path, hf_run_dir, megatron_run_dir, 
             gaps[f"{st.format} {p.name}"] = _missing(st)
         _check(st)
     assert not gaps
-    assert len(paths) >= 11
+    assert len(paths) >= 13
 
 
 def test_refs_lists_a_gap():

@@ -274,7 +274,7 @@ def read_optimizer_file(st: RunState, f: Path) -> OptimizerSummary:
     its field (in a DCP folder, the item holding it); returns
     :func:`_common.optimizer_summary` for the reader's own use.
     """
-    obj, ds = _load_optimizer(f, st)
+    obj, ds = load_optimizer_items(f, st)
     opt = _common.optimizer_summary(obj)
     st.files.append(str(f))
     st.optimizer_lrs = opt["lrs"]
@@ -299,12 +299,12 @@ def load_optimizer(f: Path, st: RunState | None = None) -> Any:
     writes instead (accelerate ``save_fsdp_optimizer`` / HF Trainer: ``optimizer_0/``
     holding ``{"optimizer": FSDP.optim_state_dict(...)}``). A DCP source marks ``st`` so
     that ``fix`` refuses to rewrite it."""
-    return _load_optimizer(f, st)[0]
+    return load_optimizer_items(f, st)[0]
 
 
-def _load_optimizer(f: Path, st: RunState | None) -> tuple[Any, DcpState | None]:
+def load_optimizer_items(f: Path, st: RunState | None) -> tuple[Any, DcpState | None]:
     """:func:`load_optimizer`, with the DCP folder's items when it is one (to trace each
-    field back to its item)."""
+    field back to its item: :meth:`~lrdoctor.read.bytes.dcp.DcpState.ref`)."""
     if not f.is_dir():
         return _common.load(f), None
     from lrdoctor.read.bytes import dcp

@@ -22,17 +22,23 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.repair import FormatPlan, Refusal, RepairTools, Target, named_file
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read.layouts import ENGINE, _common
+from lrdoctor.read.layouts._refs import itemize
 from lrdoctor.read.layouts._torchstate import (
     add_optimizer,
-    load_optimizer,
+    load_optimizer_items,
     optimizer_info,
     torch_scheduler,
 )
+
+if TYPE_CHECKING:
+    from lrdoctor.read.bytes.dcp import DcpState
 
 NAME = "accelerate"
 
@@ -109,11 +115,16 @@ def read(path: Path) -> RunState:
         raise UnusableInput("no scheduler.bin or optimizer.bin in this save_state folder", str(ckpt))
     st = RunState(format=NAME, path=str(ckpt))
     infos = []
+    first: DcpState | None = None  # the first optimizer's DCP items (FSDP), to name its fields
     for f in opts:
-        infos.append(optimizer_info(load_optimizer(f, st)))
+        obj, ds = load_optimizer_items(f, st)
+        first = ds if f == opts[0] else first
+        infos.append(optimizer_info(obj))
         st.files.append(str(f))
     if infos:
-        add_optimizer(st, infos[0], str(opts[0]))
+        at = FieldRef(str(opts[0])) if first is None else \
+            FieldRef(str(first.path / ".metadata"), ("optimizer",))  # replaced by its items
+        add_optimizer(st, infos[0], str(opts[0]), at)
     if len(opts) > 1:
         st.extras["optimizers"] = len(opts)
         st.notes.append(f"{len(opts)} optimizers saved; the first one (optimizer.bin) is used")
@@ -122,12 +133,9 @@ def read(path: Path) -> RunState:
         sd = _common.load_dict(scheds[0], "a scheduler state_dict")
         st.files.append(str(scheds[0]))
         spec, prog, notes = torch_scheduler(sd, unit=Unit.UPDATES, source=str(scheds[0]),
-                                            opt=infos[0] if infos else None)
+                                            opt=infos[0] if infos else None,
+                                            ref=FieldRef(str(scheds[0])))
         st.schedule, st.scheduler_progress = spec, prog
-        if prog is not None and "last_epoch" in sd:
-            from lrdoctor.core.fieldref import FieldRef
-
-            prog.ref = FieldRef(str(scheds[0]), ("last_epoch",))
         st.notes += notes
         if "_step_count" in sd:
             st.extras["scheduler._step_count"] = sd["_step_count"]
@@ -153,6 +161,8 @@ def read(path: Path) -> RunState:
         st.notes.append("no random_states_*.pkl: number of processes unknown (assumed 1)")
 
     _nominal(st)
+    if first is not None:
+        itemize(st, [first])  # the FSDP optimizer's fields as the DCP items holding them
     return st
 
 
@@ -168,7 +178,7 @@ def _read_random_state(st: RunState, f: Path) -> None:
         st.counters.append(Counter(
             "accelerate.step", step, Unit.MICRO_STEPS,
             f"{f}:step (Accelerator.step: micro-batches under accumulate() since the last "
-            "end of the dataloader)"))
+            "end of the dataloader)", FieldRef(str(f), ("step",))))
 
 
 def _nominal(st: RunState) -> None:
