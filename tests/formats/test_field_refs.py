@@ -51,7 +51,7 @@ def _load(ref: FieldRef) -> Any:
         return safetext.read_yaml(f)
     if suffix == ".toml":
         return safetext.toml_loads(f.read_text(), str(f))
-    return safeload.load(f)
+    return safeload.load(f, unknown_as_opaque=True)  # as the content read keeps them: inert
 
 
 def _follow(ref: FieldRef) -> Any:
@@ -117,6 +117,22 @@ def test_content_read_refs():
     assert st.optimizer_lr_refs[0].key == ("optimizer", "param_groups", 0, "lr")
     assert not _missing(st)
     assert _check(st) >= 5
+
+
+@pytest.mark.parametrize("layout", ["skyrl", "composer"])
+def test_content_claimed_layout_refs(layout, tmp_path):
+    """Layouts recognised on the content read (SkyRL's trainer_state.pt, Composer's
+    timestamp): the counters their normalisation adds name their fields too."""
+    from tests.formats.test_formats_layouts import composer_ckpt, skyrl_run
+
+    path = (skyrl_run(tmp_path / "s", step=5, updates_per_step=4) if layout == "skyrl"
+            else composer_ckpt(tmp_path / "c", batches=50, k=1))
+    st = read_state(path)
+    assert st.format == layout
+    added = st.counter("skyrl.global_step" if layout == "skyrl" else "composer.timestamp.batch")
+    assert added.ref is not None and added.ref.key[-1] in ("global_step", "batch")
+    assert not _missing(st)
+    assert _check(st) >= 3
 
 
 # ---------------------------------------------------------------- DCP: the item of each field

@@ -37,7 +37,8 @@ def refine(sc: shapes.Scan, st: RunState) -> None:
                         ("sample", Unit.SAMPLES)):
         f = _timestamp(sc, field)
         if f is not None:
-            st.counters.append(Counter(f"composer.timestamp.{field}", f.value, unit, f.where))
+            st.counters.append(Counter(f"composer.timestamp.{field}", f.value, unit, f.where,
+                                       f.ref))
     batch = st.counter("composer.timestamp.batch")
     st.trainer_progress = batch
     if batch is not None and (st.scheduler_progress is None

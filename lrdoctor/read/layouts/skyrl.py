@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read.layouts import RECOGNISED, _common, torchsave
 from lrdoctor.read.scan import shapes
@@ -57,7 +58,8 @@ def refine(sc: shapes.Scan, st: RunState) -> None:
     n = ts["global_step"]
     if not isinstance(n, int):
         return
-    gs = Counter("skyrl.global_step", n, Unit.ROLLOUT_STEPS, f"{tf}:global_step")
+    gs = Counter("skyrl.global_step", n, Unit.ROLLOUT_STEPS, f"{tf}:global_step",
+                 FieldRef(tf, ("global_step",)))
     st.counters.append(gs)
     st.trainer_progress = gs
     cfg_found = next((f for f in sc.of(shapes.CONFIG) if f.file == tf and f.key == "config"),
