@@ -198,7 +198,7 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     weights and ``random_states_*.pkl`` are copied as they are. A prepared
     ``AcceleratedScheduler`` steps ``num_processes`` times per update, which is why a
     rescale says how to prepare it, or the counter runs ahead again."""
-    ckpt = find_checkpoints(Path(path))[-1]
+    ckpt = find_checkpoints(_common.as_path(path))[-1]
     scheds = numbered_files(ckpt, SCHEDULER_FILE)
     opts = numbered_files(ckpt, OPTIMIZER_FILE)
     if not scheds:

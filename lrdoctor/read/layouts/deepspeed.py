@@ -432,7 +432,7 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     lives in the model-states file without ZeRO and in the ``*_optim_states.pt``
     partitions with ZeRO; every copy is set. A run directory gives a run directory holding
     ``latest`` and the fixed tag, so ``engine.load_checkpoint(OUT)`` finds it."""
-    path = Path(path)
+    path = _common.as_path(path)
     tag, _ = resolve(path)
     if path.is_file():
         raise Refusal("give the checkpoint's tag directory (or the save directory), not one "

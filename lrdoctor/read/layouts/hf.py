@@ -284,7 +284,7 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
         raise Refusal("the HF Trainer rebuilds the schedule's horizon from TrainingArguments "
                       "(max_steps / num_train_epochs) when it resumes, and lrdoctor never rewrites "
                       "training_args.bin: use --policy nominal, or resume with a new --max_steps")
-    ckpt = find_checkpoints(Path(path))[-1]
+    ckpt = find_checkpoints(_common.as_path(path))[-1]
     sfile = named_file(state) or scheduler_file(ckpt)
     if not sfile.is_file():
         raise Refusal(f"no {SCHEDULER_FILE} to repair", str(ckpt))
@@ -292,7 +292,7 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     notes = []
     if not has_opt:
         notes.append("no optimizer.pt param groups: the first resumed update keeps its LR")
-    if ckpt != Path(path):
+    if ckpt != _common.as_path(path):
         notes.append(f"the output is a repaired copy of {ckpt.name} (resume from it with "
                      "trainer.train(resume_from_checkpoint=OUT))")
     return FormatPlan(root=ckpt, files=None, changes=changes, notes=notes)

@@ -497,7 +497,7 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     found by shape, as for a plain torch.save dict. ``global_step`` and the ``loops``
     progress trackers are the trainer's own counts, so they are kept. A directory in gives
     a directory out, holding the repaired ``.ckpt`` under its name."""
-    path = Path(path)
+    path = _common.as_path(path)
     f = find_checkpoints(path)[-1]
     root = path if path.is_dir() else f
     rel = str(f.relative_to(root)) if root.is_dir() else f.name

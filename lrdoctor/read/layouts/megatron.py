@@ -594,5 +594,5 @@ def _check_ranks(st: RunState, sd: _common.Loaded, sched: _common.Loaded,
 
 def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> FormatPlan:
     """``fix``: every rank file of the iteration :func:`resolve` picks (megatron-core's edits)."""
-    ckpt, files = resolve(Path(path))
-    return rank_file_repair(Path(path), ckpt, files, TRACKER, target, tools)
+    ckpt, files = resolve(_common.as_path(path))
+    return rank_file_repair(_common.as_path(path), ckpt, files, TRACKER, target, tools)

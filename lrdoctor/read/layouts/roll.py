@@ -362,7 +362,7 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     is a repaired copy of the worker's ``checkpoint-N`` directory. mcore_adapter checks
     ``lr_decay_steps`` against the run's config on resume, which is why a new horizon
     comes with a note saying where to set it."""
-    ckpt = find_checkpoints(Path(path))[-1]
+    ckpt = find_checkpoints(_common.as_path(path))[-1]
     sfile = scheduler_file(ckpt)
     sched = tools.load(sfile)
     if not isinstance(sched, dict):
