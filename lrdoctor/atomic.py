@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -82,6 +82,24 @@ def refuse_checkpoint(path: str | os.PathLike) -> None:
         raise UnusableInput(f"refused to write here: it lies in the checkpoint folder {ckpt}, "
                             "and lrdoctor never writes into a checkpoint (choose a folder "
                             "of its own)", str(path))
+
+
+def refuse_inside_inputs(out: str | os.PathLike, inputs: Iterable[str | os.PathLike]) -> None:
+    """A page or folder of outputs about some inputs never goes inside one of them (an
+    input folder is read, never added to): ``report --out`` and ``check --report`` both
+    call this through the writer (:func:`lrdoctor.render.html.write_report_files`).
+    URLs and inputs that are not local folders are skipped. One line, exit 2."""
+    from lrdoctor.core.errors import UnusableInput
+
+    out_r = Path(out).resolve()
+    for given in inputs:
+        if "://" in str(given) or any(c in str(given) for c in "*?["):
+            continue
+        p = Path(given).resolve()
+        if p.is_dir() and (out_r == p or out_r.is_relative_to(p)):
+            raise UnusableInput(f"refused to write here: it lies inside the input {given}, "
+                                "and lrdoctor never writes into its input (choose a folder "
+                                "of its own)", str(out))
 
 
 @contextmanager

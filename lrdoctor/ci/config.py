@@ -113,6 +113,11 @@ class CheckConfig:
     def label(self) -> str:
         return str(self.source) if self.source else "command line"
 
+    def inputs(self) -> list[str]:
+        """The checkpoints and runs the inspect targets read (resolved; globs as written):
+        what an output about them must never be written into."""
+        return [self.resolve(t.path) for t in self.targets if t.kind == "inspect"]
+
     def resolve(self, p: str) -> str:
         """``p`` relative to the config's directory, kept relative to cwd when possible.
 

@@ -119,7 +119,7 @@ def check_cmd(
         from lrdoctor.render.html import write_report
 
         index = guarded(lambda: write_report(reports, Path(report_dir), title="lrdoctor check",
-                                             replays=replays))
+                                             replays=replays, inputs=cfg.inputs()))
         if fmt is OutputFormat["text"]:
             print(f"report written to {index}")
     default = FailOn(threshold or cfg.fail_on)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -98,7 +98,7 @@ def report_cmd(
     threshold = fail_on.value if fail_on is not None else None
     reports = guarded(lambda: ci_check.run_check(cfg, fail_on=threshold, replays=replays))
     index, pngs = guarded(lambda: write_report_files(reports, out, title=title,
-                                                     replays=replays))
+                                                     replays=replays, inputs=cfg.inputs()))
     if not quiet:
         print(f"report written to {index} ({len(reports)} target(s), {len(pngs)} figure(s))")
     if verbose:
@@ -126,25 +126,13 @@ def _per_path(t, declared, cfg) -> None:
             return
 
 
-def refuse_checkpoint_out(out: Path, cfg) -> None:
-    """The page and its PNGs go in a folder of their own: never into a checkpoint, which
-    lrdoctor only reads (a checkpoint folder, or a folder inside a checkpoint it reports on)."""
-    from lrdoctor.core.errors import UnusableInput
-    from lrdoctor.read import layouts
+def refuse_checkpoint_out(out: Path, cfg: Any) -> None:
+    """Fail before the checks run, with the refusals the writer would give at the end
+    (:func:`lrdoctor.atomic.refuse_inside_inputs`, :func:`lrdoctor.atomic.refuse_checkpoint`)."""
+    from lrdoctor.atomic import refuse_checkpoint, refuse_inside_inputs
 
-    out_r = out.resolve()
-    for t in cfg.targets:
-        if t.kind != "inspect" or any(c in t.path for c in "*?["):
-            continue
-        p = (cfg.root / t.path).resolve()
-        if p.is_dir() and (out_r == p or out_r.is_relative_to(p)):
-            raise UnusableInput(f"--out lies inside the checkpoint {t.path}; lrdoctor never "
-                                "writes into its input (choose a folder of its own)", str(out))
-    if out.is_dir():
-        mod = layouts.claimant(out)
-        if mod is not None:
-            raise UnusableInput(f"--out is a {mod.NAME} checkpoint folder; lrdoctor never "
-                                "writes into a checkpoint (choose a folder of its own)", str(out))
+    refuse_inside_inputs(out, cfg.inputs())
+    refuse_checkpoint(out / "index.html")
 
 
 def register(app: typer.Typer) -> None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import html
+import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePath
 from typing import Any
 
 from lrdoctor import __version__
-from lrdoctor.atomic import refuse_checkpoint, write_text
+from lrdoctor.atomic import refuse_checkpoint, refuse_inside_inputs, write_text
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.findings import Severity, exit_code
 from lrdoctor.core.numbers import number
@@ -308,10 +309,11 @@ def _section(i: int, rep: Report, figs: list[tuple[str, Path]], note: str | None
 
 
 def write_report(reports: list[Report], out_dir: Path, title: str = "lrdoctor report",
-                 replays: Mapping[int, Any] | None = None) -> Path:
+                 replays: Mapping[int, Any] | None = None,
+                 inputs: Sequence[str | os.PathLike[str]] = ()) -> Path:
     """Write ``index.html`` and its PNGs into ``out_dir``; returns the page's path
     (:func:`write_report_files` also returns the PNGs it wrote)."""
-    return write_report_files(reports, out_dir, title, replays)[0]
+    return write_report_files(reports, out_dir, title, replays, inputs)[0]
 
 
 #: The PNG names :func:`figure_stem` makes (``01-inspect-...-lr.png``): only these are
@@ -342,9 +344,14 @@ def _remove_stale(out_dir: Path, keep: set[Path]) -> list[str]:
 
 
 def write_report_files(reports: list[Report], out_dir: Path, title: str = "lrdoctor report",
-                       replays: Mapping[int, Any] | None = None) -> tuple[Path, list[Path]]:
+                       replays: Mapping[int, Any] | None = None,
+                       inputs: Sequence[str | os.PathLike[str]] = ()
+                       ) -> tuple[Path, list[Path]]:
     """Write ``index.html`` and its PNGs into ``out_dir``; the page's path and the PNGs
     this page embeds (stale ones of an earlier report there removed).
+
+    Never inside a checkpoint, nor inside one of ``inputs`` (the runs the reports were
+    made from) or the reports' own targets: the writer refuses, whichever command calls.
 
     ``replays[i]`` is the :class:`~lrdoctor.replay.ReplayResult` behind ``reports[i]``
     when it was replayed (as :func:`lrdoctor.ci.check.run_check` fills it): its figures
@@ -352,6 +359,7 @@ def write_report_files(reports: list[Report], out_dir: Path, title: str = "lrdoc
     replays = replays or {}
     out_dir = Path(out_dir)
     try:
+        refuse_inside_inputs(out_dir, [*inputs, *(r.target for r in reports)])
         refuse_checkpoint(out_dir / "index.html")  # before the folder is made
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -104,3 +104,29 @@ def test_a_dcp_folder_is_a_checkpoint_folder(tmp_path):
     assert atomic.checkpoint_holding(d / "x.png") == d
     with pytest.raises(UnusableInput):
         atomic.write_bytes(d / "x.png", b"")
+
+
+def test_a_report_page_never_goes_inside_its_input_whichever_command(runs, tmp_path):
+    """`report --out RUN/page` was refused by the command while `check --inspect RUN
+    --report RUN/page` wrote into the run folder: the refusal is now the page writer's
+    (``atomic.refuse_inside_inputs`` from ``write_report_files``), so both refuse, and so
+    does a library caller. Layout: the Megatron sample (a run folder of iter_N folders)."""
+    from lrdoctor.inspect_api import inspect_path
+    from lrdoctor.render.html import write_report_files
+
+    meg = runs["meg"]
+    before = _tree(meg)
+    for argv in (["report", str(meg), "--out", str(meg / "page")],
+                 ["check", "--inspect", str(meg), "--report", str(meg / "page")]):
+        p = _run(argv, tmp_path)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, (argv, p.stderr)
+        assert "never writes into its input" in lines[0] and str(meg) in lines[0], lines
+    with pytest.raises(UnusableInput, match="never writes into its input"):
+        write_report_files(inspect_path(str(meg)), meg / "page", inputs=[meg])
+    with pytest.raises(UnusableInput, match="never writes into its input"):  # a report's target
+        write_report_files(inspect_path(str(meg)), meg / "iter_0000400" / "page")
+    assert _tree(meg) == before and not (meg / "page").exists()
+    # beside the run, it is written
+    index, _ = write_report_files(inspect_path(str(meg)), tmp_path / "page", inputs=[meg])
+    assert index.is_file()
