@@ -226,3 +226,19 @@ def test_architecture_names_every_module():
         if not named:
             missing.append(rel)
     assert not missing, f"docs/architecture.md does not name: {missing}"
+
+
+def test_mypy_checks_every_module_and_the_strict_part():
+    """Issue 18: mypy runs in CI (`make test`) over all of lrdoctor, strict on core/, read/
+    and the rules; no module is exempted (the "not clean yet" list was emptied and
+    removed: an ``ignore_errors`` override must not come back)."""
+    import tomllib
+
+    conf = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert conf["files"] == ["lrdoctor"]
+    overrides = conf.get("overrides", [])
+    assert not [o for o in overrides if o.get("ignore_errors")]
+    strict = [o for o in overrides if o.get("disallow_untyped_defs")]
+    assert strict and {"lrdoctor.core.*", "lrdoctor.read.*", "lrdoctor.rules.*"} <= set(
+        strict[0]["module"])
+    assert "mypy" in (REPO / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n")[0]
