@@ -66,13 +66,8 @@ def find_checkpoints(path: Path) -> list[Path]:
     path = _common.as_path(path)
     if is_dcp(path):
         return [path]
-    found = _dcp_children(path)
-    if not found:
-        from lrdoctor.read.scan import refusal
-
-        raise refusal.nothing_found(
-            "no torch.distributed.checkpoint folders (.metadata + *.distcp) here", path)
-    return found
+    return _common.listed(_dcp_children(path), "no torch.distributed.checkpoint folders "
+                          "(.metadata + *.distcp) here", path)
 
 
 def read(path: Path) -> RunState:

@@ -42,13 +42,10 @@ from lrdoctor.core.repair import (
     walk,
 )
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
-from lrdoctor.read import layouts
 from lrdoctor.read.bytes import safetext
 from lrdoctor.read.layouts import ENGINE, _common
 from lrdoctor.read.layouts._common import OptimizerSummary
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
-from lrdoctor.read.scan import refusal
-from lrdoctor.read.scan.view import ScanView
 from lrdoctor.schedules import horizon_fields
 
 NAME = "deepspeed"
@@ -108,16 +105,6 @@ def read_latest(run: Path) -> str | None:
     return text or None
 
 
-def claims(scan: ScanView) -> int:
-    """How well this layout claims the input: ENGINE + 4, or 0 when it is not one."""
-    return ENGINE + 4 if _is_layout(scan.path) else 0
-
-
-def detect(path: Path) -> bool:
-    """Whether this layout reads ``path``: its claim is the best of the registry's."""
-    return layouts.claimed_as(path) == "deepspeed"
-
-
 def _is_layout(path: Path) -> bool:
     """A model-states file, a tag dir, or a save dir of tags (but not an HF checkpoint-N)."""
     path = _common.as_path(path)
@@ -128,17 +115,18 @@ def _is_layout(path: Path) -> bool:
     return _is_tag(path) or bool(_tags(path))
 
 
+claims = _common.claim_by_path(ENGINE + 4, _is_layout)
+detect = _common.detector("deepspeed")
+
+
 def find_checkpoints(path: Path) -> list[Path]:
     path = _common.as_path(path)
     if path.is_file():
         return [path.parent]
     if _is_tag(path):
         return [path]
-    tags = _tags(path)
-    if not tags:
-        raise refusal.nothing_found(
-            "no DeepSpeed checkpoints (<tag>/mp_rank_00_model_states.pt) here", path)
-    return tags
+    return _common.listed(_tags(path), "no DeepSpeed checkpoints "
+                          "(<tag>/mp_rank_00_model_states.pt) here", path)
 
 
 def resolve(path: Path) -> tuple[Path, Path]:

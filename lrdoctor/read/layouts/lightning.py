@@ -46,7 +46,6 @@ from lrdoctor.core.facts import LrLog
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.repair import FormatPlan, RepairTools, Target
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read import layouts
 from lrdoctor.read.layouts import ENGINE, _common, _logfit
 from lrdoctor.read.layouts._common import OptimizerSummary
 from lrdoctor.read.layouts._torchstate import (
@@ -56,7 +55,6 @@ from lrdoctor.read.layouts._torchstate import (
     torch_scheduler_kind,
 )
 from lrdoctor.read.scan import refusal
-from lrdoctor.read.scan.view import ScanView
 
 NAME = "lightning"
 
@@ -84,21 +82,15 @@ def _search_dirs(path: Path) -> list[Path]:
     return dirs
 
 
-def claims(scan: ScanView) -> int:
-    """How well this layout claims the input: ENGINE + 2, or 0 when it is not one."""
-    return ENGINE + 2 if _is_layout(scan.path) else 0
-
-
-def detect(path: Path) -> bool:
-    """Whether this layout reads ``path``: its claim is the best of the registry's."""
-    return layouts.claimed_as(path) == "lightning"
-
-
 def _is_layout(path: Path) -> bool:
     path = _common.as_path(path)
     if path.is_file():
         return path.suffix == SUFFIX
     return path.is_dir() and any(_ckpt_files(d) for d in _search_dirs(path))
+
+
+claims = _common.claim_by_path(ENGINE + 2, _is_layout)
+detect = _common.detector("lightning")
 
 
 def find_checkpoints(path: Path) -> list[Path]:
