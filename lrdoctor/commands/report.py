@@ -12,10 +12,15 @@ from lrdoctor.commands._common import (
     ConfigFileOpt,
     FailOn,
     FormatOpt,
+    JsonOpt,
+    OutputFormat,
     QuietOpt,
     VerboseOpt,
     allow_unsafe,
     guarded,
+    output_format_help,
+    print_unusable,
+    resolve_format,
     warn_unusable,
 )
 
@@ -32,6 +37,11 @@ Examples:
   lrdoctor report configs/run.yaml --synthetic lognormal:mean=2000 \\
       --sweep batching.max_tokens_per_microbatch=4096,8192 --out report/
   lrdoctor report --out report/          # everything [tool.lrdoctor] names
+  lrdoctor report runs/llama/ --output-format markdown >> "$GITHUB_STEP_SUMMARY"
+
+The page goes to --out whatever the --output-format; the format is what stdout gets:
+text says where the page is, a machine format (json, sarif, junit, github, markdown)
+is the targets' findings as `lrdoctor check` prints them, markdown linking the figures.
 
 Exit codes: 0 written (1 with --fail-on when findings reach it); 2 unusable input:
 when a target cannot be used the page still shows the others, and the reason is
@@ -63,6 +73,10 @@ def report_cmd(
     fail_on: Annotated[FailOn | None, typer.Option(
         "--fail-on", help="Lowest severity that makes the exit code 1 (default: "
         "[tool.lrdoctor] fail-on, else never: the page is written either way).")] = None,
+    json_: JsonOpt = False,
+    output_format: Annotated[OutputFormat | None, typer.Option(
+        "--output-format", help="What stdout gets: " + output_format_help(
+            "text: where the page was written"))] = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     allow_unsafe_global: AllowUnsafeOpt = None,
@@ -73,7 +87,10 @@ def report_cmd(
     from lrdoctor.render.html import write_report_files
 
     allow_unsafe(allow_unsafe_global)
-    cfg = guarded(lambda: ci_config.load(config, required=config is not None))
+    fmt = resolve_format(json_, output_format)
+    cfg = guarded(lambda: ci_config.load(config, required=config is not None),
+                  lambda exc: print_unusable("report", exc.path or str(config or "pyproject.toml"),
+                                             exc, fmt))
     if not cfg.fail_on_set:
         cfg.fail_on = "never"  # a page is written either way: gate only when asked
     if targets:
@@ -99,9 +116,15 @@ def report_cmd(
     reports = guarded(lambda: ci_check.run_check(cfg, fail_on=threshold, replays=replays))
     index, pngs = guarded(lambda: write_report_files(reports, out, title=title,
                                                      replays=replays, inputs=cfg.inputs()))
-    if not quiet:
+    if fmt is not OutputFormat["text"]:
+        # The same document `check` prints (one array in JSON), the figures' paths in
+        # each report's extra: a CI job reads stdout, a reviewer opens the page.
+        from lrdoctor import render
+
+        render.emit(reports, fmt.value, threshold or cfg.fail_on, command="check")
+    elif not quiet:
         print(f"report written to {index} ({len(reports)} target(s), {len(pngs)} figure(s))")
-    if verbose:
+    if verbose and fmt is OutputFormat["text"]:
         for r in reports:
             print(f"  {r.command} {r.target}: "
                   f"{', '.join(f.code for f in r.findings) or 'no findings'}")
