@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.repair import Builder, Change, FormatPlan, Key, Refusal, Target, get_at, walk
 from lrdoctor.core.state import RunState
 
@@ -85,8 +86,8 @@ def plan(path: Path, state: RunState, target: Target) -> FormatPlan:
             # a scheduler that did would be missed and the plan refused, never guessed.
             continue
     objs: list[tuple[str, Any]] = [(rel, tree) for rel, tree, _ in trees] + pickles
-    changes, notes = _plan_objects(objs, target, _named(state, root))
     by_rel = {rel: paths for rel, _, paths in trees}
+    changes, notes = _plan_objects(objs, target, *_named(state, root, by_rel))
     out: list[Change] = []
     for c in changes:
         if c.file in by_rel:
@@ -109,16 +110,32 @@ def plan(path: Path, state: RunState, target: Target) -> FormatPlan:
                       builders=builders)
 
 
-def _named(state: RunState, root: Path) -> tuple[str, Key] | None:
-    """(file, key path) of the scheduler state whose progress the reader named with a
-    FieldRef (``Counter.ref``), relative to ``root``; None where the reader named none."""
-    ref = state.scheduler_progress.ref if state.scheduler_progress is not None else None
-    if ref is None or ref.item or len(ref.key) < 1:
-        return None
+def _named(state: RunState, root: Path, by_rel: dict[str, dict[str, tuple]]
+           ) -> tuple[tuple[str, Key] | None, list[tuple[str, Key]]]:
+    """Where the reader's refs point, as (file, key path) in the objects :func:`plan` walks
+    (relative to ``root``): the scheduler state holding the progress ``Counter.ref`` names,
+    and the optimizer LR fields of ``optimizer_lr_refs``. A ref into a DCP folder names the
+    item (its fqn) and the key inside it; the item's re-nested path is put in front, so the
+    repair narrows to exactly the fields the reader read. None / [] where it named none."""
+    prog = state.scheduler_progress
+    sched = _tree_ref(prog.ref, root, by_rel) if prog is not None and prog.ref else None
+    lrs = [t for t in (_tree_ref(r, root, by_rel) for r in state.optimizer_lr_refs)
+           if t is not None]
+    return ((sched[0], sched[1][:-1]) if sched is not None and sched[1] else None), lrs
+
+
+def _tree_ref(ref: FieldRef, root: Path, by_rel: dict[str, dict[str, tuple]]
+              ) -> tuple[str, Key] | None:
+    """(file relative to ``root``, key path in the object walked) of one ref: for a DCP
+    item, the item's re-nested path then the key inside it; None where it is outside."""
     f, r = Path(ref.file).resolve(), root.resolve()
     if not f.is_relative_to(r):
         return None
-    return _rel(r, f), tuple(ref.key[:-1])
+    rel = _rel(r, f)
+    if not ref.item:
+        return rel, tuple(ref.key)
+    at = by_rel.get(rel, {}).get(ref.item)
+    return None if at is None else (rel, tuple(at) + tuple(ref.key))
 
 
 def _pickles(state: RunState, dirs: list[Path]) -> list[Path]:
@@ -205,9 +222,12 @@ def _lr_leaves(node: Any, key: Key) -> Iterator[tuple[Key, dict]]:
 
 
 def _plan_objects(objs: list[tuple[str, Any]], target: Target,
-                  named: tuple[str, Key] | None = None) -> tuple[list[Change], list[str]]:
+                  named: tuple[str, Key] | None = None,
+                  named_lrs: list[tuple[str, Key]] | None = None,
+                  ) -> tuple[list[Change], list[str]]:
     """The edits: the scheduler state the reader named (``named``), else every one found by
-    shape at the progress inspect read; the optimizers' param-group LRs beside them."""
+    shape at the progress inspect read; the optimizers whose LRs the reader named
+    (``named_lrs``, the ``lr`` fields), else every one found by shape."""
     from lrdoctor.read.scan.shapes import is_megatron_scheduler
     from lrdoctor.repair.torchstate import (
         group_lrs,
@@ -233,8 +253,17 @@ def _plan_objects(objs: list[tuple[str, Any]], target: Target,
             elif _is_torch_sched(v, target.progress_before) and not (
                     k and k[-1] == "_schedulers"):
                 scheds.append((rel, k, "torch"))
+    notes: list[str] = []
     if named is not None and any((rel, k) == named for rel, k, _ in scheds):
         scheds = [t for t in scheds if (t[0], t[1]) == named]  # exactly the field read
+    elif len(scheds) > 1:
+        notes.append(f"the reader named no scheduler field: all {len(scheds)} scheduler "
+                     f"states at progress {target.progress_before:g} are edited (found by shape)")
+    mine = [(rel, k) for rel, k in opts if any(
+        r == rel and tuple(nk[:len(k) + 1]) == tuple(k) + ("param_groups",)
+        for r, nk in named_lrs or [])]
+    if mine:
+        opts = mine  # the optimizers whose LRs the reader read, not every one by shape
     lrs = None
     first = next(((rel, k) for rel, k in opts), None)
     if first is not None:
@@ -260,7 +289,7 @@ def _plan_objects(objs: list[tuple[str, Any]], target: Target,
         if lr is not None and float(leaf["lr"]) != float(lr):
             changes.append(Change(rel, k + ("lr",), leaf["lr"], float(lr),
                                   why="schedule's LR at the new progress"))
-    return changes, []
+    return changes, notes
 
 
 def _sequential_children(rel: str, key: Key, sd: dict, target: Target) -> list[Change]:
