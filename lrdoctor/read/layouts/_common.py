@@ -447,6 +447,14 @@ class StepFolders:
     def find(self, path: Path) -> list[Path]:
         return [path] if self.is_step(path) else listed(self.dirs(path), self.missing, path)
 
+    def is_layout(self, path: Path) -> bool:
+        """``detect`` on any input the registry hands over (a local path or a URL)."""
+        return self.detect(as_path(path))
+
+    def find_checkpoints(self, path: Path) -> list[Path]:
+        """The layout's ``find_checkpoints``: the step folders, oldest first."""
+        return self.find(as_path(path))
+
 
 def note_skipped(st: RunState, ds: DcpState) -> None:
     """Say which items were left unread, so a missing counter is never silent."""

@@ -28,12 +28,10 @@ from typing import Any
 from lrdoctor.core.facts import Storage
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read import layouts
 from lrdoctor.read.bytes import dcp
 from lrdoctor.read.layouts import FRAMEWORK, _common
 from lrdoctor.read.layouts._refs import itemize
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
-from lrdoctor.read.scan.view import ScanView
 
 NAME = "nemo_rl"
 
@@ -56,22 +54,9 @@ _LAYOUT = _common.StepFolders(STEP_DIR, _is_step_dir,
                               missing=f"no NeMo-RL step_N/{INFO} checkpoints here")
 
 
-def claims(scan: ScanView) -> int:
-    """How well this layout claims the input: FRAMEWORK + 3, or 0 when it is not one."""
-    return FRAMEWORK + 3 if _is_layout(scan.path) else 0
-
-
-def detect(path: Path) -> bool:
-    """Whether this layout reads ``path``: its claim is the best of the registry's."""
-    return layouts.claimed_as(path) == "nemo_rl"
-
-
-def _is_layout(path: Path) -> bool:
-    return _LAYOUT.detect(_common.as_path(path))
-
-
-def find_checkpoints(path: Path) -> list[Path]:
-    return _LAYOUT.find(_common.as_path(path))
+claims = _common.claim_by_path(FRAMEWORK + 3, _LAYOUT.is_layout)
+detect = _common.detector("nemo_rl")
+find_checkpoints = _LAYOUT.find_checkpoints
 
 
 def read(path: Path) -> RunState:

@@ -28,13 +28,11 @@ from typing import Any
 from lrdoctor.core.facts import Storage
 from lrdoctor.core.fieldref import FieldRef, Key
 from lrdoctor.core.state import Counter, RunState, Unit
-from lrdoctor.read import layouts
 from lrdoctor.read.bytes import dcp
 from lrdoctor.read.layouts import FRAMEWORK, _common
 from lrdoctor.read.layouts._common import OptimizerSummary
 from lrdoctor.read.layouts._refs import itemize
 from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
-from lrdoctor.read.scan.view import ScanView
 
 NAME = "torchtitan"
 
@@ -50,22 +48,9 @@ _LAYOUT = _common.StepFolders(STEP_DIR, _is_step_dir, bases=("", "checkpoint"),
                               missing="no torchtitan step-N checkpoint folders here")
 
 
-def claims(scan: ScanView) -> int:
-    """How well this layout claims the input: FRAMEWORK + 2, or 0 when it is not one."""
-    return FRAMEWORK + 2 if _is_layout(scan.path) else 0
-
-
-def detect(path: Path) -> bool:
-    """Whether this layout reads ``path``: its claim is the best of the registry's."""
-    return layouts.claimed_as(path) == "torchtitan"
-
-
-def _is_layout(path: Path) -> bool:
-    return _LAYOUT.detect(_common.as_path(path))
-
-
-def find_checkpoints(path: Path) -> list[Path]:
-    return _LAYOUT.find(_common.as_path(path))
+claims = _common.claim_by_path(FRAMEWORK + 2, _LAYOUT.is_layout)
+detect = _common.detector("torchtitan")
+find_checkpoints = _LAYOUT.find_checkpoints
 
 
 def flat_optimizer(opt: _common.Loaded) -> OptimizerSummary:
