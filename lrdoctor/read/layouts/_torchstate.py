@@ -233,6 +233,14 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: OptimizerSummary |
 optimizer_info = _common.optimizer_summary
 
 
+def set_torch_scheduler(st: RunState, sd: Any, *, unit: Unit, source: str,
+                        opt: OptimizerSummary | None = None, ref: FieldRef | None = None) -> None:
+    """:func:`torch_scheduler` into ``st``: its schedule, its scheduler progress, its notes."""
+    spec, prog, notes = torch_scheduler(sd, unit=unit, source=source, opt=opt, ref=ref)
+    st.schedule, st.scheduler_progress = spec, prog
+    st.notes += notes
+
+
 def add_optimizer(st: RunState, info: OptimizerSummary, source: str,
                   ref: FieldRef | None = None) -> None:
     """Record the optimizer step counter and LRs on ``st`` (shared by the three readers);

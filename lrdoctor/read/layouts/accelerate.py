@@ -34,7 +34,7 @@ from lrdoctor.read.layouts._torchstate import (
     add_optimizer,
     load_optimizer_items,
     optimizer_info,
-    torch_scheduler,
+    set_torch_scheduler,
 )
 
 if TYPE_CHECKING:
@@ -132,11 +132,8 @@ def read(path: Path) -> RunState:
     if scheds:
         sd = _common.load_dict(scheds[0], "a scheduler state_dict")
         st.files.append(str(scheds[0]))
-        spec, prog, notes = torch_scheduler(sd, unit=Unit.UPDATES, source=str(scheds[0]),
-                                            opt=infos[0] if infos else None,
-                                            ref=FieldRef(str(scheds[0])))
-        st.schedule, st.scheduler_progress = spec, prog
-        st.notes += notes
+        set_torch_scheduler(st, sd, unit=Unit.UPDATES, source=str(scheds[0]),
+                            opt=infos[0] if infos else None, ref=FieldRef(str(scheds[0])))
         if "_step_count" in sd:
             st.extras["scheduler._step_count"] = sd["_step_count"]
         if len(scheds) > 1:

@@ -31,7 +31,7 @@ from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read.bytes import dcp
 from lrdoctor.read.layouts import FRAMEWORK, _common
 from lrdoctor.read.layouts._refs import itemize
-from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
+from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, set_torch_scheduler
 
 NAME = "nemo_rl"
 
@@ -89,11 +89,8 @@ def read(path: Path) -> RunState:
         add_optimizer(st, opt_info, f"{src}:optim.optim", tree.child("optim"))
     sched = optim.get("sched")
     if isinstance(sched, dict):
-        spec, prog, notes = torch_scheduler(sched, unit=Unit.ROLLOUT_STEPS,
-                                            source=f"{src}:optim.sched", opt=opt_info,
-                                            ref=tree.child("sched"))
-        st.schedule, st.scheduler_progress = spec, prog
-        st.notes += notes
+        set_torch_scheduler(st, sched, unit=Unit.ROLLOUT_STEPS, source=f"{src}:optim.sched",
+                            opt=opt_info, ref=tree.child("sched"))
     else:
         st.notes.append("no optim.sched in the optimizer checkpoint (no scheduler configured)")
     itemize(st, [ds])  # each field as the DCP item that holds it

@@ -32,7 +32,7 @@ from lrdoctor.read.bytes import dcp
 from lrdoctor.read.layouts import FRAMEWORK, _common
 from lrdoctor.read.layouts._common import OptimizerSummary
 from lrdoctor.read.layouts._refs import itemize
-from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, torch_scheduler
+from lrdoctor.read.layouts._torchstate import add_optimizer, optimizer_info, set_torch_scheduler
 
 NAME = "torchtitan"
 
@@ -123,11 +123,8 @@ def read(path: Path) -> RunState:
                             "schedule (warmup_steps, decay_ratio, training.steps) lives in the "
                             "job config, so only its progress is known")
         else:
-            spec, prog, notes = torch_scheduler(sched, unit=Unit.UPDATES,
-                                                source=f"{src}:lr_scheduler", opt=info,
-                                                ref=tree.child("lr_scheduler"))
-            st.schedule, st.scheduler_progress = spec, prog
-            st.notes += notes
+            set_torch_scheduler(st, sched, unit=Unit.UPDATES, source=f"{src}:lr_scheduler",
+                                opt=info, ref=tree.child("lr_scheduler"))
     else:
         st.notes.append("no lr_scheduler items in this checkpoint")
 
