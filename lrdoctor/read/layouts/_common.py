@@ -358,14 +358,16 @@ def _first_group(m: re.Match[str]) -> int:
 
 
 def numbered_children(folder: Path, pattern: re.Pattern[str], keep: Callable[[Path], bool],
-                      number: Callable[[re.Match[str]], int] = _first_group) -> list[Path]:
+                      number: Callable[[re.Match[str]], int | tuple[int, ...]] = _first_group
+                      ) -> list[Path]:
     """The children of ``folder`` named like ``pattern`` that ``keep`` accepts, by their number.
 
     Every layout numbers its saves in names (``checkpoint-N``, ``iter_N``, ``scheduler_N.bin``);
-    ``number`` reads it from the match (default: the first group, 0 when it matched nothing).
+    ``number`` reads it from the match (default: the first group, 0 when it matched nothing;
+    a tuple where a name holds several numbers, e.g. DeepSpeed's dp and mp ranks).
     A folder that cannot be listed has no such children.
     """
-    found: list[tuple[int, Path]] = []
+    found: list[tuple[Any, Path]] = []
     try:
         children = list(folder.iterdir())
     except OSError:

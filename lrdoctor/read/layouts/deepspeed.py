@@ -64,16 +64,8 @@ CONFIG_KEPT = ("train_batch_size", "train_micro_batch_size_per_gpu",
 
 def model_files(tag: Path) -> list[Path]:
     """Model-state files of one tag dir, the one to read first (dp 0, mp 0)."""
-    out = []
-    try:
-        children = list(tag.iterdir())
-    except OSError:
-        return []
-    for child in children:
-        m = MODEL_STATES.match(child.name)
-        if m and child.is_file():
-            out.append(((int(m.group(2)), int(m.group(1) or 0)), child))
-    return [p for _, p in sorted(out)]
+    return _common.numbered_children(tag, MODEL_STATES, lambda c: c.is_file(),
+                                     lambda m: (int(m.group(2)), int(m.group(1) or 0)))
 
 
 def _is_tag(d: Path) -> bool:
