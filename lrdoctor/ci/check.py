@@ -82,14 +82,14 @@ def progress_ratio(report: Report) -> float | None:
 
 
 def _unusable(cfg: CheckConfig, target: Target, message: str, label: str,
-              detail: dict | None = None) -> Report:
+              detail: dict | None = None, fix: str | None = None) -> Report:
     """An LRD303 report; ``detail`` (what was scanned, :class:`UnusableInput`'s record)
     joins the evidence so that --json carries it structured, not only in the line."""
     from lrdoctor.rules.lrd303_check_input_unusable import unusable_report
 
     loc = f"{cfg.source}:{target.line}" if cfg.source else None
     return unusable_report(target.kind, label, message, detail, format=target.format,
-                           location=loc, config_key=target.key)
+                           location=loc, fix=fix, config_key=target.key)
 
 
 def _expand(cfg: CheckConfig, pattern: str) -> list[str]:
@@ -115,13 +115,26 @@ def _unexpected(path: str, exc: BaseException) -> str:
     return f"{path}: unexpected {type(exc).__name__} ({detail})"
 
 
-def _failed(exc: UnusableInput) -> str | tuple[str, dict]:
-    """An unusable target's result: its one line, with its structured record if it has one
-    (plain data, so that it crosses a process boundary as it is)."""
-    return (str(exc), exc.detail) if exc.detail else str(exc)
+# An unusable target's result: (its one line, its structured record, the advice for its
+# cause); plain data, so that it crosses a process boundary as it is.
+Failed = tuple[str, dict | None, str]
 
 
-def _inspect_task(args: tuple[str, str | None, bool]) -> list[Report] | str | tuple[str, dict]:
+def _failed(exc: UnusableInput) -> Failed:
+    """The refusal as :data:`Failed`, its advice taken from the exception's type while
+    the type is still known (a worker returns data, not the exception)."""
+    from lrdoctor.rules.lrd303_check_input_unusable import advice
+
+    return str(exc), exc.detail, advice(exc)
+
+
+def _crashed(path: str, exc: BaseException) -> Failed:
+    from lrdoctor.rules.lrd303_check_input_unusable import CRASH_FIX
+
+    return _unexpected(path, exc), None, CRASH_FIX
+
+
+def _inspect_task(args: tuple[str, str | None, bool]) -> list[Report] | Failed:
     """One fleet member, in a worker: its reports, or the one-line reason it is unusable."""
     path, format, all_ = args
     try:
@@ -129,7 +142,7 @@ def _inspect_task(args: tuple[str, str | None, bool]) -> list[Report] | str | tu
     except UnusableInput as exc:
         return _failed(exc)
     except _TARGET_ERRORS as exc:  # this run only: the fleet's other results stand
-        return _unexpected(path, exc)
+        return _crashed(path, exc)
 
 
 def _run_target(cfg: CheckConfig, t: Target, inspect_fn: InspectFn,
@@ -144,10 +157,12 @@ def _run_target(cfg: CheckConfig, t: Target, inspect_fn: InspectFn,
         try:
             paths = _expand(cfg, t.path)
         except UnusableInput as exc:
-            return [_unusable(cfg, t, str(exc), t.path)], None
+            return [_unusable(cfg, t, str(exc), t.path, *_failed(exc)[1:])], None
         if not paths:
+            from lrdoctor.rules.lrd303_check_input_unusable import NOT_FOUND_FIX
+
             return [_unusable(cfg, t, f"{t.path!r} matches nothing (from {cfg.label})",
-                              t.path)], None
+                              t.path, fix=NOT_FOUND_FIX)], None
         reports: list[Report] = []
         if inspect_fn is _default_inspect and (jobs > 1 or executor != "process"):
             from lrdoctor.parallel import run_map
@@ -164,14 +179,12 @@ def _run_target(cfg: CheckConfig, t: Target, inspect_fn: InspectFn,
                 except UnusableInput as exc:
                     results.append(_failed(exc))
                 except _TARGET_ERRORS as exc:  # this target only: the others' results stand
-                    results.append(_unexpected(p, exc))
+                    results.append(_crashed(p, exc))
                 if progress:
                     progress(n + 1, len(paths))
         for p, res in zip(paths, results, strict=True):
-            if isinstance(res, str):
-                reports.append(_unusable(cfg, t, res, p))
-            elif isinstance(res, tuple):
-                reports.append(_unusable(cfg, t, res[0], p, res[1]))
+            if isinstance(res, tuple):
+                reports.append(_unusable(cfg, t, res[0], p, res[1], res[2]))
             else:
                 reports.extend(res)
         return reports, None
@@ -182,9 +195,10 @@ def _run_target(cfg: CheckConfig, t: Target, inspect_fn: InspectFn,
     try:
         got = replay_fn(config, **kwargs)
     except UnusableInput as exc:
-        return [_unusable(cfg, t, str(exc), config)], None
+        return [_unusable(cfg, t, str(exc), config, *_failed(exc)[1:])], None
     except _TARGET_ERRORS as exc:
-        return [_unusable(cfg, t, _unexpected(config, exc), config)], None
+        line, _, fix = _crashed(config, exc)
+        return [_unusable(cfg, t, line, config, fix=fix)], None
     rep = got if isinstance(got, Report) else got.report
     if not rep.target:
         rep.target = config

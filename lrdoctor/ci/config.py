@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Annotated, Any, get_args
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from lrdoctor.ci.find import find_config
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import BadKey, UnusableInput
 from lrdoctor.core.findings import FAIL_ON
 from lrdoctor.findings import RULES
 from lrdoctor.read.bytes import safetext
@@ -55,7 +55,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 
-class ConfigError(UnusableInput):
+class ConfigError(BadKey):
     """The lrdoctor configuration itself is wrong; the message names the key."""
 
     def __init__(self, path: str | os.PathLike, key: str, problem: str):

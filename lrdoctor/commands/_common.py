@@ -170,9 +170,10 @@ def print_unusable(command: str, target: str, exc: UnusableInput, fmt: OutputFor
     empty document; text output is the stderr line alone."""
     if fmt is OutputFormat["text"]:
         return
-    from lrdoctor.rules.lrd303_check_input_unusable import unusable_report
+    from lrdoctor.rules.lrd303_check_input_unusable import advice, unusable_report
 
-    rep = unusable_report(command, target, str(exc), exc.detail, format=format)
+    rep = unusable_report(command, target, str(exc), exc.detail, format=format,
+                          fix=advice(exc))
     render.emit([rep], fmt.value, "error", command=command)
 
 

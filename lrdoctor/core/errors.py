@@ -56,3 +56,31 @@ class UnsafePickle(UnusableInput):
 
 class LimitExceeded(UnusableInput):
     """A resource limit stopped reading an untrusted file (``lrdoctor.read.bytes.limits``)."""
+
+
+class NotFound(UnusableInput):
+    """The named file or folder does not exist (or is not where the caller looked)."""
+
+
+class NotRecognised(UnusableInput):
+    """The input exists but holds nothing lrdoctor reads as a checkpoint (``detail``:
+    what was scanned)."""
+
+
+class Corrupt(UnusableInput):
+    """The file is empty, truncated or corrupt: its bytes end or break where its own
+    format says they go on."""
+
+
+def cannot_read(exc: OSError, path: object) -> UnusableInput:
+    """The one line for an OS error reading ``path``: :class:`NotFound` when it is gone,
+    so that the advice (LRD303) follows the cause."""
+    cls = NotFound if isinstance(exc, FileNotFoundError) else UnusableInput
+    return cls(f"cannot read: {exc.strerror or exc}", str(path))
+
+
+class BadKey(UnusableInput):
+    """A configuration is wrong at ``key`` (``[tool.lrdoctor]``'s
+    :class:`~lrdoctor.ci.config.ConfigError` is one): the fix names the key."""
+
+    key: str

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lrdoctor.core.errors import UnsafePickle, UnusableInput
+from lrdoctor.core.errors import Corrupt, UnsafePickle, UnusableInput
 from lrdoctor.core.fieldref import FieldRef, Key
 from lrdoctor.core.tree import dig
 from lrdoctor.read.bytes.storage import open_binary, reader_path
@@ -222,8 +222,8 @@ def _check_info(files: _Files, fqn: str, info: Fields, limit: int) -> tuple[str,
         raise _TooBig(length)
     path, size = files.check(rel)
     if off + length > size:
-        raise UnusableInput(f"item {fqn!r} lies past the end of {rel} (truncated checkpoint)",
-                            str(path))
+        raise Corrupt(f"item {fqn!r} lies past the end of {rel} (truncated checkpoint)",
+                      str(path))
     return rel, off, length
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar, overload
 
-from lrdoctor.core.errors import UnsafePickle, UnusableInput
+from lrdoctor.core.errors import Corrupt, UnsafePickle, UnusableInput, cannot_read
 from lrdoctor.read.bytes import limits, unsafe_globals
 from lrdoctor.read.bytes.limited_pickle import BoundedReader, LimitedUnpickler
 from lrdoctor.read.bytes.unpickler_base import PickleSource
@@ -675,13 +675,13 @@ def _guard(path: str, fn: Callable[..., _T], *args: Any) -> _T:
     except UnusableInput:
         raise
     except _Bad as exc:
-        raise UnusableInput(f"corrupt checkpoint: {exc}", path) from None
+        raise Corrupt(f"corrupt checkpoint: {exc}", path) from None
     except (IsADirectoryError, FileNotFoundError, PermissionError) as exc:
-        raise UnusableInput(f"cannot read: {exc.strerror}", path) from None
+        raise cannot_read(exc, path) from None
     except RecursionError:
-        raise UnusableInput("corrupt or hostile pickle: nested too deeply", path) from None
+        raise Corrupt("corrupt or hostile pickle: nested too deeply", path) from None
     except Exception as exc:  # noqa: BLE001 - a corrupt file must end in one line, not a traceback
-        raise UnusableInput(f"truncated or corrupt checkpoint ({_one_line(exc)})", path) from None
+        raise Corrupt(f"truncated or corrupt checkpoint ({_one_line(exc)})", path) from None
 
 
 def _storage_dtype(stype: Any) -> str:
@@ -818,9 +818,9 @@ def _load_stream(path: str, unknown_as_opaque: bool, source: BinaryIO | None = N
     with _reopen(path, source) as f:
         head = f.read(8)
         if not head:
-            raise UnusableInput("empty file", path)
+            raise Corrupt("empty file", path)
         if head.startswith(b"PK"):
-            raise UnusableInput("truncated or corrupt zip checkpoint (no central directory)", path)
+            raise Corrupt("truncated or corrupt zip checkpoint (no central directory)", path)
         if head[:1] != b"\x80":
             import tarfile
 

@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any
 
-from lrdoctor.core.errors import NotParsed, NotText, UnusableInput
+from lrdoctor.core.errors import NotParsed, NotText, UnusableInput, cannot_read
 from lrdoctor.read.bytes import limits
 
 __all__ = ["read_text", "json_loads", "read_json", "yaml_loads", "read_yaml", "toml_loads",
@@ -36,7 +36,7 @@ def read_text(path: str | os.PathLike[str], limit: str, what: str) -> str:
         with open_binary(p) as f:
             raw = f.read(limits.get(limit) + 1)
     except OSError as exc:
-        raise UnusableInput(f"cannot read: {exc.strerror or exc}", p) from None
+        raise cannot_read(exc, p) from None
     limits.check_size(limit, len(raw), p, what)
     try:
         return raw.decode("utf-8")

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, BinaryIO, cast
 
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import NotFound, UnusableInput
 
 __all__ = ["RemotePath", "is_url", "as_path", "reader_path", "filesystem", "open_binary", "glob",
            "has_magic", "BLOCK_SIZE", "EXTRAS"]
@@ -514,7 +514,7 @@ class Staging:
         if isinstance(src, Path):  # a file:// URL is a local path
             return src
         if not src.exists():
-            raise UnusableInput("no such file or directory", self.path)
+            raise NotFound("no such file or directory", self.path)
         dst = self._dir() / "in" / (src.name or "checkpoint")
         dst.parent.mkdir(parents=True, exist_ok=True)
         recursive = src.is_dir()

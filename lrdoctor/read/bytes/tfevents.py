@@ -36,7 +36,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import Corrupt, UnusableInput, cannot_read
 from lrdoctor.read.bytes import limits
 
 __all__ = ["Scalars", "crc32c", "parse", "read"]
@@ -219,8 +219,8 @@ def parse(data: bytes, path: str | None) -> Scalars:
         s, e = i + 12, i + 12 + length
         (dcrc,) = struct.unpack_from("<I", data, e)
         if _masked(data[s:e]) != dcrc:
-            raise UnusableInput(f"corrupt TensorBoard event file: record {out.records + 1} "
-                                f"at byte {i}: bad data checksum", path)
+            raise Corrupt(f"corrupt TensorBoard event file: record {out.records + 1} "
+                          f"at byte {i}: bad data checksum", path)
         out.records += 1
         budget[0] -= 1
         if budget[0] < 0:
@@ -247,7 +247,7 @@ def read(path: str | os.PathLike[str]) -> Scalars:
         with open_binary(p) as f:
             raw = f.read(limits.get("tfevents_bytes") + 1)
     except OSError as exc:
-        raise UnusableInput(f"cannot read: {exc.strerror or exc}", p) from None
+        raise cannot_read(exc, p) from None
     limits.check_size("tfevents_bytes", len(raw), p, "the TensorBoard event file")
     return parse(raw, p)
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import NotFound, NotRecognised, UnusableInput
 from lrdoctor.read.scan.listing import Hint
 from lrdoctor.read.scan.view import ScanView
 
@@ -342,7 +342,7 @@ def claimed_as(path: Path) -> str | None:
 def detect(path: Path, forced: str | None = None) -> Layout:
     """The layout for ``path`` (or the forced one)."""
     if not path.exists():
-        raise UnusableInput("no such file or directory", str(path))
+        raise NotFound("no such file or directory", str(path))
     if forced:
         return get(forced)
     found = claimant(path)
@@ -352,7 +352,7 @@ def detect(path: Path, forced: str | None = None) -> Layout:
     from lrdoctor.read.scan.refusal import nothing_found
 
     exc = nothing_found("not a checkpoint lrdoctor recognises", path)
-    raise UnusableInput(f"{exc.message} (use --format to force one of: "
+    raise NotRecognised(f"{exc.message} (use --format to force one of: "
                         f"{forceable()})", str(path), detail=exc.detail)
 
 

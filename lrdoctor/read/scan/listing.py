@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import NotFound, UnusableInput
 from lrdoctor.read.bytes.safeload import PICKLE_SUFFIXES
 from lrdoctor.read.bytes.storage import reader_path
 
@@ -224,7 +224,7 @@ def candidate_files(path: Path, max_files: int = MAX_FILES) -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
-        raise UnusableInput("no such file or directory", str(path))
+        raise NotFound("no such file or directory", str(path))
     return walk(path, max_files).files
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.core.errors import UnsafePickle, UnusableInput
+from lrdoctor.core.errors import NotRecognised, UnsafePickle, UnusableInput
 from lrdoctor.read.bytes.storage import reader_path
 from lrdoctor.read.scan.grouping import Checkpoint
 from lrdoctor.read.scan.listing import (
@@ -116,8 +116,8 @@ def nothing_found(message: str, path: str | Path) -> UnusableInput:
     try:
         seen = survey(path)
     except UnusableInput:  # gone, or refused by a bound: the message alone
-        return UnusableInput(message, str(path))
-    return UnusableInput(f"{message}: {seen.line()}", str(path),
+        return NotRecognised(message, str(path))
+    return NotRecognised(f"{message}: {seen.line()}", str(path),
                          detail={"scanned": seen.to_dict()})
 
 
