@@ -143,7 +143,9 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
         return (lambda s: progress(stage, s + 1, steps)) if progress else None
 
     # An impossible schedule is a config error: say so before the long part.
-    sps = cfg.train.samples_per_step or len(samples) / max(1, samples["step"].nunique())
+    import numpy as np
+
+    sps = cfg.train.samples_per_step or len(samples) / max(1, len(np.unique(samples["step"])))
     try:
         schedule_spec(cfg, float(sps))
     except UnusableInput as exc:

@@ -203,7 +203,7 @@ def sweep(cfg, samples, key: str, values: list[Any], planner=None,
     from lrdoctor.parallel import run_map
 
     reps = run_map(_sweep_task, [(c, samples, planner) for c in configs], jobs=jobs,
-                   executor=executor, preload=["pandas", "lrdoctor.replay.engine",
+                   executor=executor, preload=["lrdoctor.replay.table", "lrdoctor.replay.engine",
                                                "lrdoctor.replay.packing",
                                                "lrdoctor.replay.config"])
     return list(zip(values, reps, strict=True))

@@ -184,9 +184,7 @@ def _slow_validate(rows, path: str) -> dict[str, list]:
     return cols
 
 
-def _finish(cols: dict[str, Any]):
-    import pandas as pd
-
+def _finish(cols: dict[str, Any]) -> dict[str, np.ndarray]:
     data = {}
     for col in ("step", "tokens", "prompt_id", "docs", "rank"):
         if col not in cols:
@@ -199,7 +197,7 @@ def _finish(cols: dict[str, Any]):
             if arr.dtype.kind == "f":
                 arr = arr.astype(np.int64)
             data[col] = arr
-    return pd.DataFrame(data)
+    return data
 
 
 def _fast_columns(table, path: str) -> dict[str, np.ndarray] | None:
@@ -230,6 +228,13 @@ def _fast_columns(table, path: str) -> dict[str, np.ndarray] | None:
 
 def read_batch_log(path: str | Path):
     """Read a batch log into a DataFrame: step, tokens (+ prompt_id, docs, rank)."""
+    import pandas as pd
+
+    return pd.DataFrame(read_batch_columns(path))
+
+
+def read_batch_columns(path: str | Path) -> dict[str, np.ndarray]:
+    """:func:`read_batch_log`'s columns as numpy arrays, without importing pandas."""
     p = Path(path)
     sp = str(path)
     if p.is_dir():
@@ -370,6 +375,14 @@ def _lengths(spec: str, kind: str, pos, kw, n: int, rng) -> np.ndarray:
 
 
 def synthetic(dist: str, steps: int, samples_per_step: int, seed: int = 0):
+    """:func:`synthetic_columns` as a DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame(synthetic_columns(dist, steps, samples_per_step, seed))
+
+
+def synthetic_columns(dist: str, steps: int, samples_per_step: int,
+                      seed: int = 0) -> dict[str, np.ndarray]:
     """Synthetic batch log from a spec such as ``lognormal:mean=2048,sigma=0.6,max=16384``.
 
     Extra parts joined with ``;`` add columns: ``turns:1:5`` (prompt ids with 1-5
@@ -377,8 +390,6 @@ def synthetic(dist: str, steps: int, samples_per_step: int, seed: int = 0):
     ``docs:1:8`` (documents per sample), ``ranks`` (rank = position % dp is not
     set; rows are dealt by the strategy).
     """
-    import pandas as pd
-
     if steps < 1 or samples_per_step < 1:
         raise UnusableInput(
             f"--synthetic needs steps >= 1 and samples per step >= 1 (got {steps}, {samples_per_step})"
@@ -437,4 +448,4 @@ def synthetic(dist: str, steps: int, samples_per_step: int, seed: int = 0):
     if not length_done:
         raise UnusableInput(f"--synthetic {dist!r}: no length distribution (e.g. uniform:512:8192)")
     order = ("step", "tokens", "prompt_id", "docs")
-    return pd.DataFrame({k: data[k] for k in order if k in data})
+    return {k: data[k] for k in order if k in data}

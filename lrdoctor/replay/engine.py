@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from lrdoctor.replay.config import RunConfig
+    from lrdoctor.replay.table import Samples
 
 
 @dataclass
@@ -90,6 +91,20 @@ def carried_doc_windows(cfg: RunConfig, infos: list[StepInfo]
     return close, div
 
 
+def _plan_columns(plan: Any, packed: bool) -> tuple[list, ...]:
+    """One plan's per-micro-batch rows, padded length, tokens, samples, max rank tokens."""
+    rows0, pad0, toks, samp, maxrt = [], [], [], [], []
+    for mb in plan.micro_batches:
+        lens = [len(r) for r in mb.ranks]
+        rows0.append(lens[0] if lens else 0)
+        pad0.append(mb.padded_len[0] if mb.padded_len else 0)
+        toks.append(sum(mb.tokens))
+        samp.append(sum(lens))
+        maxrt.append(max(mb.tokens, default=0) if packed else
+                     max(map(operator.mul, lens, mb.padded_len), default=0))
+    return rows0, pad0, toks, samp, maxrt
+
+
 def micro_batch_table(cfg: RunConfig, infos: list[StepInfo]) -> dict[str, np.ndarray]:
     """Flatten every (step, epoch, micro-batch) into columns, in execution order."""
     cols: dict[str, list] = {k: [] for k in (
@@ -98,21 +113,18 @@ def micro_batch_table(cfg: RunConfig, infos: list[StepInfo]) -> dict[str, np.nda
         "loss_divisor", "docs")}
     epochs = cfg.train.epochs_per_step
     packed = cfg.batching.is_packed
+    # Steps with equal rows share one plan (planning reuses it): its columns once.
+    per_plan: dict[int, tuple[list, ...]] = {}
     for info in infos:
         plan = info.plan
         mbs = plan.micro_batches
         n = len(mbs)
         if n == 0:
             continue
-        rows0, pad0, toks, samp, maxrt = [], [], [], [], []
-        for mb in mbs:
-            lens = [len(r) for r in mb.ranks]
-            rows0.append(lens[0] if lens else 0)
-            pad0.append(mb.padded_len[0] if mb.padded_len else 0)
-            toks.append(sum(mb.tokens))
-            samp.append(sum(lens))
-            maxrt.append(max(mb.tokens, default=0) if packed else
-                         max(map(operator.mul, lens, mb.padded_len), default=0))
+        done = per_plan.get(id(plan))
+        if done is None:
+            done = per_plan[id(plan)] = _plan_columns(plan, packed)
+        rows0, pad0, toks, samp, maxrt = done
         bset = set(plan.boundaries) if plan.boundaries is not None else None
         bound = [bset is not None and i in bset for i in range(n)]
         divs = (list(plan.loss_divisors) if getattr(plan, "loss_divisors", None) is not None
@@ -263,7 +275,7 @@ def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = 
                   notes=dict(notes or {}))
 
 
-def replay_fast(cfg: RunConfig, samples: pd.DataFrame, planner: Planner | None = None,
+def replay_fast(cfg: RunConfig, samples: Samples | pd.DataFrame, planner: Planner | None = None,
                 progress: Callable[[int], None] | None = None) -> Replay:
     notes: dict = {}
     infos = plan_steps(cfg, samples, planner, progress, notes)

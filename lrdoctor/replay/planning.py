@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from lrdoctor.replay.config import RunConfig
+    from lrdoctor.replay.table import Samples
 
 
 @dataclass
@@ -33,12 +34,15 @@ class StepFrame:
         return len(self.columns["tokens"])
 
 
-def _iter_frames(samples: pd.DataFrame, steps: int,
+def _iter_frames(samples: Samples | pd.DataFrame, steps: int,
                  notes: dict | None = None) -> Iterator[tuple[StepFrame, int]]:
     """``steps`` step frames and the logged step each came from; a shorter log is cycled
     (and ``notes`` says so)."""
-    order = np.argsort(samples["step"].to_numpy(), kind="stable")
-    cols = {c: samples[c].to_numpy()[order] for c in samples.columns}
+    from lrdoctor.replay.table import Samples
+
+    table = Samples.of(samples)
+    order = np.argsort(table["step"], kind="stable")
+    cols = {c: table[c][order] for c in table.columns}
     step_col = cols["step"]
     uniq, starts = np.unique(step_col, return_index=True)
     if len(uniq) == 0:
@@ -73,7 +77,7 @@ def default_planner() -> Planner:
     return packing.plan_step
 
 
-def plan_steps(cfg: RunConfig, samples: pd.DataFrame, planner: Planner | None = None,
+def plan_steps(cfg: RunConfig, samples: Samples | pd.DataFrame, planner: Planner | None = None,
                progress: Callable[[int], None] | None = None,
                notes: dict | None = None) -> list[StepInfo]:
     """Run the framework's micro-batching once per train step.
@@ -84,13 +88,16 @@ def plan_steps(cfg: RunConfig, samples: pd.DataFrame, planner: Planner | None = 
     """
     from lrdoctor.replay import packing
 
-    # A cycled log replans the same frame at the same dp: plans are deterministic.
-    unique: dict[tuple[int, int], int] = {}
+    # Plans are deterministic: a step whose rows equal an earlier step's at the same
+    # dp reuses its plan. A cycled log always repeats; with the built-in packers,
+    # which read a step's rows and never its number, so does any step with the same
+    # rows (every step of a static run without lengths, fixed-length synthetic data).
+    unique: dict[tuple[Any, ...], int] = {}
     todo: list[tuple[StepFrame, int]] = []
     steps: list[tuple[int, int, int]] = []  # (step, dp, index into todo)
     for frame, logged in _iter_frames(samples, cfg.train.steps, notes):
         dp = cfg.dp.size_at(frame.step)
-        key = (logged, dp)
+        key = (logged, dp) if planner is not None else (dp, _rows_key(frame))
         if key not in unique:
             unique[key] = len(todo)
             todo.append((frame, dp))
@@ -123,6 +130,11 @@ def plan_steps(cfg: RunConfig, samples: pd.DataFrame, planner: Planner | None = 
     return [StepInfo(step, dp, infos[i].plan, infos[i].samples, infos[i].docs,
                      infos[i].mb_docs) if infos[i].step != step else infos[i]
             for step, dp, i in steps]
+
+
+def _rows_key(frame: StepFrame) -> tuple[Any, ...]:
+    """A step's rows, every column but the step number, as an exact hashable key."""
+    return tuple((c, v.dtype.str, v.tobytes()) for c, v in frame.columns.items() if c != "step")
 
 
 # Samples planned per ``plan_many`` call (whole steps): large enough that per-call

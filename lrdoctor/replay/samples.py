@@ -13,18 +13,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.replay.table import Samples
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from lrdoctor.replay.config import RunConfig
 
 
 def load_samples(cfg: RunConfig, batch_log: str | None = None, synthetic: str | None = None,
-                 seed: int | None = None) -> pd.DataFrame:
-    """One row per sample (``step``, ``tokens`` and optional ``prompt_id``/``docs``/``rank``)."""
-    import pandas as pd
+                 seed: int | None = None) -> Samples:
+    """One row per sample (``step``, ``tokens`` and optional ``prompt_id``/``docs``/``rank``).
 
+    Numpy columns, not a DataFrame: the default replay never imports pandas."""
     if batch_log and synthetic:
         raise UnusableInput("give either --batch-log or --synthetic, not both")
     if not batch_log and not synthetic:
@@ -45,14 +44,14 @@ def load_samples(cfg: RunConfig, batch_log: str | None = None, synthetic: str | 
     if batch_log:
         from lrdoctor.replay import batchlog
 
-        return batchlog.read_batch_log(batch_log)
+        return Samples(batchlog.read_batch_columns(batch_log))
     if synthetic:
         from lrdoctor.replay import batchlog
 
         sps = cfg.train.samples_per_step
         if sps is None:
             raise UnusableInput("--synthetic needs train.samples_per_step in the config")
-        return batchlog.synthetic(synthetic, cfg.train.steps, sps, seed=seed)
+        return Samples(batchlog.synthetic_columns(synthetic, cfg.train.steps, sps, seed=seed))
     if cfg.batching.strategy not in ("static",):
         raise UnusableInput(f"batching.strategy {cfg.batching.strategy} needs sample lengths: "
                             "give --batch-log or --synthetic (or data.batch_log / "
@@ -62,7 +61,7 @@ def load_samples(cfg: RunConfig, batch_log: str | None = None, synthetic: str | 
         raise UnusableInput("train.samples_per_step is needed when there is no batch log")
     # Without lengths a static loop only needs the sample count; one token each.
     steps = np.repeat(np.arange(cfg.train.steps, dtype=np.int64), sps)
-    return pd.DataFrame({"step": steps, "tokens": np.ones_like(steps)})
+    return Samples({"step": steps, "tokens": np.ones_like(steps)})
 
 
 def lengths_source(cfg: RunConfig, batch_log: str | None = None,
