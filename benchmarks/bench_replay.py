@@ -236,8 +236,8 @@ def bench_verl_megatron() -> None:
     dp = cfg.dp.size
     mpr = int(cfg.train.mini_batch_size) // dp
     samples = load_samples(cfg)  # the replay's own (seeded) synthetic lengths
-    tok = samples["tokens"].to_numpy()
-    step = samples["step"].to_numpy()
+    tok = samples["tokens"]
+    step = samples["step"]
     calls = 0
     t0 = time.perf_counter()
     for info in infos:

@@ -185,7 +185,7 @@ def _slow_validate(rows, path: str) -> dict[str, list]:
 
 
 def _finish(cols: dict[str, Any]) -> dict[str, np.ndarray]:
-    data = {}
+    data: dict[str, np.ndarray] = {}
     for col in ("step", "tokens", "prompt_id", "docs", "rank"):
         if col not in cols:
             continue
@@ -213,7 +213,7 @@ def _fast_columns(table, path: str) -> dict[str, np.ndarray] | None:
         t = arr.type
         if col in INT_COLS:
             if pa.types.is_integer(t):
-                v = arr.to_numpy().astype(np.int64)
+                v = _arrow_numpy(arr, integer=True).astype(np.int64)
             else:
                 return None
             if len(v) and v.min() < MIN_VALUE[col]:
@@ -222,8 +222,29 @@ def _fast_columns(table, path: str) -> dict[str, np.ndarray] | None:
         else:
             if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)):
                 return None
-            out[col] = arr.to_numpy(zero_copy_only=False)
+            out[col] = _arrow_numpy(arr, integer=pa.types.is_integer(t))
     return out
+
+
+def _arrow_numpy(arr: Any, integer: bool) -> np.ndarray:
+    """A null-free integer or text column of a pyarrow table as a numpy array.
+
+    Why not ``ChunkedArray.to_numpy``: pyarrow imports pandas there, which costs
+    more than reading a whole batch log. Integers are read from the Arrow value
+    buffer (a copy, so the result is writable); text becomes an object array, as
+    ``to_numpy(zero_copy_only=False)`` gives it.
+    """
+    parts: list[np.ndarray] = []
+    for chunk in arr.chunks:
+        if integer:
+            dt = np.dtype(str(chunk.type))
+            parts.append(np.frombuffer(chunk.buffers()[1], dtype=dt, count=len(chunk),
+                                       offset=chunk.offset * dt.itemsize).copy())
+        else:
+            parts.append(np.array(chunk.to_pylist(), dtype=object))
+    if not parts:
+        return np.zeros(0, dtype=np.int64 if integer else object)
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
 def read_batch_log(path: str | Path):
