@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.evidence import EvidenceItem, LoggedLr
 from lrdoctor.core.facts import Facts
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.findings import jsonable
@@ -111,10 +112,13 @@ class RunState:
     # (timm's schedulers, a config beside the checkpoint): what it was rebuilt from. Its
     # position is solved from the saved LR and the trainer's counters (LRD133).
     stateless: str | None = None
-    # LRs the run logged, as (step, lr) in the log's own step count (HF log_history,
-    # Lightning's LearningRateMonitor), and where from: evidence of the LR actually used
-    # (LRD131 LR 0 while training went on, LRD132 a log the configured type cannot give).
-    lr_log: list[tuple[float, float]] = field(default_factory=list)
+    # LRs the run logged, each with its step (in the log's own count) and field (HF
+    # log_history, Lightning's LearningRateMonitor CSV or TensorBoard log), and the log's
+    # name for messages: evidence of the LR actually used (LRD131 LR 0 while training
+    # went on, LRD132 a log the configured type cannot give). Every point is kept for the
+    # fits and those rules; ``evidence`` holds their bounded summary (first, last, min,
+    # max) as items with role lr (lrdoctor.core.evidence.logged_lr_items).
+    lr_log: list[LoggedLr] = field(default_factory=list)
     lr_log_source: str = ""
     notes: list[str] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
@@ -122,7 +126,7 @@ class RunState:
     facts: Facts = field(default_factory=Facts)
     # Every number that measures progress, a horizon or an LR, with its unit and field
     # (lrdoctor.evidence: filled after the reader, judged by the hypothesis rules).
-    evidence: list[Any] = field(default_factory=list)
+    evidence: list[EvidenceItem] = field(default_factory=list)
 
     def counter(self, name: str) -> Counter | None:
         return next((c for c in self.counters if c.name == name), None)
@@ -183,6 +187,9 @@ class RunState:
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = jsonable(asdict(self))
+        # The log's points as [step, lr] (the data); where each lives is said by the
+        # evidence items that summarise it, not by one field per logged step here.
+        doc["lr_log"] = [[p.step, p.lr] for p in self.lr_log]
         return doc
 
 

@@ -175,6 +175,11 @@ def render_inspect(report, con: Console | None = None, verbose: bool = False) ->
     if st.get("optimizer_lrs"):
         info.add_row("optimizer lr:", "param groups " + ", ".join(
             f"{x:.6g}" for x in st["optimizer_lrs"]))
+    logged = [e for e in st.get("evidence") or [] if e.get("role") == "lr" and "step" in e]
+    if verbose and logged:  # the log's summary: first, last, floor, peak, each with its field
+        info.add_row("logged lr:", "; ".join(
+            f"{e['value']:.6g} at step {_six_digits(e['step'])} ({_short(e['where'], report.target)})"
+            for e in logged))
     if len(st.get("files") or []) > 1:  # several files: name every one read
         info.add_row("files read:", ", ".join(_short(f, report.target) for f in st["files"]))
     for note in st.get("notes", []):

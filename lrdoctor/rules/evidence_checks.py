@@ -93,7 +93,7 @@ def horizon_unset(st: RunState) -> list[Finding]:
     bad = next((e for e in items if e.role is R.HORIZON and e.value <= 0), None)
     if bad is None:
         return []
-    lrs = [e for e in items if e.role is R.LR and e.quantity is Q.LR]
+    lrs = [e for e in items if e.role is R.LR and e.quantity is Q.LR and not e.logged]
     now = [e for e in lrs if e.name in ("lr", "last_lr") or e.where.endswith("]")
            and "last_lr" in e.where]
     peak = [e for e in lrs if e.name in ("initial_lr", "base_lrs") or "base_lrs" in e.where]

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from lrdoctor.core.evidence import logged_at
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
 from lrdoctor.core.numbers import number
 
@@ -52,6 +53,7 @@ class ZeroLR(Evidence):
     counter: str
     peak_lr: float | None = optional()
     points: tuple[tuple[float, float], ...] | None = optional()  # (step, lr) that prove it
+    zero_from_field: str | None = optional()  # where the first logged 0 is (file:key)
 
     def headline(self) -> str | None:
         return f"{number(self.steps_at_zero)} steps at LR 0"
@@ -98,7 +100,7 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
 
 
 def _from_log(state: RunState) -> list[Finding]:
-    log = sorted(state.lr_log)
+    log = sorted(p.point for p in state.lr_log)
     if len(log) < 2:
         return []
     peak = max(lr for _, lr in log)
@@ -128,14 +130,18 @@ def _from_log(state: RunState) -> list[Finding]:
     gaps = [b - a for (a, _), (b, _) in zip(log, log[1:], strict=False) if b > a]
     every = min(gaps) if gaps else 1.0  # logging_steps: each logged point stands for these
     at_zero = end - first + every
+    at = logged_at(state.lr_log, first)
+    where = str(at.ref) if at is not None else None
     return [RULE.finding(
-        f"The logged LR ({state.lr_log_source}) is 0 at step {number(first)}, after the peak "
+        f"The logged LR ({state.lr_log_source}) is 0 at step {number(first)}"
+        + (f" ({where})" if where else "") + ", after the peak "
         f"{number(peak)}, and training went on to step {number(last_step)}"
         + (f" of {number(end)} planned" if end > last_step else "")
         + f": {number(at_zero)} logged step(s) trained at LR 0 "
         f"({at_zero / end:.0%} of the run).",
         ZeroLR("log", first, end, at_zero, at_zero / end, "logged step", peak_lr=peak,
-               points=tuple(zeros[:8])), location=state.lr_log_source or state.path)]
+               points=tuple(zeros[:8]), zero_from_field=where),
+        location=state.lr_log_source or state.path)]
 
 
 def check_run(states: Sequence[RunState]) -> list[Finding]:

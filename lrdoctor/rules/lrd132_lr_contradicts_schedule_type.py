@@ -32,6 +32,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from lrdoctor.core.evidence import logged_at
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
 from lrdoctor.core.numbers import number
 
@@ -56,6 +57,9 @@ class LogContradiction(Evidence):
     low_lr: float | None = optional()
     back_step: float | None = optional()
     back_lr: float | None = optional()
+    # The fields the floor and the climb back were logged in (file:key).
+    low_from: str | None = optional()
+    back_from: str | None = optional()
 
     def headline(self) -> str | None:
         if self.low_step is None:
@@ -72,7 +76,7 @@ _CYCLED = ("cosine_with_restarts", "CosineAnnealingWarmRestarts", "CyclicLR")
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     from lrdoctor.schedules import lr_or_none
 
-    spec, log = state.schedule, sorted(state.lr_log)
+    spec, log = state.schedule, sorted(p.point for p in state.lr_log)
     if spec is None or len(log) < 3 or spec.source.startswith("fitted") or spec.kind in _CYCLED:
         return []
     peak = max(lr for _, lr in log)
@@ -115,14 +119,19 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     if _restarted(spec, log, ls, peak):
         return []  # the configured schedule again from a resume: LRD112's finding, run-level
     end = state.planned_end
+    low, back = logged_at(state.lr_log, ls), logged_at(state.lr_log, bs)
+    low_from, back_from = (str(low.ref) if low else None), (str(back.ref) if back else None)
     return [RULE.finding(
         f"The configuration says {spec.family} {spec.kind} ({spec.source or 'as read'}), which "
         f"only decays, but the logged LR ({state.lr_log_source}) falls to {number(llr)} at step "
-        f"{number(ls)} and climbs back to {number(blr)} at step {number(bs)}"
+        f"{number(ls)}" + (f" ({low_from})" if low_from else "")
+        + f" and climbs back to {number(blr)} at step {number(bs)}"
+        + (f" ({back_from})" if back_from else "")
         + (f" of {number(end.value)}" if end is not None else "")
         + ": the run was driven by a cycled schedule (a cosine whose T_max is shorter than the "
         "run, a restart, or another scheduler than the configured one).",
-        LogContradiction(**ev, low_step=ls, low_lr=llr, back_step=bs, back_lr=blr),
+        LogContradiction(**ev, low_step=ls, low_lr=llr, back_step=bs, back_lr=blr,
+                         low_from=low_from, back_from=back_from),
         location=state.lr_log_source or None)]
 
 

@@ -79,6 +79,10 @@ def _check(st) -> int:
         assert st.schedule.refs["horizon"].file in st.files, st.schedule.refs
         assert isinstance(_follow(st.schedule.refs["horizon"]), (int, float))
         seen += 1
+    for p in st.lr_log:  # logged LRs (a CSV's and an event file's: tests/evidence/...logged_lr)
+        if p.ref.file.endswith(".json"):
+            assert p.ref.file in st.files and _follow(p.ref) == p.lr, p.ref
+            seen += 1
     return seen
 
 

@@ -131,7 +131,8 @@ def test_the_fixture_is_lightnings_own_layout(runs):
     history, col, why = pl_fmt.read_lr_log(csv)
     assert (col, why) == ("lr-AdamW", "")
     lam = [n / 3 if n < 3 else (12 - n) / 9 for n in range(8)]
-    assert history == pytest.approx([(s, 1e-3 * lam[s]) for s in range(8)], rel=1e-12)
+    assert [p.point for p in history] == pytest.approx([(s, 1e-3 * lam[s]) for s in range(8)],
+                                                       rel=1e-12)
 
 
 def test_healthy_lambda_is_fitted_from_metrics_csv(runs):

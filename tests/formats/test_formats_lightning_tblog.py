@@ -73,8 +73,8 @@ def test_the_fixture_is_lightnings_own_tensorboard_layout(runs):
     assert (col, why) == ("lr-AdamW", "")
     lam = [n / 3 if n < 3 else (12 - n) / 9 for n in range(8)]
     # simple_value is a float32
-    assert [s for s, _ in history] == list(range(8))
-    assert [v for _, v in history] == pytest.approx([1e-3 * x for x in lam], rel=1e-7)
+    assert [p.step for p in history] == list(range(8))
+    assert [p.lr for p in history] == pytest.approx([1e-3 * x for x in lam], rel=1e-7)
 
 
 def test_healthy_lambda_is_fitted_from_the_event_file(runs):

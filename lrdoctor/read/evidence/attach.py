@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
-from lrdoctor.core.evidence import EvidenceItem, first
+from lrdoctor.core.evidence import EvidenceItem, first, logged_lr_items
 from lrdoctor.core.evidence import Quantity as Q
 from lrdoctor.core.evidence import Role as R
 from lrdoctor.core.fieldref import FieldRef
@@ -32,7 +32,8 @@ def _ref(c: Counter) -> FieldRef:
 
 def from_state(st: RunState) -> list[EvidenceItem]:
     """The reader's own facts as items (layouts whose loads are not recorded, such as a
-    torch.distributed.checkpoint read item by item, still give their counters)."""
+    torch.distributed.checkpoint read item by item, still give their counters). Logged
+    LRs are not among them: :func:`attach` adds their summary (:func:`logged_lr_items`)."""
     out: list[EvidenceItem] = []
     if st.scheduler_progress is not None:
         out.append(EvidenceItem(R.PROGRESS, Q.SCHEDULER_CALLS, float(st.scheduler_progress.value),
@@ -70,6 +71,10 @@ def attach(st: RunState, ckpt: Any, loaded: list[tuple[str, str, Any]]) -> None:
         items = [e for e in items if _finite(e.value)]
     known = {(e.role, e.quantity, e.value) for e in items}
     items += [e for e in from_state(st) if (e.role, e.quantity, e.value) not in known]
+    # The LRs the run logged (log_history, metrics.csv, TensorBoard), each at its step and
+    # field; never merged with a saved LR of the same value: one is the LR now, the other
+    # the LR at a logged step.
+    items += logged_lr_items(st.lr_log)
     st.evidence = items
     _unfilled_nominal(st)
     _nominal_from_plan(st)

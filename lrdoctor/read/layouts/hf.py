@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.evidence import LoggedLr
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.repair import FormatPlan, Refusal, RepairTools, Target, named_file
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
@@ -168,9 +169,9 @@ def read(path: Path) -> RunState:
 
     # Schedule: from training_args.bin, else fitted to log_history.
     args, why = training_args(ckpt)
-    history = _lr_history(ts)
+    st.lr_log, st.lr_log_source = _lr_history(ts, state_ref), f"{ssrc}:log_history"
+    history = [(int(p.step), p.lr) for p in st.lr_log]
     st.extras["logged_lr_points"] = len(history)
-    st.lr_log, st.lr_log_source = [(float(s), lr) for s, lr in history], f"{ssrc}:log_history"
     if args is not None:
         st.files.append(str(ckpt / TRAINING_ARGS))
         st.schedule = _schedule_from_args(args, max_steps, base_lr)
@@ -259,13 +260,17 @@ def _schedule_from_args(args: _common.Loaded, max_steps: Any, base_lr: float | N
     )
 
 
-def _lr_history(ts: _common.JsonObject) -> list[tuple[int, float]]:
-    out: list[tuple[int, float]] = []
-    for entry in ts.get("log_history") or []:
+def _lr_history(ts: _common.JsonObject, ref: FieldRef) -> list[LoggedLr]:
+    """Each ``log_history`` entry's LR at its ``step`` (the Trainer's global_step, in
+    optimizer updates), named by its own field: ``log_history[i].learning_rate``."""
+    out: list[LoggedLr] = []
+    history = ts.get("log_history")
+    for i, entry in enumerate(history if isinstance(history, list) else []):
         if isinstance(entry, dict) and isinstance(entry.get("step"), int) \
                 and _common._side(entry["step"], count=True) is not None \
                 and _common._side(entry.get("learning_rate")) is not None:
-            out.append((entry["step"], float(entry["learning_rate"])))
+            out.append(LoggedLr(float(entry["step"]), float(entry["learning_rate"]),
+                                ref.child("log_history", i, "learning_rate")))
     return out
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.evidence import LoggedLr
 from lrdoctor.core.facts import LrLog
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.repair import FormatPlan, RepairTools, Target
@@ -240,9 +241,10 @@ def _lr_column(header: list[str]) -> tuple[str | None, list[str]]:
     return pick, cols
 
 
-def read_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
+def read_lr_log(f: Path) -> tuple[list[LoggedLr] | None, str, str]:
     """(the first logged LR per step, column, '' or a caveat) or (None, '', why it is not
-    an LR log).
+    an LR log). Each point names its field: ``metrics.csv:[row].<column>`` (``row``
+    counts the data rows from 0).
 
     Lightning logs the LR at every batch that may log, so inside an accumulation
     window several rows share a step: the first is the LR the update started with.
@@ -259,13 +261,14 @@ def read_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
         return None, "", _no_lr_column("column", "columns", header)
     si, li = header.index("step"), header.index(col)
 
-    def points() -> Iterator[tuple[int, float]]:
-        for row in rows:
+    def points() -> Iterator[tuple[int, float, FieldRef]]:
+        for i, row in enumerate(rows):
             if len(row) <= max(si, li) or not row[li].strip():
                 continue
             try:
                 step = float(row[si])
-                yield int(step) if step.is_integer() else -1, float(row[li])
+                yield (int(step) if step.is_integer() else -1, float(row[li]),
+                       FieldRef(str(f), (i, col)))
             except ValueError:
                 continue
 
@@ -280,20 +283,22 @@ def _no_lr_column(what: str, whats: str, names: list[str]) -> str:
             f"{', '.join(names[:8]) or 'none'}{' ...' if len(names) > 8 else ''})")
 
 
-def _first_per_step(points: Iterable[tuple[int, float]]) -> list[tuple[int, float]] | None:
-    """The first usable (step, LR) of each step, by step; None when there is none.
+def _first_per_step(points: Iterable[tuple[int, float, FieldRef]]) -> list[LoggedLr] | None:
+    """The first usable (step, LR, field) of each step, by step; None when there is none.
     Lightning logs at every batch that may log, so inside an accumulation window
-    several points share a step: the first is the LR the update started with."""
-    seen: dict[int, float] = {}
-    for step, lr in points:
+    several points share a step: the first is the LR the update started with. The step
+    is the trainer's global_step: optimizer updates."""
+    seen: dict[int, LoggedLr] = {}
+    for step, lr, ref in points:
         if step >= 0 and math.isfinite(lr) and lr >= 0:
-            seen.setdefault(step, lr)
-    return sorted(seen.items()) or None
+            seen.setdefault(step, LoggedLr(float(step), lr, ref))
+    return [seen[s] for s in sorted(seen)] or None
 
 
-def read_tb_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
+def read_tb_lr_log(f: Path) -> tuple[list[LoggedLr] | None, str, str]:
     """:func:`read_lr_log` of a TensorBoardLogger event file: the tags are the column
-    names (the same ``lr-<Optimizer>`` rule), each scalar a (step, LR) row."""
+    names (the same ``lr-<Optimizer>`` rule), each scalar a (step, LR) row, named
+    ``<tag>[i]``: the tag's i-th scalar in the file (tensorboard's ``Scalars(tag)[i]``)."""
     from lrdoctor.read.bytes import tfevents
 
     scalars = tfevents.read(f)
@@ -301,7 +306,8 @@ def read_tb_lr_log(f: Path) -> tuple[list[tuple[int, float]] | None, str, str]:
     col, _ = _lr_column(tags)
     if col is None:
         return None, "", _no_lr_column("scalar", "tags", tags)
-    history = _first_per_step(scalars.values[col])
+    history = _first_per_step((step, lr, FieldRef(str(f), (col, i)))
+                              for i, (step, lr) in enumerate(scalars.values[col]))
     if history is None:
         return None, col, f"scalar {col!r} holds no logged LR values"
     cut = ("its last record is cut short (a writer mid-flush?): read up to it"
@@ -344,7 +350,7 @@ def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: _common.Loaded,
     st.files.append(str(f))
     st.facts.lr_log = LrLog(file=str(f), column=col, points=len(history))
     st.extras["logged_lr_points"] = len(history)
-    st.lr_log, st.lr_log_source = [(float(s), lr) for s, lr in history], f"{f} column {col!r}"
+    st.lr_log, st.lr_log_source = history, f"{f} column {col!r}"
     if st.extras.get("lightning.interval") != "step":
         st.notes.append(f"{f}: LRs logged per step, but the scheduler steps per epoch: "
                         "not fitted")
@@ -352,12 +358,12 @@ def _fit_logged_lr(st: RunState, path: Path, ckpt: Path, sched: _common.Loaded,
     base = sched.get("base_lrs")
     base_lr = _common._side(base[0]) if isinstance(base, (list, tuple)) and base else None
     if base_lr is None:
-        base_lr = max(lr for _, lr in history)
+        base_lr = max(p.lr for p in history)
         st.notes.append("initial LR unknown; the fit takes the largest logged LR")
     end = st.planned_end
     budget = int(end.value) if end is not None and end.unit == Unit.UPDATES else None
     st.schedule = _logfit.fit(
-        history, float(base_lr), budget, label=f"{f} column {col!r}",
+        [(int(p.step), p.lr) for p in history], float(base_lr), budget, label=f"{f} column {col!r}",
         anchor=_logfit.current_lr(st.scheduler_progress, sched, st.optimizer_lrs),
         scale=_logfit.calls_per_step(st.scheduler_progress, steps))
     if st.schedule is None:
