@@ -49,6 +49,13 @@ class Quantity(str, Enum):
     BATCHES_PER_EPOCH = "batches per epoch"
     UPDATES_PER_EPOCH = "updates per epoch"
     DATASET = "samples per epoch"
+    # RL trainers (verl, SkyRL, OpenRLHF, NeMo-RL, ROLL): a rollout step's batch of prompts,
+    # the responses sampled per prompt, and how the batch is split into optimizer updates.
+    PROMPTS_PER_STEP = "prompts per rollout step"
+    RESPONSES_PER_PROMPT = "responses per prompt"
+    PPO_MINI_BATCH = "prompts per mini-batch"
+    PPO_EPOCHS = "passes over each rollout batch"
+    MINI_BATCHES = "mini-batches per rollout batch"
 
 
 # Counters of one optimizer update each (the trainer's own notion of a step).

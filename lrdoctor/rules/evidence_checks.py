@@ -52,14 +52,15 @@ def horizon_in_another_unit(st: RunState) -> list[Finding]:
     floor_at = H / per_update
     extra: dict[str, Any] = {}
     if floor_at < E * (1 - REL_TOL):
-        harm = (f"the LR reaches its floor at update {number(round(floor_at, 1))} of "
+        harm = (f"the LR reaches its floor at {v.step} {number(round(floor_at, 1))} of "
                 f"{number(E)} planned: the last {1 - floor_at / E:.0%} of training runs "
                 "at the floor")
     else:
         lr_end = lr_or_none(spec, per_update * E) if spec is not None else None
         done = per_update * E / H
         extra["decay_done_at_planned_end"] = round(done, 6)
-        harm = f"at the planned end (update {number(E)}) only {done:.0%} of the horizon is done"
+        harm = (f"at the planned end ({v.step} {number(E)}) only {done:.0%} of the horizon "
+                "is done")
         if lr_end is not None and spec is not None:
             extra["lr_at_planned_end"] = lr_end
             harm += f" and the LR is still {lr_end:.6g} (min_lr {spec.min_lr:g})"
@@ -73,13 +74,14 @@ def horizon_in_another_unit(st: RunState) -> list[Finding]:
         rate_from=v.rate_from, hypothesis=v.fit.to_dict(),
         also_fits=tuple(t.to_dict() for t in v.also),
         ruled_out=tuple(t.to_dict() for t in v.ruled_out),
-        floor_at_update=round(floor_at, 3), **extra)
+        floor_at_update=round(floor_at, 3),
+        step_unit=v.step if v.step != "update" else None, **extra)
     return [RULE.finding(
         f"The decay horizon {v.horizon.name} = {number(H)} ({v.horizon.where}) is "
         f"{v.fit.hypothesis}: {v.fit.arithmetic} = {number(round(v.fit.predicted, 3))}"
         + "".join(f" (the same number as {t.hypothesis}: {t.arithmetic})" for t in v.also)
         + ". "
-        f"The scheduler is called {number(round(v.rate, 4))} time(s) per update "
+        f"The scheduler is called {number(round(v.rate, 4))} time(s) per {v.step} "
         f"({v.rate_from}), so {harm}. Ruled out: {others}.",
         ev, location=v.horizon.where)]
 

@@ -11,7 +11,8 @@ reader sees why this explanation and not another.
   after one of these was made.
 - :func:`horizon_tests`: where the decay ends against where training is planned to end:
   the planned end itself (healthy), or the planned end counted in another unit
-  (micro-batches, processes, batches per epoch, epochs, samples), minus the warmup, or a
+  (micro-batches, processes, batches per epoch, epochs, samples; in RL trainers rollout
+  steps against optimizer updates, prompts against responses), minus the warmup, or a
   horizon unset or negative.
 - :func:`projection`: harm ahead. At the scheduler's rate so far, the trainer step at
   which the horizon will be reached, from the first checkpoint holding both.
@@ -43,6 +44,15 @@ HYPOTHESES: tuple[tuple[str, str], ...] = (
     ("the planned end counted in epochs", "the planned epochs"),
     ("the planned end counted in samples", "planned updates x global batch"),
     ("the planned end minus the warmup", "planned scheduler calls - warmup"),
+    ("the planned end counted in rollout steps while the scheduler steps per optimizer update",
+     "the planned rollout steps (planned updates / updates per rollout step: prompts per "
+     "step / mini-batch x PPO epochs)"),
+    ("the planned end counted in optimizer updates while the scheduler steps per rollout step",
+     "planned rollout steps x updates per rollout step (mini-batches x PPO epochs)"),
+    ("the planned end counted in prompts, not responses",
+     "planned scheduler calls / responses per prompt (n_samples_per_prompt, rollout.n)"),
+    ("the planned end counted in responses, not prompts",
+     "planned scheduler calls x responses per prompt"),
     ("the planned end counted in a unit k times smaller",
      "a whole multiple k of the planned end when no saved factor explains it"),
 )
@@ -228,6 +238,7 @@ class HorizonVerdict:
     rounding: bool = False  # only floor vs ceil at the epoch end separates them (LRD117)
     also: list[Test] = field(default_factory=list)  # other tests predicting the same number
     scale: float = 1.0  # scheduler units per update at one call per update (samples: the batch)
+    step: str = "update"  # the trainer's step the plan and the rate count ("rollout step")
 
     @property
     def healthy(self) -> bool:
@@ -290,19 +301,115 @@ def _rate(st: RunState) -> tuple[float, str] | None:
     return (1.0 if c.agree else c.ratio or 1.0), c.describe()
 
 
+@dataclass(frozen=True)
+class PerRollout:
+    """Optimizer updates per rollout step, from an RL trainer's knobs, and how."""
+
+    value: float
+    arithmetic: str
+    uses: list[str]
+
+
+def updates_per_rollout(st: RunState) -> PerRollout | None:
+    """How many optimizer updates one rollout step makes: the mini-batches its batch splits
+    into, times the passes over it (PPO epochs). Read from the knobs, whatever the trainer
+    calls them: a count of mini-batches (TRL's ``num_mini_batches``); a batch of prompts
+    beside a mini-batch of prompts (verl's ``data.train_batch_size`` /
+    ``ppo_mini_batch_size``, SkyRL's ``train_batch_size`` / ``policy_mini_batch_size``); or
+    prompts x responses per prompt over the samples of one update (OpenRLHF's
+    ``rollout_batch_size`` x ``n_samples_per_prompt`` / ``train_batch_size``, NeMo-RL's
+    ``num_prompts_per_step`` x ``num_generations_per_prompt`` / ``train_global_batch_size``)."""
+    ep = _factor(st, Q.PPO_EPOCHS)
+    times = ep.value if ep is not None else 1.0
+    ep_txt = f" x {ep.name} {number(ep.value)}" if ep is not None else ""
+    ep_use = [ep.where] if ep is not None else []
+    mb = _factor(st, Q.MINI_BATCHES)
+    if mb is not None:
+        return PerRollout(mb.value * times, f"{mb.name} {number(mb.value)}{ep_txt}",
+                          [mb.where] + ep_use)
+    mini = _factor(st, Q.PPO_MINI_BATCH)
+    prompts = _factor(st, Q.PROMPTS_PER_STEP)
+    gbs = _factor(st, Q.GLOBAL_BATCH)
+    batch = prompts or gbs  # a batch size beside a PPO mini-batch: the rollout step's batch
+    if mini is not None and batch is not None and batch.value >= mini.value:
+        return PerRollout(batch.value / mini.value * times,
+                          f"{batch.name} {number(batch.value)} / {mini.name} "
+                          f"{number(mini.value)}{ep_txt}", [batch.where, mini.where] + ep_use)
+    n = _factor(st, Q.RESPONSES_PER_PROMPT)
+    if prompts is not None and gbs is not None and mini is None:
+        k = n.value if n is not None else 1.0
+        n_txt = f" x {n.name} {number(n.value)}" if n is not None else ""
+        return PerRollout(prompts.value * k / gbs.value * times,
+                          f"{prompts.name} {number(prompts.value)}{n_txt} / {gbs.name} "
+                          f"{number(gbs.value)}{ep_txt}",
+                          [prompts.where, gbs.where] + ([n.where] if n else []) + ep_use)
+    return None
+
+
+def _planned_rollouts(st: RunState) -> tuple[float, str] | None:
+    """The planned end in rollout (training, pipeline, GRPO) steps, and where it was read."""
+    end = st.planned_end
+    if end is not None and end.unit is Unit.ROLLOUT_STEPS and end.value > 0:
+        return float(end.value), end.source or end.name
+    e = next((x for x in of(evidence(st), R.PLANNED_END, Q.ROLLOUTS) if x.value > 0), None)
+    return (e.value, e.where) if e is not None else None
+
+
+def _rl_tests(st: RunState, e_upd: float, e_from: str, e_s: float, rate: float,
+              per_rollout: bool) -> list[Test]:
+    """The RL units: rollout steps against optimizer updates, prompts against responses.
+    ``e_upd`` is the plan in the frame's step (updates, or rollout steps when
+    ``per_rollout``), ``rate`` the scheduler calls per such step."""
+    out: list[Test] = []
+    u = updates_per_rollout(st)
+    if u is not None and u.value >= 2:
+        rollouts = e_upd if per_rollout else e_upd / u.value
+        r_txt = (f"{number(e_upd)} planned rollout steps ({e_from})" if per_rollout else
+                 f"{number(e_upd)} planned updates ({e_from}) / {number(u.value)} updates per "
+                 f"rollout step ({u.arithmetic})")
+        out.append(Test("the planned end counted in rollout steps while the scheduler steps "
+                        f"per optimizer update ({u.arithmetic} = {number(u.value)} updates per "
+                        "rollout step)", rollouts, r_txt, [e_from] + u.uses))
+        per_rollout_rate = rate if per_rollout else rate * u.value
+        if abs(per_rollout_rate - 1) <= REL_TOL:  # the scheduler is stepped per rollout step
+            out.append(Test("the planned end counted in optimizer updates while the scheduler "
+                            "steps per rollout step", rollouts * u.value,
+                            f"{number(rollouts)} rollout steps x {u.arithmetic}",
+                            [e_from] + u.uses))
+    n = _factor(st, Q.RESPONSES_PER_PROMPT)
+    if n is not None and n.value >= 2:
+        out.append(Test("the planned end counted in prompts, not responses", e_s / n.value,
+                        f"{number(e_s)} / {n.name} {number(n.value)}", [e_from, n.where]))
+        out.append(Test("the planned end counted in responses, not prompts", e_s * n.value,
+                        f"{number(e_s)} x {n.name} {number(n.value)}", [e_from, n.where]))
+    return out
+
+
 def horizon_tests(st: RunState) -> HorizonVerdict | None:
-    """Test every explanation of the horizon against the planned end (in updates)."""
+    """Test every explanation of the horizon against the planned end (in updates; in
+    rollout steps where the scheduler's counter was compared with a rollout-step counter
+    and the plan is saved in rollout steps)."""
     spec = st.schedule
     scale = 1.0  # scheduler units per update at one call per update
+    cmp = comparisons(st)
+    rollouts = _planned_rollouts(st)
+    per_rollout = bool(cmp) and cmp[0].unit == Unit.ROLLOUT_STEPS.value and rollouts is not None
     if spec is not None and spec.unit is Unit.SAMPLES and st.samples_per_update:
         scale = float(st.samples_per_update)  # Megatron: the scheduler counts samples
-    elif spec is not None and spec.unit is not Unit.UPDATES:
-        return None  # epochs, rollouts: LRD108/LRD118 reason in those units
+    elif spec is not None and spec.unit is not Unit.UPDATES and not per_rollout:
+        return None  # epochs, rollouts without a plan in them: LRD108/LRD118 reason there
     h = _horizon_item(st)
-    planned = _planned_updates(st)
+    planned = _planned_updates(st) if not per_rollout else (
+        (rollouts[0], rollouts[1], None) if rollouts is not None else None)
+    if planned is None and rollouts is not None:
+        # Only the rollout steps are planned: in updates, times the updates per rollout step.
+        u = updates_per_rollout(st)
+        if u is not None:
+            planned = (rollouts[0] * u.value, f"{rollouts[1]} x {u.arithmetic}", None)
     if h is None or planned is None:
         return None
     e_upd, e_from, _ = planned
+    step = "rollout step" if per_rollout else "update"
     measured = _rate(st)
     if measured is None:
         # Whether the scheduler is called once or k times per update decides which horizon
@@ -314,8 +421,8 @@ def horizon_tests(st: RunState) -> HorizonVerdict | None:
     e_s = rate * e_upd * scale
     per = f" x {number(scale)} samples per update" if scale != 1 else ""
     tests.append(Test("the planned end", e_s,
-                      f"{number(round(rate, 4))} call(s) per update x {number(e_upd)} planned "
-                      f"updates ({e_from}){per}", [e_from], harmful=False))
+                      f"{number(round(rate, 4))} call(s) per {step} x {number(e_upd)} planned "
+                      f"{step}s ({e_from}){per}", [e_from], harmful=False))
     ga, ws = _factor(st, Q.GRAD_ACCUM), _factor(st, Q.PROCESSES)
     gbs = _factor(st, Q.GLOBAL_BATCH)
     bpe = _factor(st, Q.BATCHES_PER_EPOCH)
@@ -326,8 +433,11 @@ def horizon_tests(st: RunState) -> HorizonVerdict | None:
         warm = warm_item.value
     if H <= 0:
         tests.append(Test("a horizon unset or negative", H, f"{h.name} = {number(H)}", [h.where]))
-    if scale != 1:  # a samples horizon: only the warmup and an iteration count can explain it
+    if scale != 1 or per_rollout:
+        # A samples horizon: only the warmup and an iteration count can explain it. A plan in
+        # rollout steps: the accumulation, processes and batch are the updates' own units.
         ga = ws = gbs = bpe = epochs = None
+    if scale != 1:
         tests.append(Test("the planned end counted in iterations, not samples", e_upd,
                           f"{number(e_upd)} planned updates", [e_from]))
     if ga is not None and ga.value >= 2:
@@ -362,6 +472,8 @@ def horizon_tests(st: RunState) -> HorizonVerdict | None:
         tests.append(Test("the planned end minus the warmup", e_s - warm,
                           f"{number(e_s)} - warmup {number(warm)}",
                           [e_from] + ([warm_item.where] if warm_item else [])))
+    if scale == 1:
+        tests += _rl_tests(st, e_upd, e_from, e_s, rate, per_rollout)
     k = round(H / e_s) if e_s > 0 else 0
     if k >= 2 and _fits(k * e_s, H) and not any(_fits(t.predicted, H) for t in tests):
         # No saved factor names k, but a whole multiple of the plan is no coincidence.
@@ -376,7 +488,7 @@ def horizon_tests(st: RunState) -> HorizonVerdict | None:
     if fit is None and epochs is not None and abs(H - e_s) <= max(1.0, epochs.value):
         rounding = True  # floor vs ceil at every epoch end: LRD117 judges that
     return HorizonVerdict(h, e_upd, e_from, rate, rate_from, fit, ruled_out, rounding,
-                          also=fitting[1:], scale=scale)
+                          also=fitting[1:], scale=scale, step=step)
 
 
 # ------------------------------------------------------------------ the catalog page

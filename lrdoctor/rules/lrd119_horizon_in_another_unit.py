@@ -10,7 +10,15 @@ checkpoint and the configs beside it hold (the optimizer's step, the loop's coun
 epochs, the accumulation, the process count, the batch sizes, the warmup): the planned end
 itself (healthy), the planned end counted in micro-batches, per process, in batches
 (dataloader length x epochs), in epochs or in samples, or the planned end minus the warmup
-(AReaL PR 1289, Megatron-LM issue 2258: the floor arrives a warmup early). When one predicts
+(AReaL PR 1289, Megatron-LM issue 2258: the floor arrives a warmup early). In RL trainers
+(verl, SkyRL, OpenRLHF, NeMo-RL, ROLL) the plan counts rollout steps while the optimizer
+steps once per PPO mini-batch: the horizon may be the planned rollout steps while the
+scheduler steps per optimizer update (SkyRL issue 872: `train_batch_size` 128 /
+`ppo_mini_batch_size` 64 x `ppo_epochs` 1 = 2 updates per rollout step, the floor at
+rollout step 10 of 20), the planned updates while it steps per rollout step, or counted in
+prompts instead of responses (`n_samples_per_prompt`, `rollout.n`; open-instruct issue
+537). When a rollout-step counter was compared, the plan and the floor are given in rollout
+steps (`step_unit`). When one predicts
 the saved horizon exactly, the schedule's end is certain from the first checkpoint: the
 finding gives the update where the floor comes, or the share of the decay left at the
 planned end, and names every other hypothesis with the number it would have predicted (ruled
@@ -54,6 +62,7 @@ class HorizonInAnotherUnit(Evidence):
     floor_at_update: float
     decay_done_at_planned_end: float | None = optional()
     lr_at_planned_end: float | None = optional()
+    step_unit: str | None = optional()  # "rollout step": the plan and the rate count those
 
     def headline(self) -> str | None:
         h = self.hypothesis

@@ -129,7 +129,8 @@ class _Walker:
         if isinstance(v, str):
             self.duration(name, v, ref)
             return
-        what = V.meaning(name, cfg)
+        parent = next((k for k in reversed(ref.key[:-1]) if isinstance(k, str)), None)
+        what = V.qualified(parent, name) or V.meaning(name, cfg)
         if what is None:
             return  # decided by the key first: a one-element tensor is read only when it counts
         value = _scalar(v)

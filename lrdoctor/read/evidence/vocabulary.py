@@ -102,6 +102,31 @@ FACTOR: dict[str, Q] = {
     **dict.fromkeys(("num_train_samples", "train_dataset_size", "dataset_size", "dataset_len",
                      "len_train_dataset", "num_train_examples", "num_examples", "train_size",
                      "n_train_samples"), Q.DATASET),
+    # RL trainers: a rollout step samples responses for a batch of prompts, then splits the
+    # batch into mini-batches, each one optimizer update, for some passes (PPO epochs).
+    **dict.fromkeys(("rollout_batch_size", "num_prompts_per_step", "prompts_per_step",
+                     "num_prompts_per_rollout", "prompt_batch_size"), Q.PROMPTS_PER_STEP),
+    **dict.fromkeys(("n_samples_per_prompt", "num_samples_per_prompt", "samples_per_prompt",
+                     "number_samples_per_prompt", "num_return_sequences",
+                     "num_return_sequences_in_group", "num_generations", "rollout_n",
+                     "num_generations_per_prompt", "responses_per_prompt",
+                     "n_responses_per_prompt"), Q.RESPONSES_PER_PROMPT),
+    **dict.fromkeys(("ppo_mini_batch_size", "policy_mini_batch_size", "ppo_mini_batch"),
+                    Q.PPO_MINI_BATCH),
+    **dict.fromkeys(("ppo_epochs", "ppo_epoch", "num_ppo_epochs", "update_epochs_per_batch",
+                     "ppo_update_epochs"), Q.PPO_EPOCHS),
+    **dict.fromkeys(("num_mini_batches", "ppo_num_mini_batches", "mini_batches_per_rollout"),
+                    Q.MINI_BATCHES),
+}
+
+#: Names whose meaning depends on the section they sit in (``parent.key``): verl's
+#: ``actor_rollout_ref.rollout.n`` is the responses per prompt, its ``trainer``'s
+#: ``total_training_steps`` the planned rollout steps (the optimizer's section holds the
+#: horizon under the same name), NeMo-RL's ``grpo.max_num_steps`` the planned GRPO steps.
+QUALIFIED: dict[tuple[str, str], tuple[R, Q]] = {
+    ("rollout", "n"): (R.FACTOR, Q.RESPONSES_PER_PROMPT),
+    ("trainer", "total_training_steps"): (R.PLANNED_END, Q.ROLLOUTS),
+    ("grpo", "max_num_steps"): (R.PLANNED_END, Q.ROLLOUTS),
 }
 
 #: Keys below which numbers are never progress (random states, per-parameter knobs).
@@ -141,3 +166,8 @@ def meaning(key: str, in_config: bool) -> tuple[R, Q] | None:
     if not in_config and k in PROGRESS:
         return R.PROGRESS, PROGRESS[k]
     return None
+
+
+def qualified(parent: str | None, key: str) -> tuple[R, Q] | None:
+    """What ``key`` means inside a section named ``parent`` (None: the plain tables decide)."""
+    return QUALIFIED.get((norm(parent), norm(key))) if parent else None
