@@ -59,6 +59,7 @@ HYPOTHESES: tuple[tuple[str, str], ...] = (
 
 REL_TOL = 0.01   # counters that differ by less agree (a rounding step)
 EXACT = 1e-3     # a hypothesis fits when it predicts the saved number this closely
+MAX_K = 65536    # the largest whole k a unit mistake makes (processes x accumulation)
 
 
 def _fits(predicted: float, saved: float) -> bool:
@@ -475,7 +476,8 @@ def horizon_tests(st: RunState) -> HorizonVerdict | None:
     if scale == 1:
         tests += _rl_tests(st, e_upd, e_from, e_s, rate, per_rollout)
     k = round(H / e_s) if e_s > 0 else 0
-    if k >= 2 and _fits(k * e_s, H) and not any(_fits(t.predicted, H) for t in tests):
+    # (k beyond MAX_K: a "forever" sentinel such as ConstantLR's total_iters 10**9, no unit)
+    if 2 <= k <= MAX_K and _fits(k * e_s, H) and not any(_fits(t.predicted, H) for t in tests):
         # No saved factor names k, but a whole multiple of the plan is no coincidence.
         tests.append(Test(f"the planned end counted in a unit {k} times smaller (no saved "
                           "accumulation, process count or batch size names it: micro-batches "

@@ -74,6 +74,15 @@ def _k_causes(state: RunState, k: int) -> str:
     if state.facts.extra_scheduler_calls:
         return ("the scheduler is stepped by hand (e.g. in training_step) on top of "
                 "Lightning's own step")
+    from lrdoctor.core.state import Unit
+    from lrdoctor.rules.hypotheses import updates_per_rollout
+
+    nominal = state.nominal_progress
+    u = updates_per_rollout(state) if nominal is not None \
+        and nominal.unit is Unit.ROLLOUT_STEPS else None
+    if u is not None and abs(u.value - k) <= 0.02 * k:
+        return (f"the scheduler is stepped per optimizer update, {k} per rollout step "
+                f"({u.arithmetic}), while it was meant to step once per rollout step")
     why = f"stepped on every micro-batch of a gradient-accumulation window of {k}"
     n = state.facts.processes
     if n and n > 1:

@@ -115,6 +115,10 @@ def test_verl_horizon_in_rollout_steps_stepped_per_update_is_an_error(tmp_path):
     assert "trainer.total_training_steps" in ev["planned_end_from"]
     assert "actor_rollout_ref.actor.optim.total_training_steps" in ev["horizon_from"]
     assert r.exit_code("error") == 1
+    # the rate finding names the RL knobs as its cause, not a gradient-accumulation window
+    rate = the(r, "LRD103")
+    assert "stepped per optimizer update, 2 per rollout step" in rate.message
+    assert "ppo_mini_batch_size 64" in rate.message
 
 
 def test_verl_stepped_per_rollout_twin_is_silent(tmp_path):
