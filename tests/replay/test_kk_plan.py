@@ -191,3 +191,52 @@ def test_many_micro_batches_whole_run_equals_the_per_step_plan(seed):
     assert any("cannot" in str(p.notes) for p in got) or seed == 1
     for f, dp, m, plan in zip(frames, dps, mprs, got, strict=True):
         _same_plan(plan, plan_karmarkar_karp(f, dp, 4096, mini_per_rank=m, **kw))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_capped_try_stops_only_where_verl_rejects_the_count(seed):
+    """verl >= 0.9.1 rejects a count when a final set's tokens pass the cap; sets only
+    merge, so the capped procedure may stop at the first set over it. It must stop
+    only then, and otherwise give the uncapped sets (k from 2 to 300, equal-size too)."""
+    from lrdoctor.replay.packing.karmarkar_karp import _kk_sets_capped
+
+    rng = np.random.default_rng(900 + seed)
+    stopped = kept = 0
+    for _ in range(150):
+        n = int(rng.integers(2, 700))
+        k = int(rng.integers(2, min(n, 300) + 1))
+        eq = bool(rng.integers(2)) and n % k == 0
+        toks = rng.integers(1, 4000, n)
+        vals = (24576 * toks + toks * toks).tolist() if rng.integers(2) else _values(rng, n)
+        vals = [int(v) for v in vals]
+        full = _kk_sets(vals, k, eq)
+        worst = max(sum(int(toks[i]) for i in s[3]) for s in full)
+        cap = int(worst * rng.uniform(0.7, 1.3))
+        got = _kk_sets_capped(vals, k, eq, toks.tolist(), cap)
+        if got is None:
+            assert worst > cap
+            stopped += 1
+        else:
+            assert [s[:4] for s in got] == [s[:4] for s in full] and worst <= cap
+            kept += 1
+    assert stopped and kept  # both outcomes were exercised
+
+    # Many instances at once: stopped ones are reported, the others equal kk_parts.
+    ks = rng.integers(64, 120, 12)
+    ns = ks * rng.integers(3, 6, 12)
+    starts = np.concatenate(([0], np.cumsum(ns)))
+    toks = rng.integers(1, 4000, int(ns.sum()))
+    vals = 24576 * toks + toks * toks
+    eqs = np.zeros(12, dtype=bool)
+    want = kk_parts(vals, starts, ks, eqs)
+    caps = np.where(np.arange(12) % 3 == 0, -1, 9000)  # -1: this instance never stops
+    got, stop = kk_lockstep.kk_parts_capped(vals, starts, ks, eqs, toks, caps)
+    assert stop.any() and not stop[caps < 0].any()
+    for i in np.flatnonzero(~stop):
+        a, b = starts[i], starts[i + 1]
+        np.testing.assert_array_equal(got[a:b], want[a:b])
+        sums = np.bincount(want[a:b], weights=toks[a:b])
+        assert caps[i] < 0 or sums.max() <= caps[i]
+    for i in np.flatnonzero(stop):
+        a, b = starts[i], starts[i + 1]
+        assert np.bincount(want[a:b], weights=toks[a:b]).max() > caps[i]

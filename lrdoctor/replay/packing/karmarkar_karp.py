@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from bisect import insort
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
@@ -54,7 +55,22 @@ def karmarkar_karp(values, k: int, equal_size: bool = False) -> list[list[int]]:
 
 
 def _kk_sets(vals: list[int], k: int, equal_size: bool) -> list[list]:
-    """Karmarkar-Karp's final sets ``[sum, count, first, items]``, heaviest first.
+    """Karmarkar-Karp's final sets ``[sum, count, first, items, sum]``, heaviest first
+    (:func:`_kk_sets_capped` without a cap)."""
+    sets = _kk_sets_capped(vals, k, equal_size, vals, None)
+    assert sets is not None  # no cap: never stops early
+    return sets
+
+
+def _kk_sets_capped(vals: list[int], k: int, equal_size: bool, toks: list[int],
+                    cap: int | None) -> list[list] | None:
+    """Karmarkar-Karp's final sets ``[sum, count, first, items, toks]``, heaviest first;
+    None as soon as a set's ``toks`` sum passes ``cap``.
+
+    Why the cap: sets only ever merge, so a set over the cap in any state is part
+    of a final set over it; verl >= 0.9.1 then rejects the count whatever the rest
+    of the run gives, and stopping there saves the rest of a try it discards. The
+    fifth field (the sum of ``toks``) is never compared: sets differ by ``first``.
 
     Merges that involve a one-item state (most of them with few items per
     partition) touch one set instead of looping over k, and ``n == k`` is
@@ -64,15 +80,19 @@ def _kk_sets(vals: list[int], k: int, equal_size: bool) -> list[list]:
     partitions (k in the hundreds, a few items each) most states have a few
     sets, so a merge costs what the two states hold, not k. The pairing is
     verl's: set i of one state meets set k-1-i of the other; a state's spread
-    counts an empty set as 0. ``vals`` are Python ints already.
+    counts an empty set as 0. ``vals`` and ``toks`` are Python ints already. A
+    state's sets are kept lightest first (its empty sets implied at the front), so
+    placing a changed set is the C ``bisect.insort`` (no Python-level search).
     """
+    lim = float("inf") if cap is None else cap
     n = len(vals)
     if n < k:
         raise ValueError(f"{n} items cannot fill {k} partitions")
     if equal_size and n % k:
         raise ValueError(f"equal_size needs {n} divisible by {k}")
     if k == 1:
-        return [[sum(vals), n, 0, list(range(n))]]
+        t = sum(toks)
+        return [[sum(vals), n, 0, list(range(n)), t]] if t <= lim else None
     ordered = sorted(zip(vals, range(n), strict=True))
     # Heterogeneous entries by design: a singleton (6 fields) or a state (5 fields).
     heap: list[tuple[Any, ...]] = []
@@ -82,18 +102,22 @@ def _kk_sets(vals: list[int], k: int, equal_size: bool) -> list[list]:
         # while the merged state keeps an empty set its key stays that singleton's
         # key, the smallest in the heap; so the k heaviest items end as one state
         # of k singletons (k - 1 merges saved; with n == k, the whole answer).
-        heaviest: list[list[Any]] = [[v, 1, i, [i]] for v, i in reversed(ordered[n - k :])]
+        heaviest: list[list[Any]] = [[v, 1, i, [i], toks[i]] for v, i in ordered[n - k :]]
+        if max(x[4] for x in heaviest) > lim:
+            return None
         if n == k:
+            heaviest.reverse()
             return heaviest
         ordered = ordered[: n - k]
-        push((heaviest[-1][0] - heaviest[0][0], -heaviest[0][0], -1, -heaviest[0][2],
+        push((heaviest[0][0] - heaviest[-1][0], -heaviest[-1][0], -1, -heaviest[-1][2],
               heaviest))
     if equal_size:
         for off in range(0, n, k):
-            sets: list[list[Any]] = [[v, 1, i, [i]] for v, i in ordered[off: off + k]]
-            sets.reverse()
-            top = sets[0]
-            push((sets[-1][0] - top[0], -top[0], -1, -top[2], sets))
+            sets: list[list[Any]] = [[v, 1, i, [i], toks[i]] for v, i in ordered[off: off + k]]
+            if max(x[4] for x in sets) > lim:
+                return None
+            top = sets[-1]
+            push((sets[0][0] - top[0], -top[0], -1, -top[2], sets))
     else:
         for v, i in ordered:
             push((-v, -v, -1, -i, v, i))
@@ -106,65 +130,65 @@ def _kk_sets(vals: list[int], k: int, equal_size: bool) -> list[list]:
         if len(ea) == 6:
             if len(eb) == 6:  # the common merge: two singletons, a's item sorts first
                 va = ea[4]
-                a = [[va, 1, ea[5], [ea[5]]], [eb[4], 1, eb[5], [eb[5]]]]
+                ta, tb = toks[ea[5]], toks[eb[5]]
+                if ta > lim or tb > lim:
+                    return None
+                a = [[eb[4], 1, eb[5], [eb[5]], tb], [va, 1, ea[5], [ea[5]], ta]]
                 hpush(heap, (-va if k > 2 else eb[4] - va, -va, -1, -ea[5], a))
                 continue
             a = eb[4]
             # a's item meets b's lightest set (an empty one while b has fewer than k)
             va = ea[4]
+            t = toks[ea[5]]
             if len(a) == k:
-                y = a.pop()
-                _insort_desc(a, [va + y[0], 1 + y[1], ea[5], [ea[5]] + y[3]])
+                y = a.pop(0)
+                t += y[4]
+                insort(a, [va + y[0], 1 + y[1], ea[5], [ea[5]] + y[3], t])
             else:
-                _insort_desc(a, [va, 1, ea[5], [ea[5]]])
+                insort(a, [va, 1, ea[5], [ea[5]], t])
+            if t > lim:
+                return None
         else:
             a = ea[4]
             if len(eb) == 6:  # b's item meets a's lightest set
                 if len(a) == k:
-                    x = a.pop()
+                    x = a.pop(0)
                     x[0] += eb[4]
                     x[1] += 1
                     x[3].append(eb[5])
+                    x[4] += toks[eb[5]]
                 else:
-                    x = [eb[4], 1, eb[5], [eb[5]]]
-                _insort_desc(a, x)
+                    x = [eb[4], 1, eb[5], [eb[5]], toks[eb[5]]]
+                if x[4] > lim:
+                    return None
+                insort(a, x)
             else:
                 b = eb[4]
                 p = len(a)
-                lo = k - len(b)  # a's set i meets b's set k-1-i from here on
+                q = len(b)
+                lo = k - q  # a's i-th heaviest set meets b's (k-1-i)-th from here on
                 if lo < p:
                     for i in range(lo, p):
-                        x = a[i]
-                        y = b[k - 1 - i]
+                        x = a[p - 1 - i]
+                        y = b[q - k + i]
                         x[0] += y[0]
                         x[1] += y[1]
                         x[3] += y[3]
-                    a.extend(b[: k - p])  # b's sets that meet a's empty ones
+                        x[4] += y[4]
+                        if x[4] > lim:
+                            return None
+                    a.extend(b[q - k + p:])  # b's sets that meet a's empty ones
                 else:
                     a.extend(b)
-                a.sort(reverse=True)
-        top = a[0]
-        low = a[-1][0] if len(a) == k else 0
+                a.sort()
+        top = a[-1]
+        low = a[0][0] if len(a) == k else 0
         hpush(heap, (low - top[0], -top[0], -top[1], -top[2], a))
     sets = heap[0][4]
-    if len(sets) < k or not sets[-1][1]:
+    if len(sets) < k or not sets[0][1]:
         raise ValueError("an empty partition")
+    sets.reverse()
     return sets
-
-
-def _insort_desc(a: list, x: list) -> None:
-    """Insert set ``x`` into the descending list ``a`` where ``a.sort(reverse=True)``
-    would put it: a merge with a one-item state changes one set, so a binary search
-    (log k comparisons) replaces re-sorting k sets. Sets never compare equal (their
-    first items differ), so the place is unique."""
-    lo, hi = 0, len(a)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if a[mid] > x:
-            lo = mid + 1
-        else:
-            hi = mid
-    a.insert(lo, x)
 
 
 def verl_workload(lens: np.ndarray) -> np.ndarray:

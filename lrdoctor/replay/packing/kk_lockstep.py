@@ -44,14 +44,25 @@ def kk_parts(vals: np.ndarray, starts: np.ndarray, ks: np.ndarray,
     then item count, then first item), exactly the order of the scalar
     ``_kk_sets``. Callers guarantee ``1 <= k <= n`` and, with ``eqs``, ``n % k == 0``.
     """
+    return kk_parts_capped(vals, starts, ks, eqs, None, None)[0]
+
+
+def kk_parts_capped(vals: np.ndarray, starts: np.ndarray, ks: np.ndarray, eqs: np.ndarray,
+                    toks: np.ndarray | None, caps: np.ndarray | None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`kk_parts`, and per instance whether it stopped early: an instance with
+    ``caps[i] >= 0`` may stop once one of its sets sums past ``caps[i]`` in ``toks``
+    (its sets are then left incomplete; only verl's fit test asks, and it rejects
+    such a count whatever the final sets would be). Only the scalar path stops."""
     vals = np.asarray(vals, dtype=np.int64)
     starts = np.asarray(starts, dtype=np.int64)
     ks = np.asarray(ks, dtype=np.int64)
     eqs = np.asarray(eqs, dtype=bool)
     out = np.zeros(len(vals), dtype=np.int64)
     n_inst = len(ks)
+    stopped = np.zeros(n_inst, dtype=bool)
     if n_inst == 0:
-        return out
+        return out, stopped
     ns = np.diff(starts)
     if (ks < 1).any() or (ks > ns).any() or (eqs & (ns % np.maximum(ks, 1) != 0)).any():
         raise ValueError("every instance needs 1 <= k <= n, and n % k == 0 when equal-size")
@@ -73,10 +84,10 @@ def kk_parts(vals: np.ndarray, starts: np.ndarray, ks: np.ndarray,
         for a in range(0, len(grp), step):
             part = grp[a:a + step]
             if len(part) < _MIN_LOCKSTEP or k >= _SCALAR_FROM_K:
-                _scalar_group(vals, starts, part, k, eq, out)
+                _scalar_group(vals, starts, part, k, eq, out, toks, caps, stopped)
             else:
                 _solve_group(vals, starts, part, k, eq, out)
-    return out
+    return out, stopped
 
 
 # Below this many instances, per-merge numpy calls cost more than the scalar code.
@@ -173,12 +184,18 @@ def _solve_group(vals, starts, grp, k, eq, out):
     out[flat] = posmap[parf]
 
 
-def _scalar_group(vals, starts, grp, k, eq, out):
-    """The scalar procedure, for a group whose keys would not fit in int64."""
-    from lrdoctor.replay.packing.karmarkar_karp import _kk_sets
+def _scalar_group(vals, starts, grp, k, eq, out, toks=None, caps=None, stopped=None):
+    """The scalar procedure, for a group whose keys would not fit in int64 (or too
+    small, or too many sets, for lockstep to pay); with ``caps``, it may stop early."""
+    from lrdoctor.replay.packing.karmarkar_karp import _kk_sets_capped
 
     for i in grp.tolist():
         a, b = int(starts[i]), int(starts[i + 1])
-        sets = _kk_sets(vals[a:b].tolist(), k, eq)
+        v = vals[a:b].tolist()
+        cap = int(caps[i]) if caps is not None and caps[i] >= 0 else None
+        sets = _kk_sets_capped(v, k, eq, toks[a:b].tolist() if cap is not None else v, cap)
+        if sets is None:
+            stopped[i] = True
+            continue
         for j, s in enumerate(sets):
             out[[a + x for x in s[3]]] = j

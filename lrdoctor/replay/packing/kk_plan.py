@@ -33,7 +33,7 @@ from lrdoctor.replay.packing.karmarkar_karp import (
     plan_karmarkar_karp,
     verl_workload,
 )
-from lrdoctor.replay.packing.kk_lockstep import kk_parts
+from lrdoctor.replay.packing.kk_lockstep import kk_parts, kk_parts_capped
 
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -419,7 +419,9 @@ def _verl_fit_all(c_all, mb_id, i_len, inst_start, tok_o, val_o, local_o, equal_
             items = _ranges(inst_start[insts], lens)
             starts = np.concatenate(([0], np.cumsum(lens)))
             eqs = equal_size & (lens % k_try == 0)
-            p = kk_parts(val_o[items], starts, k_try, eqs)
+            # A try that is not the last may stop at the first set over the cap.
+            caps = np.where(last_try[mb_id[insts]], -1, cap)
+            p, stopped = kk_parts_capped(val_o[items], starts, k_try, eqs, tok_o[items], caps)
             p = _verl_positions(p, starts[:-1], lens, k_try, val_o[items], local_o[items])
             part[items] = p
             k_inst[insts] = k_try
@@ -427,7 +429,7 @@ def _verl_fit_all(c_all, mb_id, i_len, inst_start, tok_o, val_o, local_o, equal_
             sub_inst = np.repeat(np.arange(len(insts)), lens)
             psum = np.bincount(set_off[sub_inst] + p, weights=tok_o[items].astype(np.float64),
                                minlength=int(k_try.sum()))
-            over_inst = np.maximum.reduceat(psum, set_off) > cap
+            over_inst = (np.maximum.reduceat(psum, set_off) > cap) | stopped
             over_mb[mb_id[insts[over_inst]]] = True
         f = (count[active] <= min_rows[active]) & ~over_mb[active]
         fits[active] = f
