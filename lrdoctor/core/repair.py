@@ -217,3 +217,17 @@ class RepairTools(Protocol):
                       state: RunState) -> tuple[list[Change], list[str]]:
         """Every scheduler state found by content in several files (a folder read by
         content), or the counter the reader named where none is saved."""
+
+    def progress(self, file: str, obj: Any, key: Key, offset: float, target: Target,
+                 lrs: list[float] | None) -> list[Change]:
+        """The progress field a ``Counter.ref`` names at ``key`` (``offset`` its
+        ``ref_offset``): a torch scheduler's ``last_epoch`` with its bookkeeping and
+        ``_last_lr`` (``lrs``), a megatron-core ``num_steps``, else a bare counter."""
+
+    def counter(self, file: str, obj: Any, key: Key, offset: float, target: Target,
+                why: str) -> Change:
+        """A counter through its ref: the field holds the progress minus ``offset``."""
+
+    def lr_fields(self, file: str, obj: Any, keys: list[Key], target: Target
+                  ) -> tuple[list[Change], list[float] | None]:
+        """The param-group ``lr`` fields ``optimizer_lr_refs`` name: (edits, new LRs)."""

@@ -219,18 +219,78 @@ def _rebuilt_counter(objs: dict[Path, Any], rel: dict[Path, str], target: Target
     prog = state.scheduler_progress
     ref = prog.ref if prog is not None else None  # the field the reader named
     f = Path(ref.file) if ref is not None else None
-    if ref is None or f is None or f not in objs or not ref.key or ref.item:
+    if prog is None or ref is None or f is None or f not in objs or not ref.key or ref.item:
         raise Refusal(f"no scheduler state with progress {target.progress_before:g} in "
                       + ", ".join(sorted(rel.values())))
+    return [counter_change(rel[f], objs[f], ref.key, prog.ref_offset, target,
+                           f"{target.policy} (the scheduler is rebuilt from {ref.dotted} on "
+                           "resume)")]
+
+
+def _dotted(key: Key) -> str:
+    return ".".join(str(k) for k in key)
+
+
+def counter_change(file: str, obj: Any, key: Key, offset: float, target: Target,
+                   why: str) -> Change:
+    """A counter written through the reader's ref: the field at ``key`` holds the reported
+    progress minus ``offset`` (``Counter.ref_offset``: DeepSpeed's ``last_batch_iteration``
+    is progress - 1), so it must read ``progress_before - offset`` and becomes
+    ``progress - offset``, its int/float type kept."""
     try:
-        old = get_at(objs[f], ref.key)
+        old = get_at(obj, key)
     except (KeyError, IndexError, TypeError, AttributeError):
-        raise Refusal(f"{rel[f]}: no field {ref.dotted}") from None
-    if old != target.progress_before:
-        raise Refusal(f"{rel[f]}:{ref.dotted} is {old}, not {target.progress_before:g}")
-    new = int(target.progress) if float(target.progress).is_integer() else target.progress
-    return [Change(rel[f], ref.key, old, new, why=f"{target.policy} (the scheduler is "
-                                                   f"rebuilt from {ref.dotted} on resume)")]
+        raise Refusal(f"{file}: no field {_dotted(key)}") from None
+    if isinstance(old, bool) or not isinstance(old, (int, float)):
+        raise Refusal(f"{file}:{_dotted(key)} is a {type(old).__name__}, not a counter")
+    if old + offset != target.progress_before:
+        raise Refusal(f"{file}:{_dotted(key)} is {old}, not {target.progress_before - offset:g}: "
+                      "the files disagree; fix them one by one")
+    return Change(file, key, old, _like(old, target.progress - offset), why=why)
+
+
+def progress_changes(file: str, obj: Any, key: Key, offset: float, target: Target,
+                     lrs: list[float] | None) -> list[Change]:
+    """The scheduler progress field the reader's ref names (``key``, the field itself):
+    a torch scheduler's ``last_epoch`` moves with its bookkeeping (:func:`scheduler_changes`),
+    a megatron-core scheduler's ``num_steps`` with :func:`scheduler_edits`, any other field
+    is a bare counter (:func:`counter_change`, honouring ``offset``)."""
+    if key:
+        try:
+            parent = get_at(obj, key[:-1])
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise Refusal(f"{file}: no field {_dotted(key)}") from None
+        if not offset and key[-1] == "last_epoch" and is_scheduler(parent):
+            if parent["last_epoch"] != target.progress_before:
+                raise Refusal(f"{file}:{_dotted(key)} is {parent['last_epoch']}, not "
+                              f"{target.progress_before:g}: the files disagree")
+            return scheduler_changes(file, obj, key[:-1], target, lrs)
+        if not offset and is_megatron_scheduler(parent) and key[-1] in SCHEDULER_KEYS["num_steps"]:
+            return scheduler_edits(file, key[:-1], parent, target)
+    return [counter_change(file, obj, key, offset, target, target.policy + (
+        f" (progress - {offset:g})" if offset else ""))]
+
+
+def lr_field_changes(file: str, obj: Any, keys: list[Key], target: Target
+                     ) -> tuple[list[Change], list[float] | None]:
+    """The param-group ``lr`` fields the reader's refs name (each key ends in ``lr``, its
+    parent the param group): (edits, the new LR of each in order, None where the schedule
+    gives none for one)."""
+    out: list[Change] = []
+    lrs: list[float] = []
+    for k in keys:
+        try:
+            group = get_at(obj, k[:-1])
+            old = group[k[-1]]
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise Refusal(f"{file}: no field {_dotted(k)}") from None
+        lr = group_lr(target.schedule, target.progress, group)
+        if lr is None:
+            return out, None
+        lrs.append(float(lr))
+        if float(old) != float(lr):
+            out.append(Change(file, k, old, float(lr), why="schedule's LR at the new progress"))
+    return out, lrs
 
 
 # ---------------------------------------------------------------- what layouts call
@@ -275,6 +335,18 @@ class Tools:
     def content_state(self, objs: dict[Path, Any], rels: dict[Path, str], target: Target,
                       state: RunState) -> tuple[list[Change], list[str]]:
         return content_changes(objs, rels, target, state)
+
+    def progress(self, file: str, obj: Any, key: Key, offset: float, target: Target,
+                 lrs: list[float] | None) -> list[Change]:
+        return progress_changes(file, obj, key, offset, target, lrs)
+
+    def counter(self, file: str, obj: Any, key: Key, offset: float, target: Target,
+                why: str) -> Change:
+        return counter_change(file, obj, key, offset, target, why)
+
+    def lr_fields(self, file: str, obj: Any, keys: list[Key], target: Target
+                  ) -> tuple[list[Change], list[float] | None]:
+        return lr_field_changes(file, obj, keys, target)
 
 
 TOOLS = Tools()

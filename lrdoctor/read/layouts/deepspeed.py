@@ -25,6 +25,7 @@ taken), matching :mod:`lrdoctor.schedules.deepspeed`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.repair import (
     Change,
     FormatPlan,
+    Key,
     Refusal,
     RepairTools,
     Target,
@@ -410,8 +412,12 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     rebuilt from ds_config on resume (so a new horizon is refused: it belongs in
     ds_config); a client torch scheduler saves its usual state. The param-group ``lr``
     lives in the model-states file without ZeRO and in the ``*_optim_states.pt``
-    partitions with ZeRO; every copy is set. A run directory gives a run directory holding
-    ``latest`` and the fixed tag, so ``engine.load_checkpoint(OUT)`` finds it."""
+    partitions with ZeRO; every copy is set. The fields edited are the ones the reader's
+    refs name (``scheduler_progress.ref`` with its ``ref_offset``, ``optimizer_lr_refs``),
+    at the same key path in every rank's copy of the file; the scheduler or optimizers are
+    found by shape only where no ref names them (said in a note). A run directory gives a
+    run directory holding ``latest`` and the fixed tag, so ``engine.load_checkpoint(OUT)``
+    finds it."""
     path = _common.as_path(path)
     tag, _ = resolve(path)
     if path.is_file():
@@ -427,35 +433,84 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     def rel(f: Path) -> str:
         return str(f.relative_to(root))
 
+    loaded: dict[Path, Any] = {}
+
+    def load(f: Path) -> Any:
+        if f not in loaded:
+            loaded[f] = tools.load(f)
+        return loaded[f]
+
+    models = model_files(tag)
+    partitions = sorted(f for f in tag.iterdir() if OPTIM_STATES.match(f.name))
+
+    def peers(ref: FieldRef | None) -> list[Path]:
+        """Every rank's copy of the file a ref names: the same field at the same key path
+        in each model-states file, or in each ZeRO partition file."""
+        if ref is None or ref.item or not ref.key:
+            return []
+        f = Path(ref.file).resolve()
+        return next((g for g in (models, partitions) if f in {x.resolve() for x in g}), [])
+
+    notes: list[str] = []
+    prog = state.scheduler_progress
+    pref = prog.ref if prog is not None else None
+    lr_refs = [r for r in state.optimizer_lr_refs if peers(r)]
+    lr_keys: dict[Path, list[Key]] = {}
+    for r in lr_refs:
+        for f in peers(r):
+            lr_keys.setdefault(f, []).append(r.key)
     changes: list[Change] = []
-    for f in model_files(tag):
-        sd = tools.load(f)
+    lr_changes: list[Change] = []
+    lrs: list[float] | None = None
+    for f, keys in lr_keys.items():  # the LRs the reader read, in every rank's copy
+        ch, new_lrs = tools.lr_fields(rel(f), load(f), keys, target)
+        lr_changes += ch
+        lrs = lrs if lrs is not None else new_lrs
+    if prog is not None and pref is not None and peers(pref):
+        for f in peers(pref):  # the progress field the reader read, in every rank's copy
+            if pref.key[-1] == "last_batch_iteration" and target.horizon is not None:
+                raise Refusal(_DS_HORIZON.format(target.horizon))
+            changes += tools.progress(rel(f), load(f), pref.key, prog.ref_offset, target, lrs)
+    else:
+        notes.append("DeepSpeed: the reader named no scheduler field; the lr_scheduler "
+                     "state is found by its shape")
+        changes += _scheduler_by_shape(models, load, rel, target, tools)
+    if not lr_refs:
+        notes.append("DeepSpeed: the reader named no optimizer LR; every optimizer state "
+                     "found by its shape is set")
+        for f in models:
+            if load(f).get("optimizer") is not None:
+                changes += tools.optimizers(rel(f), load(f), ("optimizer",), target)[0]
+        for f in partitions:
+            changes += tools.optimizers(rel(f), load(f), (), target)[0]
+    return FormatPlan(root=root, files=files, changes=changes + lr_changes, notes=notes)
+
+
+_DS_HORIZON = ("DeepSpeed rebuilds its scheduler from ds_config on resume: set "
+               "scheduler.params.total_num_steps = {:g} in your ds_config instead (or use "
+               "--policy nominal)")
+
+
+def _scheduler_by_shape(models: list[Path], load: Callable[[Path], Any],
+                        rel: Callable[[Path], str], target: Target, tools: RepairTools
+                        ) -> list[Change]:
+    """The lr_scheduler of each model-states file, by shape (no ref names one)."""
+    changes: list[Change] = []
+    for f in models:
+        sd = load(f)
         sched = sd.get("lr_scheduler")
         if isinstance(sched, dict) and "last_batch_iteration" in sched:
             if target.horizon is not None:
-                raise Refusal("DeepSpeed rebuilds its scheduler from ds_config on resume: set "
-                              f"scheduler.params.total_num_steps = {target.horizon:g} in your "
-                              "ds_config instead (or use --policy nominal)")
-            old = sched["last_batch_iteration"]
-            if old + 1 != target.progress_before:
-                raise Refusal(f"{f.name}: last_batch_iteration {old} disagrees with the other "
-                              "rank files")
-            new = int(round(target.progress)) - 1
-            changes.append(Change(rel(f), ("lr_scheduler", "last_batch_iteration"), old, new,
-                                  why=target.policy + " (progress - 1)"))
+                raise Refusal(_DS_HORIZON.format(target.horizon))
+            changes.append(tools.counter(rel(f), sd, ("lr_scheduler", "last_batch_iteration"),
+                                         1, target, target.policy + " (progress - 1)"))
         elif tools.is_scheduler(sched):
-            opt = next((get_at(sd, k) for k, v in walk(sd.get("optimizer"))
-                        if tools.is_optimizer(v)), None) \
-                if sd.get("optimizer") is not None else None
+            opt = sd.get("optimizer")
+            ok = next((k for k, v in walk(opt) if tools.is_optimizer(v)), None) \
+                if opt is not None else None
             changes += tools.torch_scheduler(rel(f), sd, ("lr_scheduler",), target,
-                                             tools.group_lrs(opt, target) if opt else None)
+                                             tools.group_lrs(get_at(opt, ok), target)
+                                             if ok is not None else None)
         else:
             raise Refusal("no lr_scheduler state to repair", str(f))
-        if sd.get("optimizer") is not None:
-            ch, _ = tools.optimizers(rel(f), sd, ("optimizer",), target)
-            changes += ch
-    for f in sorted(tag.iterdir()):
-        if OPTIM_STATES.match(f.name):
-            ch, _ = tools.optimizers(rel(f), tools.load(f), (), target)
-            changes += ch
-    return FormatPlan(root=root, files=files, changes=changes, notes=[])
+    return changes
