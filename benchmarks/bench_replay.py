@@ -12,6 +12,7 @@ whole command with its imports).
 Run: ``python benchmarks/bench_replay.py [--steps 10000] [--per-step 100] [--no-examples]
 [--kk-mini-batches 8]``.
 Prints figures; asserts nothing (performance goals live here, not in tests).
+Before/after figures against an earlier tree, side by side: ``bench_baseline.py``.
 """
 
 from __future__ import annotations

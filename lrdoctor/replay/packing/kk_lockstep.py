@@ -197,5 +197,9 @@ def _scalar_group(vals, starts, grp, k, eq, out, toks=None, caps=None, stopped=N
         if sets is None:
             stopped[i] = True
             continue
+        idx: list[int] = []
+        pos: list[int] = []
         for j, s in enumerate(sets):
-            out[[a + x for x in s[3]]] = j
+            idx += s[3]
+            pos += [j] * len(s[3])
+        out[np.asarray(idx, dtype=np.int64) + a] = pos
