@@ -32,24 +32,6 @@ if TYPE_CHECKING:
 
 POLICIES = ("flush", "drop", "carry")
 
-_KEYS: dict[str, tuple[str, ...]] = {
-    "dataset_len": ("num_train_samples", "train_dataset_size", "dataset_size", "dataset_len",
-                    "len_train_dataset", "num_train_examples", "num_examples", "train_size",
-                    "n_train_samples"),
-    "batches_per_epoch": ("len_dataloader", "len_train_dataloader", "num_batches_per_epoch",
-                          "batches_per_epoch"),
-    "epochs": ("num_train_epochs", "epochs", "num_epochs", "max_epochs", "total_epochs"),
-    "batch_size": ("per_device_train_batch_size", "train_micro_batch_size_per_gpu",
-                   "micro_batch_size", "batch_size"),
-    "ga": ("gradient_accumulation_steps", "accumulate_grad_batches", "grad_accum",
-           "gradient_accumulation"),
-    "world_size": ("world_size", "num_processes", "data_parallel_size", "dp_size"),
-    "drop_last": ("dataloader_drop_last", "drop_last"),
-    "horizon": ("max_train_steps", "num_training_steps", "total_training_steps",
-                "total_steps", "max_steps", "train_steps"),
-    "window": ("accumulation_window", "window_policy"),
-}
-
 
 def batches_per_epoch(n: int, batch_size: int, world_size: int = 1,
                       drop_last: bool = False) -> int:
@@ -86,8 +68,10 @@ def _finite_number(v: Any) -> float | None:
 def plan_from(fields: dict[str, Any], source: str = "") -> EpochPlan | None:
     """An :class:`EpochPlan` from a config's fields, or None when it lacks epochs, GA or the
     epoch length (dataset length and batch size, or ``len(dataloader)``)."""
+    from lrdoctor.read.evidence.vocabulary import epoch_knobs
+
     got: dict[str, Any] = {}
-    for what, names in _KEYS.items():
+    for what, names in epoch_knobs().items():  # the names' one home: the evidence vocabulary
         for key in names:
             if key in fields and fields[key] is not None:
                 got[what] = fields[key]

@@ -49,11 +49,11 @@ HORIZON: dict[str, Q] = dict.fromkeys(
 
 #: Where training is meant to end (configs, trainer state).
 PLANNED_END: dict[str, Q] = {
-    **dict.fromkeys(("max_steps", "train_iters", "total_steps", "max_train_steps",
-                     "train_steps", "num_steps", "total_updates", "max_updates",
+    **dict.fromkeys(("max_train_steps", "total_steps", "max_steps", "train_steps",
+                     "train_iters", "num_steps", "total_updates", "max_updates",
                      "max_iters", "max_iterations", "num_iterations", "total_iters_planned",
                      "training_steps", "num_train_steps", "total_train_steps"), Q.ITERATIONS),
-    **dict.fromkeys(("num_train_epochs", "epochs", "max_epochs", "num_epochs",
+    **dict.fromkeys(("num_train_epochs", "epochs", "num_epochs", "max_epochs",
                      "total_epochs", "n_epochs", "train_epochs"), Q.EPOCHS),
     **dict.fromkeys(("train_samples", "max_samples", "total_samples",
                      "num_train_samples_planned"), Q.SAMPLES),
@@ -91,8 +91,8 @@ FACTOR: dict[str, Q] = {
                     Q.PROCESSES),
     **dict.fromkeys(("global_batch_size", "train_batch_size", "total_batch_size",
                      "effective_batch_size"), Q.GLOBAL_BATCH),
-    **dict.fromkeys(("per_device_train_batch_size", "micro_batch_size",
-                     "train_micro_batch_size_per_gpu", "batch_size", "micro_batch",
+    **dict.fromkeys(("per_device_train_batch_size", "train_micro_batch_size_per_gpu",
+                     "micro_batch_size", "batch_size", "micro_batch",
                      "per_gpu_train_batch_size"), Q.MICRO_BATCH),
     **dict.fromkeys(("len_dataloader", "len_train_dataloader", "num_batches_per_epoch",
                      "batches_per_epoch", "steps_per_epoch_batches", "loader_len",
@@ -128,6 +128,44 @@ QUALIFIED: dict[tuple[str, str], tuple[R, Q]] = {
     ("trainer", "total_training_steps"): (R.PLANNED_END, Q.ROLLOUTS),
     ("grpo", "max_num_steps"): (R.PLANNED_END, Q.ROLLOUTS),
 }
+
+#: Horizons that span the whole run, warmup included (HF's ``num_training_steps``,
+#: DeepSpeed's ``total_num_steps``): the length a loop sized in optimizer updates. The other
+#: HORIZON names may count the decay only (``lr_decay_steps`` = total - warmup) or another
+#: unit (timm's ``t_initial`` in epochs).
+WHOLE_RUN_HORIZON: frozenset[str] = frozenset({
+    "num_training_steps", "total_training_steps", "total_num_steps", "scheduler_total_steps",
+    "lr_total_steps", "num_scheduler_steps"})
+
+#: Knobs that are no number: whether a loader drops its short last batch, and how a loop
+#: treats the short accumulation window at an epoch's end (flush / drop / carry).
+DROP_LAST: tuple[str, ...] = ("dataloader_drop_last", "drop_last")
+WINDOW_POLICY: tuple[str, ...] = ("accumulation_window", "window_policy")
+
+
+def _names(table: dict[str, Q], q: Q) -> tuple[str, ...]:
+    return tuple(k for k, v in table.items() if v is q)
+
+
+def epoch_knobs() -> dict[str, tuple[str, ...]]:
+    """The names of each knob an epoch-based loop sizes its horizon from, read by
+    :mod:`lrdoctor.epochs` (the first name a config holds wins, in table order). Each is a
+    meaning of the tables above, built when asked, so a name added there is seen there too:
+    the loader length, the epochs planned, the micro-batch, the accumulation, the processes,
+    and the horizon in updates (the planned ends in updates, then the whole-run horizons)."""
+    return {
+        "dataset_len": _names(FACTOR, Q.DATASET),
+        "batches_per_epoch": _names(FACTOR, Q.BATCHES_PER_EPOCH),
+        "epochs": _names(PLANNED_END, Q.EPOCHS),
+        "batch_size": _names(FACTOR, Q.MICRO_BATCH),
+        "ga": _names(FACTOR, Q.GRAD_ACCUM),
+        "world_size": _names(FACTOR, Q.PROCESSES),
+        "drop_last": DROP_LAST,
+        "horizon": _names(PLANNED_END, Q.ITERATIONS)
+        + tuple(k for k in HORIZON if k in WHOLE_RUN_HORIZON),
+        "window": WINDOW_POLICY,
+    }
+
 
 #: Keys below which numbers are never progress (random states, per-parameter knobs).
 NEVER_UNDER = frozenset({"rng", "rng_state", "rng_states", "rng_tracker_states",
