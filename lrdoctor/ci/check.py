@@ -111,7 +111,9 @@ _TARGET_ERRORS = (TypeError, ValueError, ArithmeticError, KeyError, IndexError, 
 
 
 def _unexpected(path: str, exc: BaseException) -> str:
-    detail = (str(exc).strip().splitlines() or [""])[0][:160]
+    from lrdoctor.core.errors import reason
+
+    detail = reason(exc)[:160]  # an OSError's own text would name the path again
     return f"{path}: unexpected {type(exc).__name__} ({detail})"
 
 

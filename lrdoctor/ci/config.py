@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Annotated, Any, get_args
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from lrdoctor.ci.find import find_config
-from lrdoctor.core.errors import BadKey, UnusableInput
+from lrdoctor.core.errors import BadKey, NotFound, UnusableInput, reason
 from lrdoctor.core.findings import FAIL_ON
 from lrdoctor.findings import RULES
 from lrdoctor.read.bytes import safetext
@@ -149,14 +149,14 @@ def load(path: str | os.PathLike | None = None, *, required: bool = False) -> Ch
         path = Path(rel) if not rel.startswith("..") else found
     p = Path(path)
     if not p.is_file():
-        raise UnusableInput("no such configuration file", str(p))
+        raise NotFound("no such configuration file", str(p))
     try:
         text = safetext.read_text(p, "config_bytes", "a TOML config")
         data = safetext.toml_loads(text, str(p))
     except tomllib.TOMLDecodeError as exc:
         raise UnusableInput(f"not valid TOML ({exc})", str(p)) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UnusableInput(f"cannot read ({exc})", str(p)) from None
+        raise UnusableInput(f"cannot read ({reason(exc)})", str(p)) from None
     if isinstance(data.get("tool"), dict) and "lrdoctor" in data["tool"]:
         table, prefix = data["tool"]["lrdoctor"], "tool.lrdoctor"
     elif p.name == "pyproject.toml":

@@ -29,6 +29,31 @@ class UnusableInput(Exception):
         self.detail = detail
         super().__init__(one_line(f"{path}: {message}" if path else message))
 
+    def inside(self, root: str) -> UnusableInput:
+        """This refusal located in the input ``root`` the user named, keeping its type
+        (and so LRD303's advice). Why: a repair names the file it refused by its name inside
+        the checkpoint (``scheduler.pt``); joined naively with a one-file input that name
+        was printed twice (``X.pt: X.pt: ...``). No file named: ``root``; a name inside
+        ``root``: ``root/name``, or ``root`` itself when ``root`` is that file; a path
+        already under ``root`` or absolute: unchanged."""
+        import copy
+        import os
+        from pathlib import PurePosixPath
+
+        if self.path is not None and (os.path.isabs(self.path) or "://" in self.path
+                                      or self.path == root or self.path.startswith(
+                                          root.rstrip("/") + "/")):
+            return self
+        if self.path is None or (PurePosixPath(root).name == self.path
+                                 and not os.path.isdir(root)):
+            where = root
+        else:
+            where = f"{root.rstrip('/')}/{self.path}"
+        new = copy.copy(self)
+        new.path = where
+        new.args = (one_line(f"{where}: {self.message}"),)
+        return new
+
 
 class NotText(UnusableInput):
     """A file read as text holds binary content (not UTF-8)."""
@@ -84,3 +109,13 @@ class BadKey(UnusableInput):
     :class:`~lrdoctor.ci.config.ConfigError` is one): the fix names the key."""
 
     key: str
+
+
+def reason(exc: BaseException) -> str:
+    """What went wrong, without the file name: an ``OSError``'s text repeats the path
+    (``[Errno 2] No such file or directory: 'X'``), and the one line names it already."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

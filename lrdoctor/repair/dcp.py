@@ -193,7 +193,7 @@ def _item_of(key: Key, paths: dict[str, tuple], file: str) -> tuple[str, Key]:
             if best is None or len(p) > best[1]:
                 best = (fqn, len(p))
     if best is None:
-        raise Refusal(f"{file}: no DCP item holds {key}")
+        raise Refusal(f"no DCP item holds {key}", file)
     return best[0], tuple(key[best[1]:])
 
 
@@ -324,8 +324,8 @@ def _sequential_children(rel: str, key: Key, sd: dict, target: Target) -> list[C
         if not isinstance(child, dict) or not isinstance(child.get("last_epoch"), int):
             continue
         if child["last_epoch"] != before[i]:
-            raise Refusal(f"{rel}: SequentialLR child {i} has last_epoch {child['last_epoch']}, "
-                          f"not the {before[i]} its milestones give: cannot move it safely")
+            raise Refusal(f"SequentialLR child {i} has last_epoch {child['last_epoch']}, "
+                          f"not the {before[i]} its milestones give: cannot move it safely", rel)
         if after[i] != before[i]:
             out.append(Change(rel, key + ("_schedulers", i, "last_epoch"), before[i], after[i],
                               why="SequentialLR child, local to its milestone"))

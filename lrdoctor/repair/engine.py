@@ -150,9 +150,7 @@ def plan_fix(path: str | Path, *, policy: str | None = None, k: float | None = N
                 raise Refusal(f"`fix` cannot write the {name} format yet", str(path))
             fp = repairs.repair(path, state, target, TOOLS)
     except Refusal as exc:  # a layout names the file inside the checkpoint; say which input
-        if exc.path is None:
-            raise Refusal(str(exc), str(path)) from None
-        raise
+        raise exc.inside(str(path)) from None
     plan.root = fp.root
     plan.files = fp.files if fp.files is not None else tree_files(fp.root)
     plan.link, plan.builders = fp.link, fp.builders

@@ -111,11 +111,11 @@ def plan_torch_state(file: str, obj: Any, target: Target) -> tuple[list[Change],
               if get_at(obj, k)["last_epoch"] == target.progress_before]
     opts = find(obj, is_optimizer)
     if not scheds:
-        raise Refusal(f"{file}: no torch scheduler state with last_epoch "
-                      f"{target.progress_before:g}")
+        raise Refusal(f"no torch scheduler state with last_epoch "
+                      f"{target.progress_before:g}", file)
     if len(opts) > 1 and len(opts) != len(scheds):
-        raise Refusal(f"{file}: {len(opts)} optimizers and {len(scheds)} schedulers: cannot "
-                      "tell which scheduler drives which optimizer")
+        raise Refusal(f"{len(opts)} optimizers and {len(scheds)} schedulers: cannot "
+                      "tell which scheduler drives which optimizer", file)
     changes: list[Change] = []
     for i, sk in enumerate(scheds):
         ok = opts[i] if len(opts) == len(scheds) else (opts[0] if opts else None)
@@ -154,8 +154,8 @@ def scheduler_edits(file: str, sched_key: Key, sched: dict[str, Any],
     nkey = next(k for k in SCHEDULER_KEYS["num_steps"] if k in sched)
     old = sched[nkey]
     if old != target.progress_before:
-        raise Refusal(f"{file}: {nkey} is {old}, other files say {target.progress_before:g}: "
-                      "the ranks disagree; fix them one by one")
+        raise Refusal(f"{nkey} is {old}, other files say {target.progress_before:g}: "
+                      "the ranks disagree; fix them one by one", file)
     new = _like(old, target.progress)
     out.append(Change(file, sched_key + (nkey,), old, new, why=target.policy))
     if target.horizon is not None:
@@ -240,12 +240,12 @@ def counter_change(file: str, obj: Any, key: Key, offset: float, target: Target,
     try:
         old = get_at(obj, key)
     except (KeyError, IndexError, TypeError, AttributeError):
-        raise Refusal(f"{file}: no field {_dotted(key)}") from None
+        raise Refusal(f"no field {_dotted(key)}", file) from None
     if isinstance(old, bool) or not isinstance(old, (int, float)):
-        raise Refusal(f"{file}:{_dotted(key)} is a {type(old).__name__}, not a counter")
+        raise Refusal(f"{_dotted(key)} is a {type(old).__name__}, not a counter", file)
     if old + offset != target.progress_before:
-        raise Refusal(f"{file}:{_dotted(key)} is {old}, not {target.progress_before - offset:g}: "
-                      "the files disagree; fix them one by one")
+        raise Refusal(f"{_dotted(key)} is {old}, not {target.progress_before - offset:g}: "
+                      "the files disagree; fix them one by one", file)
     return Change(file, key, old, _like(old, target.progress - offset), why=why)
 
 
@@ -259,11 +259,11 @@ def progress_changes(file: str, obj: Any, key: Key, offset: float, target: Targe
         try:
             parent = get_at(obj, key[:-1])
         except (KeyError, IndexError, TypeError, AttributeError):
-            raise Refusal(f"{file}: no field {_dotted(key)}") from None
+            raise Refusal(f"no field {_dotted(key)}", file) from None
         if not offset and key[-1] == "last_epoch" and is_scheduler(parent):
             if parent["last_epoch"] != target.progress_before:
-                raise Refusal(f"{file}:{_dotted(key)} is {parent['last_epoch']}, not "
-                              f"{target.progress_before:g}: the files disagree")
+                raise Refusal(f"{_dotted(key)} is {parent['last_epoch']}, not "
+                              f"{target.progress_before:g}: the files disagree", file)
             return scheduler_changes(file, obj, key[:-1], target, lrs)
         if not offset and is_megatron_scheduler(parent) and key[-1] in SCHEDULER_KEYS["num_steps"]:
             return scheduler_edits(file, key[:-1], parent, target)
@@ -283,7 +283,7 @@ def lr_field_changes(file: str, obj: Any, keys: list[Key], target: Target
             group = get_at(obj, k[:-1])
             old = group[k[-1]]
         except (KeyError, IndexError, TypeError, AttributeError):
-            raise Refusal(f"{file}: no field {_dotted(k)}") from None
+            raise Refusal(f"no field {_dotted(k)}", file) from None
         lr = group_lr(target.schedule, target.progress, group)
         if lr is None:
             return out, None

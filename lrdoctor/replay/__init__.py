@@ -132,8 +132,8 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     try:
         samples = load_samples(cfg, batch_log, synthetic, seed)
     except UnusableInput as exc:  # a config key the samples need: name the config
-        if exc.path is None:
-            raise UnusableInput(str(exc), str(config)) from None
+        if exc.path is None:  # same type: LRD303's advice follows it
+            raise exc.inside(str(config)) from None
         raise
     if engine not in ("auto", "fast", "torch"):
         raise UnusableInput(f"engine {engine!r}: allowed: auto, fast, torch")
@@ -149,8 +149,8 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     try:
         schedule_spec(cfg, float(sps))
     except UnusableInput as exc:
-        if exc.path is None:
-            raise UnusableInput(str(exc), str(config)) from None
+        if exc.path is None:  # same type: LRD303's advice follows it
+            raise exc.inside(str(config)) from None
         raise
     notes: dict = dict(cfg._source)
     infos = plan_steps(cfg, samples, planner, tick("planning"), notes)

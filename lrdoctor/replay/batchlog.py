@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import Corrupt, NotFound, UnusableInput
 from lrdoctor.core.state import BATCH_LOG_MIN, BATCH_LOG_REQUIRED, batch_log_format
 
 REQUIRED = BATCH_LOG_REQUIRED
@@ -262,18 +262,22 @@ def read_batch_columns(path: str | Path) -> dict[str, np.ndarray]:
         raise UnusableInput("is a directory, expected a batch log file (.jsonl, .csv or "
                             ".parquet)", sp)
     if not p.is_file():
-        raise UnusableInput("no such batch log file", sp)
+        raise NotFound("no such batch log file", sp)
     fmt = _log_format(p)
     try:
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
             try:
-                table = pq.read_table(p)
+                # An open file, not the path: pyarrow names a path it was given in its
+                # message, and the line already starts with it ("X: X: ..." otherwise).
+                with open(p, "rb") as fh:
+                    table = pq.read_table(fh)
             except Exception as exc:  # pyarrow raises several types for a broken file
-                raise UnusableInput(
-                    f"not a readable Parquet file ({str(exc).splitlines()[0]})", sp
-                ) from None
+                why = (str(exc).splitlines() or [type(exc).__name__])[0]
+                if why.startswith("Could not open Parquet input source"):
+                    why = why.split(": ", 1)[-1]  # names the stream, not the file
+                raise Corrupt(f"not a readable Parquet file ({why})", sp) from None
             if table.num_rows == 0:
                 raise UnusableInput("the batch log has no rows", sp)
             fast = _fast_columns(table, sp)

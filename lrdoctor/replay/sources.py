@@ -121,8 +121,8 @@ def translated(tr: Translator, data: Any, path: Path,
     try:
         out = tr.translate(data, path.resolve().parent)
     except UnusableInput as exc:
-        if exc.path is None:
-            raise UnusableInput(str(exc), str(path)) from None
+        if exc.path is None:  # same type: LRD303's advice follows it
+            raise exc.inside(str(path)) from None
         raise
     conf = out.config
     if isinstance(conf.get("data"), dict) and not conf["data"].get("synthetic"):

@@ -178,18 +178,23 @@ def test_disk_full_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, writer_
 
 
 def test_a_writer_refusal_names_the_input(monkeypatch):
-    """Writers name the file inside the checkpoint ('checkpoint_60.pt: ...'); the one line
-    the user reads also names the input given on the command line."""
+    """Writers name the file inside the checkpoint as the refusal's path; the one line the
+    user reads names the input given on the command line, once (it used to read
+    'X/checkpoint_60.pt: checkpoint_60.pt: ...')."""
     from pathlib import Path
 
     from lrdoctor.read.layouts import torchsave as layout  # the torch.save layout's repair
     from lrdoctor.repair import Refusal, plan_fix
 
     def refuse(path, state, target, tools):
-        raise Refusal("checkpoint_60.pt: no torch scheduler state with last_epoch 240")
+        raise Refusal("no torch scheduler state with last_epoch 240", "checkpoint_60.pt")
 
     monkeypatch.setattr(layout, "repair", refuse)
     src = Path(__file__).resolve().parents[2] / "sample_checkpoints" / "torch-microstep"
     with pytest.raises(Refusal) as e:
         plan_fix(src / "checkpoint_60.pt")
-    assert str(e.value).startswith(f"{src / 'checkpoint_60.pt'}: checkpoint_60.pt: no torch")
+    assert str(e.value).startswith(f"{src / 'checkpoint_60.pt'}: no torch")
+    # the run folder as input: the file inside it, named once
+    with pytest.raises(Refusal) as e:
+        plan_fix(src)
+    assert str(e.value).startswith(f"{src / 'checkpoint_60.pt'}: no torch")

@@ -174,7 +174,7 @@ def _read_metadata(folder: Path) -> _Metadata:
     try:
         state = _state(md, "torch.distributed.checkpoint.metadata.Metadata")
     except UnusableInput as exc:
-        raise UnusableInput(str(exc), str(f)) from None
+        raise exc.inside(str(f)) from None
     sd_meta, storage_data = state.get("state_dict_metadata"), state.get("storage_data")
     if not isinstance(sd_meta, dict) or not isinstance(storage_data, dict):
         raise UnusableInput("DCP metadata without state_dict_metadata/storage_data "

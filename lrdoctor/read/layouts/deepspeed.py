@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import UnusableInput, reason
 from lrdoctor.core.facts import Invariant
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.repair import (
@@ -95,7 +95,7 @@ def read_latest(run: Path) -> str | None:
     try:
         text = f.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise UnusableInput(f"cannot read the tag: {exc}", str(f)) from None
+        raise UnusableInput(f"cannot read the tag: {reason(exc)}", str(f)) from None
     return text or None
 
 

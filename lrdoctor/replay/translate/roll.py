@@ -244,7 +244,7 @@ def to_config(path_or_dict: str | Path | dict, source: str | None = None) -> dic
         return _translate(resolve(raw))
     except UnusableInput as exc:
         if source and exc.path is None:
-            raise UnusableInput(str(exc), source) from None
+            raise exc.inside(source) from None  # same type: LRD303's advice follows it
         raise
 
 
