@@ -214,3 +214,74 @@ def test_rl_knobs_are_evidence_read_by_section(tmp_path):
         == 64
     assert got[("factor", "passes over each rollout batch",
                 "actor_rollout_ref.actor.ppo_epochs")] == 1
+
+
+# ------------------------------------------------------------ NeMo-RL: updates vs GRPO steps
+
+def _nemo_rl_run(tmp_path: Path, horizon_in: str) -> Path:
+    """NeMo-RL's checkpoint (``step_N/training_info.json``, ``config.yaml``, and
+    ``policy/optimizer`` written with ``torch.distributed.checkpoint.save`` as
+    ``{"optim": {"optim": get_optimizer_state_dict(...), "sched": ...}}``). Its worker steps
+    the scheduler once per GRPO step while ``num_prompts_per_step`` 8 x
+    ``num_generations_per_prompt`` 4 / ``train_global_batch_size`` 16 = 2 optimizer updates
+    run per step. The bug sizes torch's LinearLR ``total_iters`` in optimizer updates
+    (``max_num_steps`` 20 x 2 = 40): at the planned end half the decay is left. The reverse
+    direction of the verl case, on a DCP layout."""
+    import warnings
+
+    import torch.distributed.checkpoint as tdcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    from torch.optim.lr_scheduler import LinearLR
+
+    steps, done, prompts, gens, gbs = 20, 4, 8, 4, 16
+    per_step = prompts * gens // gbs
+    total_iters = steps * per_step if horizon_in == "updates" else steps
+    m, opt = _model_opt(1e-6)
+    sched = LinearLR(opt, start_factor=1.0, end_factor=0.0, total_iters=total_iters)
+    for _ in range(done):
+        for _ in range(per_step):
+            _update(m, opt)
+        sched.step()
+    ck = tmp_path / f"nemo-{horizon_in}" / f"step_{done}"
+    (ck / "policy").mkdir(parents=True)
+    (ck / "training_info.json").write_text(json.dumps(
+        {"consumed_samples": done * prompts * gens, "current_step": done, "current_epoch": 0,
+         "total_steps": done}))
+    (ck / "config.yaml").write_text(
+        f"grpo:\n  max_num_steps: {steps}\n  num_prompts_per_step: {prompts}\n"
+        f"  num_generations_per_prompt: {gens}\npolicy:\n  train_global_batch_size: {gbs}\n"
+        "  train_micro_batch_size: 4\n  scheduler:\n    name: torch.optim.lr_scheduler.LinearLR\n"
+        f"    kwargs:\n      start_factor: 1.0\n      end_factor: 0.0\n"
+        f"      total_iters: {total_iters}\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # one process: "torch.distributed is disabled"
+        tdcp.save({"model": m.state_dict()}, checkpoint_id=str(ck / "policy" / "weights"))
+        tdcp.save({"optim": {"optim": get_optimizer_state_dict(m, opt),
+                             "sched": sched.state_dict()}},
+                  checkpoint_id=str(ck / "policy" / "optimizer"))
+    return tmp_path / f"nemo-{horizon_in}"
+
+
+def test_nemo_rl_horizon_in_updates_stepped_per_grpo_step_is_an_error(tmp_path):
+    (r,) = inspect_path(_nemo_rl_run(tmp_path, "updates"))
+    assert r.format == "nemo_rl"
+    f = the(r, "LRD119")
+    assert f.severity == Severity.ERROR
+    ev = f.evidence
+    assert (ev["horizon"], ev["planned_end_updates"], ev["step_unit"]) == (40, 20, "rollout step")
+    assert ev["hypothesis"]["hypothesis"] == ("the planned end counted in optimizer updates "
+                                              "while the scheduler steps per rollout step")
+    assert ev["hypothesis"]["arithmetic"] == ("20 rollout steps x num_prompts_per_step 8 x "
+                                              "num_generations_per_prompt 4 / "
+                                              "train_global_batch_size 16")
+    assert ev["decay_done_at_planned_end"] == pytest.approx(0.5)
+    assert "grpo.max_num_steps" in ev["planned_end_from"]
+    ruled = {t["hypothesis"]: t["predicts"] for t in ev["ruled_out"]}
+    assert ruled["the planned end"] == 20
+    assert ruled["the planned end counted in prompts, not responses"] == 5
+
+
+def test_nemo_rl_horizon_in_grpo_steps_twin_is_silent(tmp_path):
+    (r,) = inspect_path(_nemo_rl_run(tmp_path, "steps"))
+    silent(r)
+    assert r.state["derived"]["compared"]["agree"] is True

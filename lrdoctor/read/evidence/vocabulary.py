@@ -91,6 +91,7 @@ FACTOR: dict[str, Q] = {
                     Q.PROCESSES),
     **dict.fromkeys(("global_batch_size", "train_batch_size", "total_batch_size",
                      "effective_batch_size"), Q.GLOBAL_BATCH),
+    **dict.fromkeys(("train_global_batch_size",), Q.GLOBAL_BATCH),  # NeMo-RL's policy
     **dict.fromkeys(("per_device_train_batch_size", "train_micro_batch_size_per_gpu",
                      "micro_batch_size", "batch_size", "micro_batch",
                      "per_gpu_train_batch_size"), Q.MICRO_BATCH),
