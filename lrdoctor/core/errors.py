@@ -80,7 +80,10 @@ class UnsafePickle(UnusableInput):
 
 
 class LimitExceeded(UnusableInput):
-    """A resource limit stopped reading an untrusted file (``lrdoctor.read.bytes.limits``)."""
+    """A resource limit stopped reading an untrusted file (``lrdoctor.read.bytes.limits``);
+    ``env``: the environment variable that raises it (LRD303's advice names it)."""
+
+    env: str | None = None
 
 
 class NotFound(UnusableInput):

@@ -66,8 +66,9 @@ def advice(exc: errors.UnusableInput) -> str:
                 f"--allow-unsafe-global {exc.global_name} (read as an inert value; nothing "
                 "is executed either way). Otherwise do not load it.")
     if isinstance(exc, errors.LimitExceeded):
-        return ("For a file you trust, raise the limit the line names (its environment "
-                "variable); otherwise the file is too big to be checkpoint metadata.")
+        what = f"the environment variable {exc.env}" if exc.env else "the limit the line names"
+        return (f"For a file you trust, raise {what}; otherwise the file is too big "
+                "to be checkpoint metadata.")
     if isinstance(exc, errors.Corrupt):
         return ("The file is truncated or corrupt: copy it again from its source (or let "
                 "the writer finish); a half-written file cannot be read.")

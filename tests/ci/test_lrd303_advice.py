@@ -71,6 +71,18 @@ def test_a_config_error_names_the_key(tmp_path):
     assert f["code"] == "LRD303" and "tool.lrdoctor" in f["fix"] and "pyproject.toml" in f["fix"]
 
 
+def test_a_read_limit_names_its_variable(bad_inputs, tmp_path):
+    import torch
+
+    big = tmp_path / "big.pt"
+    torch.save({"optimizer": {"state": {}, "param_groups": [{"lr": 0.1}]},
+                "pad": list(range(5000))}, big)
+    p = lrd("check", "--inspect", big, "--json", env={"LRDOCTOR_MAX_PICKLE_OPS": "1000"})
+    (f,) = json.loads(p.stdout)[0]["findings"]
+    assert f["code"] == "LRD303" and "LRDOCTOR_MAX_PICKLE_OPS" in f["message"], f
+    assert "raise the environment variable LRDOCTOR_MAX_PICKLE_OPS" in f["fix"]
+
+
 def test_advice_reads_the_type_never_the_message():
     # A missing extra: its pip install, whatever the message says.
     assert "pip install 'lrdoctor[plots]'" in advice(MissingExtra("matplotlib", "--plot"))

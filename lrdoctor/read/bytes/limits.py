@@ -105,8 +105,11 @@ def over(name: str, path: str | None, detail: str, cls: type[_E]) -> _E: ...
 def over(name: str, path: str | None, detail: str,
          cls: type[UnusableInput] = LimitExceeded) -> UnusableInput:
     """The one-line refusal for limit ``name``: what was too big, and how to raise it."""
-    return cls(f"{detail}: over lrdoctor's limit {LIMITS[name].env}={get(name)} "
-                         "(raise it for a file you trust)", path)
+    exc = cls(f"{detail}: over lrdoctor's limit {LIMITS[name].env}={get(name)} "
+              "(raise it for a file you trust)", path)
+    if isinstance(exc, LimitExceeded):
+        exc.env = LIMITS[name].env
+    return exc
 
 
 def check_size(name: str, size: int, path: str | None, what: str) -> None:
