@@ -231,3 +231,8 @@ class RepairTools(Protocol):
     def lr_fields(self, file: str, obj: Any, keys: list[Key], target: Target
                   ) -> tuple[list[Change], list[float] | None]:
         """The param-group ``lr`` fields ``optimizer_lr_refs`` name: (edits, new LRs)."""
+
+    def ref_state(self, file: str, obj: Any, path: Path, state: RunState, target: Target
+                  ) -> tuple[list[Change], list[str]]:
+        """One file's edits through the reader's refs into ``path`` (progress, LRs); by
+        shape only where no ref names them there, with a note."""

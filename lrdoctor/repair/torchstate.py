@@ -25,6 +25,7 @@ from lrdoctor.schedules import group_lr
 from lrdoctor.schedules.torch_builtin import HORIZON_FIELD
 
 if TYPE_CHECKING:
+    from lrdoctor.core.fieldref import FieldRef
     from lrdoctor.core.state import RunState
 
 # Horizon fields of torch's built-in schedulers (state_dict() keys): the one table.
@@ -275,15 +276,27 @@ def lr_field_changes(file: str, obj: Any, keys: list[Key], target: Target
                      ) -> tuple[list[Change], list[float] | None]:
     """The param-group ``lr`` fields the reader's refs name (each key ends in ``lr``, its
     parent the param group): (edits, the new LR of each in order, None where the schedule
-    gives none for one)."""
+    gives none for one). Refs naming every group of one optimizer state are set through
+    :func:`optimizer_changes`, as a repair by shape sets them."""
     out: list[Change] = []
     lrs: list[float] = []
+    whole: dict[Key, list[float]] = {}  # optimizer key -> its groups' new LRs
+    named = {tuple(x) for x in keys}
     for k in keys:
-        try:
-            group = get_at(obj, k[:-1])
-            old = group[k[-1]]
-        except (KeyError, IndexError, TypeError, AttributeError):
-            raise Refusal(f"no field {_dotted(k)}", file) from None
+        at = tuple(k[:-3])
+        if len(k) >= 3 and k[-3] == "param_groups" and at not in whole:
+            opt = _get(obj, at, file)
+            if is_optimizer(opt) and named >= {at + ("param_groups", i, "lr")
+                                               for i in range(len(opt["param_groups"]))}:
+                new = group_lrs(opt, target)
+                if new is None:
+                    return out, None
+                whole[at] = new
+                out += optimizer_changes(file, obj, at, new)
+        if at in whole:
+            lrs.append(whole[at][int(k[-2])])
+            continue
+        group, old = _get(obj, k[:-1], file), _get(obj, k, file)
         lr = group_lr(target.schedule, target.progress, group)
         if lr is None:
             return out, None
@@ -291,6 +304,40 @@ def lr_field_changes(file: str, obj: Any, keys: list[Key], target: Target
         if float(old) != float(lr):
             out.append(Change(file, k, old, float(lr), why="schedule's LR at the new progress"))
     return out, lrs
+
+
+def _get(obj: Any, key: Key, file: str) -> Any:
+    try:
+        return get_at(obj, key)
+    except (KeyError, IndexError, TypeError, AttributeError):
+        raise Refusal(f"no field {_dotted(key)}", file) from None
+
+
+def ref_state(file: str, obj: Any, path: Path, state: RunState, target: Target
+              ) -> tuple[list[Change], list[str]]:
+    """One file's edits through the reader's refs into it (``path``, written as ``file``):
+    the progress field ``scheduler_progress.ref`` names and the LRs of
+    ``optimizer_lr_refs``; the scheduler(s) and optimizers by shape
+    (:func:`plan_torch_state`) only where no ref names the progress in this file, and every
+    optimizer by shape where no LR ref does, each said in a note."""
+    def here(ref: FieldRef | None) -> bool:
+        return ref is not None and not ref.item and bool(ref.key) and \
+            Path(ref.file).resolve() == path.resolve()
+
+    prog = state.scheduler_progress
+    if prog is None or prog.ref is None or not here(prog.ref):
+        found, said = plan_torch_state(file, obj, target)
+        return found, said + [f"the reader named no scheduler field in {file}: the "
+                                 "scheduler and optimizer states are found by their shape"]
+    notes: list[str] = []
+    lr_keys = [r.key for r in state.optimizer_lr_refs if here(r)]
+    lr_changes, lrs = lr_field_changes(file, obj, lr_keys, target) if lr_keys else ([], None)
+    changes = progress_changes(file, obj, prog.ref.key, prog.ref_offset, target, lrs)
+    if not lr_keys:
+        notes.append(f"the reader named no optimizer LR in {file}: every optimizer state "
+                     "found by its shape is set")
+        lr_changes = optimizer_edits(file, obj, (), target)[0]
+    return changes + lr_changes, notes
 
 
 # ---------------------------------------------------------------- what layouts call
@@ -347,6 +394,10 @@ class Tools:
     def lr_fields(self, file: str, obj: Any, keys: list[Key], target: Target
                   ) -> tuple[list[Change], list[float] | None]:
         return lr_field_changes(file, obj, keys, target)
+
+    def ref_state(self, file: str, obj: Any, path: Path, state: RunState, target: Target
+                  ) -> tuple[list[Change], list[str]]:
+        return ref_state(file, obj, path, state, target)
 
 
 TOOLS = Tools()

@@ -501,27 +501,7 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     f = find_checkpoints(path)[-1]
     root = path if path.is_dir() else f
     rel = str(f.relative_to(root)) if root.is_dir() else f.name
-    obj = tools.load(f)
-
-    def here(ref: FieldRef | None) -> bool:
-        return ref is not None and not ref.item and bool(ref.key) and \
-            Path(ref.file).resolve() == f.resolve()
-
-    prog = state.scheduler_progress
-    lr_keys = [r.key for r in state.optimizer_lr_refs if here(r)]
-    notes: list[str] = []
-    lr_changes, lrs = tools.lr_fields(rel, obj, lr_keys, target) if lr_keys else ([], None)
-    if prog is not None and prog.ref is not None and here(prog.ref):
-        changes = tools.progress(rel, obj, prog.ref.key, prog.ref_offset, target, lrs)
-        if not lr_keys:
-            notes.append("Lightning: the reader named no optimizer LR; every optimizer "
-                         "state found by its shape is set")
-            lr_changes = tools.optimizers(rel, obj, (), target)[0]
-        changes += lr_changes
-    else:
-        changes, notes = tools.torch_state(rel, obj, target)
-        notes.append(f"Lightning: the reader named no scheduler field in {rel}; the "
-                     "schedulers and optimizers are found by their shape")
+    changes, notes = tools.ref_state(rel, tools.load(f), f, state, target)
     if root.is_dir():
         notes.append(f"the output holds a repaired copy of {rel} only; resume with "
                      f"trainer.fit(model, ckpt_path=OUT/{rel})")

@@ -412,7 +412,9 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     frameworks refined from it: ROLL's bare ``scheduler.pt``, verl, SkyRL, Composer,
     torchtune).
 
-    Edits go where the read found the state (``state.facts.files_used``), by shape: torch
+    A single file is edited through the reader's refs (``scheduler_progress.ref``,
+    ``optimizer_lr_refs``), by shape only where they name nothing in it. Several files go
+    where the read found the state (``state.facts.files_used``), by shape: torch
     ``LRScheduler`` states, megatron-core scheduler states, the optimizer's param-group
     ``lr``; where no scheduler state is saved (torchtune), the counter the reader named with
     a FieldRef. A folder checkpoint is copied whole; a single file alone (a directory in
@@ -429,7 +431,7 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     if ckpt.is_file() and used == [ckpt]:
         root = path if path.is_dir() else ckpt
         rel = str(ckpt.relative_to(root)) if root.is_dir() else ckpt.name
-        changes, notes = tools.torch_state(rel, tools.load(ckpt), target)
+        changes, notes = tools.ref_state(rel, tools.load(ckpt), ckpt, state, target)
         return FormatPlan(root=root, files=[rel], changes=changes, notes=notes)
     # The folder holding the checkpoint and every file used (torchtune keeps its
     # recipe_state/ beside the epoch folders: the copy is then the run folder).
