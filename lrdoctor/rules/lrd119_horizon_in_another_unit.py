@@ -1,8 +1,7 @@
 """LRD119 `horizon-in-another-unit`: The decay horizon is the planned end counted in another unit
 
-The rule lives here; its check tests every hypothesis of
-:mod:`lrdoctor.rules.hypotheses` against the checkpoint's evidence
-(:func:`lrdoctor.rules.evidence_checks.horizon_in_another_unit`).
+The rule and its check live here; the check tests every hypothesis of
+:mod:`lrdoctor.rules.hypotheses` against the checkpoint's evidence.
 
 ## Explanation
 lrdoctor tests every explanation of the saved horizon against all the evidence the
@@ -42,6 +41,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
+from lrdoctor.core.numbers import number
+from lrdoctor.rules.hypotheses import REL_TOL, horizon_tests
 
 if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
@@ -73,6 +74,46 @@ RULE = Rule.from_module(__name__, Severity.ERROR, evidence=(HorizonInAnotherUnit
 
 
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
-    from lrdoctor.rules.evidence_checks import horizon_in_another_unit
+    """The saved horizon equals the planned end counted in another unit."""
+    v = horizon_tests(state)
+    if v is None or v.fit is None or not v.fit.harmful or v.horizon.value <= 0:
+        return []
+    from lrdoctor.schedules import lr_or_none
 
-    return horizon_in_another_unit(state)
+    spec = state.schedule
+    H, E = v.horizon.value, v.planned_updates
+    per_update = v.rate * v.scale  # scheduler units per update
+    floor_at = H / per_update
+    extra: dict[str, Any] = {}
+    if floor_at < E * (1 - REL_TOL):
+        harm = (f"the LR reaches its floor at {v.step} {number(round(floor_at, 1))} of "
+                f"{number(E)} planned: the last {1 - floor_at / E:.0%} of training runs "
+                "at the floor")
+    else:
+        lr_end = lr_or_none(spec, per_update * E) if spec is not None else None
+        done = per_update * E / H
+        extra["decay_done_at_planned_end"] = round(done, 6)
+        harm = (f"at the planned end ({v.step} {number(E)}) only {done:.0%} of the horizon "
+                "is done")
+        if lr_end is not None and spec is not None:
+            extra["lr_at_planned_end"] = lr_end
+            harm += f" and the LR is still {lr_end:.6g} (min_lr {spec.min_lr:g})"
+    others = "; ".join(f"{t.hypothesis} would give {number(round(t.predicted, 3))}"
+                       for t in v.ruled_out[:6])
+
+    ev = HorizonInAnotherUnit(
+        horizon=H, horizon_from=v.horizon.where, planned_end_updates=E,
+        planned_end_from=v.planned_from, scheduler_calls_per_update=round(v.rate, 6),
+        rate_from=v.rate_from, hypothesis=v.fit.to_dict(),
+        also_fits=tuple(t.to_dict() for t in v.also),
+        ruled_out=tuple(t.to_dict() for t in v.ruled_out),
+        floor_at_update=round(floor_at, 3),
+        step_unit=v.step if v.step != "update" else None, **extra)
+    return [RULE.finding(
+        f"The decay horizon {v.horizon.name} = {number(H)} ({v.horizon.where}) is "
+        f"{v.fit.hypothesis}: {v.fit.arithmetic} = {number(round(v.fit.predicted, 3))}"
+        + "".join(f" (the same number as {t.hypothesis}: {t.arithmetic})" for t in v.also)
+        + ". "
+        f"The scheduler is called {number(round(v.rate, 4))} time(s) per {v.step} "
+        f"({v.rate_from}), so {harm}. Ruled out: {others}.",
+        ev, location=v.horizon.where)]
