@@ -390,7 +390,7 @@ class _Loaded:
 
 def tensor_changes(obj: Any, changes: list) -> list:
     """``changes`` with each new value for a one-element tensor made a tensor holding it."""
-    from lrdoctor.repair.writer import get_at
+    from lrdoctor.core.repair import get_at
 
     out = []
     for c in changes:
@@ -545,8 +545,8 @@ def write(loaded: _Loaded, dst: Path) -> None:
 
 
 def rewrite(src: Path, dst: Path, changes: list) -> None:
-    """Load ``src``, apply ``changes`` (:func:`lrdoctor.repair.writer.apply_changes`), write ``dst``."""
-    from lrdoctor.repair.writer import apply_changes
+    """Load ``src``, apply ``changes`` (:func:`lrdoctor.core.repair.apply_changes`), write ``dst``."""
+    from lrdoctor.core.repair import apply_changes
 
     loaded = load(src)
     try:

@@ -23,22 +23,12 @@ from typing import Any
 
 from lrdoctor.atomic import refuse_checkpoint
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.core.repair import Builder, Change, Key, get_at, key_str
+from lrdoctor.core.repair import Builder, Change, apply_changes
+from lrdoctor.core.repair import key_str as key_str  # the display form tests compare
 from lrdoctor.read.bytes import unsafe_globals
 from lrdoctor.read.layouts._fixmanifest import MANIFEST
 
 _CHUNK = 8 << 20
-
-
-def set_at(obj: Any, key: Key, value: Any) -> None:
-    parent = get_at(obj, key[:-1])
-    last = key[-1]
-    if isinstance(parent, argparse.Namespace):
-        setattr(parent, last, value)
-    elif isinstance(parent, tuple):
-        raise TypeError(f"cannot set inside a tuple at {key_str(key)}")
-    else:
-        parent[last] = value
 
 
 # ---------------------------------------------------------------- loading
@@ -106,34 +96,6 @@ def load_file(path: Path, kind: str) -> Any:
 
         return safetext.read_json(path)
     return load_pickle(path)
-
-
-def same(a: Any, b: Any) -> bool:
-    if isinstance(a, float) or isinstance(b, float):
-        try:
-            return float(a) == float(b)
-        except (TypeError, ValueError):
-            return False
-    return bool(a == b)
-
-
-def apply_changes(obj: Any, changes: list[Change], path: Path) -> None:
-    """Set every change in ``obj``; the current value must be the planned 'before'."""
-    for c in changes:
-        try:
-            current = get_at(obj, c.key)
-        except (KeyError, IndexError, AttributeError, TypeError):
-            raise UnusableInput(f"no field {c.key_str}", str(path)) from None
-        if not _same_value(current, c.before):
-            raise UnusableInput(f"field {c.key_str} is {current!r}, expected {c.before!r} "
-                                "(changed since planning?)", str(path))
-        set_at(obj, c.key, c.after)
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
-    return same(a, b)
 
 
 # ---------------------------------------------------------------- files
