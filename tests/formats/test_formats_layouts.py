@@ -22,7 +22,7 @@ import pytest
 from lrdoctor.core.findings import Severity
 from lrdoctor.diagnose import diagnose
 from lrdoctor.inspect_api import read_state
-from tests.helpers.factories import _tiny_model, _train_step
+from tests.helpers.factories import _tiny_model, _train_step, composer_state
 from tests.helpers.paths import REPO
 
 ROOT = REPO
@@ -158,26 +158,9 @@ def test_skyrl_extra_updates_per_step_are_lrd103(tmp_path):
 def composer_ckpt(root: Path, *, batches: int, k: int) -> Path:
     """composer/core/state.py State.state_dict + time.py Timestamp.state_dict, saved as
     ep{E}-ba{B}-rank0.pt = {"state": ..., "rng": ...}; schedulers stepped per batch."""
-    import datetime
-
     import torch
 
-    model = _tiny_model(6)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / 500))
-    for b in range(batches):
-        _train_step(model, opt, b)
-        for _ in range(k):
-            sched.step()
-    ts = {"iteration": 0, "epoch": 1, "batch": batches, "sample": batches * 16,
-          "token": batches * 16 * 128, "epoch_in_iteration": 1, "token_in_iteration": 0,
-          "batch_in_epoch": 0, "sample_in_epoch": 0, "token_in_epoch": 0,
-          "total_wct": datetime.timedelta(seconds=60), "iteration_wct": datetime.timedelta(0),
-          "epoch_wct": datetime.timedelta(0), "batch_wct": datetime.timedelta(0)}
-    state = {"model": model.state_dict(), "optimizers": {"AdamW": opt.state_dict()},
-             "schedulers": {"LambdaLR": sched.state_dict()}, "algorithms": [],
-             "callbacks": {}, "timestamp": {"Timestamp": ts}, "rank_zero_seed": 17,
-             "run_name": "run", "integrations": {}, "metadata": {}}
+    state = composer_state(batches=batches, k=k)
     root.mkdir(parents=True)
     f = root / f"ep1-ba{batches}-rank0.pt"
     torch.save({"state": state, "rng": [{"python": random.getstate(),

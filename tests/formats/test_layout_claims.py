@@ -19,7 +19,6 @@ files. These tests give that path inputs no layout module describes:
 
 from __future__ import annotations
 
-import datetime
 import random
 import warnings
 from pathlib import Path
@@ -31,7 +30,7 @@ from lrdoctor.inspect_api import read_state
 from lrdoctor.read import layouts
 from lrdoctor.read.scan import grouping, reading
 from lrdoctor.read.scan.view import ScanView
-from tests.helpers.factories import _tiny_model, _train_step
+from tests.helpers.factories import _tiny_model, _train_step, composer_state
 
 
 def _loud(st) -> list[str]:
@@ -45,22 +44,7 @@ def composer_sharded(root: Path, *, batches: int, k: int) -> Path:
     import torch
     import torch.distributed.checkpoint as tdcp
 
-    model = _tiny_model(6)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / 500))
-    for b in range(batches):
-        _train_step(model, opt, b)
-        for _ in range(k):
-            sched.step()
-    ts = {"iteration": 0, "epoch": 1, "batch": batches, "sample": batches * 16,
-          "token": batches * 16 * 128, "epoch_in_iteration": 1, "token_in_iteration": 0,
-          "batch_in_epoch": 0, "sample_in_epoch": 0, "token_in_epoch": 0,
-          "total_wct": datetime.timedelta(seconds=60), "iteration_wct": datetime.timedelta(0),
-          "epoch_wct": datetime.timedelta(0), "batch_wct": datetime.timedelta(0)}
-    state = {"model": model.state_dict(), "optimizers": {"AdamW": opt.state_dict()},
-             "schedulers": {"LambdaLR": sched.state_dict()}, "algorithms": [],
-             "callbacks": {}, "timestamp": {"Timestamp": ts}, "rank_zero_seed": 17,
-             "run_name": "run", "integrations": {}, "metadata": {}}
+    state = composer_state(batches=batches, k=k)
     with warnings.catch_warnings():  # single-process save: torch warns it is not distributed
         warnings.simplefilter("ignore")
         tdcp.save({"state": state, "rng": [{"python": random.getstate(),

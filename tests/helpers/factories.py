@@ -438,3 +438,30 @@ def free_port() -> int:
 
 def approx_rel(a: float, b: float, tol: float = 1e-12) -> bool:
     return math.isclose(a, b, rel_tol=tol, abs_tol=1e-18)
+
+
+def composer_state(*, batches: int, k: int) -> dict:
+    """composer/core/state.py ``State.state_dict()`` with time.py's ``Timestamp.state_dict()``
+    after ``batches`` batches, the LambdaLR (what ComposerSchedulers compile to) stepped ``k``
+    times per batch; one home for the monolithic and the sharded (DCP) fixtures."""
+    import datetime
+
+    import torch
+
+    model = _tiny_model(6)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / 500))
+    for b in range(batches):
+        _train_step(model, opt, b)
+        for _ in range(k):
+            sched.step()
+    ts = {"iteration": 0, "epoch": 1, "batch": batches, "sample": batches * 16,
+          "token": batches * 16 * 128, "epoch_in_iteration": 1, "token_in_iteration": 0,
+          "batch_in_epoch": 0, "sample_in_epoch": 0, "token_in_epoch": 0,
+          "total_wct": datetime.timedelta(seconds=60), "iteration_wct": datetime.timedelta(0),
+          "epoch_wct": datetime.timedelta(0), "batch_wct": datetime.timedelta(0)}
+    state = {"model": model.state_dict(), "optimizers": {"AdamW": opt.state_dict()},
+             "schedulers": {"LambdaLR": sched.state_dict()}, "algorithms": [],
+             "callbacks": {}, "timestamp": {"Timestamp": ts}, "rank_zero_seed": 17,
+             "run_name": "run", "integrations": {}, "metadata": {}}
+    return state
