@@ -18,35 +18,16 @@ import pytest
 
 from lrdoctor.core.findings import Severity
 from lrdoctor.inspect_api import inspect_path, read_state
+from tests.helpers.verdicts import silent, the, tiny_adamw, train
 
 pytestmark = pytest.mark.frameworks
 
 
-def silent(report) -> None:
-    bad = [(f.code, f.message) for f in report.findings if f.severity >= Severity.WARNING]
-    assert not bad, bad
-
-
-def the(report, code):
-    (f,) = [f for f in report.findings if f.code == code]
-    return f
-
-
-def _train(model, opt, n=1):
-    import torch
-
-    for _ in range(n):
-        model(torch.randn(2, 4)).pow(2).mean().backward()
-        opt.step()
-        opt.zero_grad()
+_train = train
 
 
 def _model_opt(lr=1e-3):
-    import torch
-
-    torch.manual_seed(0)
-    m = torch.nn.Linear(4, 1)
-    return m, torch.optim.AdamW(m.parameters(), lr=lr)
+    return tiny_adamw(lr)
 
 
 # ------------------------------------------------------------ horizon in micro-batches

@@ -18,34 +18,17 @@ import pytest
 from lrdoctor.core.findings import Severity
 from lrdoctor.inspect_api import inspect_path, read_state
 from lrdoctor.rules.hypotheses import updates_per_rollout
+from tests.helpers.verdicts import silent, the, tiny_adamw, train
 
 pytestmark = pytest.mark.frameworks
 
 
-def silent(report) -> None:
-    bad = [(f.code, f.message) for f in report.findings if f.severity >= Severity.WARNING]
-    assert not bad, bad
-
-
-def the(report, code):
-    (f,) = [f for f in report.findings if f.code == code]
-    return f
-
-
 def _model_opt(lr=1e-6):
-    import torch
-
-    torch.manual_seed(0)
-    m = torch.nn.Linear(4, 1)
-    return m, torch.optim.AdamW(m.parameters(), lr=lr)
+    return tiny_adamw(lr)
 
 
 def _update(m, opt) -> None:
-    import torch
-
-    m(torch.randn(2, 4)).pow(2).mean().backward()
-    opt.step()
-    opt.zero_grad()
+    train(m, opt)
 
 
 # ------------------------------------------------------------ verl: rollout steps vs updates
