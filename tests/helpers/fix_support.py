@@ -97,3 +97,18 @@ def diff(a: Any, b: Any, key: tuple = ()) -> list[tuple]:
             return [key]
         return [d for i, (x, y) in enumerate(zip(a, b)) for d in diff(x, y, key + (i,))]
     return [] if a == b else [key]
+
+
+def assert_resumes_on_healthy_curve(fopt, fsched, hopt, hsched, steps: int,
+                                    rel: float = 1e-9) -> None:
+    """A repaired copy resumed with torch's own classes (``fopt``/``fsched``) follows the
+    healthy run (``hopt``/``hsched``) for ``steps`` updates, every param group's LR equal."""
+    import math
+
+    for _ in range(steps):
+        for g, h in zip(fopt.param_groups, hopt.param_groups, strict=True):
+            assert math.isclose(g["lr"], h["lr"], rel_tol=rel), (g["lr"], h["lr"])
+        fopt.step()
+        fsched.step()
+        hopt.step()
+        hsched.step()

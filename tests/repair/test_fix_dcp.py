@@ -33,7 +33,7 @@ from tests.formats.test_formats_dcp_layouts import (
     nemo_rl_run,
     torchtitan_run,
 )
-from tests.helpers.fix_support import tree_hash
+from tests.helpers.fix_support import assert_resumes_on_healthy_curve, tree_hash
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 runner = CliRunner()
@@ -391,13 +391,7 @@ def test_generality_a_dcp_layout_no_repair_code_names(tmp_path):
     fopt.load_state_dict(state["trainer"]["optim"])
     fsched.load_state_dict(state["trainer"]["lr_schedule"])
     assert fsched.last_epoch == 12
-    for _ in range(30):
-        assert math.isclose(fopt.param_groups[0]["lr"], hopt.param_groups[0]["lr"],
-                            rel_tol=1e-9)
-        fopt.step()
-        fsched.step()
-        hopt.step()
-        hsched.step()
+    assert_resumes_on_healthy_curve(fopt, fsched, hopt, hsched, 30)
     assert not _loud_after(out) & {"LRD103", "LRD105"}
 
 

@@ -12,7 +12,6 @@ edit exactly that pair, leave "beta" equal by value, and resume with torch's own
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import torch
 from lrdoctor.repair import plan_fix, write_fix
 from lrdoctor.repair.engine import read_state
 from tests.formats.test_formats_dcp_layouts import _save, _train
+from tests.helpers.fix_support import assert_resumes_on_healthy_curve
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -88,10 +88,4 @@ def test_two_schedulers_at_one_progress_the_fix_edits_only_the_one_read(tmp_path
     fopt.load_state_dict(after["alpha"]["o"])
     fsched.load_state_dict(after["alpha"]["s"])
     assert fsched.last_epoch == 10
-    for _ in range(20):
-        assert math.isclose(fopt.param_groups[0]["lr"], hopt.param_groups[0]["lr"],
-                            rel_tol=1e-9)
-        fopt.step()
-        fsched.step()
-        hopt.step()
-        hsched.step()
+    assert_resumes_on_healthy_curve(fopt, fsched, hopt, hsched, 20)

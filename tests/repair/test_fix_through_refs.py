@@ -10,7 +10,6 @@ continue on the healthy run's curve.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from lrdoctor.core.repair import Change, Refusal
 from lrdoctor.read import layouts
 from lrdoctor.repair import plan_fix, write_fix
 from lrdoctor.repair.engine import read_state
+from tests.helpers.fix_support import assert_resumes_on_healthy_curve
 
 UPDATES = 8
 
@@ -85,13 +85,7 @@ def test_every_edit_is_a_field_the_read_named_and_torch_resumes_on_the_healthy_c
     fopt.load_state_dict(saved["bundle"][0])
     fsched.load_state_dict(saved["cfg"]["the lr"])
     assert fsched.last_epoch == UPDATES
-    for _ in range(30):
-        for g, h in zip(fopt.param_groups, hopt.param_groups, strict=True):
-            assert math.isclose(g["lr"], h["lr"], rel_tol=1e-9), (g["lr"], h["lr"])
-        fopt.step()
-        fsched.step()
-        hopt.step()
-        hsched.step()
+    assert_resumes_on_healthy_curve(fopt, fsched, hopt, hsched, 30)
 
 
 def test_the_repair_side_is_the_layout_module_through_the_registry():

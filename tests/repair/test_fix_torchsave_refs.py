@@ -9,14 +9,12 @@ Generality: the repair code was written for no such layout (read by content).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from lrdoctor.repair import plan_fix, write_fix
 from lrdoctor.repair.engine import read_state
 from tests.formats.test_formats_dcp_layouts import _train
-from tests.helpers.fix_support import diff, load
+from tests.helpers.fix_support import assert_resumes_on_healthy_curve, diff, load
 
 
 def _cosine(o):
@@ -49,10 +47,4 @@ def test_two_pairs_in_one_file_the_fix_edits_the_refd_pair(tmp_path):
     _, fopt, fsched = _train(0, 1, _cosine)
     fopt.load_state_dict(after["gen"]["opt"])
     fsched.load_state_dict(after["gen"]["lr"])
-    for _ in range(20):
-        assert math.isclose(fopt.param_groups[0]["lr"], hopt.param_groups[0]["lr"],
-                            rel_tol=1e-9)
-        fopt.step()
-        fsched.step()
-        hopt.step()
-        hsched.step()
+    assert_resumes_on_healthy_curve(fopt, fsched, hopt, hsched, 20)
