@@ -259,20 +259,10 @@ DS_GEN = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def ds_runs(tmp_path_factory):
-    import os
-    import subprocess
-    import sys
-
-    from tests.helpers.factories import free_port
+    from tests.helpers.factories import run_deepspeed
 
     out = tmp_path_factory.mktemp("ds_resume")
-    (out / "gen.py").write_text(DS_GEN)
-    env = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-               CUDA_VISIBLE_DEVICES="")
-    r = subprocess.run([sys.executable, str(out / "gen.py"), str(out)], env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_deepspeed(out, DS_GEN, str(out))
     return out
 
 

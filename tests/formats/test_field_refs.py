@@ -31,7 +31,7 @@ from lrdoctor.read.bytes import dcp, safeload, safetext
 from lrdoctor.read.layouts._common import number
 from lrdoctor.read.layouts._refs import counters, refs
 from lrdoctor.read.scan.shapes import follow
-from tests.helpers.factories import free_port
+from tests.helpers.factories import run_deepspeed
 from tests.helpers.paths import REPO
 
 SAMPLES = sorted(p for p in (REPO / "sample_checkpoints").iterdir() if p.is_dir())
@@ -267,13 +267,7 @@ DS_GEN = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def deepspeed_saved(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ds-refs")
-    (out / "gen.py").write_text(DS_GEN)
-    env = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-               CUDA_VISIBLE_DEVICES="")
-    r = subprocess.run([sys.executable, str(out / "gen.py"), str(out)], env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_deepspeed(out, DS_GEN, str(out))
     return out
 
 

@@ -19,7 +19,7 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.state import Unit
 from lrdoctor.read.layouts import deepspeed as ds_fmt
 from lrdoctor.schedules import lr_at
-from tests.helpers.factories import free_port
+from tests.helpers.factories import run_deepspeed
 
 pytestmark = pytest.mark.frameworks
 
@@ -99,13 +99,7 @@ GEN = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("deepspeed")
-    (out / "gen.py").write_text(GEN)
-    env = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-               CUDA_VISIBLE_DEVICES="")
-    r = subprocess.run([sys.executable, str(out / "gen.py"), str(out)], env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_deepspeed(out, GEN, str(out))
     return out
 
 

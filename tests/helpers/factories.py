@@ -465,3 +465,21 @@ def composer_state(*, batches: int, k: int) -> dict:
              "callbacks": {}, "timestamp": {"Timestamp": ts}, "rank_zero_seed": 17,
              "run_name": "run", "integrations": {}, "metadata": {}}
     return state
+
+
+def run_deepspeed(folder: Path, script: str, *args: str, cwd: Path | None = None,
+                  env: dict[str, str] | None = None):
+    """Write ``script`` as ``folder/gen.py`` and run it as a one-process DeepSpeed job on the
+    CPU (its own rendezvous port), with ``args``; the finished process (asserted to exit 0,
+    its stderr's tail shown otherwise). ``env`` adds variables (e.g. PYTHONPATH)."""
+    import subprocess
+    import sys
+
+    (folder / "gen.py").write_text(script)
+    full = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                CUDA_VISIBLE_DEVICES="", **(env or {}))
+    r = subprocess.run([sys.executable, str(folder / "gen.py"), *args], env=full,
+                       capture_output=True, text=True, timeout=600, cwd=cwd)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from lrdoctor.core.findings import Severity
 from lrdoctor.repair import Refusal, plan_fix, write_fix
-from tests.helpers.factories import free_port
+from tests.helpers.factories import run_deepspeed
 from tests.helpers.fix_support import diff, load, tree_hash
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
@@ -73,14 +70,7 @@ GEN = textwrap.dedent("""
 
 
 def engine(tmp, mode, out):
-    port = free_port()
-    (tmp / "gen.py").write_text(GEN)
-    env = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-               RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", CUDA_VISIBLE_DEVICES="")
-    r = subprocess.run([sys.executable, str(tmp / "gen.py"), mode, str(out),
-                        json.dumps(CONFIGS)], env=env, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = run_deepspeed(tmp, GEN, mode, str(out), json.dumps(CONFIGS))
     line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT")), "RESULT{}")
     return json.loads(line[len("RESULT"):])
 

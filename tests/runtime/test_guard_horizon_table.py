@@ -11,10 +11,7 @@ DeepSpeed class and its horizon check (LRD101) never ran on one.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -26,7 +23,7 @@ from lrdoctor.read.layouts._torchstate import optimizer_info, torch_scheduler
 from lrdoctor.read.scan.shapes import scheduler_field
 from lrdoctor.runtime.guard import scheduler_horizon
 from lrdoctor.schedules import horizon_fields
-from tests.helpers.factories import free_port
+from tests.helpers.factories import run_deepspeed
 
 torch = pytest.importorskip("torch")
 lr_scheduler = torch.optim.lr_scheduler
@@ -147,13 +144,7 @@ def test_deepspeed_warmup_decay_lr_horizon_in_guard_and_reader(tmp_path):
     finds the same ``total_num_steps`` on the live engine's scheduler and reports a loop
     that runs past it (LRD101)."""
     pytest.importorskip("deepspeed")
-    (tmp_path / "gen.py").write_text(DS_RUN)
-    env = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-               CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, str(tmp_path / "gen.py"), str(tmp_path)], env=env,
-                       capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_deepspeed(tmp_path, DS_RUN, str(tmp_path), cwd=REPO, env={"PYTHONPATH": str(REPO)})
     got = json.loads((tmp_path / "guard.json").read_text())
     from lrdoctor.read.layouts import deepspeed as ds_fmt
 
