@@ -406,7 +406,10 @@ class StepGuard(_Reporter):
             else:
                 before = scheduler_progress(scheduler)
                 out = sched_step(*a, **kw)
-                moved = round(scheduler_progress(scheduler) - before)
+                after = scheduler_progress(scheduler)
+                # A counter that cannot be read counts as one call, like a plain scheduler.
+                moved = round(after - before) if after is not None and before is not None \
+                    else 1
                 if moved > 0:
                     self._count(moved)
             self._check_horizon(scheduler_progress(scheduler), self.horizon,

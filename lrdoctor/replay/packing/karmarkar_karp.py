@@ -227,7 +227,7 @@ def _verl_order(w: list[int], k: int, equal_size: bool) -> list[list[int]]:
     return parts[::2][::-1] + parts[1::2]
 
 
-def _balance_dp(tokens, dp, mini_batch_size=None):
+def _balance_dp(tokens: Any, dp: int, mini_batch_size: int | None = None) -> list[Any]:
     """verl's ``_balance_batch``: equal-size KK of the step over dp ranks on the workload.
 
     With ``keep_minibatch`` (``mini_batch_size`` rows), each mini-batch is balanced
@@ -390,7 +390,7 @@ def _verl_fit(rows_j, lens, count, cap, equal_size, notes, raised):
     works = [_workloads(x) for x in lens]
     while True:
         k_try = min(count, min_rows)
-        parts_all = []
+        parts_all: list[Any] = []
         fits = count <= min_rows
         for ln, w in zip(lens, works, strict=True):
             if not ln:

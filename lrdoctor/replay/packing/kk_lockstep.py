@@ -28,6 +28,8 @@ at the end.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 # Composite keys must stay below this (a margin under 2**63 for the subtraction).
@@ -184,7 +186,8 @@ def _solve_group(vals, starts, grp, k, eq, out):
     out[flat] = posmap[parf]
 
 
-def _scalar_group(vals, starts, grp, k, eq, out, toks=None, caps=None, stopped=None):
+def _scalar_group(vals: Any, starts: Any, grp: Any, k: int, eq: bool, out: Any, toks: Any = None,
+                  caps: Any = None, stopped: Any = None) -> None:
     """The scalar procedure, for a group whose keys would not fit in int64 (or too
     small, or too many sets, for lockstep to pay); with ``caps``, it may stop early."""
     from lrdoctor.replay.packing.karmarkar_karp import _kk_sets_capped
