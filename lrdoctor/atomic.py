@@ -41,7 +41,9 @@ def checkpoint_holding(path: str | os.PathLike) -> Path | None:
     from lrdoctor.core.errors import UnusableInput
     from lrdoctor.read.scan import grouping
 
-    d = Path(path).absolute().parent
+    # abspath, not Path.absolute(): '..' must be resolved before walking up, or the walk
+    # from 'ckpt/../out/x.pt' would climb back into 'ckpt' (a path's textual parent).
+    d = Path(os.path.abspath(path)).parent
     for _ in range(GUARD_LEVELS):
         if d.is_dir():
             try:

@@ -4,8 +4,8 @@
 caller that also wrote the file's name into the message (a repair's refusal naming the
 file inside the checkpoint, pyarrow's or the OS's own text quoting the path) printed it
 twice. Every command runs on the same bad inputs, named relative to the working folder
-as a user types them. Inputs: torch's own ``torch.save`` output cut short and with two
-optimizers (the repair's refusal), an empty file, a folder of junk, a pickle asking
+as a user types them. Inputs: torch's own ``torch.save`` output cut short, and whole with a
+``--k`` that gives a fractional ``last_epoch`` (the repair's refusal), an empty file, a folder of junk, a pickle asking
 for ``os.system``, a Parquet batch log that is not one, a missing settings file."""
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ def work(tmp_path_factory):
     (d / "hostile.pt").write_bytes(b"cos\nsystem\n(S'echo pwned'\ntR.")
     (d / "junk").mkdir()
     (d / "junk" / "notes.txt").write_text("hello")
-    torch.save({**good, "optimizer2": good["optimizer"]}, d / "twoopt.pt")
     (d / "bad.parquet").write_bytes(b"PAR1 not really parquet")
     return d
 
@@ -49,7 +48,9 @@ def _cases():
         yield name, ["check", "--inspect", name]
         yield name, ["report", name, "--out", f"../out/page-{name}"]
         yield name, ["replay", "-c", name]
-    yield "twoopt.pt", ["fix", "twoopt.pt", "--out", "../out/fixed.pt"]
+    # a repair's refusal raised with the file inside the input (here the input itself)
+    yield "good.pt", ["fix", "good.pt", "--out", "../out/fixed.pt", "--policy", "rescale",
+                      "--k", "7"]
     yield "bad.parquet", ["replay", "-c", str(ONEVISION), "--batch-log", "bad.parquet"]
     yield "nope.toml", ["inspect", "good.pt", "-c", "nope.toml"]
 

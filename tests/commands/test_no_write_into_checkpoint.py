@@ -130,3 +130,14 @@ def test_a_report_page_never_goes_inside_its_input_whichever_command(runs, tmp_p
     # beside the run, it is written
     index, _ = write_report_files(inspect_path(str(meg)), tmp_path / "page", inputs=[meg])
     assert index.is_file()
+
+
+def test_an_output_beside_the_checkpoint_named_through_dotdot_is_not_inside_it(runs, monkeypatch):
+    """From inside a checkpoint folder, ``--out ../out/x.pt`` lands beside it (a fresh
+    folder): the guard resolves '..' before walking up, where the textual parents of
+    ``ckpt/../out`` once led back into ``ckpt`` and refused a legal output."""
+    ck = runs["hf"] / "checkpoint-20"
+    monkeypatch.chdir(ck)
+    assert atomic.checkpoint_holding("../out/fixed.pt") is None
+    assert atomic.checkpoint_holding("../checkpoint-10/x.pt") == runs["hf"] / "checkpoint-10"
+    assert atomic.checkpoint_holding("x.pt") == ck
