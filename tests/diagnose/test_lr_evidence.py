@@ -61,9 +61,9 @@ def test_hf_log_that_cycles_while_args_say_linear(tmp_path):
     assert "LRD131" not in by
 
 
-def test_hf_log_stuck_at_zero_while_training_went_on(tmp_path):
-    """The scheduler driving the run decays to 0 over 10 of 16 steps (its horizon sized
-    for another unit): the logged LR stays 0 for the last 6 updates."""
+def stuck_at_zero_report(tmp_path):
+    """transformers' Trainer whose driving scheduler decays to 0 over 10 of 16 steps (its
+    horizon sized for another unit): the report of its last checkpoint."""
     import torch
 
     def linear10(opt):
@@ -73,6 +73,13 @@ def test_hf_log_stuck_at_zero_while_training_went_on(tmp_path):
     hf_run(tmp_path / "out", max_steps=16, save_steps=16, scheduler="linear", warmup_steps=0,
            callbacks=[_cosine_callback(0, make=linear10)])
     (rep,) = inspect_path(tmp_path / "out" / "checkpoint-16")
+    return rep
+
+
+def test_hf_log_stuck_at_zero_while_training_went_on(tmp_path):
+    """The scheduler driving the run decays to 0 over 10 of 16 steps (its horizon sized
+    for another unit): the logged LR stays 0 for the last 6 updates."""
+    rep = stuck_at_zero_report(tmp_path)
     (z,) = [f for f in rep.findings if f.code == "LRD131"]
     assert z.severity is Severity.ERROR and z.evidence["source"] == "log"
     assert z.evidence["zero_from"] == 11 and z.evidence["end"] == 16

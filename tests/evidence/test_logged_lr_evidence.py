@@ -96,17 +96,9 @@ def test_hf_trainer_log_history_items_follow_to_their_fields(tmp_path):
 def test_hf_log_stuck_at_zero_cites_the_first_logged_zero(tmp_path):
     """LRD131 on a logged 0: the finding names the field of the first 0, and following it
     gives 0 at the step the finding says (the log is transformers' own)."""
-    import torch
+    from tests.diagnose.test_lr_evidence import stuck_at_zero_report
 
-    from tests.diagnose.test_lr_evidence import _cosine_callback
-
-    def linear10(opt):
-        return torch.optim.lr_scheduler.LinearLR(opt, start_factor=1.0, end_factor=0.0,
-                                                 total_iters=10)
-
-    hf_run(tmp_path / "out", max_steps=16, save_steps=16, scheduler="linear", warmup_steps=0,
-           callbacks=[_cosine_callback(0, make=linear10)])
-    (rep,) = inspect_path(tmp_path / "out" / "checkpoint-16")
+    rep = stuck_at_zero_report(tmp_path)
     (z,) = [f for f in rep.findings if f.code == "LRD131"]
     where = z.evidence["zero_from_field"]
     file, key = where.rsplit(":", 1)
