@@ -87,7 +87,12 @@ def plan(path: Path, state: RunState, target: Target) -> FormatPlan:
             continue
     objs: list[tuple[str, Any]] = [(rel, tree) for rel, tree, _ in trees] + pickles
     by_rel = {rel: paths for rel, _, paths in trees}
-    changes, notes = _plan_objects(objs, target, *_named(state, root, by_rel))
+    named, named_lrs = _named(state, root, by_rel)
+    changes, notes = _plan_objects(objs, target, named, named_lrs)
+    ref = state.scheduler_progress.ref if state.scheduler_progress is not None else None
+    if ref is not None and named is None:  # never silent: say the narrowing was lost
+        notes.append(f"the field the reader named ({ref}) is not among this folder's items: "
+                     "the scheduler state was found by shape instead")
     out: list[Change] = []
     for c in changes:
         if c.file in by_rel:

@@ -89,3 +89,29 @@ def test_two_schedulers_at_one_progress_the_fix_edits_only_the_one_read(tmp_path
     fsched.load_state_dict(after["alpha"]["s"])
     assert fsched.last_epoch == 10
     assert_resumes_on_healthy_curve(fopt, fsched, hopt, hsched, 20)
+
+
+def test_a_ref_the_folder_does_not_hold_is_said_not_silently_dropped(tmp_path):
+    """Never silent: when the reader's ref names an item the DCP folder's planner paths do
+    not hold, the writer falls back to finding schedulers by shape and its plan says so."""
+    import dataclasses
+
+    from lrdoctor.repair import dcp
+    from lrdoctor.repair.policies import make_target
+
+    m1, o1, s1 = _train(10, 3, _cosine)
+    ck = tmp_path / "c" / "step_10"
+    _save({"net": m1.state_dict(), "alpha": {"o": o1.state_dict(), "s": s1.state_dict()}}, ck)
+    _, st, findings = read_state(tmp_path / "c")
+    ref = st.scheduler_progress.ref
+    assert ref is not None and ref.item
+    target = make_target(st, findings)
+    ok = dcp.plan(ck, st, target)
+    assert not any("not among this folder's items" in n for n in ok.notes)
+
+    st.scheduler_progress = dataclasses.replace(
+        st.scheduler_progress, ref=dataclasses.replace(ref, item="gone.s.last_epoch"))
+    moved = dcp.plan(ck, st, target)
+    notes = [n for n in moved.notes if "not among this folder's items" in n]
+    assert notes and "found by shape" in notes[0], moved.notes
+    assert {c.key for c in moved.changes} == {c.key for c in ok.changes}  # same edits, said
