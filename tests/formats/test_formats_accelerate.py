@@ -16,7 +16,7 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.state import Unit
 from lrdoctor.read.layouts import _torchstate
 from lrdoctor.read.layouts import accelerate as acc_fmt
-from tests.helpers.factories import free_port
+from tests.helpers.factories import free_port, run_job
 
 pytestmark = pytest.mark.frameworks
 
@@ -176,9 +176,8 @@ def test_two_processes_step_the_scheduler_twice_per_update(tmp_path):
     script.write_text(GEN)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     torchrun = Path(sys.executable).with_name("torchrun")
-    subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_port", str(free_port()),
-                    str(script), str(tmp_path), "cosine"], check=True, env=env,
-                   capture_output=True, timeout=300)
+    run_job([str(torchrun), "--nproc_per_node", "2", "--master_port", str(free_port()),
+             str(script), str(tmp_path), "cosine"], env=env, timeout=300)
     t = truth(tmp_path / "cosine")
     st = acc_fmt.read(tmp_path / "cosine")
     assert st.facts.processes == t["num_processes"] == 2
