@@ -24,7 +24,6 @@ from typing import Any
 from lrdoctor.atomic import refuse_checkpoint
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.repair import Builder, Change, apply_changes
-from lrdoctor.core.repair import key_str as key_str  # the display form tests compare
 from lrdoctor.read.bytes import unsafe_globals
 from lrdoctor.read.layouts._fixmanifest import MANIFEST
 

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from lrdoctor.core.repair import key_str
 from lrdoctor.repair import plan_fix, torchzip, write_fix
 from lrdoctor.repair.standins import PICKLE_MODULE, classes, safe_globals
-from lrdoctor.repair.writer import Change, key_str
+from lrdoctor.repair.writer import Change
 from tests.helpers.fix_support import diff, megatron_run
 
 ROOT = Path(__file__).resolve().parents[2]
