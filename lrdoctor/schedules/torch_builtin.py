@@ -65,6 +65,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "OneCycleLR": {"pct_start": 0.3, "anneal_strategy": "cos", "div_factor": 25.0,
                    "final_div_factor": 1e4, "three_phase": False},
 }
+#: State-dict fields that move with the position, not the shape: every LRScheduler's
+#: bookkeeping, and CosineAnnealingWarmRestarts' ``T_cur`` / ``T_i`` (the epoch inside the
+#: current cycle and that cycle's length, both functions of the epoch and ``T_0``/``T_mult``).
+#: Two checkpoints of one schedule differ in these and only these.
+POSITION_FIELDS = ("last_epoch", "_step_count", "_last_lr", "_is_initial",
+                   "_get_lr_called_within_step", "T_cur", "T_i")
 EXACT_STEPS = 2000
 EXACT_POW_STEPS = 5000
 

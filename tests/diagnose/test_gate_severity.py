@@ -181,6 +181,31 @@ def test_fractional_epoch_warm_restarts_as_torch_docs_show_is_silent(tmp_path):
     assert math.isclose(spec.lr_at(2.95), opt.param_groups[0]["lr"], rel_tol=1e-12)
 
 
+def test_fractional_epoch_warm_restarts_run_is_one_schedule(tmp_path):
+    """torch (a hand-written loop, CosineAnnealingWarmRestarts(T_0=2, T_mult=2) stepped with
+    ``step(epoch + i / iters)``), one checkpoint per epoch: ``T_cur`` and ``T_i`` move with
+    the position (a restart every 2, 4 epochs), so consecutive checkpoints hold the same
+    schedule. The run is silent (it was LRD114 "schedule parameter T_cur changed")."""
+    import torch
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=2,
+                                                                 eta_min=1e-5)
+    iters = 11
+    for epoch in range(5):
+        for i in range(iters):
+            opt.step()
+            sched.step(epoch + i / iters)
+        torch.save({"epoch": epoch + 1, "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict()}, tmp_path / f"checkpoint_epoch{epoch + 1}.pth")
+    reports = inspect_path(tmp_path, all=True)
+    assert len(reports) == 5
+    for rep in reports:
+        assert not [f for f in rep.findings if f.severity >= Severity.WARNING], rep.findings
+    assert "T_cur" not in reports[-1].state["schedule"]["params"]
+
+
 def test_fractional_epoch_bug_twin_is_not_hidden(tmp_path):
     """The same scheduler stepped with the *update* count as its epoch (step(global_step))
     runs 20x too fast: the epoch comparison must not excuse it."""

@@ -19,12 +19,13 @@ from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.layouts import _common
 from lrdoctor.read.layouts._common import OptimizerSummary
 from lrdoctor.schedules import horizon_fields
+from lrdoctor.schedules.torch_builtin import POSITION_FIELDS
 
 if TYPE_CHECKING:
     from lrdoctor.read.bytes.dcp import DcpState
 
-# Bookkeeping fields of LRScheduler.state_dict() that say nothing about the shape.
-_VOLATILE = ("last_epoch", "_step_count", "_last_lr", "_is_initial", "_get_lr_called_within_step")
+# Fields of LRScheduler.state_dict() that say where it is, not what shape it has (the model's).
+_VOLATILE = POSITION_FIELDS
 
 
 # Keys that identify a plain (non-composite) scheduler class, first match wins: the order
