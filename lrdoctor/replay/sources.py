@@ -81,9 +81,7 @@ def load(path: Path, text: str, sets: tuple[str, ...] = (),
     tree = load_tree(path, config_root or project_root(path), _data=data, skipped=skipped)
     tr = translate.detect(tree)
     if tr is None:
-        raise UnusableInput(
-            "matches no framework config lrdoctor knows (" + translate.known() + ") and is not "
-            "an lrdoctor run config (no 'train' section; see docs/replay.md)", str(path))
+        raise UnusableInput(unknown_config_message(), str(path))
     source = {"defaults_not_followed": skipped} if skipped else None
     try:
         return translated(tr, apply_overrides(tree, key_sets), path, source)
@@ -95,6 +93,22 @@ def load(path: Path, text: str, sets: tuple[str, ...] = (),
         msg = msg[len(prefix):] if prefix and msg.startswith(prefix) else msg
         raise UnusableInput(f"{msg} (defaults not followed: {'; '.join(skipped)})",
                             exc.path or str(path)) from None
+
+
+def unknown_config_message() -> str:
+    """The refusal of a config no translator recognises: the frameworks lrdoctor reads
+    (their YAML, their launch scripts) and how to write any other run in lrdoctor's own
+    schema, so the user has a next step whatever their framework."""
+    from lrdoctor.replay import launch, translate
+
+    return ("matches no framework config lrdoctor reads and is not an lrdoctor run config "
+            "(no 'train' section). lrdoctor reads the YAML configs of "
+            f"{translate.known()}, and launch scripts running {launch.supported()}. "
+            "Any other run can be written in lrdoctor's schema: a YAML with 'train' (steps, "
+            "samples_per_step, micro_batch_size, gradient_accumulation), 'schedule' (family, "
+            "kind, max_lr, warmup, horizon), 'scheduler' (step_on, increment), and as needed "
+            "'dp', 'batching', 'accumulation', 'budget'; see docs/replay.md 'The run config' "
+            "and examples/onevision-offbyone.yaml")
 
 
 def project_root(path: Path, levels: int = 6) -> Path:

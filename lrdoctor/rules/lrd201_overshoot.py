@@ -1,8 +1,10 @@
-"""LRD201 `overshoot`: The loop takes more optimizer updates than the scheduler's budget
+"""LRD201 `overshoot`: The scheduler runs past its horizon
 
 ## Explanation
-Dynamic micro-batching (or per-micro-step stepping) consumes more scheduler progress per
-train step than the budget assumed: the LR reaches its floor early.
+Dynamic micro-batching (more updates than budgeted), per-micro-step stepping or a horizon
+sized in another unit move the scheduler further than its horizon: the LR reaches its floor
+early. Where the LR does not move past warmup (a constant schedule) no update's LR changes,
+and the finding is informational.
 
 ## Example
 ROLL: budget 1024 updates, 2 updates per pipeline step: floor at step 512 of 1024.
@@ -26,12 +28,12 @@ RULE = Rule.from_module(__name__, Severity.ERROR)
 
 
 class Overshoot(ReplayBudget, kw_only=True):
-    """The replay's budget evidence: the loop takes more updates than budgeted."""
+    """The replay's budget evidence: the scheduler runs past its horizon."""
 
 
 def check(c: ReplayContext) -> list[Finding]:
     """The scheduler runs past its horizon: the LR reaches its floor early."""
-    from lrdoctor.rules.replay_context import REL_TOL, short
+    from lrdoctor.rules.replay_context import REL_TOL, flat_lr, flat_lr_note, short
 
     s, spec = c.s, c.spec
     ratio = s["progress_ratio"]
@@ -40,14 +42,19 @@ def check(c: ReplayContext) -> list[Finding]:
     where = (f"; the LR reaches its floor ({short(spec.min_lr)}) after train step "
              f"{s['floor_step']} of {c.cfg.train.steps} ({s['floor_fraction']:.0%})"
              if s["floor_step"] is not None else "")
+    flat = flat_lr(c)
+    # A few percent early is a drift to fix, not a broken run; an LR that does not move
+    # is not harmed at all.
+    severity = Severity.INFO if flat is not None else \
+        Severity.WARNING if ratio < 1.05 else None
     return [RULE.finding(
         f"The replayed loop advances the scheduler to {short(s['scheduler_progress_end'])} "
         f"{spec.unit.value}, {ratio:.3g}x its "
         f"horizon of {short(s['horizon'])} ({s['actual_updates']} optimizer updates vs "
-        f"{short(s['budget_updates'])} budgeted, {_cause(c)}){where}.",
+        f"{short(s['budget_updates'])} budgeted, {_cause(c)}){where}."
+        + (flat_lr_note(flat) if flat is not None else ""),
         Overshoot(**c.ev_core.raw()), fix=c.fix_tail, location="scheduler",
-        # A few percent early is a drift to fix, not a broken run.
-        severity=Severity.WARNING if ratio < 1.05 else None)]
+        severity=severity)]
 
 
 def _cause(c: ReplayContext) -> str:

@@ -1,8 +1,10 @@
-"""LRD202 `undershoot`: The loop takes fewer optimizer updates than the scheduler's budget
+"""LRD202 `undershoot`: The scheduler stops short of its horizon
 
 ## Explanation
-Short, densely packed sequences give fewer micro-batches than nominal: the schedule never
-finishes its decay.
+Short, densely packed sequences (fewer updates than budgeted) or a horizon sized in another
+unit leave the scheduler short of its horizon: the schedule never finishes its decay. Where
+the LR does not move past warmup (a constant schedule) no update's LR changes, and the
+finding is informational.
 
 ## Example
 budget 1024 updates, 512 taken: the LR ends mid-curve.
@@ -25,21 +27,24 @@ RULE = Rule.from_module(__name__, Severity.WARNING)
 
 
 class Undershoot(ReplayBudget, kw_only=True):
-    """The replay's budget evidence: the loop takes fewer updates than budgeted."""
+    """The replay's budget evidence: the scheduler stops short of its horizon."""
 
 
 def check(c: ReplayContext) -> list[Finding]:
     """The scheduler stops short of its horizon: the LR never decays to its floor."""
-    from lrdoctor.rules.replay_context import REL_TOL, budget_cause, short
+    from lrdoctor.rules.replay_context import REL_TOL, budget_cause, flat_lr, flat_lr_note, short
 
     s = c.s
     ratio = s["progress_ratio"]
     if not ratio < 1 - REL_TOL:
         return []
+    flat = flat_lr(c)
     return [RULE.finding(
         f"The replayed loop advances the scheduler to only {short(s['scheduler_progress_end'])} "
         f"of {short(s['horizon'])} {c.spec.unit.value} "
         f"({ratio:.1%}): {s['actual_updates']} optimizer updates vs "
         f"{short(s['budget_updates'])} budgeted; the last LR is {short(s['lr_end'])}, the "
-        f"floor {short(c.spec.min_lr)}{budget_cause(c)}.",
-        Undershoot(**c.ev_core.raw()), fix=c.fix_tail, location="scheduler")]
+        f"floor {short(c.spec.min_lr)}{budget_cause(c)}."
+        + (flat_lr_note(flat) if flat is not None else ""),
+        Undershoot(**c.ev_core.raw()), fix=c.fix_tail, location="scheduler",
+        severity=Severity.INFO if flat is not None else None)]

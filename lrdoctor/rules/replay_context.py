@@ -171,3 +171,49 @@ def divisibility(rep: Replay) -> tuple[str, int, Any] | None:
         k, st, v = hits[0]
         msg = f"Train step {st}: {k.replace('_', ' ')} ({v}); {len(hits)} step(s) affected."
     return msg, len(extra) or len(hits), extra[0] if extra else hits[0]
+
+
+def flat_lr(c: ReplayContext) -> float | None:
+    """The one LR every update sees past warmup, when the schedule does not move it over
+    the replayed run nor up to its horizon (a ``constant`` schedule); None when it moves.
+
+    Why LRD201/LRD202 ask: they say the run ends past or short of its horizon, which harms
+    only through the LR. Where the LR after warmup is one value both over the progress the
+    replay reached (read from the trace, exactly: every micro-batch's LR) and over the
+    schedule up to its horizon (the family's ``lr_at`` on a 1,025-point grid and at the
+    horizon itself), no update's LR depends on the drift, and an error would be false.
+    The warmup is in the scheduler's unit either way, so it is compared out.
+    """
+    import numpy as np
+
+    from lrdoctor.schedules import lr_or_none
+
+    t, spec = c.t, c.spec
+    lr = t["lr"]
+    if not len(lr):
+        return None
+    prog = t["scheduler_progress"]
+    before = np.r_[0.0, prog[:-1]]  # the progress each micro-batch's LR was set at
+    past = lr[before > spec.warmup]
+    if not len(past):
+        return None
+    value = float(past[0])
+    tol = 1e-12 * max(abs(value), 1e-300)
+    if float(np.max(np.abs(past - value))) > tol:
+        return None
+    hz = float(c.s["horizon"])
+    if not math.isfinite(hz) or hz <= spec.warmup:
+        return None
+    grid = [*np.linspace(spec.warmup, hz, 1025)[1:].tolist(), hz]
+    for p in grid:
+        got = lr_or_none(spec, p)
+        if got is None or abs(got - value) > tol:
+            return None
+    return value
+
+
+def flat_lr_note(value: float) -> str:
+    """What LRD201/LRD202 add when :func:`flat_lr` found the LR does not move."""
+    return (f" The LR does not move past warmup ({short(value)} at every update the replay "
+            "reached and up to the horizon, from the schedule's own formula), so no update's "
+            "LR depends on this: informational, not an error.")
