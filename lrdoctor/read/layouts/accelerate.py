@@ -6,7 +6,14 @@ Layout (one folder per save; with ``automatic_checkpoint_naming`` they sit in
     optimizer.bin, optimizer_1.bin ...   # torch optimizer state_dicts (torch.save)
     scheduler.bin, scheduler_1.bin ...   # torch LRScheduler state_dicts
     random_states_R.pkl                  # one per process R (torch.save: RNG state + "step")
+    custom_checkpoint_N.pkl              # each object given to register_for_checkpointing
     model.safetensors / pytorch_model.bin
+
+A scheduler the loop did not pass to ``prepare`` but registered with
+``register_for_checkpointing`` is saved as ``custom_checkpoint_N.pkl`` (its ``state_dict()``,
+torch.save). It is read as the scheduler when its content is one (by shape, never by its
+number); it is the user's own object, stepped once per call, so accelerate's
+``num_processes`` multiplier does not apply to it.
 
 Counting convention: a prepared ``AcceleratedScheduler`` with
 ``split_batches=False`` (the default) calls the wrapped scheduler
@@ -46,6 +53,7 @@ SCHEDULER_FILE = re.compile(r"^scheduler(?:_(\d+))?\.bin$")
 OPTIMIZER_FILE = re.compile(r"^optimizer(?:_(\d+))?\.bin$")
 FSDP_OPTIMIZER_DIR = re.compile(r"^optimizer_(\d+)$")
 RANDOM_FILE = re.compile(r"^random_states_(\d+)\.pkl$")
+CUSTOM_FILE = re.compile(r"^custom_checkpoint_(\d+)\.pkl$")
 CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+)$")
 
 
@@ -129,27 +137,34 @@ def read(path: Path) -> RunState:
         st.extras["optimizers"] = len(opts)
         st.notes.append(f"{len(opts)} optimizers saved; the first one (optimizer.bin) is used")
 
-    if scheds:
-        sd = _common.load_dict(scheds[0], "a scheduler state_dict")
-        st.files.append(str(scheds[0]))
-        set_torch_scheduler(st, sd, unit=Unit.UPDATES, source=str(scheds[0]),
-                            opt=infos[0] if infos else None, ref=FieldRef(str(scheds[0])))
+    registered = registered_schedulers(ckpt) if not scheds else []
+    if scheds or registered:
+        sfile, sd = (scheds[0], _common.load_dict(scheds[0], "a scheduler state_dict")) \
+            if scheds else registered[0]
+        st.files.append(str(sfile))
+        set_torch_scheduler(st, sd, unit=Unit.UPDATES, source=str(sfile),
+                            opt=infos[0] if infos else None, ref=FieldRef(str(sfile)))
         if "_step_count" in sd:
             st.extras["scheduler._step_count"] = sd["_step_count"]
         if len(scheds) > 1:
             st.extras["schedulers"] = len(scheds)
             st.notes.append(f"{len(scheds)} schedulers saved; the first one (scheduler.bin) is used")
+        if registered:
+            st.notes.append(
+                f"no scheduler.bin: the scheduler was not passed to accelerator.prepare; "
+                f"{sfile.name} (register_for_checkpointing) holds a torch LR scheduler's state "
+                "and is read as the scheduler (not prepared: stepped once per call)")
     else:
         st.notes.append("no scheduler.bin: the scheduler was not passed to accelerator.prepare")
 
     if randoms:
         n = len(randoms)
         st.facts.processes = n
-        # AcceleratedScheduler (split_batches=False) steps num_processes times per call.
-        st.facts.scheduler_steps_per_call = n
         st.files.append(str(randoms[0]))
         _read_random_state(st, randoms[0])
-        if n > 1:
+        if scheds:  # AcceleratedScheduler (split_batches=False) steps num_processes times per call
+            st.facts.scheduler_steps_per_call = n
+        if n > 1 and scheds:
             st.notes.append(
                 f"{n} processes saved state: a scheduler prepared with split_batches=False "
                 f"steps {n} times per optimizer step, so last_epoch should be {n} x optimizer.step "
@@ -161,6 +176,23 @@ def read(path: Path) -> RunState:
     if first is not None:
         itemize(st, [first])  # the FSDP optimizer's fields as the DCP items holding them
     return st
+
+
+def registered_schedulers(ckpt: Path) -> list[tuple[Path, _common.Loaded]]:
+    """The ``custom_checkpoint_N.pkl`` files whose content is a torch LR scheduler's
+    ``state_dict()``, by N; one that cannot be read safely is left out (it is the user's
+    own object, and the evidence collector names what it could not read)."""
+    from lrdoctor.read.scan.shapes import is_torch_scheduler
+
+    out = []
+    for f in numbered_files(ckpt, CUSTOM_FILE):
+        try:
+            obj = _common.load(f)
+        except UnusableInput:
+            continue
+        if is_torch_scheduler(obj):
+            out.append((f, obj))
+    return out
 
 
 def _read_random_state(st: RunState, f: Path) -> None:
@@ -196,10 +228,10 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     ``AcceleratedScheduler`` steps ``num_processes`` times per update, which is why a
     rescale says how to prepare it, or the counter runs ahead again."""
     ckpt = find_checkpoints(_common.as_path(path))[-1]
-    scheds = numbered_files(ckpt, SCHEDULER_FILE)
+    scheds = numbered_files(ckpt, SCHEDULER_FILE) or [f for f, _ in registered_schedulers(ckpt)]
     opts = numbered_files(ckpt, OPTIMIZER_FILE)
     if not scheds:
-        raise Refusal("no scheduler.bin to repair", str(ckpt))
+        raise Refusal("no scheduler.bin (nor a registered scheduler) to repair", str(ckpt))
     named = named_file(state)
     sfile = named if named is not None and named in scheds else scheds[0]
     opt = opts[scheds.index(sfile)] if len(opts) == len(scheds) else (opts[0] if opts else None)
