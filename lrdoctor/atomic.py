@@ -11,10 +11,13 @@ checkpoint folder through the one guard here (:func:`refuse_checkpoint`).
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -29,61 +32,132 @@ def plain_mode(path: str | os.PathLike) -> None:
 #: (``X/checkpoint-20/index.html``, ``iter_0000400/mp_rank_00/x.png``, ``ckpt/sub/new/x``).
 GUARD_LEVELS = 3
 _GUARD_MAX_ENTRIES = 4096  # a folder with more direct entries is no single checkpoint
+# Sub-folders a framework puts inside one step folder: Megatron's and DeepSpeed's rank
+# folders (mp_rank_00, mp_rank_00_001), DeepSpeed's global_stepN inside an HF checkpoint-N.
+_RANK_DIR = re.compile(r"^(?:mp_rank_\d+(?:_\d+)*|rank[_-]?\d+|global_step\d+)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Holding:
+    """A checkpoint folder an output would land in, and what in it makes it one (the
+    names the refusal gives, so the reason can be checked by listing the folder)."""
+
+    folder: Path
+    because: tuple[str, ...]
 
 
 def checkpoint_holding(path: str | os.PathLike) -> Path | None:
     """The checkpoint folder ``path`` (a file or folder about to be written) would land in,
-    or None. A folder is a checkpoint when discovery, reading by content, takes the
-    folder itself as one checkpoint (:func:`lrdoctor.read.scan.grouping.run_checkpoints`): an HF
-    ``checkpoint-N``, a Megatron ``iter_N``, a DCP folder, ``model.pt`` + ``optimizer.pt``.
-    A run folder (its checkpoints below it) or a folder holding one checkpoint file is not.
-    Only existing folders, :data:`GUARD_LEVELS` up, are looked at."""
-    from lrdoctor.core.errors import UnusableInput
+    or None (:func:`checkpoint_reason` says why)."""
+    held = checkpoint_reason(path)
+    return held.folder if held is not None else None
+
+
+def checkpoint_reason(path: str | os.PathLike) -> Holding | None:
+    """The checkpoint folder ``path`` would land in, with the entries that make it one.
+
+    Only the output's own ancestors are looked at (:data:`GUARD_LEVELS` of them), each by
+    one listing of its own entries and the first bytes of the files that may be state;
+    nothing below an ancestor is listed, so the cost is the depth, never the size of the
+    trees around the output (a guard that ran discovery under each ancestor took minutes
+    below a busy temporary folder). What the entries hold decides, as in discovery:
+
+    - a step-named folder (``checkpoint-N``, ``iter_N``, ``global_stepN``) holding state
+      files, sidecars, or a rank / step sub-folder (Megatron's ``iter_N/mp_rank_00``);
+    - a DCP folder (its ``.metadata``);
+    - any other folder holding two or more state files (torch zip or pickle by their
+      first bytes: ``model.pt`` + ``optimizer.pt``, a rank set), unless they are numbered
+      checkpoints of their own (``ckpt_100.pt``, ``ckpt_200.pt``) or the folder holds
+      step folders (a run folder).
+
+    A text file named ``x.pt`` or an empty one is no state file (discovery calls it "not
+    a checkpoint" too)."""
     from lrdoctor.read.scan import grouping
 
     # abspath, not Path.absolute(): '..' must be resolved before walking up, or the walk
     # from 'ckpt/../out/x.pt' would climb back into 'ckpt' (a path's textual parent).
     d = Path(os.path.abspath(path)).parent
     for _ in range(GUARD_LEVELS):
-        if d.is_dir():
-            try:
-                small = sum(1 for _ in zip(range(_GUARD_MAX_ENTRIES + 1), d.iterdir(),
-                                           strict=False)) <= _GUARD_MAX_ENTRIES
-                if small and any(c.path == d and _holds_state(c, d)
-                                 for c in grouping.run_checkpoints(d)):
-                    return d
-            except (OSError, UnusableInput):
-                pass
+        held = _holding(d, grouping)
+        if held is not None:
+            return held
         if d.parent == d:
             break
         d = d.parent
     return None
 
 
-def _holds_state(ckpt: object, d: Path) -> bool:
-    """The folder holds the checkpoint's state files itself (pickles, DCP's .metadata: all of
-    them, none in a sub-folder), or it is a step folder with checkpoint files below it
-    (Megatron's iter_N/mp_rank_XX/). Not a folder that merely has a checkpoint folder, or a
-    stray pickle, inside it."""
-    from lrdoctor.read.scan import grouping, listing
+def _holding(d: Path, grouping) -> Holding | None:
+    """Whether the folder ``d`` is itself one checkpoint, judged by its own entries only."""
+    from lrdoctor.read.scan import listing
 
-    files = getattr(ckpt, "files", [])
-    if grouping._dir_step(d) is not None:
-        return bool(files)
-    state = [f for f in files if f.name == ".metadata" or listing.is_pickle(f)]
-    return bool(state) and all(f.parent == d for f in state)
+    try:
+        with os.scandir(d) as it:
+            entries = list(itertools.islice(it, _GUARD_MAX_ENTRIES + 1))
+    except OSError:  # missing, not a folder, unreadable: nothing is there to protect
+        return None
+    if len(entries) > _GUARD_MAX_ENTRIES:
+        return None
+    dirs, files = [], []
+    for e in entries:
+        try:
+            if e.is_dir(follow_symlinks=False):
+                dirs.append(e.name)
+            elif e.is_file(follow_symlinks=False):
+                files.append(e.name)
+        except OSError:
+            continue
+    if ".metadata" in files:
+        return Holding(d, (".metadata",))
+    step_named = grouping._dir_step(d) is not None
+    if step_named:
+        subs = sorted(n for n in dirs if _RANK_DIR.match(n) or grouping.STEP_DIR.match(n))
+        if subs:
+            return Holding(d, tuple(subs[:3]))
+        side = sorted(n for n in files if not n.startswith(".")
+                      and n.lower().endswith(listing.SIDECAR_SUFFIXES)
+                      and n not in listing.SKIP_NAMES)
+    elif any(grouping._dir_step(d / n) is not None for n in dirs):
+        return None  # a run folder: its checkpoints are the step folders below it
+    state = sorted(n for n in files if _is_state(d / n, listing))
+    if step_named:
+        found = state or side
+        return Holding(d, tuple(found[:3])) if found else None
+    if len(state) < 2:
+        return None  # one checkpoint file in a folder: the file is the checkpoint
+    steps = {grouping.file_step(Path(n)) for n in state}
+    if len(steps) > 1 and None not in steps:
+        return None  # numbered checkpoints, each a file of its own (ckpt_100.pt, ckpt_200.pt)
+    return Holding(d, tuple(state[:3]))
+
+
+def _is_state(p: Path, listing) -> bool:
+    """A file that may hold training state, by its first bytes whatever its name says: a
+    torch zip or a pickle (:func:`lrdoctor.read.scan.listing.is_pickle` trusts a ``.pt``
+    name; a guard that refuses must not). Weights, logs and sidecars are not opened."""
+    suffix = p.suffix.lower()
+    if p.name.startswith(".") or p.name in listing.SKIP_NAMES \
+            or suffix in listing.SKIP_SUFFIXES or suffix in listing.SIDECAR_SUFFIXES:
+        return False
+    try:
+        with p.open("rb") as fh:
+            return listing.state_head(fh.read(4))
+    except (OSError, ValueError):
+        return False
 
 
 def refuse_checkpoint(path: str | os.PathLike) -> None:
     """The one guard of every writer (:func:`replacing`, ``fix``'s output, the report
-    folder): lrdoctor reads checkpoints and never writes into one. One line, exit 2."""
+    folder): lrdoctor reads checkpoints and never writes into one. One line, exit 2.
+    Commands call it before their work too, so a refusal never comes after minutes."""
     from lrdoctor.core.errors import UnusableInput
 
-    ckpt = checkpoint_holding(path)
-    if ckpt is not None:
-        raise UnusableInput(f"refused to write here: it lies in the checkpoint folder {ckpt}, "
-                            "and lrdoctor never writes into a checkpoint (choose a folder "
-                            "of its own)", str(path))
+    held = checkpoint_reason(path)
+    if held is not None:
+        raise UnusableInput(f"refused to write here: it lies in the checkpoint folder "
+                            f"{held.folder} (it holds {', '.join(held.because)}), and lrdoctor "
+                            "never writes into a checkpoint (choose a folder of its own)",
+                            str(path))
 
 
 def refuse_inside_inputs(out: str | os.PathLike, inputs: Iterable[str | os.PathLike]) -> None:

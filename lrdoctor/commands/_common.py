@@ -4,8 +4,9 @@ Printing the reports is :func:`lrdoctor.render.emit`'s, for every command."""
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -182,6 +183,30 @@ def png_path(path):
     if path is not None and path.suffix.lower() != ".png":
         die(f"{path}: --plot writes a PNG image: use a .png name")
     return path
+
+
+def paths_first(inputs: Iterable[str | Path | None], outputs: Iterable[str | Path | None],
+                record: Callable[[UnusableInput], None] | None = None) -> None:
+    """Before any work, in the order a user fixes them: a local input that does not exist,
+    then every output location through the writers' own guard
+    (:func:`lrdoctor.atomic.refuse_checkpoint`, which costs one listing per ancestor), so
+    a refusal never comes after minutes of work or hides a missing input. URLs and globs
+    are left to the readers and writers."""
+    from lrdoctor.atomic import refuse_checkpoint
+    from lrdoctor.core.errors import NotFound
+
+    def local(p: str | Path | None) -> bool:
+        return p is not None and "://" not in str(p) and not any(c in str(p) for c in "*?[")
+
+    def check() -> None:
+        for given in inputs:
+            if local(given) and not os.path.lexists(str(given)):
+                raise NotFound("no such file or directory", str(given))
+        for out in outputs:
+            if local(out):
+                refuse_checkpoint(str(out))
+
+    guarded(check, record)
 
 
 T = TypeVar("T")

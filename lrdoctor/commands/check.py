@@ -23,6 +23,7 @@ from lrdoctor.commands._common import (
     guarded,
     jobs_option,
     on_github_actions,
+    paths_first,
     print_unusable,
     resolve_format,
     warn_unusable,
@@ -100,6 +101,9 @@ def check_cmd(
         where = cfg.source or "pyproject.toml"
         die(f"{where}: nothing to check: add [[tool.lrdoctor.inspect]] or "
             "[[tool.lrdoctor.replay]], or pass --inspect/--replay")
+    report_dir = report if report is not None else (cfg.resolve(cfg.report) if cfg.report else None)
+    # A missing target is each target's own LRD303 (a fleet goes on): only the outputs first.
+    paths_first([], [output, report_dir / "index.html" if report_dir is not None else None])
     threshold = fail_on.value if fail_on is not None else None
     replays: dict = {}
 
@@ -114,7 +118,6 @@ def check_cmd(
             reports = guarded(lambda: run(lambda done, total: bar("check", done, total)))
     else:
         reports = guarded(run)
-    report_dir = report if report is not None else (cfg.resolve(cfg.report) if cfg.report else None)
     if report_dir is not None:
         from lrdoctor.render.html import write_report
 

@@ -26,6 +26,7 @@ from lrdoctor.commands._common import (
     die,
     guarded,
     output_format_help,
+    paths_first,
     print_unusable,
     resolve_format,
     settings,
@@ -108,6 +109,8 @@ def register(app: typer.Typer) -> None:
         if k is not None and not k > 0:
             die(f"--k {k:g}: must be greater than 0 (how many times too fast the scheduler ran)")
         conf = settings(config, "inspect", str(path), "fix", fmt)
+        paths_first([path], [None if dry_run else out],
+                    lambda exc: print_unusable("fix", str(path), exc, fmt, format))
 
         def run() -> int:
             return run_fix(path, out=out, policy=policy.value if policy else None, k=k,

@@ -21,6 +21,7 @@ from lrdoctor.commands._common import (
     allow_unsafe,
     emit_to,
     guarded,
+    paths_first,
     png_path,
     print_unusable,
     resolve_format,
@@ -72,6 +73,8 @@ def inspect_cmd(
     png_path(plot)
     conf = settings(config, "inspect", path, "inspect", fmt)
     format = format or conf.format
+    paths_first([path], [plot, out],
+                lambda exc: print_unusable("inspect", path, exc, fmt, format))
     reports = guarded(lambda: inspect_path(path, format=format, all=all),
                       lambda exc: print_unusable("inspect", path, exc, fmt, format))
     _settings.apply(reports, conf)

@@ -20,6 +20,7 @@ from lrdoctor.commands._common import (
     emit_to,
     guarded,
     jobs_option,
+    paths_first,
     png_path,
     print_unusable,
     resolve_format,
@@ -133,6 +134,8 @@ def replay_cmd(
     conf = settings(None, "replay", str(config), "replay", fmt)
     guarded(lambda: check_executor(executor))
     png_path(plot)
+    paths_first([config, batch_log], [trace, plot, out],
+                lambda exc: print_unusable("replay", str(config), exc, fmt))
     engine = "auto" if fast is None else ("fast" if fast else "torch")
     show_bar = fmt is OutputFormat["text"] and sys.stderr.isatty()
 

@@ -19,6 +19,7 @@ from lrdoctor.commands._common import (
     allow_unsafe,
     guarded,
     output_format_help,
+    paths_first,
     print_unusable,
     resolve_format,
     warn_unusable,
@@ -110,6 +111,9 @@ def report_cmd(
 
         die(f"{cfg.source or 'pyproject.toml'}: nothing to report on: give TARGETS or "
             "add [[tool.lrdoctor.inspect]] / [[tool.lrdoctor.replay]]")
+    # The problems a user fixes first, before any work: a TARGET that is not there, then
+    # where the page would go.
+    paths_first(targets or [], [])
     guarded(lambda: refuse_checkpoint_out(Path(out), cfg))
     replays: dict = {}
     threshold = fail_on.value if fail_on is not None else None

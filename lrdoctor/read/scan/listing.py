@@ -149,8 +149,13 @@ def is_pickle(p: Path) -> bool:
             head = fh.read(4)
     except (OSError, ValueError):
         return False
-    # A torch zip (zip local-file header) or a pickle (PROTO opcode, protocol 2..5; the
-    # legacy torch format starts with a pickled magic number, protocol 2).
+    return state_head(head)
+
+
+def state_head(head: bytes) -> bool:
+    """Whether a file's first bytes are a torch zip (zip local-file header) or a pickle
+    (PROTO opcode, protocol 2..5; the legacy torch format starts with a pickled magic
+    number, protocol 2)."""
     return head.startswith(b"PK\x03\x04") or (
         len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5)
 
