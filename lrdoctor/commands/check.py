@@ -103,7 +103,7 @@ def check_cmd(
             "[[tool.lrdoctor.replay]], or pass --inspect/--replay")
     report_dir = report if report is not None else (cfg.resolve(cfg.report) if cfg.report else None)
     # A missing target is each target's own LRD303 (a fleet goes on): only the outputs first.
-    paths_first([], [output, report_dir / "index.html" if report_dir is not None else None])
+    paths_first([], [output, Path(report_dir) / "index.html" if report_dir is not None else None])
     threshold = fail_on.value if fail_on is not None else None
     replays: dict = {}
 

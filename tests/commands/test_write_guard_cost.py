@@ -119,8 +119,8 @@ def test_a_missing_input_is_said_before_the_output_and_the_output_before_the_wor
         raise AssertionError("the work ran before the output was checked")
 
     import lrdoctor.inspect_api
-    import lrdoctor.replay
     import lrdoctor.repair.engine
+    import lrdoctor.replay
 
     monkeypatch.setattr(lrdoctor.inspect_api, "inspect_path", no_work)
     monkeypatch.setattr(lrdoctor.replay, "replay_full", no_work)
