@@ -84,6 +84,7 @@ def report_cmd(
 ) -> None:
     from lrdoctor.ci import check as ci_check
     from lrdoctor.ci import config as ci_config
+    from lrdoctor.core.errors import UnusableInput
     from lrdoctor.core.findings import exit_code
     from lrdoctor.render.html import write_report_files
 
@@ -111,10 +112,17 @@ def report_cmd(
 
         die(f"{cfg.source or 'pyproject.toml'}: nothing to report on: give TARGETS or "
             "add [[tool.lrdoctor.inspect]] / [[tool.lrdoctor.replay]]")
-    # The problems a user fixes first, before any work: a TARGET that is not there, then
-    # where the page would go.
-    paths_first(targets or [], [])
-    guarded(lambda: refuse_checkpoint_out(Path(out), cfg))
+    # Where the page would go is checked before any work. When it is refused, nothing is
+    # written: a TARGET that is not there is the problem said first (else the page is
+    # written for the targets that could be used, the missing one an LRD303 on it).
+    def page_place() -> None:
+        try:
+            refuse_checkpoint_out(Path(out), cfg)
+        except UnusableInput:
+            paths_first(targets or [], [])  # exits on a missing TARGET
+            raise
+
+    guarded(page_place)
     replays: dict = {}
     threshold = fail_on.value if fail_on is not None else None
     reports = guarded(lambda: ci_check.run_check(cfg, fail_on=threshold, replays=replays))
