@@ -7,7 +7,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from importlib.util import find_spec
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,21 +35,17 @@ def main() -> None:
     run("inspect", rel(SAMPLES / "torch-microstep"), expect=1)
     print("\n== 3. Repair: a fixed copy to resume from (inputs untouched) ==")
     roll_mid = SAMPLES / "roll-overshoot" / "actor_train" / "checkpoint-100"
-    if find_spec("torch") is None:
-        # The light install (make demo without a torch at hand): rewriting a torch.save
-        # file still goes through torch, so the repair steps are skipped, and said so.
-        print("(skipped: torch is not installed; rewriting these checkpoints needs "
-              "pip install 'lrdoctor[torch]')")
-    else:
-        run("fix", rel(SAMPLES / "torch-microstep"), "--out",
-            rel(OUT / "torch-microstep-fixed"), "--dry-run", expect=0)
-        run("fix", rel(SAMPLES / "torch-microstep"), "--out",
-            rel(OUT / "torch-microstep-fixed"), expect=0)
-        run("fix", rel(roll_mid), "--out", rel(OUT / "roll-checkpoint-100-fixed"),
-            "--policy", "nominal", expect=0)
-        print("\n== 4. The repaired copies inspect clean ==")
-        run("inspect", rel(OUT / "torch-microstep-fixed"), expect=0)
-        run("inspect", rel(OUT / "roll-checkpoint-100-fixed"), expect=0)
+    # With or without torch: torch.save files are rewritten by lrdoctor's own zip writer
+    # (lrdoctor.repair.torchzip), so the light install repairs them too.
+    run("fix", rel(SAMPLES / "torch-microstep"), "--out",
+        rel(OUT / "torch-microstep-fixed"), "--dry-run", expect=0)
+    run("fix", rel(SAMPLES / "torch-microstep"), "--out",
+        rel(OUT / "torch-microstep-fixed"), expect=0)
+    run("fix", rel(roll_mid), "--out", rel(OUT / "roll-checkpoint-100-fixed"),
+        "--policy", "nominal", expect=0)
+    print("\n== 4. The repaired copies inspect clean ==")
+    run("inspect", rel(OUT / "torch-microstep-fixed"), expect=0)
+    run("inspect", rel(OUT / "roll-checkpoint-100-fixed"), expect=0)
     print("\n== 5. Before the run: replay ROLL's own config with real dynamic batching ==")
     run("replay", "--config", "examples/roll-sokoban-dynamic.yaml",
         "--batch-log", "examples/batchlogs/roll-sokoban.csv", expect=1)

@@ -170,8 +170,6 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
             from lrdoctor.replay.crosscheck import cross_check
 
             cross = cross_check(cfg, infos, rep, device="cpu")
-        elif opts.cross_check:
-            cross = {"ran": False, "why": f"torch is not installed ({TORCH_EXTRA})"}
         else:  # never silent: the output says the real loop did not check this run
             from lrdoctor.extras import have
 
@@ -249,8 +247,9 @@ def _pick_engine(engine: str, model: str | None, device: str,
     if engine == "fast" and model is None and not cross_check:
         return False, "--fast", False
     if not have("torch"):
-        if engine == "torch" or model is not None or device == "cuda":
-            what = "--model" if model else "--device cuda" if device == "cuda" else "--torch"
+        if engine == "torch" or model is not None or device == "cuda" or cross_check:
+            what = "--model" if model else "--device cuda" if device == "cuda" else \
+                "--torch" if engine == "torch" else "--cross-check"
             raise MissingExtra("torch", f"replay {what}")
         return False, "fast path (torch is not installed)", False
     if engine == "torch":
