@@ -250,12 +250,27 @@ def _factor(st: RunState, q: Q) -> EvidenceItem | None:
     return next((e for e in of(evidence(st), R.FACTOR, q) if e.value >= 1), None)
 
 
+def _horizon_refs(st: RunState) -> set[str]:
+    """The fields that hold the scheduler's horizon: a planned end read from one of them is
+    the horizon itself (DeepSpeed's ``total_num_steps`` is both), never an independent plan."""
+    spec = st.schedule
+    out = {e.where for e in of(evidence(st), R.HORIZON, Q.SCHEDULER_CALLS)
+           if spec is not None and spec.horizon is not None and e.value == spec.horizon}
+    if spec is not None and "horizon" in spec.refs:
+        out.add(str(spec.refs["horizon"]))
+    return out
+
+
 def _planned_updates(st: RunState) -> tuple[float, str, EvidenceItem | None] | None:
-    """The planned end in optimizer updates, and where it was read (or how computed)."""
+    """The planned end in optimizer updates, and where it was read (or how computed); a
+    planned end that is the horizon's own field is no plan (nothing to test against)."""
     end = st.planned_end
-    if end is not None and end.unit is Unit.UPDATES and end.value > 0:
+    circular = _horizon_refs(st)
+    if (end is not None and end.unit is Unit.UPDATES and end.value > 0
+            and not (end.ref is not None and str(end.ref) in circular)):
         return float(end.value), end.source or end.name, None
-    e = next((x for x in of(evidence(st), R.PLANNED_END, Q.ITERATIONS) if x.value > 0), None)
+    e = next((x for x in of(evidence(st), R.PLANNED_END, Q.ITERATIONS)
+              if x.value > 0 and x.where not in circular), None)
     if e is not None:
         return e.value, e.where, e
     epochs = next((x for x in of(evidence(st), R.PLANNED_END, Q.EPOCHS) if x.value > 0), None)
@@ -491,6 +506,65 @@ def horizon_tests(st: RunState) -> HorizonVerdict | None:
         rounding = True  # floor vs ceil at every epoch end: LRD117 judges that
     return HorizonVerdict(h, e_upd, e_from, rate, rate_from, fit, ruled_out, rounding,
                           also=fitting[1:], scale=scale, step=step)
+
+
+# ------------------------------------------------------------------ a counter names the unit
+
+@dataclass(frozen=True)
+class CounterHorizon:
+    """The horizon equals a saved counter of another unit than the one the scheduler follows.
+
+    ``counter`` (the loop's micro-batch step, Composer's ``timestamp.batch``, Fabric's
+    ``iter_num``) holds exactly the horizon, while the scheduler's own counter equals
+    ``follows`` (the optimizer's step, ``global_steps``, ``timestamp.epoch``), ``k`` times
+    smaller; ``k`` is a saved factor (``k_from``) or the counters are an epoch and a step
+    count of the same clock. Every number is read from a file: the horizon was sized in
+    ``counter``'s unit, and where that counter has reached it the scheduler is at
+    ``scheduler / horizon`` of its decay."""
+
+    horizon: EvidenceItem
+    counter: EvidenceItem
+    scheduler: EvidenceItem
+    follows: EvidenceItem
+    k: float
+    k_from: str
+
+
+def _plain(e: EvidenceItem) -> tuple[int, int]:
+    """Order: a field of the state itself before one inside a list (a saved history)."""
+    return (sum(1 for k in e.ref.key if isinstance(k, int)), len(e.ref.key))
+
+
+def counter_horizon(st: RunState) -> CounterHorizon | None:
+    """The horizon named by a saved counter of another unit (None: no counter holds it, or
+    the scheduler's counter is not behind it by a factor the files name)."""
+    items = evidence(st)
+    h = _horizon_item(st)
+    sched = [e for e in of(items, R.PROGRESS, Q.SCHEDULER_CALLS) if e.value >= 1]
+    if h is None or h.value < 2 or not sched:
+        return None
+    s = min(sched, key=_plain)
+    if s.value >= h.value:
+        return None
+    others = [e for e in items if e.role is R.PROGRESS and e.quantity is not Q.SCHEDULER_CALLS]
+    named = sorted((e for e in others if e.value == h.value), key=_plain)
+    same = sorted((e for e in others if e.value == s.value), key=_plain)
+    for c in named:
+        k = c.value / s.value
+        if k < 2:
+            continue
+        for d in same:
+            if d.quantity is Q.EPOCHS and c.quantity is not Q.EPOCHS:
+                return CounterHorizon(h, c, s, d, k, f"{c.name} {number(c.value)} / "
+                                      f"{d.name} {number(d.value)}: the {c.quantity.value} "
+                                      "of one epoch")
+            fac = next((f for f in of(items, R.FACTOR, Q.GRAD_ACCUM, Q.PROCESSES,
+                                      Q.BATCHES_PER_EPOCH, Q.UPDATES_PER_EPOCH)
+                        if _fits(f.value, k) and abs(f.value - k) < 1e-9), None)
+            if fac is not None and d.quantity is not Q.EPOCHS:
+                return CounterHorizon(h, c, s, d, k, f"{fac.name} = {number(fac.value)} "
+                                      f"({fac.where})")
+    return None
 
 
 # ------------------------------------------------------------------ the catalog page

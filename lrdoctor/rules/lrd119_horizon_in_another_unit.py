@@ -23,6 +23,13 @@ finding gives the update where the floor comes, or the share of the decay left a
 planned end, and names every other hypothesis with the number it would have predicted (ruled
 out). A horizon no hypothesis explains stays LRD102 (a configured tail) or LRD118.
 
+Without a planned end, a saved counter can name the horizon's unit: the horizon equals a
+counter of the loop (DeepSpeed's client-state micro-batch `step`, LitGPT/Fabric's
+`iter_num`, Composer's `timestamp.batch`) while the scheduler's counter equals another
+one (`global_steps`, `step_count`, `timestamp.epoch`) a saved factor fewer (the
+accumulation, or the batches of an epoch). Every number is then read from a file: where
+that counter reached the horizon, the scheduler is at a fraction of its decay.
+
 ## Example
 `T_max` 400 = 100 planned updates x `accum_iter` 4 (the same number as `loader_len` 200 x
 `epochs` 2) while the scheduler is stepped per update (`last_epoch` 30 = optimizer step 30):
@@ -42,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
 from lrdoctor.core.numbers import number
-from lrdoctor.rules.hypotheses import REL_TOL, horizon_tests
+from lrdoctor.rules.hypotheses import REL_TOL, counter_horizon, horizon_tests
 
 if TYPE_CHECKING:
     from lrdoctor.core.state import RunState
@@ -70,14 +77,39 @@ class HorizonInAnotherUnit(Evidence):
         return f"horizon = {h.get('hypothesis') if isinstance(h, Mapping) else h}"
 
 
-RULE = Rule.from_module(__name__, Severity.ERROR, evidence=(HorizonInAnotherUnit,))
+class HorizonIsACounter(Evidence):
+    """The saved horizon equals a saved counter of another unit than the one the scheduler
+    follows: the four fields, the factor between the units and where it was read."""
+
+    horizon: float
+    horizon_from: str
+    counter: str
+    counter_value: float
+    counter_from: str
+    scheduler_value: float
+    scheduler_from: str
+    follows: str
+    follows_from: str
+    k: float
+    k_from: str
+    decay_done: float
+    lr_now: float | None = optional()
+    lr_peak: float | None = optional()
+
+    def headline(self) -> str | None:
+        return f"horizon = {self.counter} {number(self.counter_value)}"
+
+
+RULE = Rule.from_module(__name__, Severity.ERROR,
+                        evidence=(HorizonInAnotherUnit, HorizonIsACounter))
 
 
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
-    """The saved horizon equals the planned end counted in another unit."""
+    """The saved horizon equals the planned end counted in another unit, or a saved counter
+    of another unit than the scheduler's."""
     v = horizon_tests(state)
     if v is None or v.fit is None or not v.fit.harmful or v.horizon.value <= 0:
-        return []
+        return _named_by_counter(state)
     from lrdoctor.schedules import lr_or_none
 
     spec = state.schedule
@@ -117,3 +149,38 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         f"The scheduler is called {number(round(v.rate, 4))} time(s) per {v.step} "
         f"({v.rate_from}), so {harm}. Ruled out: {others}.",
         ev, location=v.horizon.where)]
+
+
+def _named_by_counter(state: RunState) -> list[Finding]:
+    """The horizon is the value of a saved counter in another unit (Composer's
+    ``timestamp.batch`` while the scheduler follows ``timestamp.epoch``; a loop's micro-batch
+    step while it follows the optimizer's step): every number is read from a file."""
+    c = counter_horizon(state)
+    if c is None:
+        return []
+    from lrdoctor.schedules import lr_or_none
+
+    spec = state.schedule
+    done = c.scheduler.value / c.horizon.value
+    lr = lr_or_none(spec, c.scheduler.value) if spec is not None else None
+    peak = spec.max_lr if spec is not None and spec.max_lr > 0 else None
+    lr_txt = ""
+    if lr is not None and peak is not None:
+        lr_txt = f"; the LR is {lr:.6g}, {lr / peak:.0%} of the peak {peak:g}"
+    ev = HorizonIsACounter(
+        horizon=c.horizon.value, horizon_from=c.horizon.where, counter=c.counter.name,
+        counter_value=c.counter.value, counter_from=c.counter.where,
+        scheduler_value=c.scheduler.value, scheduler_from=c.scheduler.where,
+        follows=c.follows.name, follows_from=c.follows.where, k=round(c.k, 6),
+        k_from=c.k_from, decay_done=round(done, 6), lr_now=lr, lr_peak=peak)
+    return [RULE.finding(
+        f"The decay horizon {c.horizon.name} = {number(c.horizon.value)} "
+        f"({c.horizon.where}) is the value of the counter {c.counter.name} = "
+        f"{number(c.counter.value)} ({c.counter.where}), counted in {c.counter.quantity.value}, "
+        f"while the scheduler's counter {c.scheduler.name} = {number(c.scheduler.value)} "
+        f"({c.scheduler.where}) equals {c.follows.name} = {number(c.follows.value)} "
+        f"({c.follows.where}), {number(round(c.k, 4))} times fewer ({c.k_from}). The horizon "
+        f"was sized in {c.counter.name}'s unit while the scheduler is stepped once per "
+        f"{c.follows.name}: where {c.counter.name} has reached the horizon the scheduler is "
+        f"at {number(c.scheduler.value)} of {number(c.horizon.value)} ({done:.0%} of its "
+        f"decay){lr_txt}.", ev, location=c.horizon.where)]
