@@ -98,6 +98,53 @@ def _plain_click() -> None:
 _plain_click()
 
 
+def _coerce_without_pydantic() -> None:
+    """typer (0.29) coerces every parameter through a pydantic ``TypeAdapter`` built on
+    first use, and building the first one imports pydantic: about a third of
+    ``inspect ckpt -q``'s start-up. An option left at its default (``None``) or a plain
+    string argument needs no coercion, so its adapter is built only when a value of
+    another type has to be coerced (an enum choice, a number, a path); what typer does
+    with those values is unchanged. Without typer's internals (another typer) nothing is
+    changed."""
+    try:
+        from dataclasses import dataclass, field
+
+        from typer import core
+        from typer._coercion import RuntimeParam, build_runtime_param
+    except ImportError:  # pragma: no cover - another typer
+        return
+    param_cls = getattr(core, "_TyperParameter", None)
+    if param_cls is None or not hasattr(param_cls, "get_runtime_param"):  # pragma: no cover
+        return
+    plain = (str, str | None)
+
+    @dataclass(frozen=True)
+    class _Deferred(RuntimeParam):
+        descriptor: Any = None
+        built: list[Any] = field(default_factory=list)
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            if isinstance(value, str) and self.annotation in plain:
+                return value
+            if not self.built:
+                self.built.append(build_runtime_param(self.descriptor))
+            return self.built[0]._coerce_value(value, param=param, ctx=ctx)
+
+    def get_runtime_param(self: Any) -> Any:
+        if self._runtime_param is None:
+            d = self.type_descriptor
+            self._runtime_param = (
+                build_runtime_param(d) if d.file_annotation is not None else
+                _Deferred(parameter_info=d.parameter_info, annotation=d.annotation,
+                          descriptor=d))
+        return self._runtime_param
+
+    param_cls.get_runtime_param = get_runtime_param
+
+
+_coerce_without_pydantic()
+
+
 def _register() -> None:
     """Each command module adds itself to ``app``; the order here is the order ``--help``
     lists them. Static imports: a missing command module is an error, never skipped."""

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, cast
-
-from rich.console import Console
-from rich.padding import Padding
-from rich.table import Table
-from rich.text import Text
+from typing import IO, TYPE_CHECKING, cast
 
 from lrdoctor.core.findings import Severity
 from lrdoctor.core.numbers import number
+
+if TYPE_CHECKING:  # rich is imported where text is drawn: --quiet's verdict lines need none
+    from rich.console import Console
+    from rich.table import Table
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
@@ -54,6 +53,8 @@ def console() -> Console:
     with no trailing padding."""
     import os
     import sys
+
+    from rich.console import Console
 
     if sys.stdout.isatty():
         return Console(highlight=False)
@@ -110,6 +111,9 @@ def no_findings_line(report) -> str:
 
 
 def render_findings(report, con: Console | None = None) -> None:
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
     con = con or console()
     if not report.findings:
         con.print(no_findings_line(report))
@@ -129,6 +133,7 @@ def render_findings(report, con: Console | None = None) -> None:
 
 def render_inspect(report, con: Console | None = None, verbose: bool = False) -> None:
     """The counters compared (every counter read with ``verbose``), schedule, findings."""
+    from rich.table import Table
     con = con or console()
     st = report.state
     con.rule(f"[bold]{report.target}[/bold]  ({report.format})")
@@ -192,6 +197,8 @@ def render_inspect(report, con: Console | None = None, verbose: bool = False) ->
 def _counter_table(rows, compared: int, target: str, width: int) -> Table:
     """A five-column table when it fits; on a narrow terminal one line per counter, wrapped
     under itself (the table split names like scheduler.num_steps mid-word at 80 columns)."""
+    from rich.table import Table
+    from rich.text import Text
     if width >= 110:
         table = Table(title="Progress counters", title_justify="left", show_edge=False)
         for col in ("role", "counter", "value", "unit", "source"):
@@ -225,6 +232,7 @@ def render_trend(reports, con: Console | None = None) -> None:
     """The run's history, one row per checkpoint: nominal and scheduler progress with their
     deltas from the previous checkpoint, the interval's ratio, horizon, optimizer LR, and
     the codes found there (the run's codes at the checkpoint where their interval ends)."""
+    from rich.table import Table
     con = con or console()
     run = (reports[-1].extra or {}).get("run") if reports else None
     if not run or not run.get("checkpoints"):
@@ -304,6 +312,8 @@ def render_check_summary(reports) -> None:
 
 def _check_table(reports) -> None:
     """One row per checked target: verdict, format, progress ratio, finding codes."""
+    from rich.table import Table
+
     from lrdoctor.ci.check import progress_ratio
     from lrdoctor.core.findings import exit_code
 
@@ -331,6 +341,8 @@ def _rnum(x) -> str:
 def render_replay(report, trace=None, plot=None, con: Console | None = None,
                   verbose: bool = False) -> None:
     """The nominal-vs-replayed table, the sweep table, findings, and what was written."""
+    from rich.table import Table
+    from rich.text import Text
     con = con or console()
     s = report.extra["summary"]
     t = Table(title=f"replay of {report.target} ({s['engine']} path on {s['device']})",
@@ -477,6 +489,7 @@ def _fix_cell(v) -> str:
 def render_fix(report, *, plan, dry_run: bool, result=None, con: Console | None = None,
                **_: object) -> None:
     """The before/after table of a repair plan, then what was (or would be) written."""
+    from rich.table import Table
     con = con or console()
     t = plan.target
     if plan.noop:

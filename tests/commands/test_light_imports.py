@@ -44,3 +44,43 @@ def test_help_and_inspect_import_no_heavy_modules():
         assert row[-1] == [], f"{row[:-2]} imported {row[-1]}"
     # inspect exits 0 (healthy) or 1 (findings at --fail-on), never 2 on the samples
     assert all(row[2] in (0, 1) for row in seen[1:]), seen
+
+
+START = """
+import json, sys
+from typer.testing import CliRunner
+from lrdoctor.cli import app
+
+r = CliRunner().invoke(app, json.loads(sys.argv[1]))
+print(json.dumps([r.exit_code, sorted(sys.modules)]))
+"""
+
+
+def _modules_after(args: list[str]) -> tuple[int, list[str]]:
+    out = subprocess.run([sys.executable, "-c", START, json.dumps(args)], cwd=REPO,
+                         capture_output=True, text=True, check=True, timeout=120)
+    code, mods = json.loads(out.stdout.strip().splitlines()[-1])
+    return code, mods
+
+
+def test_help_imports_no_reader_rule_or_pydantic():
+    """Issue 29 item 20: ``lrdoctor --help`` pays for typer and the command table only.
+    --format's help lists the layouts from their registry, which must not import the
+    byte readers; typer's pydantic coercion is built only for a value that needs it."""
+    code, mods = _modules_after(["--help"])
+    assert code == 0
+    loaded = [m for m in mods if m.startswith(("pydantic", "lrdoctor.read.bytes",
+                                               "lrdoctor.rules", "rich"))]
+    assert loaded == []
+
+
+def test_inspect_quiet_imports_only_what_it_judges_with():
+    """Issue 29 item 21 (the hf-healthy sample, a HF Trainer run): ``inspect -q`` imports the
+    checkpoint rules, not the replay rules; no pydantic (no option needs coercion, no
+    [tool.lrdoctor] here) and no machine-format renderer."""
+    code, mods = _modules_after(["inspect", str(SAMPLES / "hf-healthy"), "-q"])
+    assert code == 0
+    assert "lrdoctor.rules.lrd101_past_decay_horizon" in mods  # judged, so imported
+    loaded = [m for m in mods if m.startswith(("pydantic", "lrdoctor.rules.lrd2",
+                                               "lrdoctor.render.machine", "lrdoctor.ci.config"))]
+    assert loaded == []

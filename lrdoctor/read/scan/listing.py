@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lrdoctor.core.errors import NotFound, UnusableInput
-from lrdoctor.read.bytes.safeload import PICKLE_SUFFIXES
-from lrdoctor.read.bytes.storage import reader_path
+
+# The byte readers (safeload, storage) are imported where a listing is made, not here: the
+# layouts registry imports this module for Hint, and ``lrdoctor --help`` lists the layouts.
 
 TREE_DEPTH = 5        # folder levels below the input (ROLL: output/worker/checkpoint-N/x/file)
 TREE_ENTRIES = 20_000  # names listed per input
@@ -31,6 +32,8 @@ class Tree:
 
 def list_tree(path: str | Path, depth: int = TREE_DEPTH, limit: int = TREE_ENTRIES) -> Tree:
     """The bounded listing of ``path`` (symlinked folders are not walked)."""
+    from lrdoctor.read.bytes.storage import reader_path
+
     root = reader_path(path)
     names = {root.name}
     level: list[Path] = [root]
@@ -139,6 +142,8 @@ def is_pickle(p: Path) -> bool:
     """A torch.save / pickle file, by its name where the name says so, else by its first
     bytes: users name checkpoints ``fixed``, ``state.latest`` or ``ckpt.step100``, and
     what a file holds decides, not its name."""
+    from lrdoctor.read.bytes.safeload import PICKLE_SUFFIXES
+
     suffix = p.suffix.lower()
     if suffix in PICKLE_SUFFIXES:
         return True
@@ -225,6 +230,8 @@ def candidate_files(path: Path, max_files: int = MAX_FILES) -> list[Path]:
     Hidden names, tokenizer files and weights in non-pickle formats are
     skipped. More than ``max_files`` is refused: the input is not a run.
     """
+    from lrdoctor.read.bytes.storage import reader_path
+
     path = reader_path(path)
     if path.is_file():
         return [path]
