@@ -426,6 +426,8 @@ def replay_context_lines(report) -> list[tuple[str, str, str | None]]:
     if unresolved:
         lines.append(("not set by the script (not read by the replay)", "; ".join(
             f"{k} <- {', '.join(v)}" for k, v in unresolved.items()), None))
+    for note in src.get("script_notes", []):
+        lines.append(("launch script", str(note), None))
     for miss in src.get("defaults_not_followed", []):
         lines.append(("defaults not followed", f"{miss} (the keys it sets are not seen)",
                       "yellow"))

@@ -169,6 +169,10 @@ def _from_script(path: Path, text: str, env: dict[str, str], key_sets: list[str]
                               "entry_point": cmd.entry.framework}
     if cmd.unresolved:
         source["unresolved"] = {k: v for k, v in cmd.unresolved.items()}
+    notes = cmd.notes + [f"{name}: {why}" for name, why in cmd.why.items()
+                         if any(name in v for v in cmd.unresolved.values())]
+    if notes:
+        source["script_notes"] = notes
     style = cmd.entry.style
     if style == "args":
         return translated(tr, _args_text(shlex.join(cmd.args), key_sets), path, source)
@@ -265,7 +269,7 @@ def _find_file(script: Path, rel: str, cmd: LaunchCommand) -> tuple[Path, Path]:
 
 
 def launch_unresolved(text: str) -> bool:
-    from lrdoctor.replay.launch import UNRESOLVED_RE
+    from lrdoctor.replay.shell import UNRESOLVED_RE
 
     return bool(UNRESOLVED_RE.search(text))
 

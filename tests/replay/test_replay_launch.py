@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.replay import launch
+from lrdoctor.replay import launch, shell
 from lrdoctor.replay.config import load_config
 from lrdoctor.replay.translate import release_defaults
 from tests.helpers.paths import REPO
@@ -103,24 +103,27 @@ def test_unresolved_variable_is_named_and_settable(tmp_path):
 
 
 def test_shell_expansion_forms():
+    """Parameter expansion as bash does it (checked against bash 5 by hand): defaults,
+    single quotes literal, ${C:=7} assigning, $(basename $(dirname $0)) evaluated."""
+    words = shell.expand_words
     env = {"A": "1", "EMPTY": ""}
-    assert launch.expand("x=${A:-2} y=${B:-3} z=${EMPTY:-4} w=${EMPTY-5}", env) == \
-        "x=1 y=3 z=4 w="
-    assert launch.expand("'$A' \"$A\" ${C:=7} $C", env) == "'$A' \"1\" 7 7"
+    assert words("x=${A:-2} y=${B:-3} z=${EMPTY:-4} w=${EMPTY-5}", env) == \
+        ["x=1", "y=3", "z=4", "w="]
+    assert words("'$A' \"$A\" ${C:=7} $C", env) == ["$A", "1", "7", "7"]
     env["0"] = "/repo/examples/qwen-rlvr/run.sh"
-    assert launch.expand("$(basename $(dirname $0))", env) == "qwen-rlvr"
-    assert launch.UNRESOLVED_RE.search(launch.expand("$(nproc)", env))
+    assert words("$(basename $(dirname $0))", env) == ["qwen-rlvr"]
+    assert launch.UNRESOLVED_RE.search(words("$(nproc)", env)[0])
 
 
 def test_shell_arithmetic_as_verl_recipes_size_token_caps():
     """verl's DAPO recipe: max_response_length=$((1024 * 8)) and
     ppo_max_token_len=$(((max_prompt_length + max_response_length) * 2))."""
     env = {"P": "2048", "R": "8192"}
-    assert launch.expand("$((1024 * 8)) $(((P + R) * 2)) $(($P / 3)) $((-7 / 2)) $((-7 % 2))",
-                         env) == "8192 20480 682 -3 -1"  # the shell truncates toward zero
+    assert shell.expand_words("$((1024 * 8)) $(((P + R) * 2)) $(($P / 3)) $((-7 / 2)) "
+                              "$((-7 % 2))", env) == ["8192", "20480", "682", "-3", "-1"]
     for unresolved in ("$((X * 2))", "$((2 ** 3))", "$((1 / 0))", "$(($(nproc) * 2))",
                        "$((10 ** 100))", "$((99999999 * 99999999 * 99999999))"):
-        assert launch.UNRESOLVED_RE.search(launch.expand(unresolved, env)), unresolved
+        assert launch.UNRESOLVED_RE.search(shell.expand_words(unresolved, env)[0]), unresolved
 
 
 def test_a_dapo_style_script_with_arithmetic_replays(tmp_path):

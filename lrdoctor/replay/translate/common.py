@@ -84,8 +84,11 @@ class Reader:
             import re
 
             names = re.findall(r"@@unresolved:([^@]*)@@", val)
+            # a dotted key is settable as such; a plain option (--key) through its variable
+            hint = key if "." in key or not re.fullmatch(r"[A-Za-z_]\w*", names[0]) \
+                else names[0]
             raise UnusableInput(f"{key} comes from {', '.join(names)}, which the launch script "
-                                f"does not set: give --set {key}=VALUE")
+                                f"does not determine: give --set {hint}=VALUE")
         if isinstance(val, str) and "${" in val:
             raise UnusableInput(f"{key} is {val!r}: the interpolation does not resolve in this file")
         if kind in (int, float):
