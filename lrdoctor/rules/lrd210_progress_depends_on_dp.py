@@ -38,8 +38,17 @@ def check(c: ReplayContext) -> list[Finding]:
     if not c.cfg.dp.changes:
         return []
     ps = per_step(c.rep)
-    by_dp = {int(d): float(np.mean(ps["advance"][ps["dp"] == d]))
-             for d in np.unique(ps["dp"])}
+    keep = np.ones(len(ps["dp"]), dtype=bool)
+    if not c.cfg.scheduler.step_on_failed_update:
+        # A step whose failed update skipped the scheduler advances less at any dp size:
+        # that is the skip (counted apart), not the dp size.
+        t = c.t
+        skipped = np.unique(t["train_step"][t["failed"].astype(bool)])
+        keep[skipped[skipped < len(keep)]] = False
+    by_dp = {int(d): float(np.mean(ps["advance"][(ps["dp"] == d) & keep]))
+             for d in np.unique(ps["dp"][keep])}
+    if len(by_dp) < 2:
+        return []
     vals = list(by_dp.values())
     if not max(vals) - min(vals) > REL_TOL * max(abs(v) for v in vals):
         return []

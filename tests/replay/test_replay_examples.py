@@ -50,16 +50,26 @@ def check_onevision(rep, s):
 
 
 def check_rlinf(rep, s):
-    assert s["horizon"] == 200 * 64 and s["scheduler_progress_end"] == 60 * 64 + 80 * 32 + 60 * 64
-    assert s["scheduler_unit"] == "micro-steps"
-    assert _ev(rep, "LRD210")["advance_by_dp"] == {4: 64.0, 8: 32.0}
+    # RLinf (MegatronWorker.training_step): 512 samples per update at every dp size, over
+    # lr_decay_iters 200 x 512; micro-batches per rank gbs / (mbs x dp): 64, 32, 64.
+    assert s["horizon"] == s["scheduler_progress_end"] == 200 * 512
+    assert s["scheduler_unit"] == "samples"
     assert _ev(rep, "LRD211")["failed_updates"] == 3
+    assert (s["window_sizes"]["min"], s["window_sizes"]["max"]) == (32, 64)
     assert s["window_sizes"]["short"] == 0  # 32 at dp 8 is that dp's nominal k
 
 
 def check_rlinf_fixed(rep, s):
-    assert s["horizon"] == s["scheduler_progress_end"] == 200 * 512
-    assert s["actual_updates"] == 200 and s["window_sizes"]["short"] == 0
+    # Failed updates skip the scheduler (Megatron-LM's train_step): 197 x 512 samples.
+    assert s["horizon"] == 200 * 512 and s["scheduler_progress_end"] == 197 * 512
+    assert s["actual_updates"] == 200 and s["failed_updates"] == 3
+    assert s["window_sizes"]["short"] == 0
+
+
+def check_rlinf_default_horizon(rep, s):
+    # rlinf/config.py train_iters 100000 x global batch 512; the run reaches 200 x 512.
+    assert s["horizon"] == 100000 * 512 and s["scheduler_progress_end"] == 200 * 512
+    assert s["lr_end"] > 0.99 * 2e-6
 
 
 def check_sokoban(rep, s):
@@ -115,8 +125,9 @@ CASES = {
     "fast-llm-current": ({}, set(), check_fast_llm_current, False),
     "fastllm-docs": ({}, {"LRD201"}, check_fastllm, True),
     "onevision-offbyone": ({}, {"LRD204", "LRD205"}, check_onevision, False),
-    "rlinf-elastic": ({}, {"LRD202", "LRD210", "LRD211"}, check_rlinf, True),
-    "rlinf-elastic-fixed": ({}, set(), check_rlinf_fixed, False),
+    "rlinf-elastic": ({}, {"LRD211"}, check_rlinf, True),
+    "rlinf-elastic-fixed": ({}, {"LRD202"}, check_rlinf_fixed, False),
+    "rlinf-default-horizon": ({}, {"LRD202"}, check_rlinf_default_horizon, False),
     "roll-sokoban-dynamic": ({"batch_log": SOKOBAN_LOG}, {"LRD201", "LRD203"}, check_sokoban,
                              False),
     "skyrl-stepwise": ({}, set(), check_skyrl, True),

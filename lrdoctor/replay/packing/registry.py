@@ -24,6 +24,7 @@ def _packers() -> tuple[Packer, ...]:
     from lrdoctor.replay.packing.doc_target import PACKER as DOC_TARGET
     from lrdoctor.replay.packing.karmarkar_karp import PACKER as KARMARKAR_KARP
     from lrdoctor.replay.packing.prompt_unit import PACKER as PROMPT_UNIT
+    from lrdoctor.replay.packing.rlinf_dynamic import PACKER as RLINF_DYNAMIC
     from lrdoctor.replay.packing.roll_sequence_packing import PACKER as ROLL_SEQUENCE_PACKING
     from lrdoctor.replay.packing.sequence_packing import PACKER as SEQUENCE_PACKING
     from lrdoctor.replay.packing.static import PACKER as STATIC
@@ -38,6 +39,7 @@ def _packers() -> tuple[Packer, ...]:
         DOC_TARGET,
         SEQUENCE_PACKING,
         ROLL_SEQUENCE_PACKING,
+        RLINF_DYNAMIC,
     )
 
 

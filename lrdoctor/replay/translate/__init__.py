@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lrdoctor.replay.translate import fast_llm, nemo_rl, openrlhf, roll, skyrl, verl
+from lrdoctor.replay.translate import fast_llm, nemo_rl, openrlhf, rlinf, roll, skyrl, verl
 from lrdoctor.replay.translate.common import Translation, Translator
 
 TRANSLATORS: tuple[Translator, ...] = (
@@ -21,6 +21,7 @@ TRANSLATORS: tuple[Translator, ...] = (
     nemo_rl.TRANSLATOR,
     skyrl.TRANSLATOR,
     fast_llm.TRANSLATOR,
+    rlinf.TRANSLATOR,
     openrlhf.TRANSLATOR,
 )
 

@@ -91,6 +91,8 @@ def load_tree(path: Path, root: Path | None = None, _depth: int = 0,
             if option is None or str(option) == "null":
                 continue
             group = str(group).removeprefix("override ").strip()
+            if group == "hydra" or group.startswith("hydra/"):
+                continue  # Hydra's own settings (job_logging, launcher): not the run's
             group, _, package = group.partition("@")
             package = package or group.replace("/", ".")
             target = _resolve_entry(path, f"{group}/{option}")

@@ -1,0 +1,213 @@
+"""RLinf's Hydra YAML (``examples/reasoning/config/...``) for its Megatron actor.
+
+Read from RLinf's code (github.com/RLinf/RLinf at a3816b5; ``rlinf==0.3.0`` agrees):
+
+- ``rlinf/config.py validate_reasoning_cfg``: ``actor.micro_batch_size =
+  algorithm.training_batch_size_per_gpu`` (default 1) and ``actor.global_batch_size =
+  data.rollout_batch_size x algorithm.group_size // algorithm.n_minibatches``
+  (default 1): one rollout step is ``n_minibatches`` optimizer updates.
+- ``validate_megatron_cfg``: ``megatron.train_iters = 100000`` always; ``lr_sched``
+  defaults ``lr_decay_style: constant``, ``min_lr: 0.0``, ``lr_decay_iters: None``,
+  ``lr_warmup_iters: 0``; the LR is ``optim.lr``. ``rlinf/utils/initialize.py
+  extract_selected_fields`` flattens ``model``, ``optim``, ``lr_sched``, ``megatron``
+  into Megatron's args in that order, so ``lr_sched.min_lr`` wins over ``optim.min_lr``.
+- Megatron-LM ``get_optimizer_param_scheduler`` (called by
+  ``MegatronModelManager``): ``lr_decay_iters`` defaults to ``train_iters``; horizon
+  ``lr_decay_iters x global_batch_size`` samples; warmup ``lr_warmup_fraction x``
+  horizon, else ``lr_warmup_iters x global_batch_size``.
+- ``rlinf/workers/megatron_worker.py MegatronWorker.training_step``: after each global
+  batch, ``optimizer_step(increment)`` with ``increment = total_batch_size_per_dp x dp //
+  n_minibatches``, the global batch in samples whatever the dp size;
+  ``rlinf/hybrid_engines/megatron/megatron_model_manager.py optimizer_step`` calls
+  ``lr_scheduler.step(increment=...)`` whatever ``optimizer.step()`` returned, so a
+  failed (fp16 overflow) update still advances it.
+- Micro-batches per rank: ``gbs / (mbs x dp)`` (``calc_num_microbatches`` ->
+  ``rlinf/utils/utils.py configure_batch_sizes``, recomputed at every dp change), or
+  with ``runner.enable_dynamic_batch_size`` the packer
+  :mod:`lrdoctor.replay.packing.rlinf_dynamic`.
+- ``rlinf/runners/reasoning_runner.py _set_max_steps``: ``len(train_dataloader) x
+  runner.max_epochs``, capped by ``runner.max_steps`` when >= 0.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.replay.translate.common import Reader, Translation, Translator, synthetic_up_to
+from lrdoctor.replay.translate.common import truthy as _truthy
+
+TRAIN_ITERS = 100000  # rlinf/config.py validate_megatron_cfg: megatron.train_iters
+_STYLES = ("constant", "linear", "cosine", "inverse-square-root", "WSD")
+_RANKS = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
+
+
+def looks_like(data: Any) -> bool:
+    """An RLinf config: ``runner``, ``algorithm`` and ``actor`` sections, with RLinf's
+    ``runner.task_type`` or ``cluster.component_placement``."""
+    if not isinstance(data, dict):
+        return False
+    runner, cluster = data.get("runner"), data.get("cluster")
+    return (isinstance(runner, dict) and isinstance(data.get("actor"), dict)
+            and isinstance(data.get("algorithm"), dict)
+            and ("task_type" in runner or (isinstance(cluster, dict)
+                                           and "component_placement" in cluster)))
+
+
+def _count_ranks(spec: str) -> int:
+    """``"0-3,5"`` -> 5 (RLinf's ``parse_rank_config`` format)."""
+    n = 0
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        lo, hi = int(a), int(b or a)
+        if hi < lo:
+            raise UnusableInput(f"cluster.component_placement: rank range {part.strip()!r} "
+                                "runs backwards")
+        n += hi - lo + 1
+    return n
+
+
+def _actor_gpus(r: Reader) -> int:
+    """GPUs of the actor from ``cluster.component_placement`` (a key naming ``actor``,
+    alone or in a comma list: ``actor,rollout,reward: all``)."""
+    placement = r.raw("cluster.component_placement")
+    if not isinstance(placement, dict):
+        raise UnusableInput("cluster.component_placement is missing: the replay needs the "
+                            "actor's GPUs")
+    for key, val in placement.items():
+        if "actor" not in [k.strip() for k in str(key).split(",")]:
+            continue
+        r.used[f"cluster.component_placement.{key}"] = val
+        if isinstance(val, int) and not isinstance(val, bool):
+            return 1
+        text = str(val).strip()
+        if text.lower() == "all":
+            nodes = r.count("cluster.num_nodes", 1)
+            # "all" is every accelerator Ray finds; the config does not count them.
+            per = r.count("cluster.gpus_per_node", 8)
+            return nodes * per
+        if _RANKS.match(text):
+            return _count_ranks(text)
+        raise UnusableInput(f"cluster.component_placement.{key} is {val!r}: expected 'all' or "
+                            "GPU ranks like '0-3,6'")
+    raise UnusableInput("cluster.component_placement names no actor")
+
+
+def _schedule(r: Reader, gbs: int) -> tuple[dict[str, Any], float]:
+    """Megatron's OptimizerParamScheduler as RLinf configures it, and its horizon in
+    samples (``lr_decay_iters x global_batch_size``)."""
+    s = "actor.lr_sched"
+    style = r.get(f"{s}.lr_decay_style", "constant", str)
+    if style not in _STYLES:
+        raise UnusableInput(f"{s}.lr_decay_style {style!r}: megatron-core knows "
+                            f"{', '.join(_STYLES)}")
+    lr = r.get("actor.optim.lr", kind=float)
+    if lr is None:
+        raise UnusableInput("actor.optim.lr is missing: RLinf's LR (lr_sched.lr = optim.lr)")
+    r.get("actor.optim.min_lr", None, float)  # shown: lr_sched.min_lr overrides it
+    decay_iters = r.get(f"{s}.lr_decay_iters", TRAIN_ITERS, int)
+    if decay_iters < 1:
+        raise UnusableInput(f"{s}.lr_decay_iters is {decay_iters}; expected >= 1")
+    horizon = float(decay_iters * gbs)
+    frac = r.get(f"{s}.lr_warmup_fraction", None, float)
+    warmup = frac * horizon if frac is not None else \
+        float(r.get(f"{s}.lr_warmup_iters", 0, int) * gbs)
+    params: dict[str, Any] = {}
+    if style == "WSD":
+        wsd = r.get(f"{s}.lr_wsd_decay_iters", None, int)
+        params = {"wsd_decay_steps": wsd * gbs if wsd is not None else None,
+                  "lr_wsd_decay_style": r.get(f"{s}.lr_wsd_decay_style", "exponential", str)}
+    return {"family": "megatron", "kind": style, "max_lr": lr,
+            "min_lr": r.get(f"{s}.min_lr", 0.0, float),
+            "init_lr": r.get(f"{s}.lr_warmup_init", 0.0, float),
+            "warmup": warmup, "horizon": horizon, "params": params}, horizon
+
+
+def translate(data: dict, base: Path | None = None) -> Translation:
+    r = Reader(data)
+    backend = r.get("actor.training_backend", "megatron", str)
+    if backend != "megatron":
+        raise UnusableInput(f"actor.training_backend is {backend!r}: lrdoctor models RLinf's "
+                            "Megatron actor (MegatronWorker); write an FSDP run in lrdoctor's "
+                            "schema (docs/replay-frameworks.md, RLinf)")
+    prompts = r.need("data.rollout_batch_size", "the prompts per rollout step")
+    group = r.count("algorithm.group_size", 1)
+    n_mini = r.count("algorithm.n_minibatches", 1)
+    mbs = r.count("algorithm.training_batch_size_per_gpu", 1)
+    sps = prompts * group
+    gbs = sps // n_mini
+    if gbs < 1:
+        raise UnusableInput(f"data.rollout_batch_size x algorithm.group_size = {sps} is less "
+                            f"than algorithm.n_minibatches {n_mini}")
+    max_steps = r.get("runner.max_steps", -1, int)
+    epochs = r.get("runner.max_epochs", None, int)
+    if max_steps < 0:
+        raise UnusableInput(
+            f"runner.max_steps is {max_steps}: RLinf runs len(train_dataloader) x "
+            f"runner.max_epochs ({epochs}) rollout steps (reasoning_runner._set_max_steps), "
+            "and the dataset's size is in no config; give the steps with "
+            "--set runner.max_steps=N")
+    if max_steps == 0:
+        raise UnusableInput("runner.max_steps is 0: the run takes no step")
+    tp = r.count("actor.model.tensor_model_parallel_size", 1)
+    pp = r.count("actor.model.pipeline_model_parallel_size", 1)
+    cp = r.count("actor.model.context_parallel_size", 1)
+    gpus = _actor_gpus(r)
+    if gpus % (tp * pp * cp):
+        raise UnusableInput(f"the actor's {gpus} GPUs do not divide into tensor x pipeline x "
+                            f"context parallel = {tp * pp * cp}")
+    dp = gpus // (tp * pp * cp)
+    if sps % dp:
+        raise UnusableInput(f"rollout_batch_size x group_size = {sps} is not divisible by the "
+                            f"actor's dp size {dp} (MegatronWorker.__init__ asserts it)")
+    if gbs % (mbs * dp):
+        raise UnusableInput(f"global batch {gbs} is not divisible by micro batch {mbs} x dp "
+                            f"{dp} (megatron-core's num-microbatches calculator asserts it)")
+    schedule, horizon = _schedule(r, gbs)
+    batching: dict[str, Any] = {"strategy": "static"}
+    if r.get("runner.enable_dynamic_batch_size", False, bool):
+        cap = r.count("runner.max_tokens_per_mbs") or r.count("runner.seq_length")
+        batching = {"strategy": "rlinf_dynamic", "max_tokens_per_microbatch": cap * cp}
+        vpp = r.get("actor.model.virtual_pipeline_model_parallel_size", None, int)
+        if vpp and vpp > 1:
+            batching["vpp_divisor"] = r.get(
+                "actor.model.microbatch_group_size_per_vp_stage", pp, int)
+    r.unmodelled_if("actor.model.precision", lambda v: str(v) in ("fp16", "16", "16-mixed"),
+                    "fp16 updates that overflow fail and still advance the scheduler "
+                    "(MegatronModelManager.optimizer_step); which ones fail is in no config: "
+                    "replayed with none failing (list them as scheduler.failed_updates in an "
+                    "lrdoctor config)")
+    if n_mini > 1:
+        r.unmodelled_if("algorithm.shuffle_rollout", lambda v: _truthy(v) and bool(
+            batching["strategy"] != "static"),
+            "each rank's rows are shuffled (torch.randperm, seed actor.seed) before the split "
+            "into global batches: which rows share a global batch is replayed in log order")
+    r.unmodelled_if("actor.enable_dp_load_balance", _truthy,
+                    "rows are rebalanced across dp ranks before training; replayed as dealt")
+    if r.get("critic.use_critic_model", False, bool):
+        r.unmodelled_if("critic.lr_sched", lambda v: isinstance(v, dict),
+                        "the critic's scheduler is stepped the same way (MegatronWorker) over "
+                        "its own lr_sched; the replay follows the actor's")
+    seq = r.get("runner.seq_length", None, int)
+    cfg: dict[str, Any] = {
+        "schedule": schedule,
+        # The horizon is lr_decay_iters x gbs samples: "budgeted" updates = lr_decay_iters.
+        "budget": {"formula": "explicit", "total": horizon},
+        "train": {"steps": max_steps, "samples_per_step": sps, "micro_batch_size": mbs,
+                  "mini_batch_size": gbs, "gradient_accumulation": max(1, gbs // (mbs * dp))},
+        "dp": {"size": dp},
+        "batching": batching,
+        "accumulation": {"rule": "correct", "flush_at_step_end": True},
+        "scheduler": {"step_on": "update", "increment": "samples",
+                      "step_on_failed_update": True},
+    }
+    synthetic = synthetic_up_to(seq)
+    if synthetic:
+        cfg["data"] = {"synthetic": synthetic}
+    return r.done("rlinf", cfg)
+
+
+TRANSLATOR = Translator("rlinf", "RLinf (Hydra YAML, Megatron actor)", "yaml", looks_like,
+                        translate)

@@ -1,0 +1,164 @@
+"""RLinf from its own files: its Hydra YAML (``defaults:`` composition), its Megatron
+actor's stepping, and its dynamic-batching micro-batch count.
+
+Reproduces RLinf (github.com/RLinf/RLinf a3816b5 == rlinf 0.3.0):
+``MegatronWorker.training_step`` (scheduler advanced by the global batch in samples),
+``MegatronModelManager.optimizer_step`` (advanced on failed updates too), Megatron-LM
+``get_optimizer_param_scheduler`` (horizon ``lr_decay_iters x global_batch_size``,
+``train_iters = 100000`` from ``rlinf/config.py``), ``configure_batch_sizes``
+(megatron-core's calculator, run here) and ``data_iter_utils.get_iterator_dynamic``
+(its counts on a seeded batch log, computed by RLinf's own functions in
+scripts/gen_rlinf_counts.py into tests/data/rlinf/rlinf_counts.json).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.findings import Severity
+from lrdoctor.replay import ReplayOptions, replay_full
+from lrdoctor.replay.config import load_config
+from lrdoctor.replay.packing.rlinf_dynamic import bfd_count, fit_count
+from tests.helpers.paths import TESTS
+
+DATA = TESTS / "data" / "rlinf"
+COUNTS = json.loads((DATA / "rlinf_counts.json").read_text())
+GBS, DP = 64, 4  # 16 prompts x 8 // 2 global batches; GPUs 0-7 at tensor parallel 2
+
+
+def _batch_log(tmp_path) -> str:
+    p = tmp_path / "rlinf.csv"
+    rows = [f"{s},{n}" for s, lens in enumerate(COUNTS["lengths"]) for n in lens]
+    p.write_text("step,tokens\n" + "\n".join(rows) + "\n")
+    return str(p)
+
+
+def _replay(tmp_path, *sets: str):
+    return replay_full(str(DATA / "grpo_dynamic.yaml"), batch_log=_batch_log(tmp_path),
+                       options=ReplayOptions(engine="fast", sets=sets))
+
+
+def _megatron_lrs(updates: int, warmup: float, horizon: float) -> list[float]:
+    """megatron-core's OptimizerParamScheduler stepped as MegatronWorker.training_step
+    does (increment = global batch): the LR each update's micro-batches use."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = OptimizerParamScheduler(
+        opt, init_lr=0.0, max_lr=2e-5, min_lr=1e-6, lr_warmup_steps=warmup,
+        lr_decay_steps=horizon, lr_decay_style="cosine", start_wd=0.0, end_wd=0.0,
+        wd_incr_steps=100000 * GBS, wd_incr_style="constant")
+    out = []
+    for _ in range(updates):
+        out.append(opt.param_groups[0]["lr"])
+        sched.step(increment=GBS)
+    return out
+
+
+def test_yaml_with_defaults_is_read_as_rlinf_computes_it():
+    cfg = load_config(DATA / "grpo_dynamic.yaml")
+    assert cfg._format == "rlinf-config"
+    assert cfg.dp.size == DP and cfg.train.mini_batch_size == GBS
+    assert cfg.train.micro_batch_size == 2 and cfg.train.steps == 6
+    assert cfg.train.samples_per_step == 128
+    # lr_decay_iters 10 x global batch 64; warmup fraction 0.1 of it; lr_sched.min_lr wins.
+    assert cfg.schedule.horizon == 640 and cfg.schedule.warmup == 64
+    assert cfg.schedule.min_lr == 1e-6 and cfg.schedule.max_lr == 2e-5
+    assert cfg.scheduler.increment == "samples" and cfg.scheduler.step_on_failed_update
+    assert cfg.batching.strategy == "rlinf_dynamic"
+    assert cfg.batching.max_tokens_per_microbatch == 8192
+    # The hydra/job_logging default configures Hydra, not the run: nothing was skipped.
+    assert "defaults_not_followed" not in cfg._source
+
+
+def test_dynamic_counts_horizon_progress_and_lrs_equal_rlinfs(tmp_path):
+    res = _replay(tmp_path)
+    t, s = res.replay.trace, res.report.extra["summary"]
+    closes = t["is_update"]
+    # One update per global batch: 6 steps x 2; micro-batches per update = RLinf's count.
+    assert s["actual_updates"] == 12
+    assert t["window_size"][closes].tolist() == [n for c in COUNTS["counts"] for n in c]
+    # ... and the same partitions: tokens per micro-batch per rank, in RLinf's order.
+    got = [[mb.tokens for mb in i.plan.micro_batches] for i in res.replay.infos]
+    want = [[[toks[r][m] for r in range(DP)] for toks in step for m in range(len(toks[0]))]
+            for step in COUNTS["tokens"]]
+    assert got == want
+    # Progress: the global batch per update (samples), over a 640-sample horizon.
+    assert t["scheduler_progress"][closes].tolist() == [GBS * (u + 1) for u in range(12)]
+    assert s["horizon"] == 640 and s["scheduler_unit"] == "samples"
+    first = np.flatnonzero(np.r_[True, closes[:-1]])
+    assert t["lr"][first].tolist() == pytest.approx(_megatron_lrs(12, 64, 640), rel=1e-12)
+    found = {f.code: f for f in res.report.findings}
+    # 12 updates over a 10-update horizon on a cosine: the LR floors after step 5 of 6.
+    assert found["LRD201"].severity == Severity.ERROR
+    assert "after train step 5 of 6" in found["LRD201"].message
+    assert "LRD210" not in found and "LRD211" not in found and "LRD213" not in found
+
+
+def test_static_micro_batches_are_megatrons_calculator(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core import num_microbatches_calculator as nmc
+    nmc.reconfigure_num_microbatches_calculator(
+        rank=0, rampup_batch_size=None, global_batch_size=GBS, micro_batch_size=2,
+        data_parallel_size=DP)
+    res = _replay(tmp_path, "runner.enable_dynamic_batch_size=false")
+    t = res.replay.trace
+    assert res.replay.cfg.batching.strategy == "static"
+    assert set(t["window_size"][t["is_update"]].tolist()) == {nmc.get_num_microbatches()}
+    assert int(t["is_update"].sum()) == 12
+
+
+def test_fp16_and_the_default_horizon(tmp_path):
+    # No lr_decay_iters: train_iters = 100000 (rlinf/config.py), horizon 100000 x 64.
+    res = _replay(tmp_path, "actor.lr_sched.lr_decay_iters=null", "actor.model.precision=fp16")
+    s = res.report.extra["summary"]
+    assert s["horizon"] == 100000 * GBS
+    found = {f.code: f for f in res.report.findings}
+    assert found["LRD202"].severity == Severity.WARNING  # cosine: the LR barely moves
+    assert "actor.model.precision" in found["LRD213"].message
+
+
+def test_unset_run_length_names_the_missing_number():
+    with pytest.raises(UnusableInput) as exc:
+        load_config(DATA / "base_grpo.yaml")
+    assert "--set runner.max_steps=N" in str(exc.value)
+    assert "max_epochs (5)" in str(exc.value)
+
+
+def test_an_unknown_yaml_names_rlinf_and_the_schema(tmp_path):
+    p = tmp_path / "cfg.yaml"
+    p.write_text("model: {name: x}\n")
+    with pytest.raises(UnusableInput) as exc:
+        load_config(p)
+    msg = str(exc.value)
+    assert "RLinf" in msg and "docs/replay.md" in msg and "'train' (steps" in msg
+
+
+def test_bfd_and_partitions_equal_rlinfs_own_functions():
+    """Live against the installed rlinf (rlinf==0.3.0, --no-deps): random batches."""
+    d = pytest.importorskip("rlinf.utils.data_iter_utils")
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        cap = int(rng.integers(2000, 9000))
+        rows = int(rng.integers(4, 60))  # every rank holds total_batch_size_per_dp rows
+        lens = [[int(x) for x in rng.integers(50, cap + 1, rows)]
+                for _ in range(int(rng.integers(1, 4)))]
+        for ln in lens:
+            assert bfd_count(ln, cap) == len(d.get_seqlen_BFD_partitions(ln, cap))
+        k, parts, _ = fit_count(lens, cap)
+        n = max(len(d.get_seqlen_BFD_partitions(ln, cap)) for ln in lens)
+        while True:
+            theirs = [d.get_seqlen_balanced_partitions(ln, n, False) for ln in lens]
+            if all(sum(ln[i] for i in p) <= cap for ln, ps in zip(lens, theirs) for p in ps):
+                break
+            n += 1
+        assert (k, parts) == (n, theirs)
