@@ -34,19 +34,19 @@ def lengths() -> list[list[int]]:
 
 def rlinf_counts(lens_by_rank: list[list[int]], cap: int) -> tuple[int, list[list[int]]]:
     from rlinf.utils.data_iter_utils import (
-        get_seqlen_BFD_partitions,
         get_seqlen_balanced_partitions,
+        get_seqlen_BFD_partitions,
     )
 
     n = max(len(get_seqlen_BFD_partitions(ln, cap)) for ln in lens_by_rank)
     while True:
         parts = [get_seqlen_balanced_partitions(seqlen_list=ln, k_partitions=n,
                                                 equal_size=False) for ln in lens_by_rank]
-        if all(sum(ln[i] for i in p) <= cap for ln, ps in zip(lens_by_rank, parts)
+        if all(sum(ln[i] for i in p) <= cap for ln, ps in zip(lens_by_rank, parts, strict=True)
                for p in ps):
             # tokens per micro-batch, per rank, in RLinf's partition order
             return n, [[sum(ln[i] for i in p) for p in ps]
-                       for ln, ps in zip(lens_by_rank, parts)]
+                       for ln, ps in zip(lens_by_rank, parts, strict=True)]
         n += 1
 
 

@@ -168,7 +168,7 @@ def translate(data: dict, base: Path | None = None) -> Translation:
     schedule, horizon = _schedule(r, gbs)
     batching: dict[str, Any] = {"strategy": "static"}
     if r.get("runner.enable_dynamic_batch_size", False, bool):
-        cap = r.count("runner.max_tokens_per_mbs") or r.count("runner.seq_length")
+        cap = r.need("runner.max_tokens_per_mbs", "the token cap of RLinf's dynamic batching")
         batching = {"strategy": "rlinf_dynamic", "max_tokens_per_microbatch": cap * cp}
         vpp = r.get("actor.model.virtual_pipeline_model_parallel_size", None, int)
         if vpp and vpp > 1:
