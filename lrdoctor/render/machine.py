@@ -34,11 +34,16 @@ _GH_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO
 # ---------------------------------------------------------------- locations
 
 class Location:
-    """A file (relative to the repo root when it is inside it) and a 1-based line."""
+    """A file (relative to the repo root when it is inside it) and a 1-based line.
 
-    def __init__(self, path: str, line: int = 1):
+    ``file`` is the same file as this process opens it (relative to the working
+    directory): ``path`` is for the reader of the annotation, and differs from it when
+    the project is a subfolder of the repository."""
+
+    def __init__(self, path: str, line: int = 1, file: str | None = None):
         self.path = path
         self.line = line
+        self.file = path if file is None else file
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"Location({self.path!r}, {self.line})"
@@ -159,14 +164,16 @@ def locate(f: Finding, report: Report | None = None) -> Location:
     raw = f.location or (report.target if report is not None else "") or "."
     if "#" in raw:
         path, key = raw.split("#", 1)
-        return Location(_relative(path), key_line(path, key))
+        return Location(_relative(path), key_line(path, key), path)
     m = _LINE_SUFFIX.match(raw)
     if m and not os.path.exists(raw):
-        return Location(_relative(m["path"]), int(m["line"]))
+        return Location(_relative(m["path"]), int(m["line"]), m["path"])
     path, sep, key = raw.rpartition(":")
     if sep and key and not os.path.exists(raw) and os.path.isfile(path):
-        return Location(_relative(path), key_line(path, key))  # ``config.yaml:section.key``
-    return Location(_relative(_representative_file(raw, report)), 1)
+        # ``config.yaml:section.key``
+        return Location(_relative(path), key_line(path, key), path)
+    file = _representative_file(raw, report)
+    return Location(_relative(file), 1, file)
 
 
 # -------------------------------------------------------------------- SARIF
@@ -347,7 +354,7 @@ def annotation_location(f: Finding, rep: Report | None = None) -> Location | Non
     run config key, a check target's line in [tool.lrdoctor]), else None (a run-level
     annotation whose message names the target): never a binary checkpoint file."""
     loc = locate(f, rep)
-    if is_text_file(loc.path):
+    if is_text_file(loc.file):
         return loc
     config = _config_source(rep)
     if config is not None:

@@ -242,6 +242,44 @@ def test_cli_inspect_junit_and_exit_codes(bad_project):
     assert res.exit_code == 2 and "nope" in res.stderr and "Traceback" not in res.output
 
 
+def _github_vs_sarif() -> tuple[dict, dict]:
+    """``check``'s annotations and SARIF results of the bad project, as {code@file: line}."""
+    sarif = json.loads(runner.invoke(app, ["check", "--output-format", "sarif"]).stdout)
+    in_sarif = {}
+    for r in sarif["runs"][0]["results"]:
+        loc = r["locations"][0]["physicalLocation"]
+        in_sarif[r["ruleId"], loc["artifactLocation"]["uri"]] = loc["region"]["startLine"]
+    in_github = {}
+    for ln in runner.invoke(app, ["check", "--output-format", "github"]).stdout.splitlines():
+        m = re.match(r"::\w+ file=([^,]+),line=(\d+),title=(LRD\d+) ", ln)
+        if m:
+            in_github[m[3], m[1]] = int(m[2])
+    return in_github, in_sarif
+
+
+def test_github_annotations_match_sarif_in_a_subfolder_of_the_repo(tmp_path, monkeypatch):
+    """Issue 29 item 10: the project (tests/projects/bad: a Megatron checkpoint and a
+    replayed run config) as a subfolder of a git repository. The annotations pointed at
+    pyproject.toml lines while SARIF pointed at configs/run.yaml:26: the text-file test
+    opened the repo-relative path from the project's folder. Every annotation with a
+    text file is at SARIF's file and line, as when the project is its own repository."""
+    monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    (tmp_path / ".git").mkdir()
+    project = tmp_path / "ci" / "bad"
+    shutil.copytree(PROJECTS / "bad", project)
+    monkeypatch.chdir(project)
+    in_github, in_sarif = _github_vs_sarif()
+    assert in_github[("LRD201", "ci/bad/configs/run.yaml")] == 26
+    text_files = {k: v for k, v in in_sarif.items() if not k[1].endswith(".pt")}
+    assert text_files and all(in_github[k] == v for k, v in text_files.items()), \
+        (in_github, in_sarif)
+    # The same project as its own repository: the same lines, paths without the prefix.
+    (project / ".git").mkdir()
+    own_github, _ = _github_vs_sarif()
+    assert {(c, "ci/bad/" + f): n for (c, f), n in own_github.items()} == in_github
+
+
 def test_cli_github_annotations_added_on_actions(bad_project, monkeypatch):
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     res = runner.invoke(app, ["inspect", CKPT])
