@@ -20,10 +20,30 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 
+def _searched(start: str | os.PathLike | None = None) -> list[Path]:
+    """The folders searched for the config, nearest first: ``start`` (the working
+    directory) and its parents up to the repository root (the folder holding ``.git``)."""
+    here = Path(start or os.getcwd()).resolve()
+    out = []
+    for d in (here, *here.parents):
+        out.append(d)
+        if (d / ".git").exists():
+            break
+    return out
+
+
+def not_found(start: str | os.PathLike | None = None) -> str:
+    """Where no config was found, in words, for a message that must not name a file that
+    is not there ("pyproject.toml: nothing to check" named one)."""
+    dirs = _searched(start)
+    where = (f"in {dirs[0]}" if len(dirs) == 1 else
+             f"in {dirs[0]} or above it up to {dirs[-1]}")
+    return f"no lrdoctor.toml, nor a pyproject.toml with [tool.lrdoctor], {where}"
+
+
 def find_config(start: str | os.PathLike | None = None) -> Path | None:
     """Nearest ``lrdoctor.toml``, or ``pyproject.toml`` with ``[tool.lrdoctor]``, upward."""
-    here = Path(start or os.getcwd()).resolve()
-    for d in (here, *here.parents):
+    for d in _searched(start):
         cand = d / "lrdoctor.toml"
         if cand.is_file():
             return cand
@@ -35,6 +55,4 @@ def find_config(start: str | os.PathLike | None = None) -> Path | None:
                 data = {}
             if isinstance(data.get("tool"), dict) and "lrdoctor" in data["tool"]:
                 return cand
-        if (d / ".git").exists():
-            break
     return None

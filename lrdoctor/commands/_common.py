@@ -155,6 +155,16 @@ def die(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def nothing_to_do(source: Path | None, what: str, how: str) -> None:
+    """No target given or configured: one line naming the config file read, or, with none,
+    where none was found (never a file that is not there); exit 2."""
+    if source is not None:
+        die(f"{source}: nothing to {what}: {how}")
+    from lrdoctor.ci.find import not_found
+
+    die(f"nothing to {what}: {not_found()}; {how}")
+
+
 def warn_unusable(reports) -> bool:
     """One stderr line per checked input that could not be used (LRD303), so the reason
     is seen even when stdout goes to a file or a report page; True when there was one."""

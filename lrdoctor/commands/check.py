@@ -18,10 +18,10 @@ from lrdoctor.commands._common import (
     QuietOpt,
     VerboseOpt,
     allow_unsafe,
-    die,
     emit_to,
     guarded,
     jobs_option,
+    nothing_to_do,
     on_github_actions,
     paths_first,
     print_unusable,
@@ -98,9 +98,8 @@ def check_cmd(
     cfg = guarded(lambda: ci_check.config_from_flags(
         cfg, inspect or [], replay or [], batch_log, synthetic, max_progress_ratio))
     if not cfg.targets:
-        where = cfg.source or "pyproject.toml"
-        die(f"{where}: nothing to check: add [[tool.lrdoctor.inspect]] or "
-            "[[tool.lrdoctor.replay]], or pass --inspect/--replay")
+        nothing_to_do(cfg.source, "check", "add [[tool.lrdoctor.inspect]] or "
+                      "[[tool.lrdoctor.replay]], or pass --inspect/--replay")
     report_dir = report if report is not None else (cfg.resolve(cfg.report) if cfg.report else None)
     # A missing target is each target's own LRD303 (a fleet goes on): only the outputs first.
     paths_first([], [output, Path(report_dir) / "index.html" if report_dir is not None else None])

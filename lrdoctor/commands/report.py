@@ -108,10 +108,10 @@ def report_cmd(
             if t.kind == "replay":
                 t.options = {"engine": engine, **({"sweep": sweep} if sweep else {})}
     elif not cfg.targets:
-        from lrdoctor.commands._common import die
+        from lrdoctor.commands._common import nothing_to_do
 
-        die(f"{cfg.source or 'pyproject.toml'}: nothing to report on: give TARGETS or "
-            "add [[tool.lrdoctor.inspect]] / [[tool.lrdoctor.replay]]")
+        nothing_to_do(cfg.source, "report on", "give TARGETS or add "
+                      "[[tool.lrdoctor.inspect]] / [[tool.lrdoctor.replay]]")
     # Where the page would go is checked before any work. When it is refused, nothing is
     # written: a TARGET that is not there is the problem said first (else the page is
     # written for the targets that could be used, the missing one an LRD303 on it).

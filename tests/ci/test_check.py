@@ -219,10 +219,22 @@ def test_unrecognised_path_is_lrd303_with_what_was_scanned(tmp_path, monkeypatch
 
 
 def test_no_config_at_all(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+    """Issue 29 item 12: with no config anywhere, check and report said
+    "pyproject.toml: nothing to check", naming a file that is not there. The line says
+    where none was found (the working directory up to the repository root)."""
     (tmp_path / ".git").mkdir()
-    res = runner.invoke(app, ["check"])
-    assert res.exit_code == 2 and "nothing to check" in res.stderr
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    for command, what in (("check", "nothing to check"), ("report", "nothing to report on")):
+        res = runner.invoke(app, [command])
+        assert res.exit_code == 2, res.output
+        line = res.stderr.strip()
+        assert line.startswith(f"lrdoctor: error: {what}: no lrdoctor.toml, nor a "
+                               "pyproject.toml with [tool.lrdoctor], in "
+                               f"{(tmp_path / 'sub').resolve()} or above it up to "
+                               f"{tmp_path.resolve()};"), line
+        assert "error: pyproject.toml" not in line and not (tmp_path / "sub" /
+                                                           "pyproject.toml").exists()
 
 
 def test_lrdoctor_toml_and_flags(tmp_path, monkeypatch):
