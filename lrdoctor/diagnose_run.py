@@ -159,6 +159,7 @@ def diagnose_run(states: list[RunState]) -> list[Finding]:
         if interval is not None:
             drift.append(interval)
     out += _ratio_drift(pts, drift)
+    out += _stateless_restart(pts)
     from lrdoctor.rules import lrd131_lr_zero_while_training
 
     out += lrd131_lr_zero_while_training.check_run(states)
@@ -378,6 +379,78 @@ def _missing_scheduler(pts: list[Point]) -> list[Finding]:
             f"scheduler was moving it{also}, and a resume from {p.name} restarts the "
             "schedule from step 0.", lrd115.SchedulerStateMissing(**ev), location=p.path))
     return out
+
+
+def _lr_positions(p: Point) -> tuple[Counter, list[int]] | None:
+    """(the optimizer's step, every whole position up to it where the stateless schedule
+    gives the saved LR) of a point whose schedule saves no position and counts updates."""
+    from lrdoctor.core.state import Unit
+    from lrdoctor.schedules.solve import positions
+
+    st, spec = p.state, p.state.schedule
+    step = st.counter("optimizer.step")
+    if not st.stateless or spec is None or spec.unit is not Unit.UPDATES or step is None \
+            or step.value <= 0 or p.optimizer_lr is None:
+        return None
+    return step, positions(spec, p.optimizer_lr, int(step.value))
+
+
+def _stateless_restart(pts: list[Point]) -> list[Finding]:
+    """A schedule that saves no position (timm's ``step_update(num_updates)``) whose loop
+    restarted its update count at 0 on a resume: at the later checkpoints the saved LR is
+    the schedule at ``step - s_r``, where ``s_r`` is the optimizer step saved by an earlier
+    checkpoint (the one resumed from), while the optimizer's own step was restored. Every
+    number is read (LRs, steps) or the rebuilt schedule's; one finding, at the latest
+    checkpoint where it still holds."""
+    placed: list[tuple[int, Point, Counter, list[int]]] = []
+    for i, p in enumerate(pts):
+        got = _lr_positions(p)
+        if got is not None:
+            placed.append((i, p, got[0], got[1]))
+    if len(placed) < 2:
+        return []
+    steps = {i: step.value for i, _, step, _ in placed}
+    found: tuple[int, Point, Counter, float, int] | None = None  # (i, point, step, pos, r)
+    for i, p, step, ts in placed:
+        if step.value in ts:  # on schedule
+            continue
+        r = next((j for j in sorted(steps, reverse=True) if j < i and 0 < steps[j] < step.value
+                  and step.value - steps[j] in ts), None)
+        if r is None or (found is not None and found[4] != r):
+            continue
+        found = (i, p, step, step.value - steps[r], r)
+    if found is None:
+        return []
+    i, b, step, pos, r = found
+    a = pts[r]
+    a_step = steps[r]
+    lr = b.optimizer_lr
+    assert lr is not None and b.state.schedule is not None
+    same = next((pts[j] for j in sorted(steps) if j < i and steps[j] == pos
+                 and pts[j].optimizer_lr is not None
+                 and math.isclose(pts[j].optimizer_lr or 0.0, lr, rel_tol=LR_RTOL)), None)
+    lr_ref = b.state.optimizer_lr_refs[0] if b.state.optimizer_lr_refs else "the optimizer"
+    step_ref = step.ref or step.source
+    echo = (f"; {b.name}'s LR {lr:.6g} is {same.name}'s LR (the schedule at {number(pos)} "
+            "again)" if same is not None else "")
+    expected = _lr(b.state.schedule, step.value)
+    ev: dict[str, Any] = {
+        "from_checkpoint": a.path, "to_checkpoint": b.path,
+        "scheduler": {"counter": "position of the saved lr", "from": a_step, "to": pos,
+                      "delta": pos - a_step, "unit": "optimizer updates"},
+        "updates": _counter_ev(step, a_step, step.value),
+        "expected_scheduler_delta": step.value - a_step, "run_rate": 1.0,
+        "resumed_from": a.path, "restarted_near": a_step, "lr_at_scheduler": lr,
+        "lr_at_updates": expected}
+    return [lrd112.RULE.finding(
+        f"{a.name} -> {b.name}: optimizer step {number(a_step)} -> {number(step.value)} "
+        f"({step_ref}), but the saved lr {lr:.6g} ({lr_ref}) is the rebuilt schedule "
+        f"({b.state.schedule.source}) at update {number(pos)} = {number(step.value)} - "
+        f"{number(a_step)}, not at {number(step.value)} (where it gives "
+        f"{number(expected) if expected is not None else '?'}): the loop's update count "
+        f"restarted at 0 when the run resumed from {a.name} (optimizer step "
+        f"{number(a_step)}) while the optimizer's step was restored, so the schedule "
+        f"replayed its start{echo}.", lrd112.SchedulerRestarted(**ev), location=b.path)]
 
 
 def _peak(pts: list[Point], i: int) -> tuple[float | None, str]:

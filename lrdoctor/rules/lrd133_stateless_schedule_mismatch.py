@@ -12,12 +12,19 @@ trainers that rebuild the schedule from the step count; a schedule kept in a con
 the checkpoint) still save the LR they used and their own counters. lrdoctor rebuilds the
 schedule with the family's exact formula and finds every position t where it gives the saved
 LR: when the trainer's counter is not among them, `lr == f(k * step)` gives k, and the
-schedule ends k times too early (or late). An LR the schedule never gives is a warning: it
-was set elsewhere.
+schedule ends k times too early (or late).
+
+It is an error when the files entail it: another saved counter (an iteration counter
+that counts micro-batches) is exactly where the LR puts the schedule, or a saved number
+names k (the accumulation count, the process count; each named by its file and key).
+Otherwise it is a warning that names the number that would confirm it. An LR the
+schedule never gives is a warning too: it was set elsewhere, or the schedule is not the
+one rebuilt.
 
 ## Example
 timm CosineLRScheduler t_initial 40 updates, saved lr 5.0e-4: the schedule gives it at t =
-20, while optimizer.step is 5: k = 4 (step_update called per micro-batch of 4).
+20, while optimizer.step is 5: k = 4, and `args.grad_accum_steps` is 4 (step_update called
+per micro-batch of 4).
 
 ## Fix
 Pass the counter the horizon is counted in (timm: `step(epoch + 1)` with `t_in_epochs=True`,
@@ -35,6 +42,7 @@ from lrdoctor.core.numbers import number
 from lrdoctor.rules.lrd111_not_judged import RULE as LRD111
 
 if TYPE_CHECKING:
+    from lrdoctor.core.evidence import EvidenceItem
     from lrdoctor.core.state import Counter, RunState
 
 # Order in which counters stand for "where the schedule should be", by unit.
@@ -51,6 +59,7 @@ class StatelessPlacement(Evidence):
     positions: tuple[tuple[int, int], ...]  # runs of positions whose LR is the saved LR
     expected_lr: float | None
     k: float | None = optional()
+    named_by: tuple[str, ...] = ()  # the saved fields that name k (file:key)
 
     def headline(self) -> str | None:
         return f"schedule at {number(self.k)}x the step count" if self.k else None
@@ -113,13 +122,88 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
             "the LR was set elsewhere, or the schedule is not the one rebuilt.",
             StatelessPlacement(**ev), severity=Severity.WARNING, location=c.source or None)]
     k, base = _k(found_runs, sorted(agree, reverse=True), upto)
-    said = (f": lr == f({number(k)} x {number(base)}), the schedule runs {number(k)} times as "
-            "fast as the counter" if k and k > 1 else
+    exact = [r for r in found_runs if r[1] < upto]  # a bounded run pins the position
+    lr_at = _lr_where(state)
+    witness = _witness(state, c, exact)
+    if witness is not None:  # another saved counter is where the LR puts the schedule
+        w, wv = witness
+        k = round(wv / base, 4) if base else None
+        return [RULE.finding(
+            f"{head}, where the schedule gives "
+            f"{number(expected) if expected is not None else '?'}. The saved lr {number(lr)} "
+            f"({lr_at}) is the schedule at {w.name} = {number(wv)} ({_src(w)}), "
+            f"{number(k) if k else '?'}x {number(base)} ({c.name} = {number(value)}, "
+            f"{_src(c)}): the LR was "
+            f"computed from a counter that is not the optimizer's step.",
+            StatelessPlacement(**ev, k=k, named_by=(f"{w.name} ({_src(w)})",)),
+            location=c.source or None)]
+    named = _factor_naming(state, base, exact)
+    if named:
+        k = named[0].value
+        numbers = "; ".join(f"{e.name} = {number(e.value)} ({e.where})" for e in named)
+        return [RULE.finding(
+            f"{head} ({_src(c)}), where the schedule gives "
+            f"{number(expected) if expected is not None else '?'}: the saved lr {number(lr)} "
+            f"({lr_at}) is f({number(k)} x {number(base)}), and {number(k)} is saved: "
+            f"{numbers}. The schedule runs {number(k)} times as fast as the optimizer "
+            "updates (stepped per micro-batch or per process).",
+            StatelessPlacement(**ev, k=k, named_by=tuple(e.where for e in named)),
+            location=c.source or None)]
+    said = (f": lr == f({number(k)} x {number(base)}), the schedule would run {number(k)} "
+            f"times as fast as the counter, but no saved number names {number(k)} (a "
+            f"gradient-accumulation count or process count of {number(k)} would confirm it)"
+            if k and k > 1 else
             f": lr == f({number(k)} x {number(base)}), the schedule is behind the counter"
             if k else "")
     return [RULE.finding(
         f"{head}, where the schedule gives {number(expected) if expected is not None else '?'}"
-        f"{said}.", StatelessPlacement(**ev, k=k), location=c.source or None)]
+        f"{said}.", StatelessPlacement(**ev, k=k), severity=Severity.WARNING,
+        location=c.source or None)]
+
+
+def _src(c: Counter | EvidenceItem) -> str:
+    from lrdoctor.core.evidence import EvidenceItem
+
+    if isinstance(c, EvidenceItem):
+        return c.where
+    return str(c.ref) if c.ref is not None else c.source or c.name
+
+
+def _lr_where(state: RunState) -> str:
+    refs = state.optimizer_lr_refs
+    return str(refs[0]) if refs else "the optimizer's param group"
+
+
+def _witness(state: RunState, c: Counter,
+             exact: list[tuple[int, int]]) -> tuple[Counter, float] | None:
+    """Another saved counter (not the one judged, not in epochs) whose value is a position
+    that gives the saved LR exactly: the LR was computed from it (nanoGPT's
+    ``get_lr(iter_num)`` counting micro-batches, a ``step_update(micro)``). Only a bounded
+    run counts: a floor is reached from every later position."""
+    from lrdoctor.core.state import Unit
+
+    for o in state.counters:
+        if o is c or o.name == c.name or o.unit is Unit.EPOCHS or o.value <= c.value:
+            continue
+        if any(a <= o.value <= b for a, b in exact):
+            return o, o.value
+    return None
+
+
+def _factor_naming(state: RunState, base: float,
+                   exact: list[tuple[int, int]]) -> list[EvidenceItem]:
+    """The saved factors (accumulation, processes) k such that f(k x counter) is the saved
+    LR at an exact position: each names the k it explains."""
+    from lrdoctor.core.evidence import Quantity, Role, of
+    from lrdoctor.rules.hypotheses import evidence
+
+    items = of(evidence(state), Role.FACTOR, Quantity.GRAD_ACCUM, Quantity.PROCESSES)
+    hits = [e for e in items if e.value >= 2 and float(e.value).is_integer()
+            and any(a <= e.value * base <= b for a, b in exact)]
+    if not hits:
+        return []
+    k = hits[0].value
+    return [e for e in hits if e.value == k]
 
 
 def _k(found_runs: list[tuple[int, int]], values: list[float],

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from lrdoctor.core.numbers import number
 from lrdoctor.core.state import RunState, ScheduleSpec, Unit
 from lrdoctor.read.bytes.safeload import Opaque
 from lrdoctor.read.layouts import _common
@@ -50,36 +51,65 @@ _ARGS_KIND = {"cosine": "CosineLRScheduler", "step": "StepLRScheduler",
               "multistep": "MultiStepLRScheduler", "constant": "StepLRScheduler"}
 
 
-def timm_args_state(args: Any) -> tuple[dict[str, Any] | None, str]:
+def timm_args_state(args: Any, updates_per_epoch: int | None = None,
+                    upe_from: str = "") -> tuple[dict[str, Any] | None, str]:
     """The scheduler ``state_dict()`` timm's ``create_scheduler(args, ...)`` would hold, from
     the argparse Namespace timm's ``CheckpointSaver`` pickles as ``args``; (None, why)
-    when it cannot be rebuilt exactly."""
+    when it cannot be rebuilt exactly. ``updates_per_epoch`` (with where it came from):
+    what ``sched_on_updates`` multiplies every length by (timm's loader length over its
+    accumulation), which timm saves nowhere; the caller derives it from the counters."""
     a = args.state if isinstance(args, Opaque) and isinstance(args.state, dict) else args
     if not isinstance(a, dict) or not isinstance(a.get("sched"), str) or "epochs" not in a:
         return None, ""
     sched = a["sched"]
     if sched not in _ARGS_KIND:
         return None, f"timm sched={sched!r} is not modelled"
-    if a.get("sched_on_updates"):
-        return None, ("timm sched_on_updates: its horizon is epochs x updates per epoch, "
-                      "which the checkpoint does not save")
+    per_update = bool(a.get("sched_on_updates"))
+    if per_update and not updates_per_epoch:
+        return None, ("timm sched_on_updates: its lengths are epochs x updates per epoch, "
+                      "and the updates per epoch are not saved (the optimizer's step and "
+                      f"the completed epochs would give them{': ' + upe_from if upe_from else ''})")
     if a.get("lr_noise") is not None:
         return None, "timm lr_noise: a noisy schedule cannot be placed by its LR"
-    warm = {"warmup_t": a.get("warmup_epochs", 5), "warmup_lr_init": a.get("warmup_lr", 1e-5),
+    u = updates_per_epoch if per_update and updates_per_epoch else 1
+    warm = {"warmup_t": a.get("warmup_epochs", 5) * u, "warmup_lr_init": a.get("warmup_lr", 1e-5),
             "warmup_prefix": bool(a.get("warmup_prefix", False))}
     if sched == "cosine":
-        sd = {"t_initial": a["epochs"], "lr_min": a.get("min_lr", 0.0),
+        sd = {"t_initial": a["epochs"] * u, "lr_min": a.get("min_lr", 0.0),
               "cycle_mul": a.get("lr_cycle_mul", 1.0), "cycle_decay": a.get("lr_cycle_decay", 0.1),
               "cycle_limit": a.get("lr_cycle_limit", 1), "k_decay": a.get("lr_k_decay", 1.0)}
     elif sched == "step":
-        sd = {"decay_t": a.get("decay_epochs", 30), "decay_rate": a.get("decay_rate", 0.1)}
+        sd = {"decay_t": a.get("decay_epochs", 30) * u, "decay_rate": a.get("decay_rate", 0.1)}
     elif sched == "constant":
         sd = {"decay_t": 1, "decay_rate": 1.0}
     else:
-        sd = {"decay_t": list(a.get("decay_milestones", [30, 60])),
+        sd = {"decay_t": [m * u for m in a.get("decay_milestones", [30, 60])],
               "decay_rate": a.get("decay_rate", 0.1)}
-    return {**sd, **warm, "t_in_epochs": True, "param_group_field": "lr",
+    if per_update:
+        sd["updates_per_epoch"] = u
+    return {**sd, **warm, "t_in_epochs": not per_update, "param_group_field": "lr",
             "base_values": None, "kind": _ARGS_KIND[sched]}, ""
+
+
+def timm_updates_per_epoch(obj: dict[str, Any], st: RunState) -> tuple[int | None, str]:
+    """Updates per epoch from the counters of a timm ``CheckpointSaver`` file: the
+    optimizer's step over the completed epochs (``epoch`` is the index of the epoch just
+    finished from checkpoint version 2 on, as ``timm.models.resume_checkpoint`` reads it:
+    ``epoch + 1`` completed; before, already incremented). (None, why) when the division is
+    not whole or a counter is missing: the number is then unknown, never guessed."""
+    step, epoch = st.counter("optimizer.step"), obj.get("epoch")
+    if step is None or not isinstance(epoch, int) or isinstance(epoch, bool):
+        return None, ("no optimizer step" if step is None else "no epoch") + " saved"
+    version = obj.get("version")
+    done = epoch + 1 if isinstance(version, int) and version > 1 else epoch
+    how_done = (f"epoch {epoch} + 1, timm checkpoint version {version}" if done != epoch
+                else f"epoch {epoch}")
+    where = step.ref or step.source
+    if done <= 0 or step.value <= 0 or step.value % done:
+        return None, (f"optimizer step {number(step.value)} ({where}) over {done} completed "
+                      "epochs is not a whole number")
+    return int(step.value // done), (f"optimizer step {number(step.value)} ({where}) / "
+                                     f"{done} completed epochs ({how_done})")
 
 
 def attach(sc: shapes.Scan, st: RunState) -> None:
@@ -122,7 +152,8 @@ def _from_args(sc: shapes.Scan, st: RunState) -> None:
     for file, obj in sc.objects.items():
         if not isinstance(obj, dict) or "args" not in obj:
             continue
-        sd, why = timm_args_state(obj["args"])
+        upe, upe_from = timm_updates_per_epoch(obj, st)
+        sd, why = timm_args_state(obj["args"], upe, upe_from)
         if sd is None:
             if why:
                 st.notes.append(f"{file}:args: {why}")
@@ -141,11 +172,15 @@ def _from_args(sc: shapes.Scan, st: RunState) -> None:
         kind = sd.pop("kind")
         sd["base_values"] = [base]
         where = f"{reading.relpath(file, sc.checkpoint.path if sc.checkpoint.path.is_dir() else sc.checkpoint.path.parent)}:args"
-        st.schedule = ScheduleSpec(family="timm", kind=kind, max_lr=base, unit=Unit.EPOCHS,
+        per_update = not sd["t_in_epochs"]
+        how = (f"timm create_scheduler; sched_on_updates: lengths x {upe} updates per epoch "
+               f"= {upe_from}") if per_update else "timm create_scheduler"
+        st.schedule = ScheduleSpec(family="timm", kind=kind, max_lr=base,
+                                   unit=Unit.UPDATES if per_update else Unit.EPOCHS,
                                    min_lr=float(sd.get("lr_min") or 0.0),
                                    warmup=float(sd.get("warmup_t") or 0),
                                    horizon=timm.cycle_length(sd), params=sd,
-                                   source=f"{where} (timm create_scheduler)")
+                                   source=f"{where} ({how})")
         st.stateless = (f"timm {kind} built from train.py's args ({where}): timm schedulers "
                         "keep no position; it is solved from the saved LR")
         st.notes = [n for n in st.notes if not n.startswith("no LR scheduler state found")]
