@@ -38,13 +38,65 @@ def read_run(path: str | Path, format: str | None = None) -> list[RunState]:
 
 def inspect_path(path: str | Path, format: str | None = None,
                  all: bool = False) -> list[Report]:
-    """One report per inspected checkpoint: the latest, or each with ``all``.
+    """One report per inspected checkpoint: each run's latest, or each with ``all``.
 
-    A run is judged as a run either way: every checkpoint found is read, and the
-    run-level findings (:mod:`lrdoctor.diagnose_run`) join the latest checkpoint's
-    report, with the run's history under ``extra["run"]``. Without ``all`` an older
-    checkpoint that cannot be read is skipped and named there, not fatal.
+    ``path`` may be one checkpoint, one run, or any folder above runs: every checkpoint
+    under it is found at any depth and grouped into runs by its own evidence
+    (:func:`lrdoctor.read.layouts._runs.find_runs`). One run (one folder above it
+    included) gives that run's reports. Several runs are judged apart, worst first, each
+    report naming its run (``Report.run``): run-level findings compare checkpoints of one
+    run only. A folder under ``path`` that holds no run is named there, never judged; a
+    run that cannot be read is an LRD303 report of its own; nothing readable at all is
+    the first run's refusal.
     """
+    where = cast(Path, as_path(path))
+    roots = _run_roots(where, format)
+    if len(roots) == 1:
+        return _inspect_run(roots[0], format, all)
+    from lrdoctor.core.errors import NotRecognised
+    from lrdoctor.core.report import RunRef
+    from lrdoctor.rules.lrd303_check_input_unusable import advice, unusable_report
+
+    runs: list[tuple[str, list[Report]]] = []
+    not_runs: list[tuple[str, str]] = []
+    first: UnusableInput | None = None
+    for root in roots:
+        try:
+            runs.append((str(root), _inspect_run(root, format, all)))
+        except NotRecognised as exc:  # no training state there: not a run, said, not judged
+            first = first or exc
+            not_runs.append((str(root), exc.message))
+        except UnusableInput as exc:  # a run's checkpoint that cannot be read: its error
+            first = first or exc
+            runs.append((str(root), [unusable_report("inspect", str(root), str(exc),
+                                                     exc.detail, format=format,
+                                                     fix=advice(exc))]))
+    if not runs and first is not None:
+        raise first
+    runs.sort(key=lambda run: -max((f.severity for r in run[1] for f in r.findings),
+                                   default=0))  # worst first; stable: found order
+    reports = []
+    for name, reps in runs:
+        for r in reps:
+            r.run = RunRef(str(where), name, tuple(not_runs))
+            reports.append(r)
+    return reports
+
+
+def _run_roots(where: Path, format: str | None) -> list[Path]:
+    """The folders to read as runs under ``where``: itself when it is a file, a URL (its
+    listing is remote: read as given) or one run."""
+    from lrdoctor.read.bytes.storage import is_url
+
+    if is_url(where) or not where.is_dir():
+        return [where]
+    from lrdoctor.read.layouts._runs import find_runs
+
+    return find_runs(where, format).roots
+
+
+def _inspect_run(path: Path, format: str | None, all: bool) -> list[Report]:
+    """The reports of one run (see :func:`inspect_path`)."""
     from lrdoctor.parallel import threads
 
     mod, ckpts = _checkpoints(path, format)

@@ -27,7 +27,24 @@ if TYPE_CHECKING:
     from lrdoctor.core.report import Report
 
 
+def runs(reports: Sequence[Report]) -> list[list[Report]]:
+    """``reports`` in runs (consecutive reports of one ``Report.run``); one group when
+    they are of one run."""
+    groups: list[list[Report]] = []
+    for r in reports:
+        key = r.run.root if r.run is not None else None
+        if groups and (groups[-1][0].run.root if groups[-1][0].run is not None else None) == key:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups if len(groups) > 1 else [list(reports)]
+
+
 def _json(reports: Sequence[Report], fail_on: str) -> str:
+    if any(r.run is not None for r in reports):  # a folder of runs: one document, `runs`
+        from lrdoctor.core.report import runs_document
+
+        return json.dumps(runs_document(list(reports)), indent=2, allow_nan=False)
     docs = [r.to_dict() for r in reports]
     return json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, allow_nan=False)
 
@@ -133,10 +150,20 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
             return max((r.exit_code(fail_on) for r in reports), default=0)
         if verbose and view.verbose:
             context["verbose"] = True
-        if view.before:
-            view.before(reports)
-        for r in reports:
-            view.each(r, **context)
+        groups = runs(reports)
+        for group in groups:
+            if len(groups) > 1:  # a folder of runs: one section per run, worst first
+                from lrdoctor.render.text import render_run_header
+
+                render_run_header(group, groups)
+            if view.before:
+                view.before(group)
+            for r in group:
+                view.each(r, **context)
+        if len(groups) > 1:
+            from lrdoctor.render.text import render_not_runs
+
+            render_not_runs(reports)
         if view.after:
             view.after(reports)
         if on_github_actions() if annotate is None else annotate:
