@@ -153,7 +153,7 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
         groups = runs(reports)
         for group in groups:
             if len(groups) > 1:  # a folder of runs: one section per run, worst first
-                from lrdoctor.render.text import render_run_header
+                from lrdoctor.render.runs import render_run_header
 
                 render_run_header(group, groups)
             if view.before:
@@ -161,7 +161,7 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
             for r in group:
                 view.each(r, **context)
         if len(groups) > 1:
-            from lrdoctor.render.text import render_not_runs
+            from lrdoctor.render.runs import render_not_runs
 
             render_not_runs(reports)
         if view.after:

@@ -1,0 +1,165 @@
+"""Issue 28: point lrdoctor anywhere. Every checkpoint under a folder is found at any depth,
+grouped into runs by its own evidence, and each run judged apart: a folder of runs, one
+folder above a run, ``sample_checkpoints --all``, and AReaL's recover checkpoint five
+folders below its run root each give the verdict of the run itself.
+
+Frameworks reproduced: the committed samples (HF Trainer, Megatron-LM, ROLL, a torch loop),
+AReaL's Megatron-engine recover checkpoint written by megatron-core 0.19.2's own
+``dist_checkpointing.save`` (tests/data/areal_recover/make_fixtures.py), and a model saved
+by ``torch.save`` as the stray weights file beside runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lrdoctor.cli import app
+from lrdoctor.core.findings import Severity
+from lrdoctor.core.report import Report
+from lrdoctor.inspect_api import inspect_path
+from lrdoctor.read.layouts._runs import find_runs
+from lrdoctor.read.scan.runs import checkpoint_units
+from tests.helpers.paths import REPO, TESTS
+
+SAMPLES = REPO / "sample_checkpoints"
+AREAL = TESTS / "data" / "areal_recover"
+AREAL_CKPT = Path("checkpoints", "root", "gsm8k-grpo-megatron", "trial0", "default",
+                  "recover_checkpoint")
+
+
+def _verdicts(reports: list[Report], base: Path) -> dict[str, list[str]]:
+    """Each report's target (relative to ``base``) -> its finding codes at warning or above."""
+    return {str(Path(r.target).relative_to(base)): sorted(
+        f.code for f in r.findings if f.severity >= Severity.WARNING) for r in reports}
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(app, ["inspect", *args])
+    return r.exit_code, r.stdout
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """runs/exp1 = hf-healthy, exp2 = megatron-healthy, exp3 = roll-overshoot (issue 28)."""
+    root = tmp_path_factory.mktemp("d") / "runs"
+    for name, sample in (("exp1", "hf-healthy"), ("exp2", "megatron-healthy"),
+                         ("exp3", "roll-overshoot")):
+        shutil.copytree(SAMPLES / sample, root / name)
+    return root
+
+
+def test_each_checkpoint_is_one_unit_the_outermost_step_folder(runs):
+    """ROLL's checkpoint-N/iter_0000001 is part of checkpoint-N, never a second checkpoint."""
+    units = checkpoint_units(runs).units
+    paths = {str(u.path.relative_to(runs)) for u in units}
+    assert not [p for p in paths if "iter_0000001" in p]
+    assert paths == {"exp1/checkpoint-10", "exp1/checkpoint-20",
+                     "exp2/iter_0000200", "exp2/iter_0000400",
+                     "exp3/actor_train/checkpoint-100", "exp3/actor_train/checkpoint-200",
+                     "exp3/actor_train/checkpoint-299"}
+    # ROLL's run is read at its layout root (its config is there), the others where they lie.
+    assert find_runs(runs).roots == [runs / "exp1", runs / "exp2", runs / "exp3"]
+
+
+def test_folder_of_three_runs_judges_each_as_alone(runs):
+    together = inspect_path(runs, all=True)
+    alone = [r for name in ("exp3", "exp1", "exp2") for r in inspect_path(runs / name, all=True)]
+    assert _verdicts(together, runs) == _verdicts(alone, runs)
+    codes = {c for cs in _verdicts(together, runs).values() for c in cs}
+    assert "LRD113" not in codes and "LRD114" not in codes  # never compared across runs
+    # worst run first: ROLL's overshoot, then the two healthy runs, each report naming its run
+    assert [r.run.root for r in together if r.run] == [str(runs / "exp3")] * 3 + [
+        str(runs / "exp1")] * 2 + [str(runs / "exp2")] * 2
+    roll = [r for r in together if r.run and r.run.root.endswith("exp3")]
+    assert all({"LRD103", "LRD101"} <= {f.code for f in r.findings} for r in roll)
+    assert not [f for r in together if not r.run.root.endswith("exp3") for f in r.findings
+                if f.severity >= Severity.WARNING]
+
+
+def test_folder_of_runs_json_is_one_document_with_runs(runs):
+    code, out = _cli(str(runs), "--json")
+    assert code == 1
+    doc = json.loads(out)
+    assert doc["command"] == "inspect" and doc["target"] == str(runs) and doc["not_runs"] == []
+    assert [(r["root"], r["format"], r["worst"]) for r in doc["runs"]] == [
+        (str(runs / "exp3"), "roll", "error"), (str(runs / "exp1"), "hf", None),
+        (str(runs / "exp2"), "megatron", None)]
+    # each run's report is the document the run alone prints
+    code3, out3 = _cli(str(runs / "exp3"), "--json")
+    assert code3 == 1 and doc["runs"][0]["reports"] == [json.loads(out3)]
+
+
+def test_text_gives_one_section_per_run_worst_first(runs):
+    code, out = _cli(str(runs))
+    assert code == 1
+    heads = [line for line in out.splitlines() if " of 3: " in line]
+    assert len(heads) == 3
+    assert "run 1 of 3: " in heads[0] and "exp3 (roll, 3 checkpoints): error" in heads[0]
+    assert "exp1 (hf, 2 checkpoints): ok" in heads[1]
+    assert "exp2 (megatron, 2 checkpoints): ok" in heads[2]
+
+
+def test_one_folder_above_healthy_megatron_is_the_run(tmp_path):
+    shutil.copytree(SAMPLES / "megatron-healthy", tmp_path / "up" / "a")
+    code, out = _cli(str(tmp_path / "up"), "--json")
+    code_a, out_a = _cli(str(tmp_path / "up" / "a"), "--json")
+    assert code == code_a == 0
+    assert json.loads(out) == json.loads(out_a)  # the same document, format megatron
+    assert json.loads(out)["format"] == "megatron"
+
+
+def test_format_forced_one_level_up_reads_the_run_below(tmp_path):
+    shutil.copytree(SAMPLES / "megatron-healthy", tmp_path / "up" / "a")
+    code, out = _cli(str(tmp_path / "up"), "--format", "megatron", "--json")
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["format"] == "megatron" and doc["target"] == str(
+        tmp_path / "up" / "a" / "iter_0000400")
+
+
+def test_sample_checkpoints_all_errors_where_each_run_alone_errors():
+    together = _verdicts(inspect_path(SAMPLES, all=True), SAMPLES)
+    alone = {}
+    for name in ("hf-healthy", "megatron-healthy", "roll-overshoot", "torch-microstep"):
+        alone.update(_verdicts(inspect_path(SAMPLES / name, all=True), SAMPLES))
+    assert together == alone
+    erring = {t.split("/")[0] for t, codes in together.items() if codes}
+    assert erring == {"roll-overshoot", "torch-microstep"}  # the two bugs, nothing else
+
+
+@pytest.mark.parametrize("case,codes", [("decay_twice", {"LRD101"}), ("healthy", set())])
+def test_areal_recover_checkpoint_five_folders_down(case, codes):
+    """AReaL's run root: the megatron-core DCP recover checkpoint is found and judged as
+    when pointed at directly (before: 'not a checkpoint lrdoctor recognises')."""
+    root = AREAL / case
+    (rep,) = inspect_path(root)
+    (direct,) = inspect_path(root / AREAL_CKPT)
+    assert rep.target == direct.target == str(root / AREAL_CKPT)
+    got = {f.code for f in rep.findings if f.severity >= Severity.WARNING}
+    assert got == {f.code for f in direct.findings if f.severity >= Severity.WARNING}
+    assert got >= codes and (codes or not got)
+    if codes:  # the numbers are the saved scheduler's: num_steps 220 past lr_decay_steps 198
+        (f,) = [f for f in rep.findings if f.code == "LRD101"]
+        assert "220" in f.message and "198" in f.message
+
+
+def test_a_folder_with_weights_only_is_named_not_judged(runs, tmp_path):
+    """A torch.save of model weights beside runs is no run: said (not_runs), never an error."""
+    import torch
+
+    root = tmp_path / "mixed"
+    shutil.copytree(runs / "exp1", root / "exp1")
+    shutil.copytree(SAMPLES / "torch-microstep", root / "exp4")
+    (root / "export").mkdir()
+    torch.save(torch.nn.Linear(2, 1).state_dict(), root / "export" / "weights.pt")
+    reports = inspect_path(root)
+    assert [r.run.root for r in reports if r.run] == [str(root / "exp4"), str(root / "exp1")]
+    (path, why), = reports[0].run.not_runs
+    assert path == str(root / "export") and "no training state" in why
+    code, out = _cli(str(root), "--json")
+    assert code == 1 and json.loads(out)["not_runs"][0]["path"] == str(root / "export")
