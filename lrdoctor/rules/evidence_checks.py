@@ -53,10 +53,10 @@ def harm_ahead(st: RunState, found: list[Finding]) -> None:
 
 
 def after_checks(st: RunState, found: list[Finding]) -> None:
-    """After every check ran: the explained horizon (LRD119) replaces its unexplained forms
-    (LRD102, LRD110, LRD118), and the findings of a scheduler at another rate than the
+    """After every check ran: the explained horizon (LRD119, an error: every number read)
+    replaces its unexplained forms (LRD102, LRD110, LRD118), and the findings of a scheduler at another rate than the
     trainer gain the harm ahead."""
-    if any(f.code == "LRD119" for f in found):
+    if any(f.code == "LRD119" and f.severity is Severity.ERROR for f in found):
         found[:] = [f for f in found if f.code not in _EXPLAINED_BY_119]
     harm_ahead(st, found)
 

@@ -54,7 +54,8 @@ HYPOTHESES: tuple[tuple[str, str], ...] = (
     ("the planned end counted in responses, not prompts",
      "planned scheduler calls x responses per prompt"),
     ("the planned end counted in a unit k times smaller",
-     "a whole multiple k of the planned end when no saved factor explains it"),
+     "a whole multiple k of the planned end when no saved factor explains it (a warning that "
+     "names the number that would confirm it: no file holds k)"),
 )
 
 REL_TOL = 0.01   # counters that differ by less agree (a rounding step)
@@ -219,10 +220,14 @@ class Test:
     arithmetic: str
     uses: list[str] = field(default_factory=list)
     harmful: bool = True   # a fit means a bug (False: the healthy explanation)
+    # The number no file holds that would confirm it (None: every number was read). A fit
+    # that needs one is at most a warning, and says which number would decide it.
+    missing: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"hypothesis": self.hypothesis, "predicts": self.predicted,
-                "arithmetic": self.arithmetic, "uses": self.uses}
+        out = {"hypothesis": self.hypothesis, "predicts": self.predicted,
+               "arithmetic": self.arithmetic, "uses": self.uses}
+        return out | ({"missing": self.missing} if self.missing else {})
 
 
 @dataclass
@@ -289,11 +294,15 @@ def _planned_updates(st: RunState) -> tuple[float, str, EvidenceItem | None] | N
 
 
 def _horizon_item(st: RunState) -> EvidenceItem | None:
-    """The horizon the scheduler decays over: its own state's, else a config's."""
+    """The horizon the scheduler decays over: its own state's, else a config's. A schedule
+    rebuilt without a horizon (ExponentialLR, warm restarts, a SequentialLR whose last child
+    never decays) has none: another field's number is not its horizon."""
     spec = st.schedule
     hs = of(evidence(st), R.HORIZON, Q.SCHEDULER_CALLS)
     if spec is not None and spec.horizon is not None:
         return next((e for e in hs if e.value == spec.horizon), None) or _spec_item(st)
+    if spec is not None and not st.stateless:
+        return None
     return hs[0] if hs else None
 
 
@@ -497,7 +506,8 @@ def horizon_tests(st: RunState) -> HorizonVerdict | None:
         tests.append(Test(f"the planned end counted in a unit {k} times smaller (no saved "
                           "accumulation, process count or batch size names it: micro-batches "
                           f"under accumulation {k}, or {k} processes)", k * e_s,
-                          f"{number(e_s)} x {k}", [e_from]))
+                          f"{number(e_s)} x {k}", [e_from],
+                          missing=f"a saved gradient accumulation or process count of {k}"))
     fitting = [t for t in tests if _fits(t.predicted, H)]
     fit = fitting[0] if fitting else None
     ruled_out = [t for t in tests if t not in fitting]

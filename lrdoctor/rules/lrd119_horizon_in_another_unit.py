@@ -132,6 +132,8 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
             harm += f" and the LR is still {lr_end:.6g} (min_lr {spec.min_lr:g})"
     others = "; ".join(f"{t.hypothesis} would give {number(round(t.predicted, 3))}"
                        for t in v.ruled_out[:6])
+    unconfirmed = (f" Not confirmed: {v.fit.missing} would confirm it, and no file holds one."
+                   if v.fit.missing else "")
 
     ev = HorizonInAnotherUnit(
         horizon=H, horizon_from=v.horizon.where, planned_end_updates=E,
@@ -141,14 +143,17 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         ruled_out=tuple(t.to_dict() for t in v.ruled_out),
         floor_at_update=round(floor_at, 3),
         step_unit=v.step if v.step != "update" else None, **extra)
-    return [RULE.finding(
+    found_ = RULE.finding(
         f"The decay horizon {v.horizon.name} = {number(H)} ({v.horizon.where}) is "
         f"{v.fit.hypothesis}: {v.fit.arithmetic} = {number(round(v.fit.predicted, 3))}"
         + "".join(f" (the same number as {t.hypothesis}: {t.arithmetic})" for t in v.also)
         + ". "
         f"The scheduler is called {number(round(v.rate, 4))} time(s) per {v.step} "
-        f"({v.rate_from}), so {harm}. Ruled out: {others}.",
-        ev, location=v.horizon.where)]
+        f"({v.rate_from}), so {harm}. " + (f"Ruled out: {others}." if others else "")
+        + unconfirmed, ev, location=v.horizon.where)
+    if v.fit.missing:
+        found_.severity = Severity.WARNING  # an explanation that needs a number no file holds
+    return [found_]
 
 
 def _named_by_counter(state: RunState) -> list[Finding]:

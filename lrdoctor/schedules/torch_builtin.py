@@ -164,11 +164,22 @@ def _children(spec: ScheduleSpec) -> list[_View]:
     return out
 
 
+#: Children whose rule is code torch does not save (LambdaLR, MultiplicativeLR: the
+#: reader names both "LambdaLR"). Inside a SequentialLR such a child is a segment whose LR is
+#: unknown, while every later child starts from its own closed form at 0 (base LRs), so the
+#: schedule past it, its horizon and its floor are still exact.
+UNSAVED_RULE = ("LambdaLR", "MultiplicativeLR")
+
+
 def _sequential(spec: ScheduleSpec, k: int) -> float:
     milestones = list(spec.params.get("_milestones", []))
     idx = bisect_right(milestones, k)
     view = _children(spec)[idx]
     local = k - milestones[idx - 1] if idx > 0 else k
+    if view.kind in UNSAVED_RULE:
+        end = milestones[idx] if idx < len(milestones) else None
+        raise ValueError(f"SequentialLR child {idx} ({view.kind}) does not save its lambda: "
+                         f"the LR before milestone {end} is unknown")
     if view.kind == "OneCycleLR":
         return _one_cycle(view, local)
     if view.kind not in CHAINABLE:
@@ -401,9 +412,25 @@ def _sequential_problems(spec: ScheduleSpec) -> list[str]:
     if any(b <= a for a, b in zip(milestones, milestones[1:], strict=False)) or any(m <= 0 for m in milestones):
         out.append(f"SequentialLR _milestones={milestones} are not positive and increasing")
     for i, child in enumerate(children):
+        if child.kind in UNSAVED_RULE and i < len(children) - 1:
+            continue  # its segment's LR is unknown, the rest of the schedule is not
+        field = HORIZON_FIELD.get(child.kind)
+        h = _number(child.p.get(field)) if field else None
+        start = milestones[i - 1] if 0 < i <= len(milestones) else None
+        if h is not None and h <= 0 and start is not None:
+            # total - warmup with a warmup longer than the run (SequentialLR's usual build)
+            out.append(f"_schedulers[{i}] ({child.kind}) {field}={h:g} is not positive: it "
+                       f"starts at milestone {start:g} (the warmup), so the schedule was "
+                       f"sized for {start + h:g} steps in all, fewer than the warmup "
+                       f"{start:g} itself: the warmup is longer than the run")
+            continue
         for line in _problems(child):
             out.append(f"_schedulers[{i}] ({child.kind}): {line}")
     return out
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _problems(v: _View) -> list[str]:

@@ -206,6 +206,56 @@ def test_fractional_epoch_warm_restarts_run_is_one_schedule(tmp_path):
     assert "T_cur" not in reports[-1].state["schedule"]["params"]
 
 
+def _sequential_loop(path: Path, warm: int, t_max: int, steps: int) -> float:
+    """torch: SequentialLR([LambdaLR linear warmup, CosineAnnealingLR], milestones=[warm])
+    stepped once per AdamW step for ``steps`` steps, saved with the loop's config."""
+    import warnings
+
+    import torch
+    from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, SequentialLR
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sched = SequentialLR(opt, [LambdaLR(opt, lambda s: (s + 1) / warm),
+                                   CosineAnnealingLR(opt, T_max=t_max)], milestones=[warm])
+        for _ in range(steps):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            sched.step()
+    path.mkdir(parents=True)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(), "epoch": 10,
+                "config": {"epochs": 10, "warmup_steps": warm, "max_steps": steps}},
+               path / "ckpt.pt")
+    return float(opt.param_groups[0]["lr"])
+
+
+def test_sequential_lambda_warmup_then_cosine_healthy_is_silent(tmp_path):
+    """Issue 27: SequentialLR([LambdaLR warmup 2, CosineAnnealingLR T_max 17], milestones=[2])
+    at optimizer step 19 = 2 + 17 is healthy. The cosine child's own T_max (17, counted from
+    its milestone) is not the schedule's horizon (19); no factor 17 is invented."""
+    _sequential_loop(tmp_path / "run", 2, 17, 19)
+    (rep,) = inspect_path(tmp_path / "run")
+    assert not [f for f in rep.findings if f.severity >= Severity.WARNING], rep.findings
+    assert rep.state["schedule"]["horizon"] == 19
+
+
+def test_warmup_longer_than_the_run_is_named(tmp_path):
+    """Issue 27: T_max = 20 - 100 = -80 (warmup 100 in a 20-step run). The error names the
+    warmup 100 and the 20 steps, not "the saved LR is 0" (the LR is 2e-4, warming up)."""
+    lr = _sequential_loop(tmp_path / "run", 100, 20 - 100, 20)
+    assert lr > 0
+    (rep,) = inspect_path(tmp_path / "run")
+    codes = {f.code for f in rep.findings if f.severity >= Severity.WARNING}
+    assert codes == {"LRD106"}, rep.findings
+    (f,) = [f for f in rep.findings if f.code == "LRD106"]
+    assert "milestone 100" in f.message and "sized for 20 steps" in f.message
+    assert "saved LR is 0" not in f.message
+
+
 def test_fractional_epoch_bug_twin_is_not_hidden(tmp_path):
     """The same scheduler stepped with the *update* count as its epoch (step(global_step))
     runs 20x too fast: the epoch comparison must not excuse it."""

@@ -181,10 +181,58 @@ def spec(kind, lr=1e-3, horizon=None, **params):
      "_milestones=[10, 5] are not positive and increasing"),
     (spec("SequentialLR", _milestones=[10],
           _schedulers=[{"kind": "ConstantLR"}, {"kind": "CosineAnnealingLR", "T_max": 0}]),
-     "_schedulers[1] (CosineAnnealingLR): CosineAnnealingLR T_max=0 is not positive"),
+     "_schedulers[1] (CosineAnnealingLR) T_max=0 is not positive: it starts at milestone 10 "
+     "(the warmup), so the schedule was sized for 10 steps in all"),
     (spec("SequentialLR", _milestones=[10, 20], _schedulers=[{"kind": "ConstantLR"}]),
      "has 1 _schedulers but 2 _milestones"),
 ])
 def test_problems(bad, needle):
     found = problems(bad)
     assert any(needle in line for line in found), found
+
+
+def test_sequential_with_a_lambda_child_is_exact_past_its_milestone():
+    """torch SequentialLR([LambdaLR warmup, CosineAnnealingLR], milestones=[m]): the lambda is
+    code torch does not save, yet every later child starts from its own closed form, so the
+    LR from the milestone on, the horizon (m + T_max) and the floor are exact; before the
+    milestone the LR is unknown (a ValueError, never a guess)."""
+    from lrdoctor.read.layouts._torchstate import torch_scheduler
+
+    opt = make_opt(1e-3)
+    sched = S.SequentialLR(opt, [S.LambdaLR(opt, lambda s: (s + 1) / 7),
+                                 S.CosineAnnealingLR(opt, T_max=30, eta_min=1e-5)],
+                           milestones=[7])
+    seen = [opt.param_groups[0]["lr"]]
+    for _ in range(80):
+        opt.step()
+        sched.step()
+        seen.append(opt.param_groups[0]["lr"])
+    spec, _, notes = torch_scheduler(sched.state_dict(), unit=Unit.UPDATES, source="s")
+    assert spec is not None, notes
+    assert spec.horizon == 37 and floor_progress(spec) == 37 and problems(spec) == []
+    for n in range(7, 81):
+        assert close(lr_at(spec, n), seen[n]), n
+    with pytest.raises(ValueError, match="LR before milestone 7 is unknown"):
+        lr_at(spec, 3)
+
+
+def test_sequential_last_child_sized_below_zero_names_the_warmup_longer_than_the_run():
+    """torch SequentialLR([LinearLR warmup 100, CosineAnnealingLR T_max = 20 - 100]) in a
+    20-step run: the schedule has no decay horizon, and the problem says the warmup 100 is
+    longer than the 20 steps the schedule was sized for."""
+    from lrdoctor.read.layouts._torchstate import torch_scheduler
+
+    opt = make_opt(1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sched = S.SequentialLR(opt, [S.LinearLR(opt, start_factor=0.01, total_iters=100),
+                                     S.CosineAnnealingLR(opt, T_max=-80)], milestones=[100])
+        for _ in range(20):
+            opt.step()
+            sched.step()
+    spec, _, _ = torch_scheduler(sched.state_dict(), unit=Unit.UPDATES, source="s")
+    assert spec is not None and spec.horizon is None
+    assert lr_at(spec, 20) == opt.param_groups[0]["lr"]  # still warming up
+    (line,) = problems(spec)
+    assert "T_max=-80" in line and "milestone 100" in line and "sized for 20 steps" in line
+    assert "the warmup is longer than the run" in line

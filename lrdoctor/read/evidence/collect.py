@@ -173,18 +173,24 @@ class _Walker:
                 self.add(R.PROGRESS, Q.OPTIMIZER_STEPS, value, ref.child("param_groups", i,
                                                                         "step"))
 
-    def scheduler(self, o: dict[str, Any], ref: FieldRef) -> None:
-        """An LR scheduler's state: its call counter, horizon, warmup and LRs."""
+    def scheduler(self, o: dict[str, Any], ref: FieldRef, own_clock: bool = False) -> None:
+        """An LR scheduler's state: its call counter, horizon, warmup and LRs. ``own_clock``:
+        a SequentialLR's child, whose counter and horizon count from its milestone and whose
+        last LR is stale once the next child took over; only its base LRs and warmup say
+        something about the run (the composite's model holds its horizon)."""
+        sequential = "_milestones" in o
         for k, v in o.items():
             if not isinstance(k, str):
                 continue
             name = V.norm(k)
             here = ref.child(k)
+            if own_clock and name not in ("base_lrs", "base_values") and name not in V.WARMUP:
+                continue
             if isinstance(v, (list, tuple)):
                 if name in ("schedulers", "_schedulers"):
                     for i, s in enumerate(v[:16]):
                         if isinstance(s, dict):
-                            self.scheduler(s, here.child(i))
+                            self.scheduler(s, here.child(i), own_clock or sequential)
                 elif name in ("base_lrs", "last_lr", "base_values"):
                     for i, x in enumerate(v[:64]):
                         value = _scalar(x)

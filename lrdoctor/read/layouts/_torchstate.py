@@ -90,6 +90,12 @@ class _Fields:
     horizon: float | None = None
 
 
+def _lambda_fields(sd: _common.Loaded) -> _Fields | None:
+    """A lambda child of a SequentialLR: only its base LR is known (its rule is code)."""
+    base = _first(sd.get("base_lrs"))
+    return _Fields(float(base), init_lr=float(base)) if base is not None else None
+
+
 def _spec_fields(kind: str, sd: _common.Loaded, opt: OptimizerSummary | None) -> _Fields | None:
     """max_lr/min_lr/init_lr/warmup/horizon for one (non-composite) scheduler, None if unknowable."""
     base = _first(sd.get("base_lrs"))
@@ -173,10 +179,14 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: OptimizerSummary |
     if kind == "ReduceLROnPlateau":
         notes.append(f"{source}: ReduceLROnPlateau follows a metric, not progress: no schedule")
         return None, progress, notes
-    from lrdoctor.schedules.torch_builtin import KINDS
+    from lrdoctor.schedules.torch_builtin import KINDS, UNSAVED_RULE
 
     kinds = [kind, *(torch_scheduler_kind(c) if isinstance(c, dict) else None for c in children)]
-    unmodelled = [k or "?" for k in kinds if k not in KINDS]
+    # A SequentialLR's lambda child before its last milestone: that segment's LR is unknown,
+    # the rest of the schedule (horizon, floor, the LR past the milestone) is exact.
+    partial = {i + 1 for i, k in enumerate(kinds[1:-1]) if kind == "SequentialLR"
+               and k in UNSAVED_RULE}
+    unmodelled = [k or "?" for i, k in enumerate(kinds) if k not in KINDS and i not in partial]
     if unmodelled:
         notes.append(f"{source}: {kind} " + (f"(wrapping {', '.join(unmodelled)}) " if
                      unmodelled != [kind] else "") + "is not modelled by lrdoctor's torch "
@@ -186,8 +196,10 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: OptimizerSummary |
     by: int | None = None  # the child whose horizon field sets a composite's horizon
     if children:
         fields = [(torch_scheduler_kind(c), c) for c in children if isinstance(c, dict)]
-        rebuilt = [_spec_fields(k, c, opt) if k and k not in ("LambdaLR", "ReduceLROnPlateau")
-                   else None for k, c in fields]
+        rebuilt = [_lambda_fields(c) if kind == "SequentialLR" and k in UNSAVED_RULE
+                   and i < len(fields) - 1 else
+                   _spec_fields(k, c, opt) if k and k not in ("LambdaLR", "ReduceLROnPlateau")
+                   else None for i, (k, c) in enumerate(fields)]
         specs = [s for s in rebuilt if s is not None]
         if len(specs) < len(rebuilt) or not specs:
             bad = [k or "?" for (k, _), s in zip(fields, rebuilt, strict=True) if s is None]
@@ -197,7 +209,8 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: OptimizerSummary |
         if kind == "SequentialLR":
             milestones = sd.get("_milestones") or []
             last_h = specs[-1].horizon
-            if last_h is not None and milestones:
+            if last_h is not None and last_h > 0 and milestones:
+                # (a last child sized <= 0 never decays: LRD106 names the warmup it follows)
                 horizon = float(milestones[-1]) + last_h
                 by = len(specs) - 1
         else:
