@@ -28,8 +28,8 @@ per micro-batch of 4).
 
 ## Fix
 Pass the counter the horizon is counted in (timm: `step(epoch + 1)` with `t_in_epochs=True`,
-`step_update(num_updates)` with optimizer updates), or size the horizon in the unit the
-schedule is stepped in.
+`step_update(num_updates)` with optimizer updates; torchtune: `lr_scheduler.step()` inside
+the accumulation branch), or size the horizon in the unit the schedule is stepped in.
 """
 
 from __future__ import annotations
@@ -131,7 +131,8 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         return [RULE.finding(
             f"{head}, where the schedule gives "
             f"{number(expected) if expected is not None else '?'}. The saved lr {number(lr)} "
-            f"({lr_at}) is the schedule at {w.name} = {number(wv)} ({_src(w)}), "
+            f"({lr_at}) is the schedule at {w.name} = {number(wv)} {w.quantity.value} "
+            f"({_src(w)}), "
             f"{number(k) if k else '?'}x {number(base)} ({c.name} = {number(value)}, "
             f"{_src(c)}): the LR was "
             f"computed from a counter that is not the optimizer's step.",
@@ -175,18 +176,24 @@ def _lr_where(state: RunState) -> str:
 
 
 def _witness(state: RunState, c: Counter,
-             exact: list[tuple[int, int]]) -> tuple[Counter, float] | None:
-    """Another saved counter (not the one judged, not in epochs) whose value is a position
-    that gives the saved LR exactly: the LR was computed from it (nanoGPT's
-    ``get_lr(iter_num)`` counting micro-batches, a ``step_update(micro)``). Only a bounded
-    run counts: a floor is reached from every later position."""
-    from lrdoctor.core.state import Unit
+             exact: list[tuple[int, int]]) -> tuple[EvidenceItem, float] | None:
+    """Another saved counter of loop steps (not the one judged; not epochs, samples or
+    tokens) whose
+    value is a position that gives the saved LR exactly: the LR was computed from it
+    (nanoGPT's ``get_lr(iter_num)`` counting micro-batches, a ``step_update(micro)``).
+    Only a bounded run counts: a floor is reached from every later position."""
+    from lrdoctor.core.evidence import Quantity, Role, of
+    from lrdoctor.rules.hypotheses import evidence
 
-    for o in state.counters:
-        if o is c or o.name == c.name or o.unit is Unit.EPOCHS or o.value <= c.value:
+    judged = {str(c.ref)} if c.ref is not None else set()
+    steps = (Quantity.OPTIMIZER_STEPS, Quantity.ITERATIONS, Quantity.BATCHES,
+             Quantity.MICRO_BATCHES, Quantity.SCHEDULER_CALLS)  # counts of loop steps
+    for e in of(evidence(state), Role.PROGRESS, *steps):
+        if e.logged or e.value <= c.value \
+                or e.where in judged or str(e.ref) in judged:
             continue
-        if any(a <= o.value <= b for a, b in exact):
-            return o, o.value
+        if any(a <= e.value <= b for a, b in exact):
+            return e, e.value
     return None
 
 

@@ -128,7 +128,7 @@ def test_timm_epoch_schedule_healthy_and_stepped_by_updates(tmp_path):
     assert f.evidence["counter"] == "loop.epoch" and f.evidence["counter_value"] == 3
     # the LR is the schedule at the saved optimizer step 20: that counter names the 5
     (named,) = f.evidence["named_by"]
-    assert named.startswith("optimizer.step (") and named.endswith("bug.pt:optimizer.state[0].step)")
+    assert named.startswith("step (") and named.endswith("bug.pt:optimizer.state[0].step)")
 
 
 @pytest.mark.parametrize("cls,kw", [
@@ -218,7 +218,7 @@ def test_timm_train_py_checkpoint_rebuilt_from_its_args(tmp_path, sched, opt_nam
     assert f.evidence["counter"] == "loop.epoch"
     if opt_name == "adamw":
         assert f.severity is Severity.ERROR
-        assert f.evidence["named_by"][0].startswith("optimizer.step (")
+        assert f.evidence["named_by"][0].endswith("bug.pth.tar:optimizer.state[0].step)")
     else:
         assert f.severity is Severity.WARNING and f.evidence["named_by"] == ()
         assert "no saved number names 4" in f.message

@@ -132,20 +132,16 @@ def attach(sc: shapes.Scan, st: RunState) -> None:
                 return
             params = _plain(d)
             unit = Unit.EPOCHS if d.get("t_in_epochs", True) else Unit.UPDATES
-            st.schedule = ScheduleSpec(family="timm", kind=kind, max_lr=base, unit=unit,
-                                       min_lr=float(params.get("lr_min") or 0.0),
-                                       warmup=float(params.get("warmup_t") or 0),
-                                       horizon=timm.cycle_length(params), params=params,
-                                       source=where)
-            st.stateless = (f"timm {kind} state ({where}): timm schedulers keep no position; "
-                            "it is solved from the saved LR")
-            st.notes = [n for n in st.notes if not n.startswith("no LR scheduler state found")]
-            st.facts.contents = {}
-            used = st.facts.files_used if st.facts.files_used is not None else []
-            if file not in used:
-                st.facts.files_used = [*used, file]
+            mark_stateless(st, ScheduleSpec(
+                family="timm", kind=kind, max_lr=base, unit=unit,
+                min_lr=float(params.get("lr_min") or 0.0),
+                warmup=float(params.get("warmup_t") or 0), horizon=timm.cycle_length(params),
+                params=params, source=where), f"timm {kind} state ({where}): timm schedulers "
+                "keep no position; it is solved from the saved LR", file)
             return
     _from_args(sc, st)
+    if st.schedule is None:
+        _from_configs(sc, st)
 
 
 def _from_args(sc: shapes.Scan, st: RunState) -> None:
@@ -175,14 +171,114 @@ def _from_args(sc: shapes.Scan, st: RunState) -> None:
         per_update = not sd["t_in_epochs"]
         how = (f"timm create_scheduler; sched_on_updates: lengths x {upe} updates per epoch "
                f"= {upe_from}") if per_update else "timm create_scheduler"
-        st.schedule = ScheduleSpec(family="timm", kind=kind, max_lr=base,
-                                   unit=Unit.UPDATES if per_update else Unit.EPOCHS,
-                                   min_lr=float(sd.get("lr_min") or 0.0),
-                                   warmup=float(sd.get("warmup_t") or 0),
-                                   horizon=timm.cycle_length(sd), params=sd,
-                                   source=f"{where} ({how})")
-        st.stateless = (f"timm {kind} built from train.py's args ({where}): timm schedulers "
-                        "keep no position; it is solved from the saved LR")
-        st.notes = [n for n in st.notes if not n.startswith("no LR scheduler state found")]
-        st.facts.contents = {}
+        mark_stateless(st, ScheduleSpec(
+            family="timm", kind=kind, max_lr=base,
+            unit=Unit.UPDATES if per_update else Unit.EPOCHS,
+            min_lr=float(sd.get("lr_min") or 0.0), warmup=float(sd.get("warmup_t") or 0),
+            horizon=timm.cycle_length(sd), params=sd, source=f"{where} ({how})"),
+            f"timm {kind} built from train.py's args ({where}): timm schedulers keep no "
+            "position; it is solved from the saved LR")
+        return
+
+
+def mark_stateless(st: RunState, spec: ScheduleSpec, why: str, file: str | None = None) -> None:
+    """``spec`` is the run's schedule and keeps no position (``why`` says whose and where):
+    LRD133 places it by the saved LR, so "no LR scheduler state found" no longer applies."""
+    st.schedule = spec
+    st.stateless = why
+    st.notes = [n for n in st.notes if not n.startswith("no LR scheduler state found")]
+    st.facts.contents = {}
+    if file is not None:
+        used = st.facts.files_used if st.facts.files_used is not None else []
+        if file not in used:
+            st.facts.files_used = [*used, file]
+
+
+# Schedule builders a config names by their import path (torchtune's ``_component_``,
+# Hydra's ``_target_``), as the family and kind that model them exactly (the lambdas of
+# torchtune.training.lr_schedulers and transformers.optimization; tests compare them).
+CONFIG_BUILDERS: dict[str, tuple[str, str]] = {
+    "get_cosine_schedule_with_warmup": ("hf", "cosine"),
+    "get_linear_schedule_with_warmup": ("hf", "linear"),
+    "get_constant_schedule_with_warmup": ("hf", "constant_with_warmup"),
+}
+_BUILDER_PACKAGES = ("torchtune.", "transformers.")
+_TARGET_KEYS = ("_component_", "_target_")
+
+
+def config_builder(cfg: Any) -> tuple[str, dict[str, Any], str, str] | None:
+    """(dotted key, section, family, kind) of the first section of a config that names a
+    modelled schedule builder of a known package, or None."""
+    for key, d in _dicts(cfg):
+        target = next((d[k] for k in _TARGET_KEYS if isinstance(d.get(k), str)), None)
+        if target is None or not target.startswith(_BUILDER_PACKAGES):
+            continue
+        fk = CONFIG_BUILDERS.get(target.rsplit(".", 1)[-1])
+        if fk is not None:
+            return key, d, fk[0], fk[1]
+    return None
+
+
+def schedule_from_config(cfg: Any, where: str, base_lr: float, base_from: str,
+                         horizon: float | None, horizon_from: str) -> tuple[ScheduleSpec | None, str]:
+    """The schedule a config's builder section makes (``where``: the config file as a
+    finding names it). The trainer computes what the config leaves out (torchtune's
+    ``num_training_steps`` = epochs x steps per epoch): ``horizon`` with its provenance,
+    used only when the section has none. (None, why) when it cannot be rebuilt exactly."""
+    found = config_builder(cfg)
+    if found is None:
+        return None, ""
+    key, d, family, kind = found
+    at = f"{where}:{key}" if key else where
+    warm = _common.number(d.get("num_warmup_steps", 0))
+    saved = _common.number(d.get("num_training_steps"))
+    total, total_from = (saved, f"{at}.num_training_steps") if saved is not None \
+        else (horizon, horizon_from)
+    if warm is None or (total is None and kind != "constant_with_warmup"):
+        return None, (f"{at}: {d.get('_component_') or d.get('_target_')} needs "
+                      "num_training_steps, which neither the config nor the counters give"
+                      f"{': ' + horizon_from if horizon_from else ''}")
+    params: dict[str, Any] = {}
+    cycles = _common.number(d.get("num_cycles"))
+    if kind == "cosine":
+        params["num_cycles"] = 0.5 if cycles is None else cycles
+    source = (f"{at} ({family} {kind}, warmup {number(warm)}, horizon "
+              f"{number(total) if total is not None else '-'} = {total_from}; peak {number(base_lr)}"
+              f" = {base_from})")
+    return ScheduleSpec(family=family, kind=kind, max_lr=base_lr, unit=Unit.UPDATES,
+                        warmup=warm, horizon=total, params=params, source=source), ""
+
+
+def _from_configs(sc: shapes.Scan, st: RunState) -> None:
+    """A schedule builder named in a config beside the checkpoint (Hydra's ``_target_``,
+    torchtune's ``_component_``) with every length it needs in the config: the loop built
+    its scheduler from it and saved none, so the saved LR places it."""
+    from lrdoctor.read.evidence.collect import config_files, read_config, relative
+
+    ckpt = sc.checkpoint.path
+    initial = list(st.facts.optimizer_initial_lrs)
+    for o in sc.objects.values():
+        for d in _common.torch_optimizer_dicts(o)[:1]:
+            initial = initial or list(_common.optimizer_summary(d).get("initial_lrs") or [])
+    for f in config_files(ckpt):
+        cfg = read_config(f)
+        if config_builder(cfg) is None:
+            continue
+        where = relative(str(f), ckpt)
+        base, base_from = (_common.number(initial[0]), "the optimizer's initial_lr") \
+            if initial else (None, "")
+        if base is None:  # the config's optimizer section (Hydra: optimizer.lr)
+            opt = cfg.get("optimizer") if isinstance(cfg, dict) else None
+            base = _common.number(opt.get("lr")) if isinstance(opt, dict) else None
+            base_from = f"{where}:optimizer.lr"
+        if base is None:
+            st.notes.append(f"{where}: a schedule builder without a base LR (no initial_lr in "
+                            "the optimizer, no optimizer.lr in the config)")
+            return
+        spec, why = schedule_from_config(cfg, where, base, base_from, None, "")
+        if spec is None:
+            st.notes.append(why)
+            return
+        mark_stateless(st, spec, f"the scheduler was built from the config ({where}) and its "
+                       "state was not saved: it is placed by the saved LR", str(f))
         return

@@ -8,15 +8,25 @@ Layout (``recipes/full_finetune_*.py``, ``torchtune/training/checkpointing``)::
          "steps_run", "dataloader"}
 
 torchtune saves **no scheduler state**: on resume it rebuilds the scheduler with
-``last_epoch = global_step - 1`` (``global_step = steps_run``), so the schedule
-restarts where ``steps_run`` says. ``steps_run`` counts optimizer steps (one per
-``gradient_accumulation_steps`` batches), so it must equal the optimizer's ``step``.
+``last_epoch = global_step - 1`` (``global_step = steps_run``, or ``epochs_run x
+steps_per_epoch`` in 0.6), so the schedule restarts where ``steps_run`` says.
+``steps_run`` counts optimizer steps (one per ``gradient_accumulation_steps`` batches), so
+it must equal the optimizer's ``step``.
+
+The schedule itself is in the recipe's config, which ``DiskLogger.log_config`` (and the
+other metric loggers) write beside the run as ``torchtune_config.yaml``: its
+``lr_scheduler._component_`` names the builder and ``num_warmup_steps``; the recipe passes
+``num_training_steps = total_epochs x steps_per_epoch`` (``len(dataloader) // GA``, capped
+by ``max_steps_per_epoch``), which is saved nowhere: it is derived as the optimizer's step /
+``epochs_run``, with both fields named. The LR the optimizer saved then places the
+schedule (LRD133).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from lrdoctor.core.numbers import number
 from lrdoctor.core.state import Counter, RunState, Unit
 from lrdoctor.read.layouts import RECOGNISED, _common, torchsave
 from lrdoctor.read.scan import shapes
@@ -64,6 +74,60 @@ def refine(sc: shapes.Scan, st: RunState) -> None:
                                  total * per_epoch, Unit.UPDATES,
                                  f"{f}:total_epochs x max_steps_per_epoch")
         st.trainer_progress = st.scheduler_progress
+    _schedule_from_config(sc, st, f, rs)
+
+
+def _steps_per_epoch(st: RunState, f: str, rs: _common.Loaded) -> tuple[int | None, str]:
+    """The recipe's ``steps_per_epoch`` (saved nowhere): the optimizer's step over
+    ``epochs_run`` when whole; ``max_steps_per_epoch`` caps it."""
+    step, epochs = st.counter("optimizer.step"), rs.get("epochs_run")
+    if step is None or not isinstance(epochs, int) or isinstance(epochs, bool) or epochs <= 0 \
+            or step.value <= 0 or step.value % epochs:
+        return None, (f"the optimizer's step over {f}:epochs_run "
+                      f"({'not saved' if step is None else number(step.value)} / {epochs})")
+    return int(step.value // epochs), (f"optimizer step {number(step.value)} "
+                                       f"({step.ref or step.source}) / epochs_run {epochs} "
+                                       f"({f}:epochs_run)")
+
+
+def _schedule_from_config(sc: shapes.Scan, st: RunState, f: str, rs: _common.Loaded) -> None:
+    """The recipe's schedule from the config beside the run (``torchtune_config.yaml``):
+    ``num_training_steps = total_epochs x steps_per_epoch``, placed by the saved LR."""
+    from lrdoctor.read.evidence.collect import config_files, read_config, relative
+    from lrdoctor.read.layouts import _stateless
+
+    if st.schedule is not None:
+        return
+    total = rs.get("total_epochs")
+    spe, spe_from = _steps_per_epoch(st, f, rs)
+    horizon = float(total * spe) if isinstance(total, int) and spe else None
+    h_from = (f"{f}:total_epochs {total} x steps per epoch {spe} = {spe_from}"
+              if horizon is not None else f"steps per epoch unknown: {spe_from}")
+    initial = st.facts.optimizer_initial_lrs
+    base, base_from = (initial[0], "the optimizer's initial_lr") if initial else (None, "")
+    ckpt = sc.checkpoint.path
+    seen: set[Path] = set()
+    for cfg_file in config_files(ckpt) + config_files(Path(f).parent):
+        if cfg_file in seen:
+            continue
+        seen.add(cfg_file)
+        cfg = read_config(cfg_file)
+        if _stateless.config_builder(cfg) is None:
+            continue
+        where = relative(str(cfg_file), ckpt)
+        if base is None and isinstance(cfg, dict) and isinstance(cfg.get("optimizer"), dict):
+            base = _common.number(cfg["optimizer"].get("lr"))
+            base_from = f"{where}:optimizer.lr"
+        spec, why = _stateless.schedule_from_config(cfg, where, base or 0.0, base_from,
+                                                    horizon, h_from) \
+            if base else (None, f"{where}: no base LR (no initial_lr, no optimizer.lr)")
+        if spec is None:
+            st.notes.append(why)
+            return
+        _stateless.mark_stateless(
+            st, spec, f"torchtune rebuilds its LR scheduler from the config ({where}) at every "
+            "start and saves no scheduler state: it is placed by the saved LR", str(cfg_file))
+        return
 
 
 # ---------------------------------------------------------------- layout (read by content)
