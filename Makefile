@@ -57,7 +57,7 @@ test: install-test $(PEERS_DIR)/.done
 	$(BIN)/python -m ruff check lrdoctor tests scripts benchmarks
 	$(BIN)/python -m mypy
 	LRDOCTOR_PEER_VERL_OLD=$(PEERS_DIR)/verl-0.9.0 LRDOCTOR_PEER_SKYRL=$(PEERS_DIR)/skyrl-0.4.0 \
-		$(BIN)/python -m pytest -q
+		LRDOCTOR_PEER_AREAL=$(PEERS_DIR)/areal-1.0.4 $(BIN)/python -m pytest -q
 
 bench: install-test
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -6,11 +6,13 @@ dependencies (the Makefile does that); two more come from unpacked wheels, becau
 only some of their module files are loaded and nothing is installed:
 - verl 0.9.0, the last release with the ``ceil(total / max_token_len)`` rule;
 - SkyRL 0.4.0, whose wheel is for Python 3.12 only (its packer, and the dispatch
-  and worker modules of its step layout, on torch; tests/helpers/peers.py).
+  and worker modules of its step layout, on torch; tests/helpers/peers.py);
+- AReaL 1.0.4, whose dependencies (sglang, numba, ...) are not needed for its
+  ``ffd_allocate`` (tests/replay/test_replay_slime_areal.py).
 A download that fails leaves those tests skipped, with the reason in the summary.
 
 Usage: python scripts/fetch_peers.py DIR   (then LRDOCTOR_PEER_VERL_OLD=DIR/verl-0.9.0
-LRDOCTOR_PEER_SKYRL=DIR/skyrl-0.4.0 pytest -m peers)
+LRDOCTOR_PEER_SKYRL=DIR/skyrl-0.4.0 LRDOCTOR_PEER_AREAL=DIR/areal-1.0.4 pytest -m peers)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 PEERS = {  # folder name -> pip download arguments
     "verl-0.9.0": ["verl==0.9.0"],
     "skyrl-0.4.0": ["skyrl==0.4.0", "--python-version", "3.12", "--only-binary=:all:"],
+    "areal-1.0.4": ["areal==1.0.4"],  # its utils/seqpack.py (ffd_allocate) only
 }
 
 

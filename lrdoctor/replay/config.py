@@ -327,9 +327,10 @@ class RunConfig(_Section):
         if self.framework and self.batching.flavor is None:
             name = self.framework.partition("==")[0].strip().lower()
             if name not in (*_RELEASE_SWITCH, *_FRAMEWORK_FLAVOR, "skyrl-train", "fast-llm",
-                            "fast_llm"):
+                            "fast_llm", "slime", "areal"):
                 raise ValueError(f"framework {self.framework!r}: known: verl, skyrl, openrlhf, "
-                                 "roll, nemo_rl, fast-llm (as name or name==version)")
+                                 "roll, nemo_rl, fast-llm, slime, areal (as name or "
+                                 "name==version)")
             flavor = flavor_for(self.framework)
             if flavor is not None:
                 self.batching.flavor = flavor

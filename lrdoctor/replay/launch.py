@@ -45,6 +45,9 @@ class EntryPoint:
     scripts: str | None
     style: str
     example: str
+    # A script name shared by many projects (slime's ``train.py``): the command is this
+    # framework's only when one of its arguments matches this regular expression.
+    args_marker: str | None = None
 
 
 ENTRY_POINTS: tuple[EntryPoint, ...] = (
@@ -61,6 +64,9 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
                "uv run examples/run_grpo_math.py --config FILE.yaml key=value"),
     EntryPoint("fast-llm", ("fast_llm.cli", "fast_llm.tools.cli"), r"(^|/)fast-llm$", "config",
                "fast-llm train gpt --config FILE.yaml"),
+    EntryPoint("slime", (), r"(^|/)train(_async)?\.py$", "args",
+               "python3 train.py --rollout-batch-size N --num-rollout N ... (slime)",
+               args_marker=r"--(rollout-batch-size|num-rollout)(=|$)"),
 )
 
 
@@ -92,7 +98,9 @@ def _match(words: list[str]) -> tuple[EntryPoint, int, str | None] | None:
                 return e, i + 2, None
             if w.startswith("-m") and len(w) > 2 and _module_match(w[2:], e.modules):
                 return e, i + 1, None
-            if e.scripts and re.search(e.scripts, w):
+            if e.scripts and re.search(e.scripts, w) and (
+                    e.args_marker is None
+                    or any(re.match(e.args_marker, a) for a in words[i + 1:])):
                 return e, i + 1, w
     return None
 

@@ -12,7 +12,8 @@
 - text that is not YAML: an argument list (OpenRLHF).
 
 ``sets`` (``--set KEY=VALUE``) give what a script leaves unresolved: a name
-without dots is a shell variable, a dotted name a config key (applied last).
+without dots is a shell variable, a dotted name a config key (applied last); for a
+YAML config every name is a config key.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def load(path: Path, text: str, sets: tuple[str, ...] = (),
     env, key_sets = split_sets(sets)
     if launch.looks_like_script(path, text):
         return _from_script(path, text, env, key_sets, config_root)
+    # no script, so no variables: a top-level key (AReaL's total_train_steps) is a key
+    key_sets = [f"{k}={v}" for k, v in env.items()] + key_sets
     try:
         # size, nesting, alias/merge-key expansion and key checks (lrdoctor.read.bytes.limits)
         data = safetext.yaml_loads(text, str(path))

@@ -284,3 +284,46 @@ def openrlhf_balance_experiences():
     mod.split_experience_batch = lambda item: [item]
     mod.make_experience_batch = lambda items, packing_samples=False: items
     return mod.balance_experiences
+
+
+def areal_seqpack():
+    """AReaL 1.0.4's ``areal/utils/seqpack.py`` (``ffd_allocate``), or None: from
+    ``LRDOCTOR_PEER_AREAL`` (an unpacked wheel, scripts/fetch_peers.py) or an installed
+    areal. Its imports a numba JIT (left commented out on ``_ffd_allocate``) and AReaL's
+    logger get inert stand-ins; the compared function uses neither."""
+    path = os.environ.get("LRDOCTOR_PEER_AREAL")
+    base = Path(path) / "areal" if path else _package_dir("areal")
+    if base is None or not (base / "utils" / "seqpack.py").exists():
+        return None
+    numba = types.ModuleType("numba")
+    numba.njit = lambda *a, **k: (a[0] if a and callable(a[0]) else (lambda f: f))
+    pkg = types.ModuleType("areal")
+    pkg.__path__ = []
+    utils = types.ModuleType("areal.utils")
+    utils.__path__ = []
+    logging = types.ModuleType("areal.utils.logging")
+    logging.getLogger = lambda *a, **k: _Inert()
+    utils.logging = logging
+    stubs = {"numba": numba, "areal": pkg, "areal.utils": utils, "areal.utils.logging": logging}
+    return _load_file(base / "utils" / "seqpack.py", "_peer_areal_seqpack", stubs)
+
+
+def slime_dp_schedule():
+    """slime's ``slime/utils/dp_schedule.py`` (``build_dp_schedule``) from the checkout
+    ``LRDOCTOR_PEER_SLIME`` names (slime is not on the package index), or None. Its
+    ``seqlen_balancing`` is loaded from the same checkout; ``flops_utils`` (used only
+    with ``--balance-data``/``balance_by_flops``, not compared) is an inert stand-in."""
+    path = os.environ.get("LRDOCTOR_PEER_SLIME")
+    base = Path(path) / "slime" / "utils" if path else None
+    if base is None or not (base / "dp_schedule.py").exists():
+        return None
+    pkg = types.ModuleType("slime")
+    pkg.__path__ = []
+    utils = types.ModuleType("slime.utils")
+    utils.__path__ = []
+    flops = types.ModuleType("slime.utils.flops_utils")
+    flops.calculate_fwd_flops = lambda *a, **k: 0
+    stubs = {"slime": pkg, "slime.utils": utils, "slime.utils.flops_utils": flops}
+    seqlen = _load_file(base / "seqlen_balancing.py", "slime.utils.seqlen_balancing", stubs)
+    stubs["slime.utils.seqlen_balancing"] = seqlen
+    return _load_file(base / "dp_schedule.py", "_peer_slime_dp_schedule", stubs)

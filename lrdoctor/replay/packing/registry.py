@@ -20,6 +20,7 @@ from lrdoctor.replay.packing.common import Packer
 def _packers() -> tuple[Packer, ...]:
     # Each packer module by its PACKER (the package re-exports functions that share
     # some module names, so the modules are not imported by package attribute).
+    from lrdoctor.replay.packing.areal_ffd import PACKER as AREAL_FFD
     from lrdoctor.replay.packing.balanced_first_fit import PACKER as BALANCED_FIRST_FIT
     from lrdoctor.replay.packing.doc_target import PACKER as DOC_TARGET
     from lrdoctor.replay.packing.karmarkar_karp import PACKER as KARMARKAR_KARP
@@ -27,6 +28,7 @@ def _packers() -> tuple[Packer, ...]:
     from lrdoctor.replay.packing.rlinf_dynamic import PACKER as RLINF_DYNAMIC
     from lrdoctor.replay.packing.roll_sequence_packing import PACKER as ROLL_SEQUENCE_PACKING
     from lrdoctor.replay.packing.sequence_packing import PACKER as SEQUENCE_PACKING
+    from lrdoctor.replay.packing.slime_dp_schedule import PACKER as SLIME_DP_SCHEDULE
     from lrdoctor.replay.packing.static import PACKER as STATIC
     from lrdoctor.replay.packing.token_budget import PACKER as TOKEN_BUDGET
 
@@ -40,6 +42,8 @@ def _packers() -> tuple[Packer, ...]:
         SEQUENCE_PACKING,
         ROLL_SEQUENCE_PACKING,
         RLINF_DYNAMIC,
+        SLIME_DP_SCHEDULE,
+        AREAL_FFD,
     )
 
 

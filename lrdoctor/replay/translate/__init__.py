@@ -12,7 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from lrdoctor.replay.translate import fast_llm, nemo_rl, openrlhf, rlinf, roll, skyrl, verl
+from lrdoctor.replay.translate import (
+    areal,
+    fast_llm,
+    nemo_rl,
+    openrlhf,
+    rlinf,
+    roll,
+    skyrl,
+    slime,
+    verl,
+)
 from lrdoctor.replay.translate.common import Translation, Translator
 
 TRANSLATORS: tuple[Translator, ...] = (
@@ -22,6 +32,8 @@ TRANSLATORS: tuple[Translator, ...] = (
     skyrl.TRANSLATOR,
     fast_llm.TRANSLATOR,
     rlinf.TRANSLATOR,
+    areal.TRANSLATOR,
+    slime.TRANSLATOR,
     openrlhf.TRANSLATOR,
 )
 
