@@ -62,7 +62,9 @@ def inspect_path(path: str | Path, format: str | None = None,
     first: UnusableInput | None = None
     for root in roots:
         try:
-            runs.append((str(root), _inspect_run(root, format, all)))
+            # Local runs, read one after another: their reading is CPU-bound (the
+            # pickle machine), a thread pool per run would cost more than it hides.
+            runs.append((str(root), _inspect_run(root, format, all, workers=1)))
         except NotRecognised as exc:  # no training state there: not a run, said, not judged
             first = first or exc
             not_runs.append((str(root), exc.message))
@@ -95,7 +97,8 @@ def _run_roots(where: Path, format: str | None) -> list[Path]:
     return find_runs(where, format).roots
 
 
-def _inspect_run(path: Path, format: str | None, all: bool) -> list[Report]:
+def _inspect_run(path: Path, format: str | None, all: bool,
+                 workers: int | None = None) -> list[Report]:
     """The reports of one run (see :func:`inspect_path`)."""
     from lrdoctor.parallel import threads
 
@@ -112,7 +115,7 @@ def _inspect_run(path: Path, format: str | None, all: bool) -> list[Report]:
 
     # The checkpoints of a run are read side by side (bounded threads: I/O, remote reads
     # wait on the network), then judged in order.
-    for c, st in zip(ckpts, threads(read_one, ckpts), strict=True):
+    for c, st in zip(ckpts, threads(read_one, ckpts, workers), strict=True):
         if isinstance(st, UnusableInput):
             if all or c == ckpts[-1]:
                 raise st

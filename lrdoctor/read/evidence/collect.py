@@ -237,7 +237,7 @@ def config_files(ckpt: Path, exclude: Iterable[str] = ()) -> list[Path]:
     out: list[Path] = []
     for d in (base, base.parent):
         try:
-            entries = sorted(d.iterdir())
+            entries = sorted(d.iterdir(), key=lambda p: p.name)  # one folder: by name
         except OSError:
             continue
         for f in entries:

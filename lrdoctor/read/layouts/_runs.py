@@ -75,8 +75,8 @@ class _Planner:
         listed = self.listed(entry, d)
         return [u for u in units if any(under(u.path, c) or under(c, u.path) for c in listed)]
 
-    def plan(self, d: Path) -> list[Path]:
-        units = [u for u in self.units if under(u.root, d)]
+    def plan(self, d: Path, units: list[Unit]) -> list[Path]:
+        """The folders to read as runs under ``d``, whose units are ``units``."""
         roots = list(dict.fromkeys(u.root for u in units))
         if not roots:
             return []
@@ -95,8 +95,11 @@ class _Planner:
         if d in roots and d not in out:
             out.append(d)  # d's own checkpoints, beside other runs' folders below it
             rest = [u for u in rest if u.root != d]
-        for child in sorted({_child(d, u.root) for u in rest}):
-            out.extend(self.plan(child))
+        below: dict[Path, list[Unit]] = {}
+        for u in rest:
+            below.setdefault(d / u.root.parts[len(d.parts)], []).append(u)
+        for child in sorted(below):
+            out.extend(self.plan(child, below[child]))
         return out
 
     def climb(self, root: Path, top: Path, units: list[Unit]) -> Path:
@@ -114,11 +117,6 @@ class _Planner:
             if len(self.covers(entry, d, units)) == len(units):
                 best, best_score = d, score
         return best
-
-
-def _child(d: Path, p: Path) -> Path:
-    """The child of ``d`` on the way to ``p`` (inside it)."""
-    return d / p.relative_to(d).parts[0]
 
 
 def _continues(units: list[Unit]) -> bool:
@@ -143,4 +141,4 @@ def find_runs(path: Path, forced: str | None = None) -> Runs:
     roots = units.roots()
     if not roots or roots == [path]:
         return Runs([path], units.cut)
-    return Runs(plan.plan(path) or [path], units.cut)
+    return Runs(plan.plan(path, units.units) or [path], units.cut)

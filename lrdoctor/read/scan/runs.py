@@ -148,5 +148,6 @@ def _finish(found: Units, owners: dict[Path, Unit], loose: dict[Path, int | None
 
 
 def under(p: Path, folder: Path) -> bool:
-    """Whether ``p`` is ``folder`` or inside it."""
-    return p == folder or folder in p.parents
+    """Whether ``p`` is ``folder`` or inside it (by parts: no listing, no resolving)."""
+    parts, top = p.parts, folder.parts
+    return len(parts) >= len(top) and parts[:len(top)] == top
