@@ -60,7 +60,7 @@ class _Section(BaseModel):
 class ScheduleCfg(_Section):
     """The intended schedule (the fields of :class:`lrdoctor.core.state.ScheduleSpec`)."""
 
-    family: Literal["megatron", "hf", "torch", "deepspeed"] = "megatron"
+    family: Literal["megatron", "hf", "torch", "deepspeed", "onevision"] = "megatron"
     kind: str = "cosine"
     max_lr: float = Field(default=1.0e-6, gt=0)
     min_lr: float = Field(default=0.0, ge=0)

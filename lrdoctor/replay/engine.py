@@ -241,8 +241,7 @@ def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = 
     uniq, inv = np.unique(before, return_inverse=True)
     from lrdoctor import schedules
 
-    lr_fn = schedules.lr_function(spec)  # the family's lr_at, resolved once
-    lr_u = np.array([lr_fn(spec, float(p)) for p in uniq])
+    lr_u = schedules.lr_many(spec, uniq)  # vectorised where the family is
     lr = lr_u[inv] if n else np.zeros(0)
 
     trace = {

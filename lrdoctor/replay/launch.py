@@ -48,6 +48,9 @@ class EntryPoint:
     # A script name shared by many projects (slime's ``train.py``): the command is this
     # framework's only when one of its arguments matches this regular expression.
     args_marker: str | None = None
+    # "args" style: the launcher's words before the entry point go to the translator too
+    # (torchrun's --nproc_per_node x --nnodes is OneVision-Encoder's world size).
+    with_launcher: bool = False
 
 
 ENTRY_POINTS: tuple[EntryPoint, ...] = (
@@ -67,6 +70,9 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint("slime", (), r"(^|/)train(_async)?\.py$", "args",
                "python3 train.py --rollout-batch-size N --num-rollout N ... (slime)",
                args_marker=r"--(rollout-batch-size|num-rollout)(=|$)"),
+    EntryPoint("onevision_encoder", ("training.train",), None, "args",
+               "torchrun --nproc_per_node 8 -m training.train --key value ...",
+               with_launcher=True),
 )
 
 
@@ -83,6 +89,7 @@ class LaunchCommand:
     args: list[str]  # the words after the entry point (module or script)
     line: int  # where the command starts in the script (1-based)
     script_word: str | None = None  # the Python file or command the entry point matched
+    launcher: list[str] = field(default_factory=list)  # the words before the entry point
     # key or word -> the variables / commands it needs that the script does not set
     unresolved: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the reader could not decide
@@ -131,7 +138,7 @@ def parse_script(text: str, sets: dict[str, str] | None = None,
     hit = _match(first.words)
     assert hit is not None
     entry, at, word = hit
-    cmd = LaunchCommand(entry, first.words[at:], first.line, word)
+    cmd = LaunchCommand(entry, first.words[at:], first.line, word, launcher=first.words[:at])
     if first.path != path:
         cmd.notes.append(f"the command is in {first.path}, which the script sources")
     for c in first.conditions:

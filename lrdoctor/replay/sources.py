@@ -178,7 +178,8 @@ def _from_script(path: Path, text: str, env: dict[str, str], key_sets: list[str]
         source["script_notes"] = notes
     style = cmd.entry.style
     if style == "args":
-        return translated(tr, _args_text(shlex.join(cmd.args), key_sets), path, source)
+        words = [*cmd.launcher, *cmd.args] if cmd.entry.with_launcher else cmd.args
+        return translated(tr, _args_text(shlex.join(words), key_sets), path, source)
     opts, overrides = _split_args(cmd.args)
     root = config_root or path.resolve().parent
     if style == "hydra":

@@ -39,6 +39,11 @@ def check(c: ReplayContext) -> list[Finding]:
     ratio = s["progress_ratio"]
     if not ratio > 1 + REL_TOL:
         return []
+    prog = c.t["scheduler_progress"]
+    if len(prog) and float(prog[-2] if len(prog) > 1 else 0.0) <= s["horizon"] * (1 + REL_TOL):
+        # Only the step after the last micro-batch passes the horizon: no micro-batch ever
+        # used an LR from past it (OneVision-Encoder's loop ends one scheduler step over).
+        return []
     where = (f"; the LR reaches its floor ({short(spec.min_lr)}) after train step "
              f"{s['floor_step']} of {c.cfg.train.steps} ({s['floor_fraction']:.0%})"
              if s["floor_step"] is not None else "")

@@ -17,15 +17,24 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from lrdoctor.core.state import ScheduleSpec
 
-FAMILIES = ("megatron", "hf", "torch", "deepspeed", "timm", "torchtitan")
+FAMILIES = ("megatron", "hf", "torch", "deepspeed", "timm", "torchtitan", "onevision")
 
 
 def _family(spec: ScheduleSpec) -> ModuleType:
     """The family module of ``spec``: the one lookup (the replay engine asks here too)."""
-    from lrdoctor.schedules import deepspeed, hf, megatron, timm, torch_builtin, torchtitan
+    from lrdoctor.schedules import (
+        deepspeed,
+        hf,
+        megatron,
+        onevision,
+        timm,
+        torch_builtin,
+        torchtitan,
+    )
 
     module = {"megatron": megatron, "hf": hf, "torch": torch_builtin,
-              "deepspeed": deepspeed, "timm": timm, "torchtitan": torchtitan}.get(spec.family)
+              "deepspeed": deepspeed, "timm": timm, "torchtitan": torchtitan,
+              "onevision": onevision}.get(spec.family)
     if module is None:
         raise ValueError(f"unknown schedule family {spec.family!r}")
     return module
@@ -36,6 +45,21 @@ def lr_function(spec: ScheduleSpec) -> Callable[[ScheduleSpec, float], float]:
     :func:`lr_at` resolves per call and turns bad parameters into ValueError)."""
     fn: Callable[[ScheduleSpec, float], float] = _family(spec).lr_at
     return fn
+
+
+def lr_many(spec: ScheduleSpec, progress: Any) -> Any:
+    """The LR at each of many progress values (a numpy array in, one out): the family's
+    vectorised ``lr_array`` where it has one (a recursive schedule's table, millions of
+    steps), else its ``lr_at`` per value. The replay asks here for every distinct progress
+    of a run."""
+    import numpy as np
+
+    fam = _family(spec)
+    vec = getattr(fam, "lr_array", None)
+    if vec is not None:
+        return np.asarray(vec(spec, progress), dtype=np.float64)
+    fn = fam.lr_at
+    return np.array([fn(spec, float(p)) for p in progress], dtype=np.float64)
 
 
 # What saved parameters of the wrong type or size raise inside a family's arithmetic.

@@ -16,6 +16,7 @@ from lrdoctor.replay.translate import (
     areal,
     fast_llm,
     nemo_rl,
+    onevision,
     openrlhf,
     rlinf,
     roll,
@@ -35,6 +36,7 @@ TRANSLATORS: tuple[Translator, ...] = (
     areal.TRANSLATOR,
     slime.TRANSLATOR,
     openrlhf.TRANSLATOR,
+    onevision.TRANSLATOR,
 )
 
 __all__ = ["TRANSLATORS", "Translation", "Translator", "by_name", "detect", "known"]
