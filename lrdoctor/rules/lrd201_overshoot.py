@@ -39,14 +39,10 @@ def check(c: ReplayContext) -> list[Finding]:
     ratio = s["progress_ratio"]
     if not ratio > 1 + REL_TOL:
         return []
-    prog = c.t["scheduler_progress"]
-    if len(prog) and float(prog[-2] if len(prog) > 1 else 0.0) <= s["horizon"] * (1 + REL_TOL):
-        # Only the step after the last micro-batch passes the horizon: no micro-batch ever
-        # used an LR from past it (OneVision-Encoder's loop ends one scheduler step over).
-        return []
     where = (f"; the LR reaches its floor ({short(spec.min_lr)}) after train step "
              f"{s['floor_step']} of {c.cfg.train.steps} ({s['floor_fraction']:.0%})"
              if s["floor_step"] is not None else "")
+    times = f"{ratio:.3g}" if ratio >= 1.001 else f"{ratio:.7g}"  # never "1x" for a drift
     flat = flat_lr(c)
     # A few percent early is a drift to fix, not a broken run; an LR that does not move
     # is not harmed at all.
@@ -54,7 +50,7 @@ def check(c: ReplayContext) -> list[Finding]:
         Severity.WARNING if ratio < 1.05 else None
     return [RULE.finding(
         f"The replayed loop advances the scheduler to {short(s['scheduler_progress_end'])} "
-        f"{spec.unit.value}, {ratio:.3g}x its "
+        f"{spec.unit.value}, {times}x its "
         f"horizon of {short(s['horizon'])} ({s['actual_updates']} optimizer updates vs "
         f"{short(s['budget_updates'])} budgeted, {_cause(c)}){where}."
         + (flat_lr_note(flat) if flat is not None else ""),

@@ -79,5 +79,11 @@ def test_updates_windows_and_lrs_equal_train_py(before):
     assert s["actual_updates"] == (2001 if before else 2000)
     assert s["window_sizes"]["first"] == (1 if before else 4)
     assert np.array_equal(t["lr"], np.asarray(real["lr"]))  # bit for bit
-    codes = {f.code for f in res.report.findings}
-    assert codes == ({"LRD204", "LRD205"} if before else set())
+    found = {f.code: f for f in res.report.findings}
+    if not before:
+        assert not found
+        return
+    # The off-by-one's extra update: the scheduler ends 1 micro-step past 8000.
+    assert set(found) == {"LRD201", "LRD204", "LRD205"}
+    assert "8001 micro-steps, 1.000125x its horizon of 8000" in found["LRD201"].message
+    assert found["LRD201"].severity.name == "WARNING"

@@ -34,7 +34,7 @@ class PolynomialLRWarmup(torch.optim.lr_scheduler._LRScheduler):
             return [group["lr"] for group in self.optimizer.param_groups]
         if self.last_epoch <= self.warmup_iters:
             return [base_lr * self.last_epoch / self.warmup_iters for base_lr in self.base_lrs]
-        l, w, t = self.last_epoch, self.warmup_iters, self.total_iters
+        l, w, t = self.last_epoch, self.warmup_iters, self.total_iters  # noqa: E741 (as written)
         decay_factor = ((1.0 - (l - w) / (t - w)) / (1.0 - (l - 1 - w) / (t - w))) ** self.power
         return [(1 / 2 * group["lr"]) * (1 + decay_factor) for group in self.optimizer.param_groups]
 

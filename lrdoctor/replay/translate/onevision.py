@@ -134,12 +134,12 @@ def translate(text: str, base: Path | None = None) -> Translation:
     if per_rank < 1:
         raise UnusableInput(f"--list_batch_sizes sums to {per_rank}; expected >= 1")
     world = _world(r)
-    sampled = r.count("train.num_sampled_data")
+    sampled = r.need("train.num_sampled_data", "train.py's samples (default 60000000)")
     total = int(sampled / per_rank / world)  # train.py: float division, then int()
     if total < 1:
         raise UnusableInput(f"total_steps = int({sampled} / {per_rank} / {world}) = {total}: "
                             "the loop takes no step")
-    k = r.count("train.backward_passes_per_step")
+    k = r.need("train.backward_passes_per_step", "train.py's accumulation (default 1)")
     lr = r.get("train.lr", kind=float)
     ratio = r.get("train.warmup_ratio", kind=float)
     before = rev == "before-pr82"
