@@ -445,9 +445,19 @@ def horizon_tests(st: RunState) -> HorizonVerdict | None:
     tests: list[Test] = []
     e_s = rate * e_upd * scale
     per = f" x {number(scale)} samples per update" if scale != 1 else ""
-    tests.append(Test("the planned end", e_s,
-                      f"{number(round(rate, 4))} call(s) per {step} x {number(e_upd)} planned "
-                      f"{step}s ({e_from}){per}", [e_from], harmful=False))
+    plan_txt = (f"{number(round(rate, 4))} call(s) per {step} x {number(e_upd)} planned "
+                f"{step}s ({e_from}){per}")
+    end = st.planned_end
+    if scale != 1 and end is not None and end.unit is Unit.SAMPLES and end.value > 0:
+        # The plan in samples as saved or derived (Megatron: train_samples, or train_iters
+        # along the batch-size ramp-up): planned updates x the final global batch is not it
+        # when the batch ramps up, and is no saved number.
+        e_s = rate * float(end.value)
+        plan_txt = (f"{number(round(rate, 4))} call(s) per sample x {number(end.value)} "
+                    f"planned samples ({end.source or end.name})")
+    elif scale != 1 and st.facts.rampup is not None:
+        return None  # a ramp-up without a plan in samples: no saved number gives one
+    tests.append(Test("the planned end", e_s, plan_txt, [e_from], harmful=False))
     ga, ws = _factor(st, Q.GRAD_ACCUM), _factor(st, Q.PROCESSES)
     gbs = _factor(st, Q.GLOBAL_BATCH)
     bpe = _factor(st, Q.BATCHES_PER_EPOCH)

@@ -278,6 +278,22 @@ def test_rampup_decay_unfinished_at_planned_end_is_an_error(tmp_path):
     assert the(r, "LRD118").severity == Severity.ERROR
 
 
+def test_sample_based_rampup_healthy_run_is_silent(tmp_path):
+    """Megatron-LM sample-based training with ``--rampup-batch-size`` (megatron-core's
+    OptimizerParamScheduler and ramp-up calculator; ``train_iters`` computed as
+    ``update_train_iters`` does): 48 iterations consume 628 samples along the ramp, not
+    48 x the final global batch 16 = 768. With warmup 128, 768 - 128 = 640 = the horizon
+    made a false "planned end minus the warmup" LRD119 (issue 27): 768 is no saved number."""
+    from tests.helpers.factories import megatron_run
+
+    truth = megatron_run(tmp_path / "ck", save_at=(10, 44), rampup_batch_size=[4, 4, 96],
+                         train_iters=None, train_samples=640, lr_decay_samples=640,
+                         lr_warmup_samples=128, update_train_iters=True)
+    (r,) = inspect_path(truth.root)
+    silent(r)
+    assert r.state["planned_end"]["value"] == 628
+
+
 # ------------------------------------------------------------ a horizon unset (-1)
 
 def _verl_like(tmp_path: Path, horizon: int) -> Path:

@@ -109,7 +109,7 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
                  overflow_iters=(), fp16_wrapper: bool = False, sched_per_micro: bool = False,
                  resume_at=(), double_count_on_resume: bool = False,
                  per_micro_from: int | None = None, fill_consumed: bool = True,
-                 **arg_over) -> Truth:
+                 update_train_iters: bool = False, **arg_over) -> Truth:
     """Train with megatron-core's scheduler as Megatron-LM's train loop does and save
     like ``save_checkpoint`` (torch format) at each iteration in ``save_at``.
 
@@ -126,6 +126,10 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
     scheduler is stepped once per micro-batch.
     ``fill_consumed=False``: a trainer that never fills ``args.consumed_train_samples``
     (it stays 0 in every checkpoint; issue 19).
+    ``update_train_iters``: sample-based training as Megatron-LM's
+    ``get_optimizer_param_scheduler`` does it: ``update_train_iters(args)`` computes
+    ``args.train_iters`` (along the batch-size ramp-up, with megatron-core's calculator) and
+    the checkpoints save it beside ``train_samples``.
     """
     import copy
 
@@ -158,6 +162,8 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
             wsd_decay_steps=wsd, lr_wsd_decay_style=args.lr_wsd_decay_style)
 
     opt, sched = build()
+    if update_train_iters and not args.train_iters and args.train_samples:
+        args.train_iters = _update_train_iters(args)
     ramp = None
     if args.rampup_batch_size:  # megatron-core's own calculator decides each iteration's batch
         from megatron.core import num_microbatches_calculator as ramp
@@ -224,6 +230,29 @@ def megatron_run(root: Path, *, save_at=(10, 20), tp: int = 1, pp: int = 1,
     if ramp is not None:
         ramp.unset_num_microbatches_calculator()
     return truth
+
+
+def _update_train_iters(args: argparse.Namespace) -> int:
+    """Megatron-LM training.py ``update_train_iters`` for sample-based training: the ramp-up
+    phase iteration by iteration with megatron-core's calculator, then whole global batches
+    (the partial last batch thrown away)."""
+    if args.rampup_batch_size is None:
+        return int(args.train_samples // args.global_batch_size)
+    from megatron.core import num_microbatches_calculator as calc
+
+    calc.unset_num_microbatches_calculator()
+    calc.init_num_microbatches_calculator(
+        0, args.rampup_batch_size, args.global_batch_size, args.micro_batch_size,
+        args.data_parallel_size, decrease_batch_size_if_needed=False)
+    iterations = consumed = 0
+    while consumed <= int(args.rampup_batch_size[2]) and consumed <= args.train_samples:
+        calc.update_num_microbatches(consumed, consistency_check=False)
+        consumed += calc.get_current_global_batch_size()
+        iterations += 1
+    calc.unset_num_microbatches_calculator()
+    if args.train_samples > consumed:
+        iterations += (args.train_samples - consumed) // args.global_batch_size
+    return int(iterations)
 
 
 # ---------------------------------------------------------------- ROLL
