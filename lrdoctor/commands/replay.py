@@ -169,16 +169,12 @@ def _write_trace(rep, path: Path) -> None:
     from lrdoctor.atomic import replacing
     from lrdoctor.core.errors import UnusableInput
 
-    df = rep.frame()
     suffix = path.suffix.lower()
     if suffix not in (".parquet", ".csv"):
         raise UnusableInput(f"--trace {path}: use a .parquet or .csv name")
     try:
         with replacing(path, suffix=suffix) as tmp:
-            if suffix == ".parquet":
-                df.to_parquet(tmp, index=False)
-            else:
-                df.to_csv(tmp, index=False)
+            rep.write_trace(str(tmp), suffix)
     except OSError as exc:
         raise UnusableInput(f"cannot write: {exc.strerror or exc}", str(path)) from None
 
