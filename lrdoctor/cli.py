@@ -57,6 +57,29 @@ def usage_error_line(message: str, command: str | None) -> str:
     return f"lrdoctor: error: {message} (see '{where} -h')"
 
 
+def no_such_option(name: str, options: list[str]) -> str:
+    """An unknown option: the close ones when there are ("did you mean --json?"), else every
+    option the command has. click's "Possible options: --out, --verbose" for --bogus named
+    2 of 12 as if they were near it."""
+    import difflib
+
+    close = difflib.get_close_matches(name, options, n=3, cutoff=0.75)
+    if close:
+        return f"no such option: {name} (did you mean {' or '.join(close)}?)"
+    return f"no such option: {name}; the options are {', '.join(options)}"
+
+
+def _option_names(ctx: Any) -> list[str]:
+    """The command's option names as --help lists them (long names; -h/--help last)."""
+    names: list[str] = []
+    for p in ctx.command.get_params(ctx):
+        if getattr(p, "param_type_name", "") != "option" or getattr(p, "hidden", False):
+            continue
+        longs = [o for o in (*p.opts, *p.secondary_opts) if o.startswith("--")]
+        names += longs[:1] or list(p.opts[:1])
+    return names
+
+
 def _plain_click() -> None:
     """One error style and a plain usage line, whatever typer's defaults.
 
@@ -81,7 +104,10 @@ def _plain_click() -> None:
         command = None
         if ctx is not None and ctx.info_name and ctx.parent is not None:
             command = ctx.info_name
-        print(usage_error_line(self.format_message(), command), file=file or sys.stderr)
+        message = self.format_message()
+        if isinstance(self, click.exceptions.NoSuchOption) and ctx is not None:
+            message = no_such_option(self.option_name, _option_names(ctx))
+        print(usage_error_line(message, command), file=file or sys.stderr)
 
     click.exceptions.ClickException.show = show  # type: ignore[method-assign]
     click.exceptions.UsageError.show = show  # type: ignore[method-assign]

@@ -90,8 +90,8 @@ def recommend(findings: list[Finding]) -> Recommendation | None:
         return Recommendation(
             "nominal", _with("LRD103", codes, ("LRD101", "LRD105")),
             alternative="--policy extend-horizon",
-            why="a non-whole ratio means dynamic micro-batching: back to the nominal "
-                "budget, as ROLL issue 442 proposes")
+            why="a non-whole ratio means the updates per step varied (dynamic "
+                "micro-batching): back to the trainer's nominal count")
     for code in ("LRD104", "LRD109"):
         if code in by:
             k = _whole_k(by[code])

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from lrdoctor.cli import app
 from lrdoctor.read.bytes import storage
+from tests.helpers.docs import reports as doc_reports
 from tests.helpers.factories import megatron_run, torch_loop
 from tests.helpers.paths import REPO
 from tests.helpers.s3server import S3Server, client_env
@@ -92,7 +93,7 @@ def test_megatron_checkpoint_same_json_as_on_disk(s3, megatron_tp2):
 def test_run_folder_same_json_as_on_disk(s3, megatron_run_dir):
     url = upload(megatron_run_dir.root, "meg-run")
     same_doc(megatron_run_dir.root, url, "--all")
-    docs = json.loads(inspect_json(url, "--all")[1])
+    docs = doc_reports(json.loads(inspect_json(url, "--all")[1]))
     assert [d["state"]["scheduler_progress"]["value"] for d in docs] == \
         [s.scheduler["num_steps"] for s in megatron_run_dir.saves]
 
@@ -157,7 +158,7 @@ def test_fleet_glob_one_result_per_run(s3, megatron_run_dir, hf_run_dir):
     res = runner.invoke(app, ["check", "--inspect", f"s3://{BUCKET}/fleet/*/checkpoints",
                               "--json", "--jobs", "2", "--fail-on", "never"])
     assert res.exit_code == 0, res.stdout
-    docs = json.loads(res.stdout)
+    docs = doc_reports(json.loads(res.stdout))
     assert [d["target"] for d in docs] == [f"s3://{BUCKET}/fleet/a/checkpoints/iter_0000020",
                                            f"s3://{BUCKET}/fleet/b/checkpoints/"
                                            f"{hf_run_dir.last.path.name}"]

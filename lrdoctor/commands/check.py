@@ -125,7 +125,8 @@ def check_cmd(
         if fmt is OutputFormat["text"]:
             print(f"report written to {index}")
     default = FailOn(threshold or cfg.fail_on)
-    emit_to(output, reports, fmt, default, command="check", quiet=quiet, verbose=verbose)
+    emit_to(output, reports, fmt, default, command="check", quiet=quiet, verbose=verbose,
+            target=str(cfg.source) if cfg.source else ".")
     if fmt is OutputFormat["github"] or on_github_actions():
         _step_summary(reports, default.value)
     warn_unusable(reports)

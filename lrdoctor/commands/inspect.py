@@ -83,7 +83,7 @@ def inspect_cmd(
 
         guarded(lambda: plot_inspect(reports, plot))
     code = emit_to(out, reports, fmt, conf.threshold(fail_on, "error"), command="inspect",
-                   quiet=quiet, verbose=verbose)
+                   quiet=quiet, verbose=verbose, target=path)
     if plot is not None and fmt is OutputFormat["text"] and not quiet:
         print(f"plot written to {plot}")
     raise typer.Exit(code)

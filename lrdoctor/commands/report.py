@@ -27,8 +27,8 @@ from lrdoctor.commands._common import (
 
 HELP = """Write a self-contained HTML report (index.html, figures embedded, PNGs alongside).
 
-TARGETS are checkpoint paths (inspected) and run configs ending in .yaml/.yml
-(replayed with --batch-log or --synthetic). With no TARGETS, the targets of
+TARGETS are checkpoint paths (inspected) and run configs: YAML, or a launch script as
+`lrdoctor replay -c` reads it (replayed with --batch-log, --synthetic or their own data). With no TARGETS, the targets of
 [tool.lrdoctor] are used (as `lrdoctor check` would run them, ignores applied).
 
 Examples:
@@ -50,6 +50,25 @@ printed on stderr.
 """
 
 _REPLAY_SUFFIXES = (".yaml", ".yml")
+
+
+def _is_run_config(target: str) -> bool:
+    """A TARGET to replay: a YAML run config, or a launch script as ``replay -c`` and
+    ``check --replay`` take it (``looks_like_script``: its name or its first line), not a
+    checkpoint ("not a checkpoint" was said of examples/fast-llm-train.sh)."""
+    if target.lower().endswith(_REPLAY_SUFFIXES):
+        return True
+    p = Path(target)
+    if not p.is_file():
+        return False
+    from lrdoctor.replay.launch import looks_like_script
+
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(512).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return looks_like_script(p, head)
 
 
 def report_cmd(
@@ -96,8 +115,8 @@ def report_cmd(
     if not cfg.fail_on_set:
         cfg.fail_on = "never"  # a page is written either way: gate only when asked
     if targets:
-        insp = [t for t in targets if not t.lower().endswith(_REPLAY_SUFFIXES)]
-        repl = [t for t in targets if t.lower().endswith(_REPLAY_SUFFIXES)]
+        repl = [t for t in targets if _is_run_config(t)]
+        insp = [t for t in targets if t not in repl]
         declared = list(cfg.targets)
         cfg = guarded(lambda: ci_check.config_from_flags(cfg, insp, repl, batch_log, synthetic,
                                                          None))
@@ -129,11 +148,14 @@ def report_cmd(
     index, pngs = guarded(lambda: write_report_files(reports, out, title=title,
                                                      replays=replays, inputs=cfg.inputs()))
     if fmt is not OutputFormat["text"]:
-        # The same document `check` prints (one array in JSON), the figures' paths in
+        # The document `check` prints (its `reports` in JSON), the figures' paths in
         # each report's extra: a CI job reads stdout, a reviewer opens the page.
         from lrdoctor import render
 
-        render.emit(reports, fmt.value, threshold or cfg.fail_on, command="check")
+        given = (targets[0] if targets and len(targets) == 1 else
+                 str(cfg.source) if cfg.source and not targets else None)
+        render.emit(reports, fmt.value, threshold or cfg.fail_on, command="report",
+                    target=given)
     elif not quiet:
         print(f"report written to {index} ({len(reports)} target(s), {len(pngs)} figure(s))")
     if verbose and fmt is OutputFormat["text"]:

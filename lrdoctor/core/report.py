@@ -1,9 +1,13 @@
 """The machine-readable document every command prints with ``--json``.
 
-Shape (stable): ``{"lrdoctor": VERSION, "command", "target", "format", "state",
-"findings": [{"code", "severity", "title", "message", "evidence", "fix"}]}``.
-Commands may add keys (``summary`` for replay, ``changes`` for fix) but never
-rename these.
+One schema for every command (docs/cli.md "JSON", docs/json-schema.json): one JSON
+object whose envelope is ``{"schema": SCHEMA, "lrdoctor": VERSION, "command", "target"}``
+(``target`` always the path the command was given, a string). A document of one target
+is its report: the envelope, ``"format", "state", "findings": [{"code", "severity",
+"title", "message", "evidence", "fix", "location"}]`` and the command's own keys
+(``summary`` for replay, ``repair``/``changes`` for fix, ``run`` for a run). A document
+of several is the envelope and ``reports``, a list of such reports. Commands may add
+keys but never rename these; :data:`SCHEMA` is bumped when a key changes.
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from typing import Any
 
 from lrdoctor import __version__
 from lrdoctor.core.findings import Finding, exit_code, jsonable
+
+#: The version of the ``--json`` schema (the ``schema`` key of every document).
+SCHEMA = 1
 
 
 @dataclass(frozen=True)
@@ -75,5 +82,39 @@ def runs_document(reports: list[Report]) -> dict[str, Any]:
         runs.append({"root": root, "format": reps[-1].format,
                      "worst": str(worst) if worst is not None else None,
                      "reports": [r.to_dict() for r in reps]})
-    return {"lrdoctor": __version__, "command": reports[0].command, "target": first.input,
+    return {"schema": SCHEMA, "lrdoctor": __version__, "command": reports[0].command,
+            "target": first.input,
             "runs": runs, "not_runs": [{"path": p, "why": why} for p, why in first.not_runs]}
+
+
+def json_document(reports: list[Report], command: str | None = None,
+                  target: str | None = None, many: bool = False) -> dict[str, Any]:
+    """The one ``--json`` document of a command: one report's own document, or (several
+    reports, or ``many``: a command whose document is always a list of targets) the
+    envelope with ``reports``, or a folder of runs' :func:`runs_document`. ``target``: the path the command was given; by default the
+    one report's target, else the folder the reports' targets share."""
+    if any(r.run is not None for r in reports):  # a folder of runs: its `runs`
+        return runs_document(reports)
+    if len(reports) == 1 and not many:
+        return {"schema": SCHEMA, **reports[0].to_dict()}
+    if target is None:
+        target = _common_target([r.target for r in reports])
+    return {"schema": SCHEMA, "lrdoctor": __version__,
+            "command": command or (reports[0].command if reports else "check"),
+            "target": target, "reports": [r.to_dict() for r in reports]}
+
+
+def _common_target(targets: list[str]) -> str:
+    """The folder the targets share (``.`` when none, or when one is a URL)."""
+    import os
+
+    if len(targets) == 1:
+        return targets[0]
+    if not targets or any("://" in t for t in targets):
+        return "."
+    try:
+        return os.path.commonpath([os.path.abspath(t) for t in targets]) \
+            if any(os.path.isabs(t) for t in targets) else \
+            (os.path.commonpath(targets) or ".")
+    except ValueError:
+        return "."

@@ -40,13 +40,14 @@ def runs(reports: Sequence[Report]) -> list[list[Report]]:
     return groups if len(groups) > 1 else [list(reports)]
 
 
-def _json(reports: Sequence[Report], fail_on: str) -> str:
-    if any(r.run is not None for r in reports):  # a folder of runs: one document, `runs`
-        from lrdoctor.core.report import runs_document
 
-        return json.dumps(runs_document(list(reports)), indent=2, allow_nan=False)
-    docs = [r.to_dict() for r in reports]
-    return json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, allow_nan=False)
+def _json(reports: Sequence[Report], fail_on: str, *, command: str | None = None,
+          target: str | None = None) -> str:
+    """The one JSON document (:func:`lrdoctor.core.report.json_document`)."""
+    from lrdoctor.core.report import json_document
+
+    doc = json_document(list(reports), command, target, many=command in JSON_ARRAY)
+    return json.dumps(doc, indent=2, allow_nan=False)
 
 
 def _sarif(reports: Sequence[Report], fail_on: str) -> str:
@@ -85,8 +86,9 @@ FORMATS: dict[str, Callable[[Sequence[Report], str], str]] = {
 }
 
 
-#: The commands whose ``--json`` is always a list (``check``), even for one target.
-JSON_ARRAY = frozenset({"check"})
+#: The commands whose ``--json`` always holds a ``reports`` list (``check``, and ``report``
+#: which prints check's document), even for one target.
+JSON_ARRAY = frozenset({"check", "report"})
 
 
 def document(reports: Sequence[Report], fmt: str, fail_on: str = "warning") -> str:
@@ -113,7 +115,7 @@ def on_github_actions() -> bool:
 
 def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
          command: str | None = None, quiet: bool = False, verbose: bool = False,
-         annotate: bool | None = None, **context: Any) -> int:
+         annotate: bool | None = None, target: str | None = None, **context: Any) -> int:
     """Print ``reports`` in ``fmt`` (text or a :data:`FORMATS` name) and return the exit
     code of the worst finding against ``fail_on``.
 
@@ -124,6 +126,7 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
 
     ``annotate`` (default: on GitHub Actions): text is followed by the annotations, so the
     job log keeps its verdicts and summary and the annotations come in addition.
+    ``target``: the path the command was given (the JSON document's ``target``).
     """
     from lrdoctor.core.report import Report
 
@@ -170,8 +173,8 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
             lines = github_annotations(reports)
             if lines:
                 print(lines)
-    elif fmt == "json" and name in JSON_ARRAY:
-        print(json.dumps([r.to_dict() for r in reports], indent=2, allow_nan=False))
+    elif fmt == "json":
+        print(_json(reports, fail_on, command=name, target=target))
     else:
         print(document(reports, fmt, fail_on))
     return max((r.exit_code(fail_on) for r in reports), default=0)

@@ -137,6 +137,15 @@ def _esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def _prose(x: Any) -> str:
+    """A finding's title, message or fix: escaped, its Markdown code spans (`--policy
+    nominal`, `lr_decay_steps`) as <code>, never shown as raw backticks."""
+    return _CODE_SPAN.sub(r"<code>\1</code>", _esc(x))
+
+
 def render_html(reports: list[Report], figures: dict[int, list[tuple[str, Path]]],
                 notes: dict[int, str], title: str = "lrdoctor report") -> str:
     """The page; ``figures[i]`` are (caption, png) for ``reports[i]``, embedded inline."""
@@ -276,12 +285,12 @@ def _section(i: int, rep: Report, figs: list[tuple[str, Path]], note: str | None
                       + _esc(json.dumps(f.evidence.to_dict(), indent=2)) + "</pre></details>")
             # On a narrow screen the fix follows the finding in its own cell (the
             # four columns were cut at 420 px).
-            inline = (f'<p class="fix-inline"><b>fix:</b> {_esc(f.fix)}</p>' if f.fix else "")
+            inline = (f'<p class="fix-inline"><b>fix:</b> {_prose(f.fix)}</p>' if f.fix else "")
             out.append(
                 f'<tr><td class="code"><code>{_esc(f.code)}</code><br>'
                 f'<span class="{f.severity}">{f.severity}</span></td>'
-                f"<td><b>{_esc(f.title)}</b><br>{_esc(f.message)}{inline}{ev}</td>"
-                f'<td class="opt fix">{_esc(f.fix)}</td></tr>')
+                f"<td><b>{_prose(f.title)}</b><br>{_prose(f.message)}{inline}{ev}</td>"
+                f'<td class="opt fix">{_prose(f.fix)}</td></tr>')
         out.append("</tbody></table>")
     else:
         from lrdoctor.render.text import not_compared

@@ -59,8 +59,10 @@ class FixPlan:
         return self.target is None or not self.changes
 
     def to_dict(self) -> dict[str, Any]:
+        # "repair", not "target": a document's target is the path it was given (one JSON
+        # schema for every command, lrdoctor.core.report).
         return {"policy": self.target.policy if self.target else None,
-                "target": self.target.to_dict() if self.target else None,
+                "repair": self.target.to_dict() if self.target else None,
                 "changes": [c.to_dict() for c in self.changes],
                 "notes": self.notes, "warnings": self.warnings, "noop": self.noop}
 
@@ -366,5 +368,7 @@ def fix_report(plan: FixPlan, *, dry_run: bool, out: Path | None,
         extra["verified"] = result.verified
         extra["unresolved_findings"] = [f.to_dict() for f in result.unresolved]
         extra["removed_leftovers"] = [str(x) for x in result.written.cleaned]
-    return Report(command="fix", target=str(plan.path), format=plan.format,
+    # The format as inspect names it (the reader's NAME: "torch"), not the registry name
+    # the plan re-reads with ("torchsave"): one file, one name in every command's JSON.
+    return Report(command="fix", target=str(plan.path), format=plan.state.format,
                   state=plan.state.to_dict(), findings=plan.findings, extra=extra)

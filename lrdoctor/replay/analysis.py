@@ -124,8 +124,9 @@ def _context(rep: Replay, s: dict[str, Any], knob: dict[str, Any] | None) -> Rep
     end = s["scheduler_progress_end"]
     scale = s["corrected"]["progress_scale"]
     inc = cfg.scheduler.increment
-    fix_tail = (f"Scale every scheduler advance by nominal/actual = {short(scale)} (ROLL issue "
-                "442's direction)"
+    # ROLL issue 442's direction; the text is read by users of every framework, so it
+    # says what to do, not whose issue it comes from.
+    fix_tail = (f"Scale every scheduler advance by nominal/actual = {short(scale)}"
                 + (f", i.e. step(increment={short(s['corrected']['per_update_increment'])}) "
                    f"instead of {short(float(inc))}"
                    if s["corrected"]["per_update_increment"] is not None else "")
@@ -258,10 +259,12 @@ def memory_knob_check(rep: Replay, samples, planner=None) -> dict[str, Any] | No
         # Replanning (Karmarkar-Karp: most of a replay's time) cannot change the answer:
         # the first replay's counts stand for 2x too.
         return knob_comparison([(cap, rep), (cap * 2, rep)], key,
-                               "automatic 2x check; reused: the scheduler counts train steps "
-                               "and each update is a mini-batch, neither depends on the cap")
+                               "at twice the cap the counts are the same without a second "
+                               "replay: the scheduler counts train steps and each update is "
+                               "a mini-batch, neither depends on the cap")
     other = engine.replay_fast(with_key(cfg, key, cap * 2), samples, planner)
-    return knob_comparison([(cap, rep), (cap * 2, other)], key, "automatic 2x check")
+    return knob_comparison([(cap, rep), (cap * 2, other)], key,
+                           "replayed again at twice the cap")
 
 
 def _knob_cannot_move(rep: Replay) -> bool:

@@ -17,6 +17,7 @@ from lrdoctor.cli import app
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.report import Report
 from lrdoctor.findings import finding
+from tests.helpers.docs import reports as doc_reports
 from tests.helpers.paths import TESTS
 
 HERE = TESTS
@@ -39,8 +40,7 @@ def project(name: str, tmp_path: Path, monkeypatch, config: str | None = None) -
 
 
 def codes(doc) -> list[str]:
-    docs = doc if isinstance(doc, list) else [doc]
-    return sorted(f["code"] for d in docs for f in d["findings"])
+    return sorted(f["code"] for d in doc_reports(doc) for f in d["findings"])
 
 
 def ignore_line(root: Path) -> int:
@@ -52,7 +52,7 @@ def test_ok_project_passes(tmp_path, monkeypatch):
     project("ok", tmp_path, monkeypatch)
     res = runner.invoke(app, ["check", "--json"])
     assert res.exit_code == 0, res.output
-    doc, rdoc = json.loads(res.stdout)
+    doc, rdoc = doc_reports(json.loads(res.stdout))
     assert doc["command"] == "inspect" and doc["findings"] == []
     # The replayed loop steps its scheduler once per update: on budget.
     assert rdoc["command"] == "replay" and rdoc["findings"] == []
@@ -67,7 +67,7 @@ def test_bad_project_fails_with_the_drift(tmp_path, monkeypatch):
     root = project("bad", tmp_path, monkeypatch)
     res = runner.invoke(app, ["check", "--json"])
     assert res.exit_code == 1, res.output
-    doc, rdoc = json.loads(res.stdout)
+    doc, rdoc = doc_reports(json.loads(res.stdout))
     assert {"LRD104", "LRD302", "LRD301"} <= set(codes(doc))
     f302 = next(f for f in doc["findings"] if f["code"] == "LRD302")
     assert f302["evidence"]["progress_ratio"] == pytest.approx(4.0)
@@ -111,7 +111,7 @@ fail-on = "{}"
     project("ok", tmp_path, monkeypatch, cfg.format("warning"))
     res = runner.invoke(app, ["check", "--json"])
     assert res.exit_code == 1 and codes(json.loads(res.stdout)) == ["LRD105"]
-    assert len(json.loads(res.stdout)) == 1  # an array even for one target
+    assert len(doc_reports(json.loads(res.stdout))) == 1  # a list even for one target
     (Path.cwd() / "pyproject.toml").write_text(cfg.format("error"))
     res = runner.invoke(app, ["check", "--json"])
     assert res.exit_code == 0 and codes(json.loads(res.stdout)) == ["LRD105"]
@@ -205,7 +205,7 @@ def test_unrecognised_path_is_lrd303_with_what_was_scanned(tmp_path, monkeypatch
     (tmp_path / "weights" / "README.md").write_text("# a model\n")
     res = runner.invoke(app, ["check", "--inspect", "weights", "--json"])
     assert res.exit_code == 2
-    (rep,) = json.loads(res.stdout)
+    (rep,) = doc_reports(json.loads(res.stdout))
     (f,) = rep["findings"]
     assert f["code"] == "LRD303" and f["severity"] == "error"
     assert "scanned 2 files in 1 folder: model.safetensors: weights only" in f["message"]
@@ -411,7 +411,7 @@ def test_unknown_replay_option_is_lrd303(tmp_path, monkeypatch):
         'synthetic = "fixed:1024"\noptions = {engine = "fast", warp-speed = 9}\n')
     res = runner.invoke(app, ["check", "--json"])
     assert res.exit_code == 2
-    (doc,) = json.loads(res.stdout)
+    (doc,) = doc_reports(json.loads(res.stdout))
     assert codes(doc) == ["LRD303"]
     assert "unknown warp_speed" in doc["findings"][0]["message"]
     assert doc["findings"][0]["location"] == "pyproject.toml:3"
@@ -507,11 +507,10 @@ def test_trailing_slash_glob_matches_directories_only(tmp_path, monkeypatch):
     (root / "checkpoints" / "README.md").write_text("runs live here\n")
     flags = ["check", "--json", "--fail-on", "error"]  # LRD105 there is a warning
     res = runner.invoke(app, [*flags, "--inspect", "checkpoints/*/"])
-    docs = json.loads(res.stdout)
-    docs = docs if isinstance(docs, list) else [docs]
+    docs = doc_reports(json.loads(res.stdout))
     assert res.exit_code == 0, res.stdout
     assert [d["target"] for d in docs] == [str(Path("checkpoints/run-a/iter_0000050"))]
-    assert codes(docs) == ["LRD105"]
+    assert [f["code"] for d in docs for f in d["findings"]] == ["LRD105"]
     # Without the slash the README is matched, and is unusable input (the contrast).
     res = runner.invoke(app, [*flags, "--inspect", "checkpoints/*"])
     assert res.exit_code == 2 and "LRD303" in codes(json.loads(res.stdout))

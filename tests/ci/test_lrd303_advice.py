@@ -17,6 +17,7 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.extras import MissingExtra
 from lrdoctor.rules.lrd303_check_input_unusable import GENERIC_FIX, advice
 from tests.commands.test_cli_convention import _project, lrd
+from tests.helpers.docs import reports as doc_reports
 
 
 @pytest.fixture()
@@ -38,7 +39,7 @@ def bad_inputs(tmp_path):
 
 def _fixes(doc) -> dict[str, str]:
     return {r["target"].rsplit("/", 1)[-1]: f["fix"]
-            for r in doc for f in r["findings"] if f["code"] == "LRD303"}
+            for r in doc_reports(doc) for f in r["findings"] if f["code"] == "LRD303"}
 
 
 def test_check_advice_follows_the_cause(bad_inputs):
@@ -67,7 +68,7 @@ def test_inspect_json_refusal_carries_the_advice(bad_inputs):
 def test_a_config_error_names_the_key(tmp_path):
     proj = _project(tmp_path, '[tool.lrdoctor]\nfoo = 1\n')
     doc = json.loads(lrd("check", "--json", cwd=proj).stdout)
-    (f,) = doc[0]["findings"]
+    (f,) = doc_reports(doc)[0]["findings"]
     assert f["code"] == "LRD303" and "tool.lrdoctor" in f["fix"] and "pyproject.toml" in f["fix"]
 
 
@@ -78,7 +79,7 @@ def test_a_read_limit_names_its_variable(bad_inputs, tmp_path):
     torch.save({"optimizer": {"state": {}, "param_groups": [{"lr": 0.1}]},
                 "pad": list(range(5000))}, big)
     p = lrd("check", "--inspect", big, "--json", env={"LRDOCTOR_MAX_PICKLE_OPS": "1000"})
-    (f,) = json.loads(p.stdout)[0]["findings"]
+    (f,) = doc_reports(json.loads(p.stdout))[0]["findings"]
     assert f["code"] == "LRD303" and "LRDOCTOR_MAX_PICKLE_OPS" in f["message"], f
     assert "raise the environment variable LRDOCTOR_MAX_PICKLE_OPS" in f["fix"]
 

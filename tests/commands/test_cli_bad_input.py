@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.docs import reports as doc_reports
 from tests.helpers.paths import REPO
 
 ROOT = REPO
@@ -150,8 +151,9 @@ def test_check_missing_target_keeps_the_absolute_path(tmp_path):
     p = lrdoctor("check", "--inspect", missing, "--json", cwd=ROOT)
     assert_unusable(p, str(missing))
     doc = json.loads(p.stdout)
-    assert doc[0]["target"] == str(missing)
-    assert doc[0]["findings"][0]["code"] == "LRD303"
+    (rep,) = doc_reports(doc)
+    assert rep["target"] == str(missing)
+    assert rep["findings"][0]["code"] == "LRD303"
 
 
 def test_report_out_unwritable(tmp_path, blocked):

@@ -15,6 +15,7 @@ import pytest
 import typer
 
 from lrdoctor.cli import app
+from tests.helpers.docs import reports as doc_reports
 from tests.helpers.paths import REPO
 
 COMMANDS = ("inspect", "replay", "fix", "check", "report")
@@ -107,6 +108,24 @@ def test_a_command_line_mistake_is_one_error_line(args):
     assert "-h'" in lines[0]
 
 
+def test_an_unknown_option_names_the_close_ones_or_all():
+    """Issue 29 item 19: "no such option: --bogus (Possible options: --out, --verbose)"
+    named 2 of inspect's options as if they were near it. A misspelling gets the close
+    option; anything else every option the command has, as its --help lists them."""
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["inspect", ROLL_CKPT, "--jsn"])
+    assert res.exit_code == 2
+    assert "no such option: --jsn (did you mean --json?)" in res.stderr
+    res = runner.invoke(app, ["inspect", ROLL_CKPT, "--bogus"])
+    assert res.exit_code == 2 and "Possible options" not in res.stderr
+    listed = res.stderr.split("the options are ", 1)[1].split(" (see", 1)[0].split(", ")
+    helped = re.findall(r"^\s+(?:-\w, )?(--[\w-]+)", runner.invoke(app, ["inspect", "-h"]).stdout,
+                        re.M)
+    assert sorted(listed) == sorted(dict.fromkeys(helped)) and len(listed) >= 12
+
+
 def test_every_problem_of_a_run_config_is_listed_also_in_json(tmp_path):
     bad = (REPO / "examples/onevision-offbyone.yaml").read_text() \
         .replace("  rule: off_by_one", "  rule: off_by_onee") \
@@ -144,7 +163,7 @@ def test_every_problem_of_tool_lrdoctor_is_listed(tmp_path):
         assert "tool.lrdoctor.foo: unknown key" in p.stderr
         assert "tool.lrdoctor.fail-on: must be one of" in p.stderr
     doc = json.loads(lrd("check", "--json", cwd=proj).stdout)
-    assert len(doc[0]["findings"][0]["evidence"]["errors"]) == 2
+    assert len(doc_reports(doc)[0]["findings"][0]["evidence"]["errors"]) == 2
 
 
 def test_inspect_and_fix_read_tool_lrdoctor(tmp_path):
@@ -262,7 +281,7 @@ def test_markdown_is_gfm_with_the_same_findings_as_json(tmp_path):
     args = ["check", "--inspect", "sample_checkpoints/*/", "--replay",
             "examples/onevision-offbyone.yaml"]
     md = lrd(*args, "--output-format", "markdown", "--report", tmp_path / "rep").stdout
-    docs = json.loads(lrd(*args, "--json").stdout)
+    docs = doc_reports(json.loads(lrd(*args, "--json").stdout))
     tables = _gfm_tables(md)
     verdicts = tables[0]
     assert verdicts[0][:2] == ["verdict", "target"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.docs import reports as doc_reports
 from tests.helpers.paths import REPO
 
 ROOT = REPO
@@ -63,7 +64,7 @@ SAMPLE_CODES = {"hf-healthy": 0, "megatron-healthy": 0, "roll-overshoot": 1,
 def test_inspect_and_fix_every_sample_without_torch(light, sample, tmp_path):
     p = lrd(light, "inspect", SAMPLES / sample, "--all", "--json", cwd=tmp_path)
     assert p.returncode == SAMPLE_CODES[sample], p.stderr
-    docs = json.loads(p.stdout)
+    docs = doc_reports(json.loads(p.stdout))
     assert docs, "no report"
     fixed = tmp_path / "fixed"
     p = lrd(light, "fix", SAMPLES / sample, "--out", fixed, cwd=tmp_path)
@@ -79,7 +80,7 @@ def test_inspect_and_fix_every_sample_without_torch(light, sample, tmp_path):
 def test_check_report_and_replay_fast_without_torch(light, tmp_path):
     p = lrd(light, "check", "--inspect", f"{SAMPLES}/*/", "--json", cwd=tmp_path)
     assert p.returncode == 1, p.stderr  # the two broken samples fail the gate
-    codes = {f["code"] for d in json.loads(p.stdout) for f in d["findings"]}
+    codes = {f["code"] for d in doc_reports(json.loads(p.stdout)) for f in d["findings"]}
     assert {"LRD101", "LRD103"} <= codes and "LRD303" not in codes
     p = lrd(light, "report", *(SAMPLES / s for s in sorted(SAMPLE_CODES)), "-o", "rep",
             cwd=tmp_path)

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from tests.commands.test_cli_convention import TORCH_CKPT, lrd
+from tests.helpers.docs import reports as doc_reports
 
 
 def test_report_prints_markdown_with_figure_links_and_the_json_findings(tmp_path):
@@ -24,7 +25,7 @@ def test_report_prints_markdown_with_figure_links_and_the_json_findings(tmp_path
     links = re.findall(r"\]\(([^)]+\.png)\)", md.stdout)
     assert links and all(Path(p).is_file() for p in links), md.stdout
     doc = json.loads(lrd("report", TORCH_CKPT, "--json", "-o", tmp_path / "page2").stdout)
-    assert isinstance(doc, list) and len(doc) == 1
-    codes = [f["code"] for f in doc[0]["findings"]]
+    assert doc["command"] == "report" and len(doc_reports(doc)) == 1
+    codes = [f["code"] for f in doc_reports(doc)[0]["findings"]]
     assert "LRD103" in codes
     assert re.findall(r"\*\*(LRD\d+) ", md.stdout) == codes

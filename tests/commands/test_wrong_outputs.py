@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lrdoctor.core.report import Report
 from lrdoctor.render.verdict import verdict_line
+from tests.helpers.docs import reports as doc_reports
 from tests.helpers.paths import REPO
 
 ROLL = "examples/roll-sokoban-dynamic.yaml"
@@ -42,7 +43,7 @@ def test_a_batch_log_per_config_applies_to_its_config_only():
     # data (synthetic fixed:1024): no LRD201 there (it had 4x with ROLL's log).
     p = lrd("check", "--replay", ROLL, "--replay", ONEVISION,
             "--batch-log", f"{ROLL}={ROLL_LOG}", "--json", "--fail-on", "never")
-    docs = {d["target"]: d for d in json.loads(p.stdout)}
+    docs = {d["target"]: d for d in doc_reports(json.loads(p.stdout))}
     roll = next(d for t, d in docs.items() if t.endswith("roll-sokoban-dynamic.yaml"))
     ov = next(d for t, d in docs.items() if t.endswith("onevision-offbyone.yaml"))
     assert "LRD201" in {f["code"] for f in roll["findings"]}

@@ -26,7 +26,7 @@ from lrdoctor.cli import app
 
 r = CliRunner().invoke(app, ["inspect", "--json", sys.argv[1]])
 doc = json.loads(r.stdout)
-doc = doc[-1] if isinstance(doc, list) else doc
+doc = doc["reports"][-1] if "reports" in doc else doc
 print(json.dumps({"exit": r.exit_code, "format": doc["format"],
                   "modules": sorted(m for m in sys.modules if m.startswith("lrdoctor"))}))
 """

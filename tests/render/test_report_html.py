@@ -18,6 +18,7 @@ from lrdoctor.render.html import render_html, write_report
 from tests.helpers.paths import TESTS
 
 PROJECTS = TESTS / "projects"
+SAMPLES = TESTS.parent / "sample_checkpoints"
 runner = CliRunner()
 
 
@@ -100,6 +101,41 @@ def test_html_escapes_untrusted_text(tmp_path):
     f = finding("LRD105", "<script>alert(1)</script> & more")
     page = render_html([Report("inspect", "<b>x</b>", "torchsave", findings=[f])], {}, {})
     assert "<script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;x" in page
+
+
+def test_code_spans_in_finding_texts_are_code_not_backticks(tmp_path):
+    """Issue 29 item 14: the page showed the fix texts' Markdown backticks raw. The real
+    report of the torch-microstep sample (a torch.save checkpoint whose CosineAnnealingLR
+    stepped per micro-batch: LRD103, LRD101, fixes naming `lrdoctor fix ... --policy`)."""
+    res = runner.invoke(app, ["report", str(SAMPLES / "torch-microstep"), "--out",
+                              str(tmp_path / "r"), "-q"])
+    assert res.exit_code == 0, res.output
+    page = (tmp_path / "r" / "index.html").read_text()
+    table = page.split('<table class="findings">', 1)[1].split("</table>", 1)[0]
+    prose = re.sub(r"<pre>.*?</pre>", "", table, flags=re.S)  # the evidence is JSON
+    assert "fix" in prose and "`" not in prose
+    assert re.search(r"<code>[^<]*--policy [a-z-]+[^<]*</code>", prose), prose
+    # Escaping first: a code span in untrusted text is still escaped inside <code>.
+    f = finding("LRD105", "set `<b>lr</b>` by hand", fix="run `a & b`")
+    page = render_html([Report("inspect", "x", "torch", findings=[f])], {}, {})
+    assert "<code>&lt;b&gt;lr&lt;/b&gt;</code>" in page and "<code>a &amp; b</code>" in page
+
+
+def test_report_replays_a_launch_script_as_replay_does(tmp_path):
+    """Issue 29 item 18: `report examples/fast-llm-train.sh` (Fast-LLM's launch script) was
+    refused as "not a checkpoint" while `replay -c` and `check --replay` take it. It is
+    replayed: the page's report is a replay of the script, with replay's own findings."""
+    import json
+
+    script = str(TESTS.parent / "examples" / "fast-llm-train.sh")
+    res = runner.invoke(app, ["report", script, "--out", str(tmp_path / "r"), "--json"])
+    assert res.exit_code == 0, res.output
+    (rep,) = json.loads(res.stdout)["reports"]
+    assert (rep["command"], rep["target"]) == ("replay", script)
+    alone = json.loads(runner.invoke(app, ["replay", "-c", script, "--json"]).stdout)
+    assert [f["code"] for f in rep["findings"]] == [f["code"] for f in alone["findings"]]
+    assert "not a checkpoint" not in res.output
+    assert "replay" in (tmp_path / "r" / "index.html").read_text()
 
 
 def test_figure_failure_is_a_note_not_a_crash(tmp_path):

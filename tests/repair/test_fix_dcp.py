@@ -33,6 +33,7 @@ from tests.formats.test_formats_dcp_layouts import (
     nemo_rl_run,
     torchtitan_run,
 )
+from tests.helpers.docs import reports as doc_reports
 from tests.helpers.fix_support import assert_resumes_on_healthy_curve, tree_hash
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -61,7 +62,7 @@ def _tensor_files_kept(src: Path, out: Path, changed: bool = True) -> None:
 def _loud_after(out: Path) -> set[str]:
     r = runner.invoke(app, ["inspect", "--json", str(out)])
     doc = json.loads(r.stdout)
-    doc = doc[0] if isinstance(doc, list) else doc
+    (doc,) = doc_reports(doc)
     return {f["code"] for f in doc["findings"] if f["severity"] in ("warning", "error")}
 
 

@@ -40,7 +40,7 @@ def test_torch_microstep_findings_name_one_repair(tmp_path):
         assert "it applies `--policy rescale --k 4`" in fixes[code], fixes[code]
         assert "the alternative: `--policy nominal`" in fixes[code]
     d = lrdoctor("fix", SAMPLES / "torch-microstep", "--dry-run", "--json", cwd=tmp_path)
-    target = json.loads(d.stdout)["target"]
+    target = json.loads(d.stdout)["repair"]
     assert (target["policy"], target["k"], target["chosen_by"]) == ("rescale", 4.0, "findings")
     assert target["alternative"] == "--policy nominal"
     assert target["motivated_by"] == ["LRD103", "LRD101"]

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from lrdoctor.cli import app
 from lrdoctor.repair import MANIFEST, plan_fix, write_fix
+from tests.helpers.docs import reports as doc_reports
 from tests.helpers.fix_support import load, tree_hash
 from tests.repair.test_fix_torch import LR, TOTAL, make_sched
 
@@ -23,7 +24,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "sample_checkpoints" / "torch-mic
 def _codes(args: list[str]) -> tuple[int, set[str]]:
     r = runner.invoke(app, ["inspect", "--json", *args])
     doc = json.loads(r.stdout)
-    doc = doc[0] if isinstance(doc, list) else doc
+    (doc,) = doc_reports(doc)
     return r.exit_code, {f["code"] for f in doc["findings"]
                          if f["severity"] in ("warning", "error")}
 

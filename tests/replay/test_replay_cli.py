@@ -287,3 +287,22 @@ def test_cli_source_overrides_the_configs_data(tmp_path):
     r = _invoke("--config", cfg, "--batch-log", tmp_path / "l.csv", "--json", "--fast")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["state"]["samples"] == 16
+
+
+@pytest.mark.parametrize("config", ["fast-llm-trainer.yaml", "verl-dynamic-bsz.yaml"])
+def test_no_other_frameworks_jargon_in_what_a_user_reads(config):
+    """Issue 29 item 19: a Fast-LLM user read "ROLL issue 442's direction" in the fix, and
+    a verl user "(automatic 2x check; reused: ...)". Fast-LLM's trainer YAML (LRD201 with
+    the corrected scale) and verl's dynamic-batch config (the token cap compared at 2x
+    without a second replay): the text and the JSON say what was done in plain words."""
+    path = str(Path(__file__).resolve().parents[2] / "examples" / config)
+    text = runner.invoke(app, ["replay", "-c", path]).stdout
+    doc = runner.invoke(app, ["replay", "-c", path, "--json"]).stdout
+    for out in (text, doc):
+        assert "442" not in out and "automatic 2x" not in out and "reused:" not in out
+    summary = json.loads(doc)["summary"]
+    if config.startswith("verl"):
+        assert "twice the cap" in " ".join(text.split())
+        assert "without a second replay" in json.dumps(summary)
+    else:
+        assert "Scale every scheduler advance by nominal/actual" in doc
