@@ -134,20 +134,26 @@ def test_sample_checkpoints_all_errors_where_each_run_alone_errors():
     assert erring == {"roll-overshoot", "torch-microstep"}  # the two bugs, nothing else
 
 
-@pytest.mark.parametrize("case,codes", [("decay_twice", {"LRD101"}), ("healthy", set())])
+@pytest.mark.parametrize("case,codes", [("decay_twice", {"LRD119"}),
+                                        ("decay_twice_mid", {"LRD119"}), ("healthy", set())])
 def test_areal_recover_checkpoint_five_folders_down(case, codes):
     """AReaL's run root: the megatron-core DCP recover checkpoint is found and judged as
-    when pointed at directly (before: 'not a checkpoint lrdoctor recognises')."""
+    when pointed at directly (before: 'not a checkpoint lrdoctor recognises'), and AReaL
+    PR 1289 is found by the saved numbers alone: lr_decay_steps 198 = the run's length
+    wd_incr_steps 220 - warmup 22, even at step 100 before the horizon."""
     root = AREAL / case
     (rep,) = inspect_path(root)
     (direct,) = inspect_path(root / AREAL_CKPT)
     assert rep.target == direct.target == str(root / AREAL_CKPT)
     got = {f.code for f in rep.findings if f.severity >= Severity.WARNING}
     assert got == {f.code for f in direct.findings if f.severity >= Severity.WARNING}
-    assert got >= codes and (codes or not got)
-    if codes:  # the numbers are the saved scheduler's: num_steps 220 past lr_decay_steps 198
-        (f,) = [f for f in rep.findings if f.code == "LRD101"]
-        assert "220" in f.message and "198" in f.message
+    assert got == codes
+    assert rep.state["planned_end"]["value"] == 220
+    assert rep.state["planned_end"]["source"].endswith("lr_scheduler.wd_incr_steps")
+    if codes:  # every number is the saved scheduler's
+        (f,) = [f for f in rep.findings if f.code == "LRD119"]
+        assert f.severity == Severity.ERROR
+        assert "220 - warmup 22 = 198" in f.message and "update 198 of 220" in f.message
 
 
 def test_a_folder_with_weights_only_is_named_not_judged(runs, tmp_path):

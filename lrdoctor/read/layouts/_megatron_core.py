@@ -54,6 +54,22 @@ def schedule_from_state(sched: dict[str, Any], src: str, unit: Unit,
     return spec, progress
 
 
+def weight_decay_end(sched: dict[str, Any], at: FieldRef, src: str,
+                     unit: Unit) -> Counter | None:
+    """megatron-core's weight-decay horizon ``wd_incr_steps`` as the planned end, for a
+    scheduler state found without its trainer's plan: the frameworks that build an
+    ``OptimizerParamScheduler`` size it to the whole run in the scheduler's own unit
+    (Megatron-LM ``train_iters`` x global batch or ``train_samples``, verl
+    ``total_training_steps``, AReaL ``total_train_steps``), whatever ``lr_decay_steps``
+    says; the rules then test the decay horizon against it (LRD119: AReaL PR 1289's
+    ``lr_decay_steps`` = total - warmup). None when it is not saved or not positive."""
+    value = _common.number(sched.get("wd_incr_steps"))
+    if value is None or value <= 0:
+        return None
+    return Counter("scheduler.wd_incr_steps (the run's length, megatron-core convention)",
+                   value, unit, f"{src}.wd_incr_steps", at.child("wd_incr_steps"))
+
+
 def rampup_global_batch(consumed: float, rampup: list[int], global_batch_size: int) -> int:
     """megatron-core's ``RampupBatchsizeNumMicroBatchesCalculator``: the global batch of the
     iteration that starts after ``consumed`` samples, for ``--rampup-batch-size start incr

@@ -230,6 +230,10 @@ def build(sc: shapes.Scan, fmt: str = NAME) -> RunState:
     if sched is not None:
         _read_found_scheduler(st, sched, opt)
     _read_counters(sc, st)
+    if st.planned_end is None and sched is not None and sched.kind == shapes.SCHED_MEGATRON:
+        from lrdoctor.read.layouts._megatron_core import weight_decay_end
+
+        st.planned_end = weight_decay_end(sched.value, sched.ref, sched.where, Unit.UPDATES)
     # The chosen states and their twins in the other rank files (same key, same shape).
     used = [h.file for h in sc.found for pick in (sched, opt_found)
             if pick is not None and h.kind == pick.kind and h.key == pick.key]

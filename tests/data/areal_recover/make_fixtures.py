@@ -20,8 +20,10 @@ written)::
 ``decay_twice/``: AReaL's ``MegatronEngine`` before PR #1289: warmup 22 = 10% of 220
 planned steps, ``lr_decay_steps`` = 220 - 22 = 198 (megatron-core counts it from step 0:
 the warmup is subtracted twice), saved at its last step 220: ``num_steps`` 220 is past
-the decay horizon 198 and the last 22 steps ran at the floor. ``healthy/``: the fix,
-``lr_decay_steps`` 220, saved at step 100.
+the decay horizon 198 and the last 22 steps ran at the floor; ``decay_twice_mid/``: the
+same run saved at step 100, before the horizon (only the horizon against the run's length,
+``wd_incr_steps`` 220, shows it). ``healthy/``: the fix, ``lr_decay_steps`` 220, saved at
+step 100.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ def main() -> None:
                             world_size=1)
     try:
         write(HERE / "decay_twice", fixed=False, stop=TOTAL)
+        write(HERE / "decay_twice_mid", fixed=False, stop=100)
         write(HERE / "healthy", fixed=True, stop=100)
     finally:
         dist.destroy_process_group()
