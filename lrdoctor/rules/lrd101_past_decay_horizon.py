@@ -42,8 +42,12 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     spec, prog = h.spec, h.progress
     base = past_horizon(h)
     lr_now = base.lr_at_scheduler_progress
-    # Megatron/HF/DeepSpeed hold min_lr past the horizon; torch's CosineAnnealingLR climbs back.
-    holds = lr_now is None or math.isclose(lr_now, spec.min_lr, rel_tol=1e-6, abs_tol=1e-15)
+    # Megatron/HF/DeepSpeed hold min_lr past the horizon; torch's CosineAnnealingLR climbs
+    # back: the model says which (schedules.shape), the LR now says how far.
+    from lrdoctor.schedules import shape
+
+    holds = lr_now is None or not shape(spec).wraps or math.isclose(
+        lr_now, spec.min_lr, rel_tol=1e-6, abs_tol=1e-15)
     trainer, end = state.trainer_progress, state.planned_end
     where = ""
     done = reached = None
@@ -59,7 +63,8 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     tail = (f"{at_floor:.0%} of the scheduler's progress ran at min_lr {spec.min_lr:g}"
             if holds else
             f"{at_floor:.0%} of the scheduler's progress lies past the horizon, where "
-            f"{spec.kind} does not hold min_lr {spec.min_lr:g} (the LR is {lr_now:.6g} now)")
+            f"{spec.kind} does not hold min_lr {spec.min_lr:g}: it climbs back up (the LR is "
+            f"{lr_now:.6g} now)")
     ev = PastDecayHorizon(**{
         **base.raw(),
         "training_fraction_done": None if done is None else round(done, 6),

@@ -4,13 +4,15 @@ Each family module reproduces its framework's implementation exactly (tests
 compare against the real classes to 1e-12 relative). No torch import here.
 Every family module exposes ``lr_at(spec, progress)``, ``problems(spec)`` and
 ``floor_progress(spec)``; the field mapping of each family is in its docstring.
+:func:`shape` answers, for any family, where the decay ends, where the floor comes and
+whether the schedule wraps (climbs again past its end).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -150,6 +152,37 @@ def floor_progress(spec: ScheduleSpec) -> float | None:
         return _family(spec).floor_progress(spec)
     except (*_BAD_PARAMS, ValueError, OverflowError, ZeroDivisionError):
         return None
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a schedule does over a run, from its model: where its decay ends (the horizon,
+    None: it never ends, ExponentialLR, ReduceLROnPlateau), where the LR first reaches its
+    lowest value for good and that value, and whether past the end it climbs again (torch's
+    CosineAnnealingLR past ``T_max``, warm restarts, HF's cosine past its cycles): a
+    scheduler run past its horizon then re-warms instead of holding the floor."""
+
+    decay_end: float | None
+    floor_at: float | None
+    floor_lr: float | None
+    wraps: bool
+
+
+def shape(spec: ScheduleSpec) -> Shape:
+    """The :class:`Shape` of ``spec``, asked of its model (the LR just past the end tells
+    whether it wraps; a family may answer itself with ``wraps(spec)``)."""
+    floor_at = floor_progress(spec)
+    end = spec.horizon if spec.horizon is not None and spec.horizon > 0 else floor_at
+    floor_lr = lr_or_none(spec, floor_at) if floor_at is not None else None
+    own = getattr(_family(spec), "wraps", None) if spec.family in FAMILIES else None
+    if own is not None:
+        wraps = bool(own(spec))
+    elif end is None:
+        wraps = False
+    else:
+        at, past = lr_or_none(spec, end), lr_or_none(spec, end + max(1.0, 0.05 * end))
+        wraps = at is not None and past is not None and past > at * (1 + 1e-9) + 1e-15
+    return Shape(end, floor_at, floor_lr, wraps)
 
 
 def curve(spec: ScheduleSpec, start: float, stop: float,

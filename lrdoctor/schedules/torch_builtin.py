@@ -17,15 +17,17 @@ worst over 3e5 steps). MultiStepLR and ConstantLR are always exact.
 ScheduleSpec mapping (family ``"torch"``; readers rely on it):
 
 - ``kind``    = class name: "LinearLR", "CosineAnnealingLR", "OneCycleLR",
-  "SequentialLR", "StepLR", "MultiStepLR", "ExponentialLR", "ConstantLR",
-  "PolynomialLR"
+  "SequentialLR", "ChainedScheduler", "StepLR", "MultiStepLR", "ExponentialLR",
+  "ConstantLR", "PolynomialLR", "CosineAnnealingWarmRestarts"
 - ``max_lr``  = the param group's ``initial_lr`` (= ``base_lrs[0]``);
   ``base_lrs`` inside params is not read.
 - ``horizon`` = ``total_iters`` / ``T_max`` / ``total_steps`` (used only when
   params lack the field)
 - ``params``  = the scheduler's ``state_dict()`` verbatim. SequentialLR:
   ``_milestones`` and ``_schedulers`` = child state dicts, each with an added
-  ``"kind"`` = child class name (or a parallel ``_scheduler_kinds`` list).
+  ``"kind"`` = child class name (or a parallel ``_scheduler_kinds`` list); a
+  LambdaLR child before the last milestone leaves its segment unknown (ValueError),
+  the rest exact. ChainedScheduler: ``_schedulers`` alike, every child chainable.
 - OneCycleLR keeps its LRs in the param group, not the state dict, so there
   ``max_lr`` = the group's peak ``max_lr``, ``init_lr`` = the group's
   ``initial_lr`` (= ``base_lrs[0]``) and ``min_lr`` = the group's ``min_lr``;
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
 
 KINDS = ("LinearLR", "CosineAnnealingLR", "OneCycleLR", "SequentialLR", "StepLR",
          "MultiStepLR", "ExponentialLR", "ConstantLR", "PolynomialLR",
-         "CosineAnnealingWarmRestarts")
+         "CosineAnnealingWarmRestarts", "ChainedScheduler")
 CHAINABLE = ("LinearLR", "CosineAnnealingLR", "StepLR", "MultiStepLR", "ExponentialLR",
              "ConstantLR", "PolynomialLR")
 HORIZON_FIELD = horizon_fields.TORCH  # class -> its horizon field (the one table)
@@ -109,6 +111,8 @@ def lr_at(spec: ScheduleSpec, progress: float) -> float:
     k = max(0, int(math.floor(progress)))
     if spec.kind == "SequentialLR":
         return _sequential(spec, k)
+    if spec.kind == "ChainedScheduler":
+        return _chained(spec, k)
     view = _spec_view(spec)
     if spec.kind == "OneCycleLR":
         return _one_cycle(view, k)
@@ -187,6 +191,69 @@ def _sequential(spec: ScheduleSpec, k: int) -> float:
     # Child 0 starts with its constructor step; later children enter through
     # ``_update_lr(0)``, i.e. their closed form at epoch 0.
     return _advance(view, _start(view, closed=idx > 0), local)
+
+
+def _chained(spec: ScheduleSpec, k: int) -> float:
+    """ChainedScheduler: every child steps the same param-group LR in turn, each with its
+    chainable (recursive) rule, from the LR the children's constructors left. Replayed
+    operation for operation up to ``EXACT_STEPS``; beyond, children whose rule is a pure
+    factor (all but CosineAnnealingLR) telescope to the product of their own schedules."""
+    children = _children(spec)
+    if not children or any(c.kind not in CHAINABLE for c in children):
+        bad = ", ".join(c.kind or "?" for c in children if c.kind not in CHAINABLE)
+        raise ValueError(f"torch ChainedScheduler of {bad or 'no schedulers'} is not modelled")
+    if k > EXACT_STEPS and all(c.kind != "CosineAnnealingLR" for c in children):
+        lr = spec.max_lr
+        for c in children:
+            lr = lr * (_advance(c, _start(c, closed=False), k) / c.base) if c.base else lr
+        return lr
+    if k * len(children) > MAX_REPLAY:
+        raise ValueError("too many ChainedScheduler steps to replay")
+    lr = spec.max_lr
+    for c in children:  # the constructors' step to last_epoch 0, on the LR as it is
+        lr = _chain_start(c, lr)
+    for i in range(1, k + 1):
+        for c in children:
+            lr = _chain_step(c, i, lr)
+    return lr
+
+
+def chained_floor(params: dict[str, Any]) -> tuple[float | None, int | None]:
+    """A ChainedScheduler's decay horizon (where its product floors, None: never) and the
+    child whose horizon field holds it, from its ``params`` (the reader's shape)."""
+    from lrdoctor.core.state import ScheduleSpec, Unit
+
+    spec = ScheduleSpec("torch", "ChainedScheduler", 1.0, Unit.UPDATES, params=params)
+    end = floor_progress(spec)
+    if end is None:
+        return None, None
+    by = next((i for i, c in enumerate(_children(spec)) if _floor(c) == end), None)
+    return end, by
+
+
+def _chain_start(v: _View, lr: float) -> float:
+    """A chainable child's constructor step (last_epoch 0) applied to the current LR."""
+    if v.kind == "LinearLR":
+        return lr * v["start_factor"]
+    if v.kind == "ConstantLR":
+        return lr * v["factor"]
+    if v.kind == "MultiStepLR":
+        ms = v.milestones()
+        return lr * v["gamma"] ** ms[0] if 0 in ms else lr
+    return lr
+
+
+def _chain_step(v: _View, k: int, lr: float) -> float:
+    """A chainable child's ``get_lr`` at last_epoch ``k >= 1`` from the current LR."""
+    kind = v.kind
+    if kind == "StepLR":
+        return lr * v["gamma"] if k % v["step_size"] == 0 else lr
+    if kind == "MultiStepLR":
+        ms = v.milestones()
+        return lr * v["gamma"] ** ms[k] if k in ms else lr
+    if kind == "ConstantLR":
+        return lr * (1.0 / v["factor"]) if k == v["total_iters"] else lr
+    return _step(v, k, lr)
 
 
 def _start(v: _View, closed: bool) -> float:
@@ -362,6 +429,15 @@ def _one_cycle(v: _View, k: int) -> float:
 
 def floor_progress(spec: ScheduleSpec) -> float | None:
     """Progress where the LR first reaches its lowest value for good (None: never)."""
+    if spec.kind == "ChainedScheduler":
+        # The product floors where its last decaying child does; a child that keeps
+        # decaying (ExponentialLR, StepLR) leaves none; a warmup or a constant factor that
+        # settles (LinearLR up, ConstantLR) sets no floor of its own.
+        children = _children(spec)
+        if any(c.kind in ("ExponentialLR", "StepLR") for c in children):
+            return None
+        floors = [f for f in (_floor(c) for c in children) if f is not None]
+        return float(max(floors)) if floors else None
     if spec.kind == "SequentialLR":
         children = _children(spec)
         milestones = list(spec.params.get("_milestones", []))
@@ -392,11 +468,35 @@ def _floor(v: _View) -> float | None:
     return None
 
 
+def wraps(spec: ScheduleSpec) -> bool:
+    """Whether the LR climbs again past the decay's end: CosineAnnealingLR past ``T_max``
+    (torch's restart branch), warm restarts, and a composite whose decaying part is one."""
+    if spec.kind in ("CosineAnnealingLR", "CosineAnnealingWarmRestarts"):
+        return True
+    if spec.kind == "SequentialLR":
+        children = _children(spec)
+        return bool(children) and children[-1].kind == "CosineAnnealingLR"
+    if spec.kind == "ChainedScheduler":
+        return any(c.kind == "CosineAnnealingLR" for c in _children(spec))
+    return False
+
+
 def problems(spec: ScheduleSpec) -> list[str]:
     """Settings torch refuses, or that make the schedule meaningless."""
     out = [f"initial_lr={spec.max_lr} is negative"] if spec.max_lr < 0 else []
     if spec.kind == "SequentialLR":
         return out + _sequential_problems(spec)
+    if spec.kind == "ChainedScheduler":
+        children = _children(spec)
+        if not children:
+            return out + ["ChainedScheduler has no _schedulers"]
+        for i, child in enumerate(children):
+            if child.kind not in CHAINABLE:
+                out.append(f"_schedulers[{i}] ({child.kind}): not chainable, ChainedScheduler "
+                           "cannot step it")
+                continue
+            out += [f"_schedulers[{i}] ({child.kind}): {line}" for line in _problems(child)]
+        return out
     return out + _problems(_spec_view(spec))
 
 
@@ -436,7 +536,7 @@ def _number(v: Any) -> float | None:
 def _problems(v: _View) -> list[str]:
     if v.kind in ("LambdaLR", "MultiplicativeLR"):
         return [f"{v.kind} does not save its lambda: its schedule cannot be rebuilt"]
-    if v.kind not in KINDS or v.kind == "SequentialLR":
+    if v.kind not in KINDS or v.kind in ("SequentialLR", "ChainedScheduler"):
         return [f"torch scheduler kind={v.kind!r} is not one of {', '.join(KINDS)}"]
     out: list[str] = []
     try:

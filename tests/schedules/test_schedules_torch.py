@@ -28,7 +28,7 @@ def spec_from(sched, opt):
     group = opt.param_groups[0]
     params = dict(sched.state_dict())
     kind = type(sched).__name__
-    if kind == "SequentialLR":
+    if kind in ("SequentialLR", "ChainedScheduler"):
         params["_schedulers"] = [dict(sd, kind=type(ch).__name__)
                                  for sd, ch in zip(params["_schedulers"], sched._schedulers)]
     horizon = params.get("total_iters", params.get("T_max", params.get("total_steps")))
@@ -69,6 +69,16 @@ BUILDERS = {
     "seq-linear-linear": lambda o: S.SequentialLR(
         o, [S.LinearLR(o, start_factor=0.1, total_iters=25),
             S.LinearLR(o, start_factor=1.0, end_factor=0.05, total_iters=200)], milestones=[25]),
+    "chained-warmup-exp": lambda o: S.ChainedScheduler(
+        [S.LinearLR(o, start_factor=0.2, total_iters=4), S.ExponentialLR(o, gamma=0.97)],
+        optimizer=o),
+    "chained-three": lambda o: S.ChainedScheduler(
+        [S.ConstantLR(o, factor=0.5, total_iters=30), S.MultiStepLR(o, milestones=[0, 90, 200]),
+         S.PolynomialLR(o, total_iters=300, power=1.5)], optimizer=o),
+    "chained-warmup-cosine": lambda o: S.ChainedScheduler(
+        [S.LinearLR(o, start_factor=0.1, total_iters=25),
+         S.CosineAnnealingLR(o, T_max=150, eta_min=1e-5), S.StepLR(o, step_size=70, gamma=0.8)],
+        optimizer=o),
 }
 STEPS = {"onecycle": 300, "onecycle-linear-3": 251}
 
@@ -236,3 +246,38 @@ def test_sequential_last_child_sized_below_zero_names_the_warmup_longer_than_the
     (line,) = problems(spec)
     assert "T_max=-80" in line and "milestone 100" in line and "sized for 20 steps" in line
     assert "the warmup is longer than the run" in line
+
+
+def test_chained_floor_and_horizon():
+    """ChainedScheduler: the product floors where its last decaying child does; a warmup
+    child sets none; a child that keeps decaying (ExponentialLR, StepLR) leaves none."""
+    three, _ = run_case("chained-three", steps=1)
+    assert floor_progress(three) == 300
+    warm_exp, _ = run_case("chained-warmup-exp", steps=1)
+    assert floor_progress(warm_exp) is None
+    from lrdoctor.schedules.torch_builtin import chained_floor
+
+    assert chained_floor(three.params) == (300.0, 2)
+
+
+@pytest.mark.parametrize("name,wraps,end", [
+    ("cosine", True, 100), ("seq-warmup-cosine", True, 300), ("linear-decay", False, 150),
+    ("polynomial", False, 180), ("onecycle", False, 300), ("exponential", False, None),
+    ("chained-warmup-cosine", True, None), ("chained-three", False, 300)])
+def test_shape_decay_end_floor_and_wraps_against_torch(name, wraps, end):
+    """schedules.shape: where the decay ends and whether the schedule wraps, checked
+    against the real class run past its end (a wrapping one climbs, the rest do not)."""
+    from lrdoctor.schedules import shape
+
+    spec, seen = run_case(name, steps=STEPS.get(name, 420))
+    sh = shape(spec)
+    assert sh.wraps is wraps
+    assert sh.decay_end == end
+    if sh.floor_at is not None:
+        lrs = [want for _, _, want in seen]
+        at = int(sh.floor_at)
+        assert lrs[at] == min(lrs[: at + 1])  # the floor comes there
+        assert sh.floor_lr == lrs[at]
+        # (OneCycleLR: torch refuses to step past total_steps; its last step is not a wrap)
+        later = lrs[at + 1:] if name != "onecycle" else []
+        assert (max(later) > lrs[at]) is wraps if later else not wraps

@@ -213,10 +213,10 @@ def torch_scheduler(sd: Any, *, unit: Unit, source: str, opt: OptimizerSummary |
                 # (a last child sized <= 0 never decays: LRD106 names the warmup it follows)
                 horizon = float(milestones[-1]) + last_h
                 by = len(specs) - 1
-        else:
-            hs = [s.horizon for s in specs if s.horizon is not None]
-            horizon = max(hs) if hs else None
-            by = next(i for i, s in enumerate(specs) if s.horizon == horizon) if hs else None
+        else:  # ChainedScheduler: where the product floors, from the model
+            from lrdoctor.schedules.torch_builtin import chained_floor
+
+            horizon, by = chained_floor(_params(sd))
         f = _Fields(max_lr=max(s.max_lr for s in specs), min_lr=specs[-1].min_lr,
                     init_lr=specs[0].init_lr, horizon=horizon)
     else:
