@@ -627,4 +627,42 @@ def how_findings_are_reached() -> str:
         hyps, "",
         "The report says the scheduler and the trainer agree only after two independent "
         "counters were compared, and names them. When nothing could be compared, LRD111 "
-        "(warning) says what was scanned and what is missing.", ""])
+        "(warning) says what was scanned and what is missing.", "",
+        how_severity_is_decided()])
+
+
+def how_severity_is_decided() -> str:
+    """The catalog's section on severity (docs/findings.md): which evidence makes an
+    error, what stays a warning. One place, beside the reasoning it describes."""
+    return "\n".join([
+        "## How severity is decided", "",
+        "A false error is worse than a miss: a CI gate that fails healthy runs gets switched "
+        "off. So severity follows entailment, not plausibility.", "",
+        "- **Error**: every number in the explanation was read from a file or derived from "
+        "numbers read from files, and the text names where each came from (`file:key`). "
+        "Examples: the scheduler's counter is k times the optimizer's step and k is a saved "
+        "accumulation (LRD103); the horizon equals the planned end times a saved factor "
+        "(LRD119); the horizon equals a saved counter of another unit while the scheduler "
+        "follows a counter a saved factor smaller (LRD119: DeepSpeed's `total_num_steps` = "
+        "the loop's micro-batch `step`, Fabric's `total_steps` = `iter_num`, Composer's "
+        "`T_max` = `timestamp.batch` while `last_epoch` = `timestamp.epoch`); a setting the "
+        "schedule model cannot run, named with its field (LRD106: a SequentialLR whose last "
+        "child's `T_max` = total - warmup is negative names the warmup longer than the run).",
+        "- **Warning**: the explanation needs a number no file holds. The finding names that "
+        "number, so the reader knows what would decide it: a horizon that is a whole "
+        "multiple k of the planned end while no saved accumulation, process count or batch "
+        "size is k (LRD119 as a warning: \"a saved gradient accumulation or process count of "
+        "k would confirm it\"); a scheduler behind the trainer without a planned end to "
+        "show the harm (LRD108); nothing to compare the scheduler's counter with (LRD111).",
+        "- **No finding**: a number that is part of the schedule's position is not a setting "
+        "(CosineAnnealingWarmRestarts' `T_cur`/`T_i` move at every restart), a child of a "
+        "SequentialLR counts from its milestone (its own `T_max`, `last_epoch` and stale "
+        "`_last_lr` are not the schedule's), and a plan in samples is the saved one "
+        "(`train_samples`, or `train_iters` along a batch-size ramp-up), never planned "
+        "iterations times the final global batch.", "",
+        "\"Ruled out\" lists only hypotheses that were tested: each with the number it "
+        "would have predicted from saved numbers. A schedule is judged through its exact "
+        "model (`lrdoctor.schedules`: `lr(t)`, where the decay ends, where the floor comes, "
+        "whether it wraps): a schedule the model cannot rebuild, or that has no horizon "
+        "(ExponentialLR, ReduceLROnPlateau), gets no horizon borrowed from another field.",
+        ""])
