@@ -145,9 +145,14 @@ class TensorLeaf(Reduced):
             raise TypeError("only one-element tensors have a value")
         size, code = self._code()
         st = self.storage
-        raw = st.data if st.data is not None else st.archive.read(st.key)
         off = self.args[1] * size
-        return struct.unpack("<" + code, raw[off:off + size])[0]
+        if type(off) is not int or off < 0:
+            raise UnusableInput("a tensor record with a malformed storage offset")
+        raw = st.data[off:off + size] if st.data is not None else st.archive.read(st.key, off, size)
+        if len(raw) != size:
+            raise UnusableInput("a tensor lies outside its storage", str(st.archive.path)
+                                if st.archive is not None else None)
+        return struct.unpack("<" + code, raw)[0]
 
     def with_value(self, value: Any) -> TensorLeaf:
         """This tensor holding ``value`` in a new one-element storage of the same dtype."""
@@ -201,8 +206,13 @@ class _Archive:
             raise UnusableInput("a big-endian torch file can only be rewritten with torch: "
                                 "pip install 'lrdoctor[torch]'", str(path))
 
-    def read(self, key: str) -> bytes:
-        return self.zf.read(f"{self.prefix}data/{key}")
+    def read(self, key: str, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` of the storage ``key``: what one value costs (a
+        deflated storage is inflated only up to ``deflated_bytes``)."""
+        info = self.zf.getinfo(f"{self.prefix}data/{key}")
+        with safeload.open_record(self.zf, info, str(self.path), offset + size) as m:
+            m.seek(offset)
+            return m.read(size)
 
     def close(self) -> None:
         self.zf.close()
@@ -258,9 +268,21 @@ class _Reader(LimitedUnpickler):
         cls = standins.classes().get(f"{module}.{name}")
         if cls is not None:
             return cls
-        if not safeload.allow_listed(f"{module}.{name}"):  # builtins.list is data
-            unsafe_globals.refuse(str(self.archive.path), f"{module}.{name}")
+        # Every other global is a name, never imported. A code-execution global only
+        # referenced is inert (the safe reader, run first on these bytes, said so); a call
+        # of one is refused here too (:meth:`call`, :meth:`new_instance`).
         return self.refs.setdefault((module, name), GlobalRef(module, name))
+
+    def _refuse_dangerous(self, func: Any) -> None:
+        if isinstance(func, GlobalRef):
+            full = f"{func.module}.{func.name}"
+            if not safeload.allow_listed(full):  # builtins.list is data
+                unsafe_globals.refuse(str(self.archive.path), full)
+
+    def call(self, func: Any, args: Any, kwargs: dict[str, Any] | None = None, *,
+             checked: bool = False) -> Any:
+        self._refuse_dangerous(func)
+        return super().call(func, args, kwargs, checked=checked)
 
     def persistent_load(self, pid: Any) -> StorageRef:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
@@ -280,6 +302,7 @@ class _Reader(LimitedUnpickler):
     def new_instance(self, cls: Any, args: tuple, kwargs: dict) -> Any:
         if not isinstance(cls, GlobalRef):  # Namespace, OrderedDict, a stand-in
             return super().new_instance(cls, args, kwargs)
+        self._refuse_dangerous(cls)
         if kwargs:
             raise UnusableInput("NEWOBJ_EX with keyword arguments", str(self.archive.path))
         self.charge(len(args))
@@ -519,6 +542,13 @@ def write(loaded: _Loaded, dst: Path) -> None:
         w = _Writer(buf)
         w.dump(loaded.root)
     data_pkl = buf.getvalue()
+    for n in arch.names:  # a copy inflates a deflated record whole: bounded first
+        info = arch.zf.getinfo(n)
+        if info.compress_type != zipfile.ZIP_STORED and info.file_size > limits.get(
+                "deflated_bytes"):
+            raise limits.over("deflated_bytes", str(arch.path),
+                              f"record {n} is compressed: copying it means inflating "
+                              f"{info.file_size:,} bytes")
     old_refs = arch.storage_keys
     dropped = {f"{arch.prefix}data/{k}" for k in old_refs - keys}  # storages no longer used
     dst.parent.mkdir(parents=True, exist_ok=True)

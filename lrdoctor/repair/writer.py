@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.atomic import refuse_checkpoint
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import UnsafePickle, UnusableInput
 from lrdoctor.core.repair import Builder, Change, apply_changes
 from lrdoctor.read.bytes import unsafe_globals
 from lrdoctor.read.layouts._fixmanifest import MANIFEST
@@ -451,17 +451,34 @@ def _link(src: Path, dst: Path) -> bool:
 
 
 def _refuse_code_in(src: Path, tmp: Path, files: list[str], single: bool) -> None:
-    """A repaired copy never holds a code-execution global (:mod:`lrdoctor.unsafe_globals`):
-    every pickle written or copied is checked by name before the output is published, so
-    that ``torch.load(weights_only=False)`` of a "verified" copy cannot run one. The line
-    names the input file the global came from."""
+    """A repaired copy never holds what ``inspect`` refuses: every file written or copied
+    is read by the same safe reader, with the same list of code-execution globals
+    (:func:`lrdoctor.read.bytes.vet.vet`), before the output is published, so that
+    ``torch.load(weights_only=False)`` of a "verified" copy cannot run a payload that sat
+    in a file ``fix`` only copied. A pickle that reader could not read (corrupt, over a
+    limit) is not vouched for either. The line names the input file it came from."""
+    from lrdoctor.read.bytes.vet import vet
+
     for rel in files:
-        bad = unsafe_globals.dangerous_in_file(str(tmp if single else tmp / rel))
-        if bad:
-            raise UnusableInput(f"refused to write a repaired copy of it: it names "
-                                f"{bad[0]!r}, a code-execution primitive: it "
-                                f"{unsafe_globals.danger(bad[0])}",
-                                str(src if single else src / rel))
+        where = str(src if single else src / rel)
+        try:
+            why = vet(tmp if single else tmp / rel)
+        except UnsafePickle as exc:
+            raise _located(exc, where, "refused to write a repaired copy holding it: ") \
+                from None
+        if why is not None:
+            raise UnusableInput("refused to write a repaired copy holding it: lrdoctor could "
+                                f"not read it to check it for code-execution globals ({why})",
+                                where)
+
+
+def _located(exc: UnsafePickle, where: str, lead: str) -> UnsafePickle:
+    """``exc`` (of its own type, so LRD303's advice follows) about the input file ``where``."""
+    new = type(exc).__new__(type(exc))  # its own __init__ takes other arguments
+    new.__dict__.update(exc.__dict__)
+    new.path, new.message = where, lead + exc.message
+    new.args = (f"{where}: {new.message}",)
+    return new
 
 
 def _publish(holder: Path, tmp: Path, out: Path, mtmp: Path | None, manifest: Path,

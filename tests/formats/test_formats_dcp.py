@@ -189,10 +189,14 @@ def test_unknown_class_leaves_one_item_unread(tmp_path):
     # (older torchtitan logs): inert, left unread rather than refusing the checkpoint.
     _save({"lr_scheduler": {"last_epoch": 3}, "extra": _Custom(), "log": io.BytesIO(b"x")},
           tmp_path / "c")
-    st = dcp.load(tmp_path / "c")
+    st = dcp.load(tmp_path / "c", unknown_as_opaque=False)  # the strict mode
     assert st.tree["lr_scheduler"] == {"last_epoch": 3}
     assert "extra" in st.skipped and "_Custom" in st.skipped["extra"]
     assert "_io.BytesIO" in st.skipped["log"]
+    # issue 28, the default: an unknown class in an item is an opaque value, its fields data
+    st = dcp.load(tmp_path / "c")
+    assert st.tree["lr_scheduler"] == {"last_epoch": 3} and not st.skipped
+    assert st.tree["extra"].cls.endswith("_Custom") and st.tree["extra"].state == {"x": 1}
 
 
 def test_code_execution_primitive_refuses_the_input(tmp_path):

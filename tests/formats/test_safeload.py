@@ -439,7 +439,9 @@ def test_refused_global_in_legit_looking_class(tmp_path):
     finally:
         del sys.modules["myproject.config"]
     with pytest.raises(UnsafePickle, match="myproject.config.Config"):
-        safeload.load(path)
+        safeload.load(path, unknown_as_opaque=False)  # the strict mode (issue 28: not the default)
+    got = safeload.load(path)  # the default: its fields read as data, nothing imported
+    assert got["cfg"].cls == "myproject.config.Config" and got["cfg"].state == {"lr": 0.1}
 
 
 def test_opaque_survives_copy_and_pickle():

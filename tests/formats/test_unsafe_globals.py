@@ -104,9 +104,13 @@ def test_inert_names_and_data_classes_are_not_verdicts():
     assert unsafe_globals.danger("myproject.config.Config") is None
     assert unsafe_globals.danger("torch.storage.UntypedStorage") is None
     assert unsafe_globals.danger("osmium.x") is None  # a prefix is a whole module name
-    # an unknown class is still refused when not kept opaque, but not as code execution
+    # issue 28: an unknown class is an opaque value by default; refused only in the strict
+    # mode, and then not as code execution
+    got = safeload.load_bytes(hostile.newobj_of("myproject.config", "Config"), "f.pkl")
+    assert isinstance(got, safeload.Opaque) and got.cls == "myproject.config.Config"
     with pytest.raises(UnsafePickle) as info:
-        safeload.load_bytes(hostile.newobj_of("myproject.config", "Config"), "f.pkl")
+        safeload.load_bytes(hostile.newobj_of("myproject.config", "Config"), "f.pkl",
+                            unknown_as_opaque=False)
     assert not isinstance(info.value, CodeExecutionGlobal)
 
 

@@ -526,3 +526,110 @@ def random_steps(rng, n: int | None = None) -> list:
         else:
             steps.append(("call", (rng.randrange(len(CALLS)), rng.randrange(1 << 16))))
     return steps
+
+
+# ------------------------------------------------------------------ issue 31
+
+def deflated_zeros(mib: int) -> bytes:
+    """A raw deflate stream of ``mib`` MiB of zeros, ~1 KiB per MiB, made in milliseconds:
+    one MiB compressed with a full flush (which resets the window) repeats byte for byte."""
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    z = b"\0" * (1 << 20)
+    first = c.compress(z) + c.flush(zlib.Z_FULL_FLUSH)
+    block = c.compress(z) + c.flush(zlib.Z_FULL_FLUSH)
+    return first + block * (mib - 1) + c.flush()
+
+
+def raw_zip(entries: list[tuple[str, bytes, int, int]]) -> bytes:
+    """A zip written by hand from ``(name, body, method, inflated size)``: ``body`` is stored
+    as given (already deflated for method 8), with zip64 sizes where they need them. The
+    CRC-32 of a deflated body is left 0: a reader that inflates it all reports Bad CRC-32
+    at the end, as the issue's bomb did."""
+    import zlib
+
+    out, central = bytearray(), bytearray()
+    for name, body, method, size in entries:
+        fname = name.encode()
+        crc = zlib.crc32(body) if method == zipfile.ZIP_STORED else 0
+        big = size >= 0xFFFFFFFF or len(body) >= 0xFFFFFFFF
+        extra = struct.pack("<HHQQ", 1, 16, size, len(body)) if big else b""
+        sizes = (0xFFFFFFFF, 0xFFFFFFFF) if big else (len(body), size)
+        offset = len(out)
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, 0, method, 0, 0x21, crc, *sizes,
+                           len(fname), len(extra)) + fname + extra + body
+        central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45, 45, 0, method, 0, 0x21,
+                               crc, *sizes, len(fname), len(extra), 0, 0, 0, 0, offset) \
+            + fname + extra
+    cd_offset = len(out)
+    out += central + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries),
+                                 len(central), cd_offset, 0)
+    return bytes(out)
+
+
+def seek_bomb(state: dict, key: str, mib: int = 64 << 10) -> bytes:
+    """A torch zip of ``state`` whose ``state[key]`` is a 0-d int64 tensor at the very end
+    of a deflated storage of ``mib`` MiB of zeros (64 GiB by default: 67 MB on disk). Its
+    data.pkl is written as ``torch.save`` writes it (torch's own storage classes and
+    rebuild, a persistent id per storage); reading that one value inflates everything
+    before it."""
+    import pickle
+    from collections import OrderedDict
+
+    import torch
+
+    numel = (mib << 20) // 8
+
+    class Storage:
+        pass
+
+    class Tensor:
+        def __reduce__(self):
+            return (torch._utils._rebuild_tensor_v2,
+                    (storage, numel - 1, (), (), False, OrderedDict()))
+
+    storage = Storage()
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            if obj is storage:
+                return ("storage", torch.LongStorage, "0", "cpu", numel)
+            return None
+
+    buf = io.BytesIO()
+    Pickler(buf, protocol=2).dump({**state, key: Tensor()})
+    return raw_zip([("archive/data.pkl", buf.getvalue(), zipfile.ZIP_STORED, len(buf.getvalue())),
+                    ("archive/byteorder", b"little", zipfile.ZIP_STORED, 6),
+                    ("archive/data/0", deflated_zeros(mib), zipfile.ZIP_DEFLATED, mib << 20),
+                    ("archive/version", b"3\n", zipfile.ZIP_STORED, 2)])
+
+
+def pickle_bomb(mib: int = 1023) -> bytes:
+    """A torch-zip-shaped file whose data.pkl inflates to ``mib`` MiB (about 1 MB on disk)."""
+    return raw_zip([("archive/data.pkl", deflated_zeros(mib), zipfile.ZIP_DEFLATED, mib << 20),
+                    ("archive/version", b"3\n", zipfile.ZIP_STORED, 2)])
+
+
+def _storage_tensor(key: str) -> bytes:
+    """A tensor record on the persistent id ``('storage', torch.FloatStorage, key, 'cpu', 1)``."""
+    return (_global("torch._utils", "_rebuild_tensor_v2") + b"("
+            + b"(" + _str("storage") + _global("torch", "FloatStorage") + _str(key)
+            + _str("cpu") + b"K\x01tQ" + b"K\x00" + b"K\x01\x85" + b"K\x01\x85" + b"\x89"
+            + _global("collections", "OrderedDict") + b")R" + b"tR")
+
+
+def gadget_payloads() -> dict[str, bytes]:
+    """Issue 31: the payloads that reached a published ``fix`` copy from a file it only
+    copied. Each is a call torch.load(weights_only=False) makes that torch never writes."""
+    return {
+        "get_layout_call": reduce_call("torch.serialization", "_get_layout", "touch /tmp/x"),
+        "storage_id_parent": PROTO + _storage_tensor("../../../../etc/passwd") + STOP,
+        "storage_id_absolute": PROTO + _storage_tensor("/etc/hostname") + STOP,
+        "rebuild_from_type_v2": PROTO + _global("torch._tensor", "_rebuild_from_type_v2")
+        + b"(" + _global("builtins", "str") + _global("torch", "Tensor") + _str("x")
+        + b"\x85Nt" + b"R" + STOP,
+        "reconstructor_allowed_class": PROTO + _global("copyreg", "_reconstructor")
+        + b"(" + _global("argparse", "Namespace") + _global("builtins", "set") + _str("x")
+        + b"tR" + STOP,
+    }

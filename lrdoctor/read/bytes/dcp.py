@@ -43,6 +43,7 @@ from lrdoctor.core.errors import Corrupt, UnsafePickle, UnusableInput
 from lrdoctor.core.fieldref import FieldRef, Key
 from lrdoctor.core.tree import dig
 from lrdoctor.read.bytes.storage import open_binary, reader_path
+from lrdoctor.read.bytes.unsafe_globals import HostileRecord
 
 METADATA = ".metadata"
 SUFFIX = ".distcp"
@@ -80,6 +81,9 @@ class DcpState:
     # fqn -> the key path its value was re-nested at in ``tree`` (the planner's, else the
     # dots): how a field of ``tree`` is traced back to the item that holds it (:meth:`ref`).
     paths: dict[str, tuple[Key, ...]] = field(default_factory=dict)
+    # Classes kept opaque in .metadata and the items, with the fields still read from them
+    # (another framework's _StorageInfo: its offsets), and references kept as names.
+    notes: list[str] = field(default_factory=list)
 
     def ref(self, key: tuple[Key, ...]) -> FieldRef | None:
         """The :class:`FieldRef` of the field at ``key`` in ``tree``: ``.metadata`` of this
@@ -291,7 +295,7 @@ def _numel(size: tuple[int, ...]) -> int:
 def load(folder: Path, *, prefixes: Iterable[str] | None = None,
          select: Callable[[str], bool] | None = None,
          leave: Callable[[str, int], str | None] | None = None,
-         unknown_as_opaque: bool = False) -> DcpState:
+         unknown_as_opaque: bool | None = None) -> DcpState:
     """Read one DCP folder metadata-only (see the module docstring).
 
     ``prefixes``: only items whose fqn is one of them or lies under one
@@ -340,6 +344,10 @@ def load(folder: Path, *, prefixes: Iterable[str] | None = None,
         files.close()
     st.files += sorted(str(folder / rel) for rel in files.sizes)
     st.tree = _nest(st.flat, md.fields.get("planner_data"), st.skipped, st.paths)
+    from lrdoctor.read.bytes.safeload import opaque_notes
+
+    st.notes = opaque_notes(md.fields, str(folder / METADATA)) + opaque_notes(
+        st.flat, f"{folder} (DCP items)")
     return st
 
 
@@ -357,7 +365,7 @@ def _where(chunks: list[Chunk] | None) -> tuple[str, int]:
 
 def _read_item(files: _Files, fqn: str, cls: object, meta: object, chunks: list[Chunk],
                st: DcpState,
-               unknown_as_opaque: bool) -> None:
+               unknown_as_opaque: bool | None) -> None:
     from lrdoctor.read.bytes import safeload
 
     if cls == _BYTES:
@@ -381,7 +389,7 @@ def _read_item(files: _Files, fqn: str, cls: object, meta: object, chunks: list[
         except UnsafePickle as exc:
             # DCP's default planner torch.saves an io.BytesIO value as a pickled BytesIO
             # (older torchtitan's loss logs): inert, left unread like any unknown class.
-            if safeload.runs_code(exc.global_name):
+            if safeload.runs_code(exc.global_name) or isinstance(exc, HostileRecord):
                 raise
             # An unknown (not on the allow-list) class in one item: that item stays
             # unread, the rest of the checkpoint can still be judged.

@@ -54,6 +54,9 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in [
           "place it appears (the 'billion laughs' of repeated references)"),
     Limit("depth", 100, "nesting depth of containers in one file (pickle, JSON, YAML, TOML)"),
     Limit("zip_members", 200_000, "members of one zip checkpoint"),
+    Limit("deflated_bytes", 64 * _MiB,
+          "bytes inflated to reach a value in a deflated zip record (a tensor storage), or "
+          "to copy one: torch writes storages stored, where a read costs what it reads"),
     Limit("json_bytes", 64 * _MiB, "bytes of one JSON sidecar (trainer_state.json, ...)"),
     Limit("csv_bytes", 64 * _MiB, "bytes of one CSV metrics log (Lightning CSVLogger's "
                                   "metrics.csv)"),

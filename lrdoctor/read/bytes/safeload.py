@@ -26,7 +26,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar, overload
+from typing import IO, Any, BinaryIO, TypeVar, overload
 
 from lrdoctor.core.errors import Corrupt, UnsafePickle, UnusableInput, cannot_read
 from lrdoctor.read.bytes import limits, unsafe_globals
@@ -45,7 +45,8 @@ _T = TypeVar("_T")
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".tar", ".pickle")
 
 __all__ = ["TensorRef", "Opaque", "KeyOpaque", "load", "load_obj", "load_bytes", "load_pickle_file",
-           "opaque_classes", "read_values", "decode_values", "runs_code"]
+           "opaque_classes", "opaque_notes", "read_values", "decode_values", "runs_code",
+           "open_record"]
 
 
 @dataclass(frozen=True)
@@ -98,9 +99,31 @@ class Opaque:
             self.state.update(state)
         else:
             self.state = state
+        if type(self.state) is dict and self.cls not in _allowed():
+            self.state = ReadFields(self.state)  # an unknown class: say what was read of it
 
     def __reduce__(self) -> tuple[type[Opaque], tuple[str, Unpickled, tuple[Unpickled, ...]]]:
         return (Opaque, (self.cls, self.state, self.args))
+
+
+class ReadFields(dict[Any, Any]):
+    """The fields of an opaque record of an unknown class (its ``__dict__``, data): a dict
+    that remembers which keys a reader asked for, so that the note can say which fields
+    of the object were still read (:func:`opaque_notes`)."""
+
+    __slots__ = ("asked",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.asked: set[Any] = set()
+
+    def __getitem__(self, key: Any) -> Any:
+        self.asked.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.asked.add(key)
+        return super().get(key, default)
 
 
 # --------------------------------------------------------------------------- dtypes
@@ -153,6 +176,16 @@ class _Marker:
 
 class _Bad(Exception):
     """A malformed record inside an otherwise allow-listed pickle."""
+
+
+class _Hostile(_Bad):
+    """An allow-listed record built as torch never builds it, in a way that a real
+    unpickler would turn into a call or a read elsewhere (a gadget): a refusal of the
+    file (:class:`~lrdoctor.read.bytes.unsafe_globals.HostileRecord`), not corruption."""
+
+    def __init__(self, global_name: str, what: str):
+        super().__init__(what)
+        self.global_name, self.what = global_name, what
 
 
 def _ints(x: object, what: str) -> tuple[int, ...]:
@@ -217,7 +250,14 @@ def _rebuild_wrapper(cls: object, dtype: object, size: object, stride: object,
 def _rebuild_from_type_v2(func: object, new_type: object, args: object,
                           state: object = None) -> TensorRef:
     rebuild = next((f for f in _TENSOR_REBUILDS if f is func), None)
-    if rebuild is None or not _subclass(new_type) or not isinstance(args, tuple):
+    if rebuild is None:
+        # torch's own calls func(*args): handed anything but a tensor rebuild, it is a
+        # call of that (the reader never makes it)
+        raise _Hostile("torch._tensor._rebuild_from_type_v2",
+                       "a tensor-subclass record (torch._tensor._rebuild_from_type_v2) whose "
+                       f"function is {_what(func)}, not a tensor rebuild: it calls that "
+                       "function")
+    if not _subclass(new_type) or not isinstance(args, tuple):
         raise _Bad("malformed tensor-subclass record")
     out = rebuild(*args)
     if func is _rebuild_wrapper:
@@ -270,8 +310,25 @@ def _bytes_like(kind: type[bytes] | type[bytearray]) -> Callable[..., bytes | by
     return make
 
 
+def _what(obj: object) -> str:
+    """A value named in a refusal: an allow-listed global by its name, else its type."""
+    if isinstance(obj, (_Marker, unsafe_globals.DangerRef)):
+        return obj.name
+    lrd = getattr(obj, "_lrd_name", None)
+    if isinstance(lrd, str) and lrd:
+        return lrd
+    name = next((k for k, v in _allowed().items() if v is obj), None)
+    return name or type(obj).__name__
+
+
 def _reconstructor(cls: object, base: object, state: object = None) -> Opaque:
-    """copyreg._reconstructor (protocol 0/1 objects): only for our record stand-ins."""
+    """copyreg._reconstructor (protocol 0/1 objects): only for our record stand-ins, and
+    only as pickle writes it for a plain class: ``base`` is ``object`` (the real one calls
+    ``base.__new__`` and ``base.__init__`` with ``state``: another base is a call of it)."""
+    if not (isinstance(base, _Marker) and base.name == "object"):
+        raise _Hostile("copyreg._reconstructor",
+                       f"copyreg._reconstructor of {_what(cls)} with the base {_what(base)} "
+                       "(pickle writes object): it calls that base's __new__ and __init__")
     if isinstance(cls, type) and issubclass(cls, _Record):
         obj = cls.__new__(cls)
         if state is not None:
@@ -287,6 +344,22 @@ def _path(*parts: object) -> str:
     if len(names) != len(parts):
         raise _Bad("malformed path record")
     return posixpath.join(*names) if names else "."
+
+
+#: The layouts torch pickles through ``torch.serialization._get_layout`` (str(torch.layout)).
+_LAYOUTS = frozenset({"torch.strided", "torch.sparse_coo", "torch.sparse_csr", "torch.sparse_csc",
+                      "torch.sparse_bsr", "torch.sparse_bsc", "torch._mkldnn", "torch.jagged"})
+
+
+def _get_layout(name: object) -> str:
+    """torch.serialization._get_layout: a layout's name, as torch writes it for a sparse
+    tensor. The global lives under torch.serialization (a code-execution module): called
+    with anything but a layout name, it is not torch's record."""
+    if not (isinstance(name, str) and name in _LAYOUTS):
+        raise _Hostile("torch.serialization._get_layout",
+                       f"a call of torch.serialization._get_layout with {str(name)[:60]!r}, "
+                       "not a layout name")
+    return name
 
 
 def _enum_value(value: object, *_rest: object) -> object:
@@ -422,6 +495,10 @@ _ENUMS = {
     "torch.distributed.checkpoint.planner": ["WriteItemType", "LoadItemType"],
 }
 
+#: Frameworks whose checkpoint record classes the allow-list enumerates (below): by
+#: default an unlisted global under one of them is refused, not kept opaque (issue 12).
+LISTED_FRAMEWORKS = frozenset({"deepspeed", "transformers", "megatron", "accelerate"})
+
 # Classes kept as Opaque(cls, state=<their __dict__>): plain data holders.
 _RECORDS = [
     "argparse.Namespace",
@@ -534,7 +611,7 @@ def _build_allowed() -> dict[str, Any]:
         "torch._tensor._rebuild_from_type": lambda func, new_type, args, dict_=None:
             _rebuild_from_type_v2(func, new_type, args),
         "torch._utils._rebuild_wrapper_subclass": _rebuild_wrapper,
-        "torch.serialization._get_layout": lambda name: name if isinstance(name, str) else "?",
+        "torch.serialization._get_layout": _get_layout,
         "torch.Tensor": _Marker("torch.Tensor"),
         "torch.nn.parameter.Parameter": _Marker("torch.nn.parameter.Parameter"),
         "torch.nn.parameter.Buffer": _Marker("torch.nn.parameter.Buffer"),
@@ -599,21 +676,69 @@ def runs_code(global_name: str) -> bool:
 
 def opaque_classes(obj: Any, limit: int = 100_000) -> set[str]:
     """Names of the classes in ``obj`` kept opaque without being on the allow-list."""
+    return set(_opaque_fields(obj, limit)[0])
+
+
+def _opaque_fields(obj: Any, limit: int
+                   ) -> tuple[dict[str, tuple[set[str], set[str]]], set[str]]:
+    """({opaque class: (the field names its records held as data, those a reader asked
+    for)}, {code-execution globals only referenced}) in ``obj``, walking at most ``limit``
+    values."""
     allowed = _allowed()
-    out: set[str] = set()
+    out: dict[str, tuple[set[str], set[str]]] = {}
+    refs: set[str] = set()
     stack, seen = [obj], 0
     while stack and seen < limit:
         o = stack.pop()
         seen += 1
         if isinstance(o, Opaque):
             if o.cls not in allowed:
-                out.add(o.cls)
+                fields, asked = out.setdefault(o.cls, (set(), set()))
+                for part in (o.state if isinstance(o.state, tuple) else (o.state,)):
+                    if isinstance(part, dict):  # (dict state, slot state) for __slots__
+                        fields.update(k for k in part if isinstance(k, str))
+                    if isinstance(part, ReadFields):
+                        asked.update(k for k in part.asked if k in part)
             stack.extend((o.state, *o.args))
+        elif isinstance(o, unsafe_globals.DangerRef):
+            refs.add(o.name)
         elif isinstance(o, dict):
             stack.extend(o.values())
         elif isinstance(o, (list, tuple, set, frozenset)):
             stack.extend(o)
-    return out
+    return out, refs
+
+
+def opaque_notes(obj: Any, file: str, limit: int = 100_000) -> list[str]:
+    """What a note says about ``obj`` read from ``file``: each class kept opaque (not on
+    the allow-list, never imported or run) with its fields (a dataclass's or a Namespace's
+    ``__dict__``, data): those a reader has asked for so far ("still read"), else the
+    first few it holds; and each code-execution global it only references (kept as a
+    name, never called). Empty when there is none."""
+    classes, refs = _opaque_fields(obj, limit)
+    notes = []
+    if classes:
+        parts = []
+        for cls in sorted(classes)[:6]:
+            fields, asked = classes[cls]
+            if asked:
+                names = sorted(asked)
+                shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
+                parts.append(f"{cls} (fields still read as data: {shown}; of "
+                             f"{len(fields)} it holds)")
+            elif fields:
+                names = sorted(fields)
+                shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+                parts.append(f"{cls} ({len(fields)} fields held as data: {shown})")
+            else:
+                parts.append(f"{cls} (no fields)")
+        notes.append(f"{file}: kept as opaque values (classes lrdoctor does not know, not "
+                     "run): " + "; ".join(parts) + (" ..." if len(classes) > 6 else ""))
+    if refs:
+        notes.append(f"{file}: references to " + ", ".join(sorted(refs)[:6])
+                     + (" ..." if len(refs) > 6 else "") + " kept as names: only referenced, "
+                     "never called, so inert")
+    return notes
 
 
 class _Unpickler(LimitedUnpickler):
@@ -630,7 +755,7 @@ class _Unpickler(LimitedUnpickler):
 
     def __init__(self, file: PickleSource, path: str,
                  storage_ref: Callable[[object], TensorRef] | None = None,
-                 unknown_as_opaque: bool = False):
+                 unknown_as_opaque: bool | None = None):
         super().__init__(file, path, encoding="latin1")  # py2-era pickles: numpy byte strings
         self._path = path
         self._storage_ref = storage_ref
@@ -647,13 +772,19 @@ class _Unpickler(LimitedUnpickler):
             return _allowed()[key]
         except KeyError:
             pass
-        # A name that can run code is a verdict on the file, whatever else it holds (one
-        # line: the file, the global, why). The user may let one through, as an inert
-        # stand-in: the real global is never touched.
+        # A name that can run code: a reference to it is inert (a DataLoader's collate_fn),
+        # a call of it is a verdict on the file, whatever else it holds (one line: the file,
+        # the global, why), refused by the pickle machine the moment the pickle would call
+        # it. The user may let one through, as an inert stand-in: the real global is never
+        # touched.
         if runs_code(key):
-            unsafe_globals.refuse(self._path, key)
-            return _record(key)
-        if self._unknown_as_opaque:
+            if key in unsafe_globals.allowed():
+                return _record(key)
+            return unsafe_globals.DangerRef(key)
+        if not all(part.isidentifier() for part in key.split(".")):
+            raise UnsafePickle(self._path, key)  # no class has this name: not a record
+        if self._unknown_as_opaque or (self._unknown_as_opaque is None
+                                       and key.split(".", 1)[0] not in LISTED_FRAMEWORKS):
             return _record(key)
         raise UnsafePickle(self._path, key)
 
@@ -674,6 +805,8 @@ def _guard(path: str, fn: Callable[..., _T], *args: Any) -> _T:
         return fn(*args)
     except UnusableInput:
         raise
+    except _Hostile as exc:
+        raise unsafe_globals.HostileRecord(path, exc.global_name, exc.what) from None
     except _Bad as exc:
         raise Corrupt(f"corrupt checkpoint: {exc}", path) from None
     except (IsADirectoryError, FileNotFoundError, PermissionError) as exc:
@@ -682,6 +815,17 @@ def _guard(path: str, fn: Callable[..., _T], *args: Any) -> _T:
         raise Corrupt("corrupt or hostile pickle: nested too deeply", path) from None
     except Exception as exc:  # noqa: BLE001 - a corrupt file must end in one line, not a traceback
         raise Corrupt(f"truncated or corrupt checkpoint ({_one_line(exc)})", path) from None
+
+
+def _storage_key(key: str) -> None:
+    """A storage id as torch writes it: a plain name (decimal, or a legacy file's key)
+    inside the archive's ``data/`` folder. A path (``../../etc/passwd``, ``/etc/hostname``)
+    is a read elsewhere for whatever loader joins it to a folder."""
+    if not key or key in (".", "..") or "/" in key or "\\" in key or "\0" in key \
+            or ":" in key:
+        raise _Hostile("persistent_load",
+                       f"a storage id {key[:80]!r} that is a path, not a name inside the "
+                       "archive's data/ folder")
 
 
 def _storage_dtype(stype: Any) -> str:
@@ -738,7 +882,7 @@ def _zip_layout(zf: zipfile.ZipFile, path: str) -> str:
     raise UnusableInput("a zip file without data.pkl: not a torch checkpoint", path)
 
 
-def _load_zip(path: str, unknown_as_opaque: bool, source: BinaryIO | None = None) -> Unpickled:
+def _load_zip(path: str, unknown_as_opaque: bool | None, source: BinaryIO | None = None) -> Unpickled:
     """``source``: a file object holding the archive (a DCP bytes item), else ``path`` is read."""
     _zip_members_check(source if source is not None else path, path)
     with zipfile.ZipFile(source if source is not None else path) as zf:
@@ -757,7 +901,7 @@ def _zip_pickle(zf: zipfile.ZipFile, path: str) -> tuple[str, bytes]:
 
 
 def _unpickle_zip(data: bytes, prefix: str, members: dict[str, zipfile.ZipInfo], path: str,
-                  unknown_as_opaque: bool) -> Unpickled:
+                  unknown_as_opaque: bool | None) -> Unpickled:
     """data.pkl's object graph, each storage checked against its member's size."""
     def storage_ref(pid: object) -> TensorRef:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
@@ -766,6 +910,7 @@ def _unpickle_zip(data: bytes, prefix: str, members: dict[str, zipfile.ZipInfo],
         dtype = _storage_dtype(stype)
         if not isinstance(key, str) or type(numel) is not int or numel < 0:
             raise _Bad("malformed storage record")
+        _storage_key(key)
         info = members.get(f"{prefix}/data/{key}")
         if info is None:
             raise _Bad(f"storage data/{key} is missing")
@@ -800,7 +945,7 @@ def read_torch_zip(f: BinaryIO, path: str) -> ZipRead:
             prefix, data = _zip_pickle(zf, path)
             members = {i.filename: i for i in zf.infolist()}
             return ZipRead(zf, prefix, data,
-                           _unpickle_zip(data, prefix, members, path, False))
+                           _unpickle_zip(data, prefix, members, path, None))
         except BaseException:
             zf.close()
             raise
@@ -813,7 +958,7 @@ _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 _LEGACY_PROTOCOL = 1001
 
 
-def _load_stream(path: str, unknown_as_opaque: bool, source: BinaryIO | None = None) -> Unpickled:
+def _load_stream(path: str, unknown_as_opaque: bool | None, source: BinaryIO | None = None) -> Unpickled:
     """A non-zip file: the legacy torch format or a plain pickle (``source``: an open file)."""
     with _reopen(path, source) as f:
         head = f.read(8)
@@ -850,6 +995,7 @@ def _load_stream(path: str, unknown_as_opaque: bool, source: BinaryIO | None = N
             dtype = _storage_dtype(stype)
             if not isinstance(key, str) or type(numel) is not int or numel < 0:
                 raise _Bad("malformed storage record")
+            _storage_key(key)
             roots.setdefault(key, (dtype, numel))
             offset, size = 0, numel
             if view is not None:  # (root key, offset, size) in elements, as torch writes it
@@ -914,7 +1060,7 @@ def map_refs(obj: Any, fn: Callable[[TensorRef], Any], seen: dict[int, Any] | No
 # --------------------------------------------------------------------------- API
 
 
-def load(path: str | Path | BinaryIO, *, unknown_as_opaque: bool = False,
+def load(path: str | Path | BinaryIO, *, unknown_as_opaque: bool | None = None,
          name: str | None = None) -> Unpickled:
     """Unpickle ``path`` with tensors turned into :class:`TensorRef`, through the allow-list.
 
@@ -924,10 +1070,17 @@ def load(path: str | Path | BinaryIO, *, unknown_as_opaque: bool = False,
     as ``"torch.float32"``, devices as ``"cuda:0"``, ``torch.Size`` as a tuple.
     Raises UnsafePickle / UnusableInput with a one-line message; no partial result.
 
-    ``unknown_as_opaque=True`` turns a global that is not on the allow-list into
-    an inert ``Opaque("module.name", args=...)`` instead of refusing the file (for
-    user classes in Lightning hyper-parameters, say); still nothing is imported
-    or run, but such values are whatever the pickle claims.
+    A global that is not on the allow-list (a framework's own TrainingArguments
+    subclass, a DCP ``_StorageInfo`` of another framework, a user's Dataset) becomes an
+    inert ``Opaque("module.name", args=...)``: nothing is imported or run, its fields
+    (a dataclass's or a Namespace's ``__dict__``) are read as data, and such values are
+    whatever the pickle claims (:func:`opaque_notes` says which were kept so). By default
+    (``unknown_as_opaque=None``) a name under a framework whose checkpoint records the
+    allow-list enumerates (:data:`LISTED_FRAMEWORKS`) is the exception: an unlisted one
+    (a Trainer, an op builder) is no record of its checkpoints, and is refused.
+    ``True`` keeps those opaque too (discovery, the verdict of :mod:`lrdoctor.read.bytes.vet`);
+    ``False`` refuses every unknown class (strict: only the allow-list).
+    A code-execution global is refused when the pickle would call it, in every mode.
 
     ``path`` may also be an open seekable binary file (a remote checkpoint read
     with range requests, see :mod:`lrdoctor.read.bytes.storage`); ``name`` then names it in
@@ -947,7 +1100,7 @@ def load(path: str | Path | BinaryIO, *, unknown_as_opaque: bool = False,
     return _guard(p, _load_any, p, unknown_as_opaque)
 
 
-def _load_any(path: str, unknown_as_opaque: bool, source: BinaryIO | None = None) -> Unpickled:
+def _load_any(path: str, unknown_as_opaque: bool | None, source: BinaryIO | None = None) -> Unpickled:
     if zipfile.is_zipfile(source if source is not None else path):
         return _load_zip(path, unknown_as_opaque, _rewound(source))
     try:
@@ -968,7 +1121,7 @@ def _load_any(path: str, unknown_as_opaque: bool, source: BinaryIO | None = None
 load_obj = load
 
 
-def load_bytes(data: bytes, path: str, *, unknown_as_opaque: bool = False) -> Unpickled:
+def load_bytes(data: bytes, path: str, *, unknown_as_opaque: bool | None = None) -> Unpickled:
     """:func:`load` for bytes already in memory (a torch.distributed.checkpoint bytes item).
 
     ``path`` names where they came from, for messages and for the TensorRefs
@@ -989,7 +1142,7 @@ def load_bytes(data: bytes, path: str, *, unknown_as_opaque: bool = False) -> Un
     return _guard(path, run)
 
 
-def load_pickle_file(path: str | Path, *, unknown_as_opaque: bool = False) -> Unpickled:
+def load_pickle_file(path: str | Path, *, unknown_as_opaque: bool | None = None) -> Unpickled:
     """A plain pickle (accelerate ``random_states_*.pkl`` of old versions, ...) via the allow-list.
 
     Torch zip files are accepted too (several ``.pkl``/``.bin`` files are really torch.save).
@@ -1086,7 +1239,8 @@ def _read_values(ref: TensorRef, data: bytes | None = None) -> list[Number]:
             prefix = _zip_layout(zf, ref.path)
             names = set(zf.namelist())
             big = f"{prefix}/byteorder" in names and zf.read(f"{prefix}/byteorder") == b"big"
-            with zf.open(f"{prefix}/data/{ref.storage_key}") as m:
+            info = zf.getinfo(f"{prefix}/data/{ref.storage_key}")
+            with open_record(zf, info, ref.path, hi * size) as m:
                 for a, b in spans:
                     m.seek(a * size)
                     chunks[a] = m.read((b - a) * size)
@@ -1096,6 +1250,20 @@ def _read_values(ref: TensorRef, data: bytes | None = None) -> list[Number]:
         span = chunks[lo]
         return [_decode(ref.dtype, span[(i - lo) * size:(i - lo + 1) * size], big) for i in idx]
     return [_decode(ref.dtype, chunks[i], big) for i in idx]
+
+
+def open_record(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: str, upto: int) -> IO[bytes]:
+    """A zip record opened to read its bytes below offset ``upto``, at what that read costs.
+
+    A stored record (torch writes every storage stored) seeks for free. A deflated one
+    must be inflated from its start to any offset, so reading the last value of a record
+    that inflates to 64 GiB would inflate 64 GiB (a deflate seek bomb): refused when
+    ``upto`` is past ``deflated_bytes``, before anything is inflated."""
+    if info.compress_type != zipfile.ZIP_STORED and upto > limits.get("deflated_bytes"):
+        raise limits.over("deflated_bytes", path,
+                          f"record {info.filename} is compressed: reading to its byte "
+                          f"{upto:,} (of {info.file_size:,}) means inflating them all")
+    return zf.open(info)
 
 
 @overload

@@ -1,13 +1,21 @@
 """The one list of pickle globals that load, evaluate, import or run code (docs/security.md).
 
 A checkpoint's pickle names the callables the unpickler should call. lrdoctor never
-calls one that is not on its allow-list of data constructors, but a name from this
-list is more than unknown: it is how a pickle runs code in whoever loads the file with
-``torch.load(weights_only=False)`` (Megatron and DeepSpeed resume that way). So it is
-a verdict on the whole checkpoint folder: every reader refuses it with one line naming
-the file, the global and why it is dangerous (:class:`CodeExecutionGlobal`), no
-unknown class is kept as an inert stand-in under such a name, and ``fix`` never writes
-an output that holds one (:func:`globals_in_pickle` checks what it wrote).
+calls one that is not on its allow-list of data constructors, but a *call* of a name
+from this list is more than unknown: it is how a pickle runs code in whoever loads the
+file with ``torch.load(weights_only=False)`` (Megatron and DeepSpeed resume that way).
+So it is a verdict on the whole checkpoint folder: every reader refuses it with one line
+naming the file, the global and why it is dangerous (:class:`CodeExecutionGlobal`), and
+``fix`` never writes an output that holds one (it reads every pickle of its output with
+the same reader before publishing it).
+
+A name from this list that is only *referenced* (a DataLoader's ``collate_fn``, a
+config field holding a function) is inert: an unpickler imports it and stores it, and
+nothing runs. The reader keeps it as a :class:`DangerRef` (a name, never resolved).
+What counts as a call: the callable of ``REDUCE``/``NEWOBJ``/``OBJ``/``INST``; an
+argument of any call (a gadget such as ``copyreg._reconstructor`` or a tensor rebuild
+calls what it is handed); the target of ``BUILD``/``APPEND``/``SETITEM`` (``sys.path``
+appended to, ``os.environ`` set: a method call on the global).
 
 A user who knows the file (their own class under a module that shadows one of these
 names, say) can let one name through with ``--allow-unsafe-global NAME``: it is then
@@ -25,8 +33,8 @@ from typing import Any
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
 
-__all__ = ["DANGEROUS", "INERT", "ALLOW_ENV", "danger", "allowed", "allow",
-           "CodeExecutionGlobal", "globals_in_pickle", "dangerous_in_pickle"]
+__all__ = ["DANGEROUS", "INERT", "ALLOW_ENV", "danger", "allowed", "allow", "DangerRef",
+           "CodeExecutionGlobal", "HostileRecord", "globals_in_pickle", "dangerous_in_pickle"]
 
 _RUNS = "runs commands, writes or deletes files"
 _IMPORTS = "imports any module the file names"
@@ -110,12 +118,21 @@ DANGEROUS: dict[str, str] = {
     "(runs a program)", "logging": "configures handlers (logging.config runs code)",
 }
 
-#: Names under a :data:`DANGEROUS` prefix that are inert, with the reason. The allow-list
-#: of data constructors (``builtins.set``, ``pathlib.PosixPath`` as a string, ...) is
+#: Names (or every name under a module) under a :data:`DANGEROUS` prefix that are inert,
+#: with the reason; the longest match of the two lists decides. The allow-list of data
+#: constructors (``builtins.set``, ``pathlib.PosixPath`` as a string, ...) is
 #: :mod:`lrdoctor.read.bytes.safeload`'s and is consulted before this list.
 INERT: dict[str, str] = {
     "_io.BytesIO": "an in-memory buffer (DCP's default planner saves one as is)",
     "io.BytesIO": "an in-memory buffer",
+    # Lightning/Fabric states and user checkpoints pickle a plain DataLoader: plain
+    # classes, rebuilt with __new__ and their __dict__ (no __setstate__, no __new__ of
+    # their own); none of them loads or runs anything when unpickled.
+    "torch.utils.data.dataloader.DataLoader": "a data loader's settings (workers start "
+                                              "only when it is iterated)",
+    "torch.utils.data.sampler": "index samplers (plain records of sizes and seeds)",
+    "torch.utils.data.distributed.DistributedSampler": "an index sampler (a plain record)",
+    "torch.utils.data.dataset": "dataset wrappers (TensorDataset, Subset, ConcatDataset)",
 }
 
 #: The environment variable ``--allow-unsafe-global`` sets (comma-separated names), so the
@@ -123,16 +140,22 @@ INERT: dict[str, str] = {
 ALLOW_ENV = "LRDOCTOR_ALLOW_UNSAFE_GLOBALS"
 
 
-def danger(global_name: str) -> str | None:
-    """Why ``global_name`` ("module.name") can run code, or None when it cannot."""
-    if global_name in INERT:
-        return None
+def _longest(global_name: str, table: dict[str, str]) -> str:
     best = ""
-    for prefix in DANGEROUS:
+    for prefix in table:
         if (global_name == prefix or global_name.startswith(prefix + ".")) \
                 and len(prefix) > len(best):
             best = prefix
-    return DANGEROUS[best] if best else None
+    return best
+
+
+def danger(global_name: str) -> str | None:
+    """Why ``global_name`` ("module.name") can run code, or None when it cannot (the
+    longest match of :data:`DANGEROUS` and :data:`INERT` decides)."""
+    best = _longest(global_name, DANGEROUS)
+    if not best or len(_longest(global_name, INERT)) >= len(best):
+        return None
+    return DANGEROUS[best]
 
 
 def allowed() -> frozenset[str]:
@@ -159,6 +182,36 @@ class CodeExecutionGlobal(UnsafePickle):
                   f"{why}. lrdoctor ran nothing; torch.load(weights_only=False) of this file "
                   f"would (--allow-unsafe-global {global_name} reads it as an inert value if "
                   "you trust this file)", path)
+
+
+class HostileRecord(UnsafePickle):
+    """A record the reader maps to data, built in a way torch never writes, that
+    ``torch.load(weights_only=False)`` would turn into a call or a read elsewhere (a
+    storage id that leaves the archive, a tensor rebuild handed another function)."""
+
+    def __init__(self, path: str, global_name: str, what: str):
+        self.global_name, self.why = global_name, what
+        UnusableInput.__init__(
+            self, f"refused: {what}, which torch never writes; lrdoctor ran nothing, "
+                  "torch.load(weights_only=False) of this file would act on it", path)
+
+
+class DangerRef:
+    """A code-execution global a pickle only references (kept by name, never resolved).
+
+    Inert as a value; the reader refuses it the moment the pickle would call it
+    (:meth:`refuse`). Shared stand-ins never exist: each reference is its own object."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<reference to {self.name}, never called>"
+
+    def refuse(self, path: str | None) -> CodeExecutionGlobal:
+        return CodeExecutionGlobal(path or "<pickle>", self.name, danger(self.name) or "")
 
 
 def refuse(path: str, global_name: str) -> None:
@@ -196,8 +249,9 @@ def globals_in_pickle(data: Any) -> Iterator[str]:
 
 def dangerous_in_pickle(data: Any) -> list[str]:
     """The code-execution globals a pickle (bytes or a binary file positioned at it) names
-    that the user did not allow (the safe reader's data constructors are not such). A
-    broken stream still counts up to where it breaks: an
+    that the user did not allow (the safe reader's data constructors are not such), read
+    by name: a survey (the fuzz harness, the tests), not the verdict, which is the reader's
+    (a reference alone is inert). A broken stream still counts up to where it breaks: an
     unpickler would have run what came before."""
     from lrdoctor.read.bytes import safeload  # its allow-list of data constructors (_codecs.encode)
 
@@ -212,8 +266,8 @@ def dangerous_in_pickle(data: Any) -> list[str]:
 
 
 def dangerous_in_file(path: str) -> list[str]:
-    """The code-execution globals (not allowed by the user) any pickle of ``path`` names:
-    what ``fix`` checks in every file of its output before publishing it. A torch zip's
+    """The code-execution globals (not allowed by the user) any pickle of ``path`` names, by
+    name (see :func:`dangerous_in_pickle`: a survey, not the verdict). A torch zip's
     ``*.pkl`` members, else the file's own pickles (the legacy torch format is five pickles
     in a row, then raw tensor bytes); a file that is neither holds no pickle."""
     import zipfile
@@ -226,7 +280,8 @@ def dangerous_in_file(path: str) -> list[str]:
                 with zipfile.ZipFile(f) as zf:
                     for info in zf.infolist():
                         if info.filename.endswith(".pkl"):
-                            found.update(dangerous_in_pickle(zf.read(info)))
+                            with zf.open(info) as m:  # streamed: a deflate bomb is not held
+                                found.update(dangerous_in_pickle(m))
             except (zipfile.BadZipFile, OSError, ValueError):
                 pass
             return sorted(found)

@@ -380,8 +380,13 @@ def read(mod: Layout, ckpt: Any) -> RunState:
         detail = (str(exc).splitlines() or [""])[0][:120]
         raise UnusableInput(f"a saved value of unexpected type or size "
                             f"({type(exc).__name__}: {detail})", str(ckpt)) from None
+    from lrdoctor.read.bytes.safeload import opaque_notes
     from lrdoctor.read.layouts import _fixmanifest
 
+    for file, item, obj in loaded:  # never silent: what was kept opaque, what still read
+        for note in opaque_notes(obj, f"{file}[{item}]" if item else file):
+            if note not in st.notes:
+                st.notes.append(note)
     _fixmanifest.apply(st, ckpt)  # a repaired copy's recorded nominal progress
     st.validate()
     from lrdoctor.read.evidence.attach import attach

@@ -78,12 +78,7 @@ def load_file(f: Path) -> Loaded:
         raise
     except UnusableInput as exc:
         return Loaded(None, [f"{f}: not read ({exc.message})"], {}, exc.message)
-    unknown = sorted(safeload.opaque_classes(obj))
-    notes = []
-    if unknown:
-        notes.append(f"{f}: kept as opaque values (classes lrdoctor does not know, not run): "
-                     + ", ".join(unknown[:6]) + (" ..." if len(unknown) > 6 else ""))
-    return Loaded(obj, notes, {})
+    return Loaded(obj, safeload.opaque_notes(obj, str(f)), {})
 
 
 # Which DCP bytes items discovery reads. Every one up to DCP_SMALL_ITEM bytes as stored
@@ -134,7 +129,7 @@ def _load_dcp(f: Path) -> Loaded:
         raise
     except UnusableInput as exc:
         return Loaded(None, [f"{f}: not read ({exc.message})"], {}, exc.message)
-    notes = []
+    notes = list(ds.notes)
     if ds.left:
         names = [f"{k} ({n:,} bytes)" for k, n in list(ds.left.items())[:4]]
         more = len(ds.left) - len(names)

@@ -163,10 +163,11 @@ def refuse_code(ckpt: str | Path, already_read: Iterable[str] = ()) -> None:
 
     A framework reader reads only its own files; a hostile ``rng_state.pth`` beside
     them would run code when the run resumes with ``torch.load``. Every other pickle
-    of the folder is unpickled inertly (unknown classes kept opaque) so that
+    of the folder gets the verdict ``fix`` asks of its output (:func:`lrdoctor.read.bytes.vet.vet`:
+    the safe reader, unknown classes kept opaque), so that
     :class:`~lrdoctor.core.errors.UnsafePickle` names it; unreadable files are not ours to judge.
     """
-    from lrdoctor.read.bytes import safeload
+    from lrdoctor.read.bytes.vet import vet
 
     ckpt = reader_path(ckpt)
     if not ckpt.is_dir():
@@ -179,7 +180,7 @@ def refuse_code(ckpt: str | Path, already_read: Iterable[str] = ()) -> None:
     todo = [f for f in files if is_pickle(f) and str(f) not in done]
     for f in todo[:MAX_READ]:
         try:
-            safeload.load(f, unknown_as_opaque=True)
+            vet(f)
         except UnsafePickle:
             raise
         except UnusableInput:

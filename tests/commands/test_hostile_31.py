@@ -1,0 +1,160 @@
+"""Issue 31 through the command line: bounded time on a deflated storage, bounded memory in
+``fix``, and no payload from a file ``fix`` only copies in a published copy.
+
+The HF layout is the sample run written by transformers' Trainer (``hf-healthy``); the
+hostile files are built here, small on disk: a 64 GiB deflated storage is 67 MB, a 1 GiB
+deflated data.pkl is 1 MB (``tests.helpers.hostile.deflated_zeros``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import hostile
+from tests.helpers.paths import REPO
+
+HF = REPO / "sample_checkpoints" / "hf-healthy"
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None
+         ) -> tuple[subprocess.CompletedProcess, float, int]:
+    """(the finished command, its wall seconds, its own peak RSS in bytes: os.wait4)."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.monotonic()
+        p = subprocess.Popen([sys.executable, "-m", "lrdoctor", *argv], cwd=cwd, text=True,
+                             stdout=out, stderr=err,
+                             env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+        _, status, usage = os.wait4(p.pid, 0)
+        wall = time.monotonic() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(p.args, p.returncode, out.read(), err.read())
+    return done, wall, usage.ru_maxrss * 1024  # Linux: KiB
+
+
+def _commands(target: Path, out: Path) -> dict[str, list[str]]:
+    return {
+        "inspect": ["inspect", str(target)],
+        "inspect --json": ["inspect", str(target), "--json"],
+        "fix": ["fix", str(target), "--out", str(out / "fixed"), "--policy", "rescale",
+                "--k", "2"],
+        "report": ["report", str(target), "--out", str(out / "page")],
+        "check": ["check", "--inspect", str(target)],
+    }
+
+
+@pytest.fixture(scope="module")
+def seek_bomb(tmp_path_factory) -> bytes:
+    """The sample's scheduler.pt (a LambdaLR state written by the Trainer), its
+    ``last_epoch`` a 0-d tensor at the end of 64 GiB of deflated zeros."""
+    import torch
+
+    sd = torch.load(HF / "checkpoint-20" / "scheduler.pt", weights_only=True)
+    return hostile.seek_bomb(sd, "last_epoch")
+
+
+@pytest.mark.parametrize("layout", ["bare", "hf"])
+def test_a_deflate_seek_bomb_answers_at_once_in_every_command(tmp_path, seek_bomb, layout):
+    """Issue 31.1: inflating 64 GiB to read one value took 3 min of CPU per command; the
+    read is refused before anything is inflated, naming the limit."""
+    if layout == "bare":
+        target = bad = tmp_path / "sched.pt"
+        bad.write_bytes(seek_bomb)
+    else:
+        shutil.copytree(HF, tmp_path / "run")
+        target, bad = tmp_path / "run" / "checkpoint-20", \
+            tmp_path / "run" / "checkpoint-20" / "scheduler.pt"
+        bad.write_bytes(seek_bomb)
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, argv in _commands(target, out).items():
+        p, wall, _ = _run(argv, tmp_path)
+        assert wall < 10, (name, wall)
+        assert p.returncode == 2, (name, p.returncode, p.stderr[-400:])
+        line = p.stderr.strip().splitlines()
+        assert len(line) == 1 and str(bad) in line[0] and "LRDOCTOR_MAX_DEFLATED_BYTES" in \
+            line[0], (name, p.stderr)
+    assert not (out / "fixed").exists()
+
+
+def test_a_deflated_storage_within_the_budget_is_read(tmp_path, monkeypatch):
+    """The budget is a limit like the others: a small deflated storage is read (its value
+    is the zero it holds), and the same file is refused under a lower limit."""
+    import torch
+
+    from lrdoctor.core.errors import LimitExceeded
+    from lrdoctor.read.bytes import safeload
+
+    sd = torch.load(HF / "checkpoint-20" / "scheduler.pt", weights_only=True)
+    f = tmp_path / "sched.pt"
+    f.write_bytes(hostile.seek_bomb(sd, "last_epoch", mib=2))
+    ref = safeload.load(f)["last_epoch"]
+    assert ref.storage_offset == (2 << 20) // 8 - 1
+    monkeypatch.setenv("LRDOCTOR_MAX_DEFLATED_BYTES", str(1 << 20))
+    with pytest.raises(LimitExceeded, match="LRDOCTOR_MAX_DEFLATED_BYTES=1048576"):
+        safeload.read_values(ref)
+
+
+def test_fix_of_a_folder_with_a_1gib_data_pkl_stays_small(tmp_path):
+    """Issue 31.2: a file only ``fix`` reads (copied into the output) whose data.pkl inflates
+    to 1,023 MiB drove fix to 2.35 GB RSS and exit 0. Every pickle of the output is read by
+    the safe reader, whose data.pkl cap is checked on the declared size: refused at once."""
+    run = tmp_path / "run"
+    shutil.copytree(HF, run)
+    bad = run / "checkpoint-20" / "rng_state.pth"
+    bad.write_bytes(hostile.pickle_bomb(1023))
+    out = tmp_path / "fixed"
+    p, _, rss = _run(["fix", str(run / "checkpoint-20"), "--out", str(out), "--policy",
+                      "rescale", "--k", "2"], tmp_path)
+    assert p.returncode == 2 and str(bad) in p.stderr, p.stderr[-400:]
+    assert "LRDOCTOR_MAX_PICKLE_BYTES" in p.stderr and not out.exists()
+    if rss:
+        assert rss < 1.5e9, rss
+
+
+@pytest.mark.parametrize("payload", sorted(hostile.gadget_payloads()))
+def test_no_payload_of_a_copied_file_reaches_a_published_copy(tmp_path, payload):
+    """Issue 31.3: in a file ``fix`` copies but does not rewrite (the Trainer's
+    rng_state.pth), each payload made ``fix`` publish a copy that runs it under
+    torch.load(weights_only=False). inspect and fix refuse it alike, naming the file."""
+    run = tmp_path / "run"
+    shutil.copytree(HF, run)
+    bad = run / "checkpoint-20" / "rng_state.pth"
+    bad.write_bytes(hostile.torch_zip(hostile.gadget_payloads()[payload]))
+    out = tmp_path / "fixed"
+    for argv in (["inspect", str(run / "checkpoint-20")],
+                 ["fix", str(run / "checkpoint-20"), "--out", str(out), "--policy", "rescale",
+                  "--k", "2"]):
+        p, _, _ = _run(argv, tmp_path)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, (argv[0], p.returncode, p.stderr[-400:])
+        assert str(bad) in lines[0] and "refused" in lines[0], lines
+    assert not out.exists()
+
+
+def test_fix_reads_every_file_of_its_output_with_the_safe_reader(tmp_path):
+    """The last check before publishing is the reader's verdict, not a list of names: a
+    copied pickle that only references a code-execution global is published; one that calls
+    a gadget is not (whichever file it sits in, even one no reader opened)."""
+    from lrdoctor.core.errors import UnsafePickle
+    from lrdoctor.repair.writer import _refuse_code_in
+
+    src, tmp = tmp_path / "src", tmp_path / "tmp"
+    for d in (src, tmp):
+        d.mkdir()
+    ref_only = hostile.PROTO + hostile._global("os", "system") + hostile.STOP
+    (tmp / "ref.pt").write_bytes(hostile.torch_zip(ref_only))
+    (tmp / "notes.txt").write_bytes(hostile.gadget_payloads()["reconstructor_allowed_class"])
+    _refuse_code_in(src, tmp, ["ref.pt"], single=False)  # a reference alone: inert
+    with pytest.raises(UnsafePickle) as info:
+        _refuse_code_in(src, tmp, ["ref.pt", "notes.txt"], single=False)
+    assert str(info.value).startswith(f"{src / 'notes.txt'}: refused to write a repaired copy")
