@@ -268,21 +268,9 @@ class _Reader(LimitedUnpickler):
         cls = standins.classes().get(f"{module}.{name}")
         if cls is not None:
             return cls
-        # Every other global is a name, never imported. A code-execution global only
-        # referenced is inert (the safe reader, run first on these bytes, said so); a call
-        # of one is refused here too (:meth:`call`, :meth:`new_instance`).
+        if not safeload.allow_listed(f"{module}.{name}"):  # builtins.list is data
+            unsafe_globals.refuse(str(self.archive.path), f"{module}.{name}")
         return self.refs.setdefault((module, name), GlobalRef(module, name))
-
-    def _refuse_dangerous(self, func: Any) -> None:
-        if isinstance(func, GlobalRef):
-            full = f"{func.module}.{func.name}"
-            if not safeload.allow_listed(full):  # builtins.list is data
-                unsafe_globals.refuse(str(self.archive.path), full)
-
-    def call(self, func: Any, args: Any, kwargs: dict[str, Any] | None = None, *,
-             checked: bool = False) -> Any:
-        self._refuse_dangerous(func)
-        return super().call(func, args, kwargs, checked=checked)
 
     def persistent_load(self, pid: Any) -> StorageRef:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
@@ -302,7 +290,6 @@ class _Reader(LimitedUnpickler):
     def new_instance(self, cls: Any, args: tuple, kwargs: dict) -> Any:
         if not isinstance(cls, GlobalRef):  # Namespace, OrderedDict, a stand-in
             return super().new_instance(cls, args, kwargs)
-        self._refuse_dangerous(cls)
         if kwargs:
             raise UnusableInput("NEWOBJ_EX with keyword arguments", str(self.archive.path))
         self.charge(len(args))

@@ -61,6 +61,12 @@ def advice(exc: errors.UnusableInput) -> str:
     if isinstance(exc, errors.NotRecognised):
         return ("Point at a checkpoint file or folder (the line lists what was scanned "
                 "there), or force a reader with --format NAME if it is one.")
+    from lrdoctor.read.bytes.unsafe_globals import HostileRecord
+
+    if isinstance(exc, HostileRecord):  # no name to allow: a record built as a gadget
+        return ("Do not load this file with torch.load(weights_only=False): it holds a record "
+                "torch never writes, made so that loader calls or reads something else. "
+                "Get the checkpoint again from a source you trust.")
     if isinstance(exc, errors.UnsafePickle):
         return (f"Only if you trust the file and its source: rerun with "
                 f"--allow-unsafe-global {exc.global_name} (read as an inert value; nothing "

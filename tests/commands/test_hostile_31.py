@@ -143,18 +143,30 @@ def test_no_payload_of_a_copied_file_reaches_a_published_copy(tmp_path, payload)
 
 def test_fix_reads_every_file_of_its_output_with_the_safe_reader(tmp_path):
     """The last check before publishing is the reader's verdict, not a list of names: a
-    copied pickle that only references a code-execution global is published; one that calls
-    a gadget is not (whichever file it sits in, even one no reader opened)."""
+    copied pickle holding an unknown class is published (an opaque value); one holding a
+    gadget record is not, whichever file it sits in (even one no reader opened)."""
     from lrdoctor.core.errors import UnsafePickle
     from lrdoctor.repair.writer import _refuse_code_in
 
     src, tmp = tmp_path / "src", tmp_path / "tmp"
     for d in (src, tmp):
         d.mkdir()
-    ref_only = hostile.PROTO + hostile._global("os", "system") + hostile.STOP
-    (tmp / "ref.pt").write_bytes(hostile.torch_zip(ref_only))
+    (tmp / "ref.pt").write_bytes(hostile.torch_zip(hostile.newobj_of("myproject.cfg", "Cfg")))
     (tmp / "notes.txt").write_bytes(hostile.gadget_payloads()["reconstructor_allowed_class"])
-    _refuse_code_in(src, tmp, ["ref.pt"], single=False)  # a reference alone: inert
+    _refuse_code_in(src, tmp, ["ref.pt"], single=False)  # an unknown class: inert
     with pytest.raises(UnsafePickle) as info:
         _refuse_code_in(src, tmp, ["ref.pt", "notes.txt"], single=False)
     assert str(info.value).startswith(f"{src / 'notes.txt'}: refused to write a repaired copy")
+
+
+def test_a_gadget_record_is_not_advised_as_a_global_to_allow():
+    """--allow-unsafe-global names a global to read as inert; a gadget record has none to
+    name, so LRD303's advice for it is not that escape."""
+    from lrdoctor.core.errors import UnsafePickle
+    from lrdoctor.read.bytes import safeload
+    from lrdoctor.rules.lrd303_check_input_unusable import advice
+
+    with pytest.raises(UnsafePickle) as info:
+        safeload.load_bytes(hostile.gadget_payloads()["storage_id_parent"], "f.pkl")
+    assert "--allow-unsafe-global" not in advice(info.value)
+    assert "weights_only=False" in advice(info.value)

@@ -17,11 +17,7 @@ that allocate, hash, call or mutate replaced by checked versions:
   of them), so no key can hash a shared structure exponentially or flood a dict;
 * ``REDUCE``/``NEWOBJ``/``OBJ`` only call what ``find_class`` returned in this
   load; ``BUILD`` only updates an instance of a class listed in ``buildable``
-  (fresh per load), never a class, a function or a shared stand-in;
-* a code-execution global ``find_class`` kept as a reference
-  (:class:`~lrdoctor.read.bytes.unsafe_globals.DangerRef`) is refused the moment it would
-  be used: called, handed to a call as an argument, or the target of ``BUILD``,
-  ``APPEND``, ``SETITEM`` or ``ADDITEMS``. Only referenced, it stays an inert value.
+  (fresh per load), never a class, a function or a shared stand-in.
 
 The caller (:mod:`lrdoctor.read.bytes.safeload`) checks the finished object once more with
 :func:`lrdoctor.read.bytes.limits.check_tree` (depth of the built structure, billion laughs).
@@ -40,7 +36,6 @@ from typing import Any, ClassVar
 from lrdoctor.core.errors import LimitExceeded
 from lrdoctor.read.bytes import limits
 from lrdoctor.read.bytes.unpickler_base import BinaryFile, PickleSource, TypedUnpickler
-from lrdoctor.read.bytes.unsafe_globals import DangerRef
 
 _SCALAR_KEYS = frozenset({str, bytes, int, float, bool, type(None), complex})
 _HASHED_CALLS_MAX = 1_000  # composite keys (tuples, frozensets) per load: bounds hash flooding
@@ -197,7 +192,6 @@ class LimitedUnpickler(TypedUnpickler):
         self._names: dict[int, str] = {}  # id -> the global's name, for messages
         self._composite_keys = 0
         self._tuple_depth: dict[int, tuple[int, tuple[Any, ...]]] = {}
-        self._danger_refs = 0  # DangerRefs handed out in this load (args are checked if any)
 
     # ------------------------------------------------------------ accounting
     def _over(self, name: str, detail: str) -> LimitExceeded:
@@ -225,8 +219,6 @@ class LimitedUnpickler(TypedUnpickler):
         if not isinstance(module, str) or not isinstance(name, str):
             raise pickle.UnpicklingError("malformed global")
         obj = self.find_class(module, name)
-        if isinstance(obj, DangerRef):
-            self._danger_refs += 1
         self._found[id(obj)] = obj
         self._names[id(obj)] = f"{module}.{name}"
         return obj
@@ -395,17 +387,9 @@ class LimitedUnpickler(TypedUnpickler):
         self.append(frozenset(items))
     dispatch[pickle.FROZENSET[0]] = load_frozenset
 
-    def _target(self) -> Any:
-        """The object on top of the stack that an opcode is about to change: a reference to a
-        code-execution global there is a call of one of its methods (``sys.path.append``)."""
-        target = self.stack[-1]
-        if isinstance(target, DangerRef):
-            raise target.refuse(self._lim_path)
-        return target
-
     def _list_target(self, what: str) -> Any:
         """The object APPEND(S) extends: a real list here (a subclass may also take records)."""
-        target = self._target()
+        target = self.stack[-1]
         if type(target) is not list:
             raise pickle.UnpicklingError(f"{what} to a {type(target).__name__}")
         return target
@@ -426,7 +410,7 @@ class LimitedUnpickler(TypedUnpickler):
 
     def _dict_target(self) -> Any:
         """The object SETITEM(S) fills: a real dict here (a subclass may also take records)."""
-        target = self._target()
+        target = self.stack[-1]
         if not isinstance(target, dict):
             raise pickle.UnpicklingError(f"SETITEM on a {type(target).__name__}")
         return target
@@ -452,7 +436,7 @@ class LimitedUnpickler(TypedUnpickler):
 
     def load_additems(self) -> None:
         items = self.pop_mark()
-        target = self._target()
+        target = self.stack[-1]
         if type(target) is not set:
             raise pickle.UnpicklingError(f"ADDITEMS to a {type(target).__name__}")
         self.charge(len(items))
@@ -485,8 +469,6 @@ class LimitedUnpickler(TypedUnpickler):
     dispatch[pickle.INST[0]] = load_inst
 
     def _callable(self, func: Any, what: str) -> None:
-        if isinstance(func, DangerRef):
-            raise func.refuse(self._lim_path)
         if self._found.get(id(func)) is not func:
             raise pickle.UnpicklingError(f"{what} of a {type(func).__name__} that is not "
                                          "an allow-listed global")
@@ -499,8 +481,6 @@ class LimitedUnpickler(TypedUnpickler):
             self._callable(func, "call")
         if not isinstance(args, tuple):
             raise pickle.UnpicklingError("call arguments are not a tuple")
-        if self._danger_refs:
-            self._no_danger_in((args, kwargs))
         weight = 3 if func in self.hashing_calls else 1  # a hashed copy costs ~3 list slots
         for a in args:
             if isinstance(a, (list, tuple, dict, set, frozenset)):
@@ -516,23 +496,6 @@ class LimitedUnpickler(TypedUnpickler):
         if type(out) is int and out.bit_length() > 8 * self._int_bytes:
             raise self._over("pickle_int_bytes", "the pickle builds an integer too large")
         return out
-
-    def _no_danger_in(self, roots: Any) -> None:
-        """Refuse a call handed a code-execution global anywhere in its arguments: the real
-        callable may call it (``copyreg._reconstructor`` calls its ``base``, a tensor
-        rebuild its function). One visit per distinct container (memoised by identity);
-        only run in a load that holds such a reference at all."""
-        seen: set[int] = set()
-        stack = [roots]
-        while stack:
-            obj = stack.pop()
-            if isinstance(obj, DangerRef):
-                raise obj.refuse(self._lim_path)
-            kids = self.children(obj)
-            if kids is None or id(obj) in seen:
-                continue
-            seen.add(id(obj))
-            stack.extend(kids)
 
     def bound_args(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None
                    ) -> None:
@@ -600,7 +563,7 @@ class LimitedUnpickler(TypedUnpickler):
 
     def load_build(self) -> None:
         state = self.stack.pop()
-        inst = self._target()
+        inst = self.stack[-1]
         if id(inst) in self._found or not isinstance(inst, self.buildable) \
                 or isinstance(inst, type):
             raise pickle.UnpicklingError(f"BUILD on a {type(inst).__name__}: only records "

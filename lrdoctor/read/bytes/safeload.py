@@ -312,7 +312,7 @@ def _bytes_like(kind: type[bytes] | type[bytearray]) -> Callable[..., bytes | by
 
 def _what(obj: object) -> str:
     """A value named in a refusal: an allow-listed global by its name, else its type."""
-    if isinstance(obj, (_Marker, unsafe_globals.DangerRef)):
+    if isinstance(obj, _Marker):
         return obj.name
     lrd = getattr(obj, "_lrd_name", None)
     if isinstance(lrd, str) and lrd:
@@ -682,7 +682,7 @@ def opaque_classes(obj: Any, limit: int = 100_000) -> set[str]:
 def _opaque_fields(obj: Any, limit: int
                    ) -> tuple[dict[str, tuple[set[str], set[str]]], set[str]]:
     """({opaque class: (the field names its records held as data, those a reader asked
-    for)}, {code-execution globals only referenced}) in ``obj``, walking at most ``limit``
+    for)}, {unknown globals only referenced}) in ``obj``, walking at most ``limit``
     values."""
     allowed = _allowed()
     out: dict[str, tuple[set[str], set[str]]] = {}
@@ -700,8 +700,8 @@ def _opaque_fields(obj: Any, limit: int
                     if isinstance(part, ReadFields):
                         asked.update(k for k in part.asked if k in part)
             stack.extend((o.state, *o.args))
-        elif isinstance(o, unsafe_globals.DangerRef):
-            refs.add(o.name)
+        elif isinstance(o, type) and issubclass(o, _Record) and o._lrd_name not in allowed:
+            refs.add(o._lrd_name)  # an unknown global only referenced (a function, a class)
         elif isinstance(o, dict):
             stack.extend(o.values())
         elif isinstance(o, (list, tuple, set, frozenset)):
@@ -713,8 +713,8 @@ def opaque_notes(obj: Any, file: str, limit: int = 100_000) -> list[str]:
     """What a note says about ``obj`` read from ``file``: each class kept opaque (not on
     the allow-list, never imported or run) with its fields (a dataclass's or a Namespace's
     ``__dict__``, data): those a reader has asked for so far ("still read"), else the
-    first few it holds; and each code-execution global it only references (kept as a
-    name, never called). Empty when there is none."""
+    first few it holds; and each unknown global it only references (a collate function:
+    kept as a name, never imported or called). Empty when there is none."""
     classes, refs = _opaque_fields(obj, limit)
     notes = []
     if classes:
@@ -736,8 +736,8 @@ def opaque_notes(obj: Any, file: str, limit: int = 100_000) -> list[str]:
                      "run): " + "; ".join(parts) + (" ..." if len(classes) > 6 else ""))
     if refs:
         notes.append(f"{file}: references to " + ", ".join(sorted(refs)[:6])
-                     + (" ..." if len(refs) > 6 else "") + " kept as names: only referenced, "
-                     "never called, so inert")
+                     + (" ..." if len(refs) > 6 else "") + " kept as names: only referenced "
+                     "(never imported or called here)")
     return notes
 
 
@@ -772,15 +772,12 @@ class _Unpickler(LimitedUnpickler):
             return _allowed()[key]
         except KeyError:
             pass
-        # A name that can run code: a reference to it is inert (a DataLoader's collate_fn),
-        # a call of it is a verdict on the file, whatever else it holds (one line: the file,
-        # the global, why), refused by the pickle machine the moment the pickle would call
-        # it. The user may let one through, as an inert stand-in: the real global is never
-        # touched.
+        # A name that can run code is a verdict on the file, whatever else it holds (one
+        # line: the file, the global, why). The user may let one through, as an inert
+        # stand-in: the real global is never touched.
         if runs_code(key):
-            if key in unsafe_globals.allowed():
-                return _record(key)
-            return unsafe_globals.DangerRef(key)
+            unsafe_globals.refuse(self._path, key)
+            return _record(key)
         if not all(part.isidentifier() for part in key.split(".")):
             raise UnsafePickle(self._path, key)  # no class has this name: not a record
         if self._unknown_as_opaque or (self._unknown_as_opaque is None
@@ -1080,7 +1077,8 @@ def load(path: str | Path | BinaryIO, *, unknown_as_opaque: bool | None = None,
     (a Trainer, an op builder) is no record of its checkpoints, and is refused.
     ``True`` keeps those opaque too (discovery, the verdict of :mod:`lrdoctor.read.bytes.vet`);
     ``False`` refuses every unknown class (strict: only the allow-list).
-    A code-execution global is refused when the pickle would call it, in every mode.
+    A code-execution global (:mod:`~lrdoctor.read.bytes.unsafe_globals`) is refused in every
+    mode, as is a gadget record (:class:`~lrdoctor.read.bytes.unsafe_globals.HostileRecord`).
 
     ``path`` may also be an open seekable binary file (a remote checkpoint read
     with range requests, see :mod:`lrdoctor.read.bytes.storage`); ``name`` then names it in

@@ -1,21 +1,20 @@
 """The one list of pickle globals that load, evaluate, import or run code (docs/security.md).
 
 A checkpoint's pickle names the callables the unpickler should call. lrdoctor never
-calls one that is not on its allow-list of data constructors, but a *call* of a name
-from this list is more than unknown: it is how a pickle runs code in whoever loads the
-file with ``torch.load(weights_only=False)`` (Megatron and DeepSpeed resume that way).
-So it is a verdict on the whole checkpoint folder: every reader refuses it with one line
-naming the file, the global and why it is dangerous (:class:`CodeExecutionGlobal`), and
-``fix`` never writes an output that holds one (it reads every pickle of its output with
-the same reader before publishing it).
+calls one that is not on its allow-list of data constructors, but a name from this
+list is more than unknown: it is how a pickle runs code in whoever loads the file with
+``torch.load(weights_only=False)`` (Megatron and DeepSpeed resume that way). So it is
+a verdict on the whole checkpoint folder: every reader refuses it with one line naming
+the file, the global and why it is dangerous (:class:`CodeExecutionGlobal`), no
+unknown class is kept as an inert stand-in under such a name, and ``fix`` never writes
+an output that holds one (it reads every pickle of its output with the same reader
+before publishing it: :mod:`lrdoctor.read.bytes.vet`).
 
-A name from this list that is only *referenced* (a DataLoader's ``collate_fn``, a
-config field holding a function) is inert: an unpickler imports it and stores it, and
-nothing runs. The reader keeps it as a :class:`DangerRef` (a name, never resolved).
-What counts as a call: the callable of ``REDUCE``/``NEWOBJ``/``OBJ``/``INST``; an
-argument of any call (a gadget such as ``copyreg._reconstructor`` or a tensor rebuild
-calls what it is handed); the target of ``BUILD``/``APPEND``/``SETITEM`` (``sys.path``
-appended to, ``os.environ`` set: a method call on the global).
+A reference alone is refused too, not only a call: a loader that keeps the value calls it
+later (a pickled DataLoader whose ``collate_fn`` is ``os.system`` runs a command per batch
+once it is iterated). So the list names code-execution primitives precisely: the data
+helpers a plain DataLoader pickles (its collate function, samplers, datasets) are under
+``torch.utils`` but are :data:`INERT`, and an unknown class is an opaque value.
 
 A user who knows the file (their own class under a module that shadows one of these
 names, say) can let one name through with ``--allow-unsafe-global NAME``: it is then
@@ -33,7 +32,7 @@ from typing import Any
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
 
-__all__ = ["DANGEROUS", "INERT", "ALLOW_ENV", "danger", "allowed", "allow", "DangerRef",
+__all__ = ["DANGEROUS", "INERT", "ALLOW_ENV", "danger", "allowed", "allow",
            "CodeExecutionGlobal", "HostileRecord", "globals_in_pickle", "dangerous_in_pickle"]
 
 _RUNS = "runs commands, writes or deletes files"
@@ -127,9 +126,12 @@ INERT: dict[str, str] = {
     "io.BytesIO": "an in-memory buffer",
     # Lightning/Fabric states and user checkpoints pickle a plain DataLoader: plain
     # classes, rebuilt with __new__ and their __dict__ (no __setstate__, no __new__ of
-    # their own); none of them loads or runs anything when unpickled.
+    # their own), and its collate function by reference; none of them loads or runs
+    # anything when unpickled, nor runs code of the file's choosing when called.
     "torch.utils.data.dataloader.DataLoader": "a data loader's settings (workers start "
                                               "only when it is iterated)",
+    "torch.utils.data._utils.collate": "collate functions (default_collate, "
+                                       "default_convert): stack a batch's tensors",
     "torch.utils.data.sampler": "index samplers (plain records of sizes and seeds)",
     "torch.utils.data.distributed.DistributedSampler": "an index sampler (a plain record)",
     "torch.utils.data.dataset": "dataset wrappers (TensorDataset, Subset, ConcatDataset)",
@@ -196,24 +198,6 @@ class HostileRecord(UnsafePickle):
                   "torch.load(weights_only=False) of this file would act on it", path)
 
 
-class DangerRef:
-    """A code-execution global a pickle only references (kept by name, never resolved).
-
-    Inert as a value; the reader refuses it the moment the pickle would call it
-    (:meth:`refuse`). Shared stand-ins never exist: each reference is its own object."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"<reference to {self.name}, never called>"
-
-    def refuse(self, path: str | None) -> CodeExecutionGlobal:
-        return CodeExecutionGlobal(path or "<pickle>", self.name, danger(self.name) or "")
-
-
 def refuse(path: str, global_name: str) -> None:
     """Raise :class:`CodeExecutionGlobal` for a dangerous name the user did not allow."""
     why = danger(global_name)
@@ -250,8 +234,8 @@ def globals_in_pickle(data: Any) -> Iterator[str]:
 def dangerous_in_pickle(data: Any) -> list[str]:
     """The code-execution globals a pickle (bytes or a binary file positioned at it) names
     that the user did not allow (the safe reader's data constructors are not such), read
-    by name: a survey (the fuzz harness, the tests), not the verdict, which is the reader's
-    (a reference alone is inert). A broken stream still counts up to where it breaks: an
+    by name: a survey (the fuzz harness, the tests; the verdict is the reader's, which also
+    refuses gadget records). A broken stream still counts up to where it breaks: an
     unpickler would have run what came before."""
     from lrdoctor.read.bytes import safeload  # its allow-list of data constructors (_codecs.encode)
 
