@@ -167,6 +167,7 @@ def test_a_gadget_record_is_not_advised_as_a_global_to_allow():
     from lrdoctor.rules.lrd303_check_input_unusable import advice
 
     with pytest.raises(UnsafePickle) as info:
-        safeload.load_bytes(hostile.gadget_payloads()["storage_id_parent"], "f.pkl")
+        safeload.load_bytes(hostile.torch_zip(hostile.gadget_payloads()["storage_id_parent"]),
+                            "f.pt")
     assert "--allow-unsafe-global" not in advice(info.value)
     assert "weights_only=False" in advice(info.value)
