@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import NotRecognised, UnusableInput
 from lrdoctor.core.report import Report
 from lrdoctor.core.state import RunState
 from lrdoctor.diagnose import diagnose
@@ -50,10 +50,9 @@ def inspect_path(path: str | Path, format: str | None = None,
     the first run's refusal.
     """
     where = cast(Path, as_path(path))
-    roots = _run_roots(where, format)
+    roots, only = _run_roots(where, format)
     if len(roots) == 1:
         return _inspect_run(roots[0], format, all)
-    from lrdoctor.core.errors import NotRecognised
     from lrdoctor.core.report import RunRef
     from lrdoctor.rules.lrd303_check_input_unusable import advice, unusable_report
 
@@ -64,7 +63,8 @@ def inspect_path(path: str | Path, format: str | None = None,
         try:
             # Local runs, read one after another: their reading is CPU-bound (the
             # pickle machine), a thread pool per run would cost more than it hides.
-            runs.append((str(root), _inspect_run(root, format, all, workers=1)))
+            runs.append((str(root), _inspect_run(root, format, all, workers=1,
+                                                 only=only.get(root))))
         except NotRecognised as exc:  # no training state there: not a run, said, not judged
             first = first or exc
             not_runs.append((str(root), exc.message))
@@ -85,24 +85,34 @@ def inspect_path(path: str | Path, format: str | None = None,
     return reports
 
 
-def _run_roots(where: Path, format: str | None) -> list[Path]:
-    """The folders to read as runs under ``where``: itself when it is a file, a URL (its
-    listing is remote: read as given) or one run."""
+def _run_roots(where: Path, format: str | None) -> tuple[list[Path], dict[Path, list[Path]]]:
+    """The folders to read as runs under ``where`` (itself when it is a file, a URL: its
+    listing is remote, read as given, or one run), and for a folder that also holds other
+    runs the checkpoints that are its own."""
     from lrdoctor.read.bytes.storage import is_url
 
     if is_url(where) or not where.is_dir():
-        return [where]
+        return [where], {}
     from lrdoctor.read.layouts._runs import find_runs
 
-    return find_runs(where, format).roots
+    runs = find_runs(where, format)
+    return runs.roots, runs.only
 
 
-def _inspect_run(path: Path, format: str | None, all: bool,
-                 workers: int | None = None) -> list[Report]:
-    """The reports of one run (see :func:`inspect_path`)."""
+def _inspect_run(path: Path, format: str | None, all: bool, workers: int | None = None,
+                 only: list[Path] | None = None) -> list[Report]:
+    """The reports of one run (see :func:`inspect_path`); ``only``: the checkpoints of
+    ``path`` that are this run's where other runs' folders lie inside it."""
     from lrdoctor.parallel import threads
 
     mod, ckpts = _checkpoints(path, format)
+    if only is not None:
+        from lrdoctor.read.layouts._runs import holds
+
+        ckpts = [c for c in ckpts if holds(c, only)]
+        if not ckpts:
+            raise NotRecognised(f"no {mod.NAME} checkpoint of its own beside the other runs "
+                                f"in it", str(path))
     states: list[RunState] = []
     targets: list[str] = []
     skipped: list[str] = []
@@ -159,12 +169,31 @@ def _checkpoints(path: str | Path, format: str | None) -> tuple[Layout, Sequence
     # a Path (it has the part of pathlib readers use; read.bytes.storage).
     where = cast(Path, as_path(path))
     mod = layouts.detect(where, format)
-    ckpts = mod.find_checkpoints(where)
+    try:
+        ckpts = mod.find_checkpoints(where)
+    except NotRecognised as exc:
+        raise _forced_hint(exc, where, format) from None
     if not ckpts:
         from lrdoctor.read.scan.refusal import nothing_found
 
         raise nothing_found(f"no {mod.NAME} checkpoint found", where)
     return mod, ckpts
+
+
+def _forced_hint(exc: NotRecognised, where: Path, format: str | None) -> NotRecognised:
+    """A forced format that found none of its checkpoints in ``where``: the refusal, and
+    where below its files are (the folder to point at), when they are somewhere."""
+    from lrdoctor.read.bytes.storage import is_url
+
+    if not format or is_url(where) or not where.is_dir():
+        return exc
+    from lrdoctor.read.layouts._runs import forced_elsewhere
+
+    found = forced_elsewhere(where, format)
+    if found is None:
+        return exc
+    return NotRecognised(f"{exc.message}; --format {format} reads the checkpoints in "
+                         f"{found}: point lrdoctor at that folder", exc.path, detail=exc.detail)
 
 
 def report_for(state: RunState, target: Path | str) -> Report:

@@ -171,3 +171,48 @@ def test_a_folder_with_weights_only_is_named_not_judged(runs, tmp_path):
     assert path == str(root / "export") and "no training state" in why
     code, out = _cli(str(root), "--json")
     assert code == 1 and json.loads(out)["not_runs"][0]["path"] == str(root / "export")
+
+
+def test_format_forced_says_where_its_files_are(tmp_path):
+    """--format megatron on a ROLL run: megatron's files are ROLL's inner iter_0000001, one
+    level below each checkpoint-N; the one line says which folder to point at instead of
+    listing them as if they were not there."""
+    shutil.copytree(SAMPLES / "roll-overshoot", tmp_path / "r")
+    r = CliRunner().invoke(app, ["inspect", str(tmp_path / "r"), "--format", "megatron"])
+    assert r.exit_code == 2
+    where = tmp_path / "r" / "actor_train" / "checkpoint-100"
+    assert (f"--format megatron reads the checkpoints in {where}: point lrdoctor at that "
+            "folder") in r.output.replace("\n", " ")
+
+
+def test_a_run_folder_holding_another_run_reads_only_its_own(tmp_path):
+    """A torch loop's ckpt_10.pt/ckpt_20.pt (torch.save of model, AdamW, CosineAnnealingLR)
+    with another run's folder inside it: two runs, each read by one reader; the outer
+    run's reader never takes the inner run's file."""
+    import torch
+
+    d = tmp_path / "d"
+    d.mkdir()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=40)
+    for step in range(1, 21):
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+        if step % 10 == 0:
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                        "scheduler": sched.state_dict(), "step": step}, d / f"ckpt_{step}.pt")
+    shutil.copytree(SAMPLES / "torch-microstep", d / "other")
+    reports = inspect_path(d, all=True)
+    by_run = {r.target: (r.run.root, sorted(r.state["files"])) for r in reports if r.run}
+    assert by_run == {
+        str(d / "other" / "checkpoint_60.pt"): (str(d / "other"),
+                                                [str(d / "other" / "checkpoint_60.pt")]),
+        str(d / "ckpt_10.pt"): (str(d), [str(d / "ckpt_10.pt")]),
+        str(d / "ckpt_20.pt"): (str(d), [str(d / "ckpt_20.pt")])}
+    assert [r.target for r in reports if any(f.severity >= Severity.WARNING
+                                             for f in r.findings)] == [
+        str(d / "other" / "checkpoint_60.pt")]

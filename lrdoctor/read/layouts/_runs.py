@@ -40,6 +40,9 @@ class Runs:
 
     roots: list[Path] = field(default_factory=list)
     cut: str | None = None
+    # A folder read as a run that also holds other runs' folders: its own checkpoints, the
+    # only ones its reader may take (never a second reader for the other runs' files).
+    only: dict[Path, list[Path]] = field(default_factory=dict)
 
 
 class _Planner:
@@ -47,6 +50,7 @@ class _Planner:
         self.units = units.units
         self.forced = forced
         self._claims: dict[Path, tuple[layouts.Entry | None, int]] = {}
+        self.only: dict[Path, list[Path]] = {}
 
     def claim(self, d: Path) -> tuple[layouts.Entry | None, int]:
         if d not in self._claims:
@@ -66,14 +70,13 @@ class _Planner:
             found: Any = entry.layout().find_checkpoints(d)
         except UnusableInput:
             return []
-        return [Path(os.fspath(c)) if isinstance(c, (str, os.PathLike)) else Path(str(c))
-                for c in found]
+        return [ckpt_path(c) for c in found]
 
     def covers(self, entry: layouts.Entry, d: Path, units: list[Unit]) -> list[Unit]:
         """The units among ``units`` that the layout's checkpoints in ``d`` hold (a unit
         inside a listed checkpoint, or a listed checkpoint, a file, inside a unit)."""
         listed = self.listed(entry, d)
-        return [u for u in units if any(under(u.path, c) or under(c, u.path) for c in listed)]
+        return [u for u in units if any(holds(c, [u.path]) for c in listed)]
 
     def plan(self, d: Path, units: list[Unit]) -> list[Path]:
         """The folders to read as runs under ``d``, whose units are ``units``."""
@@ -94,6 +97,7 @@ class _Planner:
                 rest = [u for u in units if u.root not in whole]
         if d in roots and d not in out:
             out.append(d)  # d's own checkpoints, beside other runs' folders below it
+            self.only[d] = [u.path for u in units if u.root == d]
             rest = [u for u in rest if u.root != d]
         below: dict[Path, list[Unit]] = {}
         for u in rest:
@@ -119,6 +123,17 @@ class _Planner:
         return best
 
 
+def ckpt_path(c: Any) -> Path:
+    """The path of a checkpoint a layout listed (a Path, a grouping Checkpoint, a view)."""
+    return Path(os.fspath(c)) if isinstance(c, (str, os.PathLike)) else Path(str(c))
+
+
+def holds(c: Any, units: list[Path]) -> bool:
+    """Whether the listed checkpoint ``c`` is (inside) one of ``units``, or holds one."""
+    p = ckpt_path(c)
+    return any(under(p, u) or under(u, p) for u in units)
+
+
 def _continues(units: list[Unit]) -> bool:
     """No two roots' checkpoints at the same step: one run's counters continue across its
     folders, two runs saved at the same steps are two runs."""
@@ -141,4 +156,31 @@ def find_runs(path: Path, forced: str | None = None) -> Runs:
     roots = units.roots()
     if not roots or roots == [path]:
         return Runs([path], units.cut)
-    return Runs(plan.plan(path, units.units) or [path], units.cut)
+    return Runs(plan.plan(path, units.units) or [path], units.cut, plan.only)
+
+
+#: Folders tried by :func:`forced_elsewhere` (each failed try surveys its files).
+FORCED_TRIES = 32
+
+
+def forced_elsewhere(path: Path, forced: str) -> Path | None:
+    """The shallowest folder below ``path`` in which the layout ``--format`` forces finds
+    its checkpoints, or None: where a forced format found none at ``path`` itself, the
+    error says where its files are (``iter_N/`` one level down: point at its parent)
+    instead of listing them as if they were not there."""
+    entry = layouts._entry(layouts.ALIASES.get(forced, forced))
+    if entry is None:
+        return None
+    folders: set[Path] = set()
+    for u in checkpoint_units(path).units:
+        d = u.path
+        while d != path and under(d, path):
+            folders.add(d)
+            d = d.parent
+    for d in sorted(folders, key=lambda p: (len(p.parts), str(p)))[:FORCED_TRIES]:
+        try:
+            if entry.layout().find_checkpoints(d):
+                return d
+        except UnusableInput:
+            continue
+    return None
