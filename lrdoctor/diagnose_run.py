@@ -334,9 +334,47 @@ def _schedule_changed(a: Point, b: Point) -> list[Finding]:
                       f"{new:.6g}")
     what = ", ".join(f"{c['what']} {fmt_any(c['from'])} -> {fmt_any(c['to'])}"
                      for c in changes)
+    kept = _horizon_kept(a, b, changes, ev)
+    if kept:
+        return [lrd114.RULE.finding(f"{a.name} -> {b.name}: {what}{kept}.",
+                                    lrd114.ScheduleChanged(**ev), location=b.path)]
     return [lrd114.RULE.finding(
         f"{a.name} -> {b.name}: {what} (recomputed on resume, e.g. with another batch size, "
         f"accumulation or epoch count){lr_txt}.", lrd114.ScheduleChanged(**ev), location=b.path)]
+
+
+def _horizon_kept(a: Point, b: Point, changes: list[dict[str, Any]],
+                  ev: dict[str, Any]) -> str:
+    """The run's planned end changed on a resume while the restored scheduler kept its
+    horizon (``load_state_dict`` brings back ``T_max``/``total_iters``): the schedule no
+    longer fits the plan. The harm with the numbers: where the decay ends against the new
+    planned end, and the LR the kept schedule gives there. Empty when that is not it."""
+    sa, sb, pb = a.state.schedule, b.state.schedule, b.planned_end
+    if sa is None or sb is None or pb is None or sa.horizon is None or sb.horizon is None \
+            or sa.horizon != sb.horizon or pb.unit != sb.unit or pb.value == sb.horizon \
+            or [c["what"].split(" (")[0] for c in changes] != ["planned end"]:
+        return ""
+    h, end = float(sb.horizon), float(pb.value)
+    at_end, peak = _lr(sb, end), sb.max_lr
+    href = sb.refs.get("horizon")
+    ev.update(restored_horizon=h, planned_end_now=end, lr_at_planned_end=at_end)
+    head = (f" on resume, but the restored scheduler kept its horizon {number(h)} "
+            f"({href or sb.source or 'its saved state'}, the same in both): the schedule no "
+            "longer fits the new plan")
+    if at_end is None:
+        return head
+    share = f" = {at_end / peak:.0%} of the peak {peak:.6g}" if peak else ""
+    if h < end:
+        at_h = _lr(sb, h)
+        after = (f"its LR then stays at {at_h:.6g} for the last {number(end - h)}"
+                 if at_h is not None and math.isclose(at_h, at_end, rel_tol=LR_RTOL,
+                                                      abs_tol=1e-15) else
+                 f"past it the {sb.kind} climbs back from {number(at_h) if at_h is not None else '?'}"
+                 if at_h is not None and at_end > at_h else f"past it the {sb.kind} moves on")
+        return (f"{head}: its decay ends at {number(h)} of the {number(end)} now planned, "
+                f"{after}, and at the planned end {number(end)} it gives {at_end:.6g}{share}")
+    return (f"{head}: at the planned end {number(end)} the decay is "
+            f"{number(round(100 * end / h, 1))}% done and the LR is still {at_end:.6g}{share}")
 
 
 def fmt_any(v: Any) -> str:

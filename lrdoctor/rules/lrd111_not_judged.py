@@ -8,8 +8,12 @@ nominal count says which the schedule should follow, or the checkpoint shows tha
 optimizer's param-group LRs were saved (Megatron's distributed optimizer) but they could not
 be read, so the LR check (LRD105) was not done, or a metrics log beside a LambdaLR
 checkpoint (Lightning's `metrics.csv` or a TensorBoard event file) was unreadable or held no
-logged LR, so the schedule was not fitted from it. Rather than stay silent it names what it
-scanned, at a severity a CI gate sees.
+logged LR, so the schedule was not fitted from it, or a scheduler whose schedule cannot be
+rebuilt (a LambdaLR: its lambda is code) has moved the LR below its peak while no file
+holds the schedule's horizon or the run's planned end, so whether the decay ends where
+training does could not be checked (OpenRLHF's checkpoints: PR 1351's budget bug cannot be
+seen in them). Rather than stay silent it names what it scanned and the number that would
+decide it, at a severity a CI gate sees.
 
 ## Example
 `model.pt` and `optimizer.pt` only: no scheduler state among 2 files.
@@ -43,12 +47,49 @@ class NotJudged(Evidence, kw_only=True):
     scheduler_progress: float | None = optional()
     scanned: list[str]
     contents: dict[str, str] | None = optional()
+    missing: list[str] | None = optional()  # the numbers that would decide it
 
 
 def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     """Never silent: say what could not be judged, and what was scanned."""
-    out = _lrs_unread(state) + _lr_log_unused(state)
+    out = _lrs_unread(state) + _lr_log_unused(state) + _end_unknown(state)
     return out + _nothing_to_judge(state, [*found, *out])
+
+
+_END_NUMBERS = ["the schedule's horizon (num_training_steps)", "the run's planned end "
+                "(max_steps, or epochs x updates per epoch)", "the dataset size with the "
+                "batch size"]
+
+
+def _end_unknown(state: RunState) -> list[Finding]:
+    """A schedule that could not be rebuilt (a LambdaLR) has moved the LR below its peak,
+    and no file holds its horizon or the run's planned end: where the decay ends cannot be
+    compared with where training ends. A warning naming the numbers that would decide it
+    (never "healthy", never an invented horizon)."""
+    from lrdoctor.core.evidence import Role, of
+    from lrdoctor.rules.hypotheses import evidence
+
+    prog, peaks = state.scheduler_progress, state.facts.optimizer_initial_lrs
+    if state.schedule is not None or prog is None or not state.optimizer_lrs or not peaks:
+        return []
+    lr, peak = state.optimizer_lrs[0], peaks[0]
+    if not 0 < peak or lr >= peak * (1 - 1e-9) or state.planned_end is not None:
+        return []
+    items = evidence(state)
+    if of(items, Role.HORIZON) or of(items, Role.PLANNED_END):
+        return []
+    return [RULE.finding(
+        f"{prog.name} = {fmt(prog.value)}: the optimizer's lr {fmt(lr)} is "
+        f"{lr / peak:.3g}x its initial_lr {fmt(peak)}, so a schedule is moving it, but the "
+        "schedule cannot be rebuilt (its lambda is code, not saved) and no file holds "
+        f"{', '.join(_END_NUMBERS[:2])} or {_END_NUMBERS[2]}: whether the decay ends where "
+        "training ends could not be checked.",
+        NotJudged(scheduler_progress=prog.value, scanned=scanned(state),
+                  missing=list(_END_NUMBERS)),
+        fix="Save the run's budget beside the checkpoint (its arguments or config with "
+            "max_steps / num_training_steps), or give the schedule to lrdoctor (`lrdoctor "
+            "replay`, or `--schedule`).",
+        location=state.path)]
 
 
 def _lrs_unread(state: RunState) -> list[Finding]:

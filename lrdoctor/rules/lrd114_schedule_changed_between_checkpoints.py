@@ -4,7 +4,10 @@
 Two checkpoints of one run disagree on the schedule: the horizon or planned end was
 recomputed on resume with another batch size, accumulation or epoch count (transformers PR
 43718 and `auto_find_batch_size`, NeMo PRs 7518/8744), so the LR jumps at the resume and the
-decay ends somewhere else than planned.
+decay ends somewhere else than planned. Or the plan changed (`max_steps` raised on resume)
+while the restored scheduler kept its old horizon (`load_state_dict` brings back `T_max`):
+the finding gives the harm with the numbers, where the decay ends against the new planned
+end and the LR the kept schedule gives there (a cosine past `T_max` climbs back).
 
 ## Example
 checkpoint-4 -> checkpoint-8: decay horizon 12 -> 48, planned end (max_steps) 12 -> 48; at
@@ -32,3 +35,7 @@ class ScheduleChanged(Evidence):
     changes: list[dict[str, Any]]
     lr_at_resume_old_schedule: float | None = optional()
     lr_at_resume_new_schedule: float | None = optional()
+    # the planned end changed while the restored scheduler kept its horizon
+    restored_horizon: float | None = optional()
+    planned_end_now: float | None = optional()
+    lr_at_planned_end: float | None = optional()

@@ -300,11 +300,17 @@ def test_inspect_healthy_runs_are_silent(saved):
         assert r.exit_code("warning") == 0
 
 
-def test_inspect_lambda_is_info_only(saved):
+def test_inspect_lambda_without_a_budget_says_what_it_could_not_check(saved):
+    """A LambdaLR (its lambda is code) has moved the LR to 1/5 of the peak and the
+    checkpoint holds no horizon or planned end: no error, and a warning (issue 27: never
+    silent) that names the numbers that would decide it, besides LRD107's info."""
     from lrdoctor.inspect_api import inspect_path
 
     (r,) = inspect_path(saved / "lambda.ckpt")
-    assert [f.code for f in r.findings] == ["LRD107"] and r.exit_code("warning") == 0
+    assert [f.code for f in r.findings] == ["LRD107", "LRD111"] and r.exit_code("error") == 0
+    ev = r.findings[1].evidence
+    assert ev["scheduler_progress"] == 4 and "num_training_steps" in ev["missing"][0]
+    assert "could not be checked" in r.findings[1].message
 
 
 def test_inspect_extra_manual_scheduler_steps(saved):
