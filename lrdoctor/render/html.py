@@ -228,6 +228,21 @@ def header_counts(reports: list[Report], failing: list[int]) -> str:
     return f"{len(reports)} target(s): {shown}; {gate}"
 
 
+def _named_parts(target: str) -> tuple[str, ...]:
+    """The parts of ``target`` that name it: below the working directory when it lies
+    there, else its own name. The folders above (a clone's folder, a home directory) are
+    where the user stands, not a name for the figure (``01-inspect-fresh-lrd-...`` named
+    a PNG after the clone's folder)."""
+    from lrdoctor.read.bytes.storage import is_url
+
+    if is_url(target):
+        return PurePath(target).parts
+    try:
+        return Path(target).resolve().relative_to(Path.cwd().resolve()).parts
+    except (ValueError, OSError):
+        return (PurePath(target).name,)
+
+
 def figure_stem(i: int, rep: Report, reports: list[Report]) -> str:
     """A readable PNG name: the index, then the target's run and checkpoint names, the
     leading folders every target of its command shares dropped
@@ -235,14 +250,14 @@ def figure_stem(i: int, rep: Report, reports: list[Report]) -> str:
     ``03-replay-fastllm-docs``)."""
     if rep.command == "replay":
         return f"{i:02d}-replay-{_slug(PurePath(rep.target).stem)[-48:] or 'config'}"
-    paths = [PurePath(r.target).parts for r in reports if r.command == rep.command]
+    paths = [_named_parts(r.target) for r in reports if r.command == rep.command]
     common = 0
     if len(paths) > 1:
         for level in zip(*paths, strict=False):
             if len(set(level)) != 1:
                 break
             common += 1
-    parts = [p for p in PurePath(rep.target).parts[common:] if p not in ("/", "..", ".")]
+    parts = [p for p in _named_parts(rep.target)[common:] if p not in ("/", "..", ".")]
     if len(paths) == 1:
         parts = parts[-2:]
     parts = parts or [PurePath(rep.target).name or "target"]

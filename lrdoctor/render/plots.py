@@ -8,6 +8,7 @@ metadata path never pays for them. Every PNG is written atomically.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,14 +69,28 @@ def plot_inspect(reports, out: Path) -> Path:
     ys = [lr_at(spec, x) for x in xs]
 
     fig, ax = plt.subplots(figsize=(9, 5.4), dpi=110)
-    ax.plot(xs, ys, color="#1f77b4", lw=2, label=f"intended {spec.family} {spec.kind} schedule")
-    if spec.horizon:
-        ax.axvline(spec.horizon, color="gray", ls="--", lw=1)
-        ax.annotate("decay horizon", (spec.horizon, max(ys) * 0.95), rotation=90,
-                    ha="right", va="top", fontsize=8, color="gray")
+    # The schedule is intended up to its decay horizon; past it the curve is what the
+    # scheduler computes there (torch's cosine climbs back, Megatron holds min_lr), not an
+    # intention: drawn apart and named so.
+    hz = spec.horizon or None
+    cut = sum(1 for x in xs if hz is None or x <= hz)
+    ax.plot(xs[:cut], ys[:cut], color="#1f77b4", lw=2,
+            label=f"intended {spec.family} {spec.kind} schedule"
+                  + (f" (decays over {hz:,.0f})" if hz else ""))
+    if cut < len(xs):
+        ax.plot(xs[cut - 1:], ys[cut - 1:], color="#1f77b4", lw=1.2, ls=":",
+                label="past the decay horizon: what the scheduler computes there")
     ax.axhline(spec.min_lr, color="#d62728", ls=":", lw=1, label=f"floor min_lr = {spec.min_lr:g}")
-    if planned:
-        ax.axvline(planned, color="black", ls="-.", lw=1, label="planned end of training")
+    # One line, one name: the horizon and the planned end are each named in the legend
+    # only, and one line when they are the same number.
+    same = bool(hz and planned and math.isclose(hz, planned, rel_tol=1e-9))
+    if hz:
+        ax.axvline(hz, color="gray", ls="--", lw=1,
+                   label=(f"decay horizon = planned end of training ({hz:,.0f})" if same
+                          else f"decay horizon ({hz:,.0f})"))
+    if planned and not same:
+        ax.axvline(planned, color="black", ls="-.", lw=1,
+                   label=f"planned end of training ({planned:,.0f})")
     # A hollow ring under a smaller cross: both stay visible when they coincide (healthy).
     if nom:
         ax.scatter([nom["value"]], [lr_at(spec, nom["value"])], s=220, facecolors="none",
@@ -93,7 +108,7 @@ def plot_inspect(reports, out: Path) -> Path:
     ax.set_ylim(bottom=(min(0, spec.min_lr) if spec.min_lr >= 0 else spec.min_lr * 1.1)
                 - 0.06 * top_y)
     # Below the axes: inside, it sat on the curve (a torch cosine climbs back up on the right).
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3,
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2,
               frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -340,14 +355,19 @@ def replay_figure(results: list[tuple[Any, Replay]], key: str | None = None,
             # stays readable (and where two values part is where progress differs).
             ys = ps["updates"].cumsum() if steps > 200 else ps["updates"]
             ax_w.step(x, ys, where="mid", color=c, label=label, **({"lw": 1.2} | style))
-    # Floor labels in one stack at the top left, never on each other (a sweep's values
-    # often reach the floor at the same step).
-    if floors:
-        text = "\n".join(f"floor at step {st}" + (f" ({results[j][0]})" if key else "")
-                         for j, (st, _) in enumerate(floors))
-        ax_lr.text(0.01, 0.03, text, transform=ax_lr.transAxes, fontsize=8, va="bottom",
-                   ha="left", color="dimgray",
-                   bbox={"fc": "white", "ec": "none", "alpha": 0.85})
+    # Each floor label at its own line, half-way up (clear of the min_lr line and of the
+    # curves' tails); a sweep's values that reach the floor at one step share one label.
+    at: dict[int, list[str]] = {}
+    for j, (st, _) in enumerate(floors):
+        at.setdefault(int(st), []).append(str(results[j][0]) if key else "")
+    for st, vals in at.items():
+        names = ", ".join(v for v in vals if v)
+        ax_lr.annotate(f"floor at step {st}" + (f" ({names})" if names else ""),
+                       (st, 0.06), xycoords=("data", "axes fraction"), rotation=90,
+                       ha="right", va="bottom", fontsize=8, color="dimgray",
+                       textcoords="offset points", xytext=(-3, 0))
+    if key is None:
+        _mark_run_events(ax_lr, base)
     ax_lr.axhline(base.spec.min_lr, color="grey", lw=0.8, ls="-.",
                   label=f"floor min_lr = {base.spec.min_lr:g}")
     ax_lr.axvline(steps, color="grey", lw=0.8, ls="--",
@@ -413,9 +433,11 @@ def _first_windows(ax, rep: Replay, updates: int = 6) -> None:
     ax.grid(alpha=0.3)
 
 
-def _window_bars(ax, rep: Replay, first: int = 60) -> None:
+def _window_bars(ax, rep: Replay, first: int = 250) -> None:
     """Micro-batches per optimizer update against the nominal k, as bars: a short window
-    is a short bar (a dot among thousands of dots was invisible)."""
+    is a short bar (a dot among thousands of dots was invisible). The whole run up to
+    ``first`` updates (the first 60 of a 200-update run showed only 64s while the text
+    said 32..64), else the first ``first``, said in the title; dp changes marked."""
     import numpy as np
 
     sizes = np.asarray(rep.trace["window_size"][rep.trace["is_update"]])
@@ -434,12 +456,71 @@ def _window_bars(ax, rep: Replay, first: int = 60) -> None:
     more = f" (first {m} of {len(sizes)}; {n_short} short in all)" if len(sizes) > m \
         else f" ({n_short} short)"
     ax.set_title("window size per optimizer update" + more, fontsize=9)
+    shown = [(u, ab) for u, ab in _dp_changes_by_update(rep) if u < m]
+    for j, (u, _) in enumerate(shown):
+        ax.axvline(u - 0.5, color="#9467bd", ls="--", lw=1,
+                   label=_dp_label(shown, "update") if j == 0 else None)
     ax.set_xlabel("optimizer update (index)")
     ax.set_ylabel("window size (micro-batches)")
+    # Room above the bars for the legend (up to four entries).
     ax.set_ylim(0, max(float(sizes[:m].max()) if m else 1, float(ref[:m].max()) if m else 1)
-                * 1.35)
+                * (1.6 if shown else 1.4))
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3, axis="y")
+
+
+def _dp_changes(rep: Replay) -> list[tuple[int, tuple[int, int]]]:
+    """The train steps where the data-parallel size changes (elastic scaling), with the
+    sizes before and after, from the replay's own per-step dp."""
+    from lrdoctor.rules.replay_context import per_step
+
+    dp = [int(x) for x in per_step(rep)["dp"]]
+    return [(s, (dp[s - 1], dp[s])) for s in range(1, len(dp)) if dp[s] != dp[s - 1]]
+
+
+def _dp_changes_by_update(rep: Replay) -> list[tuple[int, tuple[int, int]]]:
+    """The optimizer updates (index) where the trace's dp changes, with before and after."""
+    import numpy as np
+
+    t = rep.trace
+    dps = np.asarray(t["dp"][t["is_update"]])
+    return [(int(u), (int(dps[u - 1]), int(dps[u])))
+            for u in np.flatnonzero(dps[1:] != dps[:-1]) + 1]
+
+
+def _dp_label(changes: list[tuple[int, tuple[int, int]]], at: str) -> str:
+    shown = "; ".join(f"{at} {x}: {a} -> {b}" for x, (a, b) in changes[:4])
+    return f"dp changes ({shown}{'; ...' if len(changes) > 4 else ''})"
+
+
+def _failed_steps(rep: Replay) -> list[int]:
+    """The train steps holding an optimizer update that failed (its step was skipped)."""
+    import numpy as np
+
+    t = rep.trace
+    if "failed" not in t:
+        return []
+    rows = np.asarray(t["is_update"]) & np.asarray(t["failed"])
+    return sorted({int(s) for s in np.asarray(t["train_step"])[rows]})
+
+
+def _mark_run_events(ax, rep: Replay) -> None:
+    """On the LR panel: where dp changed (a line, "dp 4 -> 2") and the steps whose update
+    failed (a cross on the replayed LR), from the replay's own trace."""
+    from lrdoctor.rules.replay_context import per_step
+
+    changes = _dp_changes(rep)
+    for j, (st, _) in enumerate(changes):
+        # Named once, in the legend: labels drawn at the lines hid under the legend.
+        ax.axvline(st, color="#9467bd", ls="--", lw=1,
+                   label=_dp_label(changes, "step") if j == 0 else None)
+    failed = _failed_steps(rep)
+    if failed:
+        lr = per_step(rep)["lr"]
+        ax.scatter(failed, [lr[s] for s in failed], marker="X", s=60, color="#d62728",
+                   zorder=6, label=f"failed update ({len(failed)}: step "
+                                   f"{', '.join(str(s) for s in failed[:6])}"
+                                   f"{', ...' if len(failed) > 6 else ''})")
 
 
 def plot_replay(results: list[tuple[Any, Replay]], path: str | Path,
@@ -527,14 +608,21 @@ def updates_per_step_plot(replay: Any, path: Path) -> Path:
     hit = next((i + 1 for i, c in enumerate(cum) if c >= replay.budget_updates), None)
     if hit is not None and hit < steps:
         ax_c.axvline(hit, color="#d62728", ls=":", lw=1)
-        right = hit > 0.6 * steps  # keep the words inside the axes
+        # Above the budget and left of the step where it ran out: the replayed total is
+        # below the budget there and the nominal one below it, so the words cover no line
+        # (below the budget line they sat on the nominal line's end).
+        # (Early in the run the words would leave the axes on the left: right of the
+        # line and under the budget, where the replayed total has passed it.)
+        left = hit > 0.35 * steps
         ax_c.annotate(f"budget used up at step {hit} of {steps}", (hit, replay.budget_updates),
-                      textcoords="offset points", xytext=(-6 if right else 6, -14),
-                      ha="right" if right else "left", fontsize=8, color="#d62728",
-                      bbox={"fc": "white", "ec": "none", "alpha": 0.85})
+                      textcoords="offset points", xytext=(-4, 4) if left else (4, -4),
+                      ha="right" if left else "left", va="bottom" if left else "top",
+                      fontsize=8, color="#d62728")
+        lo, hi = ax_c.get_ylim()  # room for the words above a budget reached late
+        ax_c.set_ylim(lo, max(hi, replay.budget_updates + 0.15 * (hi - lo)))
     ax_c.set_xlabel(step_axis(replay.cfg))
     ax_c.set_ylabel("optimizer updates (cumulative)")
-    ax_c.legend(fontsize=8)
+    ax_c.legend(fontsize=8, loc="lower right")
     ax_c.grid(alpha=0.3)
     fig.tight_layout()
     _save(fig, path)

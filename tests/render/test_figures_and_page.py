@@ -21,6 +21,7 @@ from lrdoctor.replay import ReplayOptions, replay_full
 from tests.helpers.paths import REPO
 
 SAMPLES = REPO / "sample_checkpoints"
+EX = REPO / "examples"
 FAST = ReplayOptions(engine="fast", knob_check=False)
 
 
@@ -245,3 +246,90 @@ def test_report_page_failing_first_honest_verdict_findings_before_numbers(tmp_pa
     for s in p.sections[:2]:
         assert s["parts"][0] == "findings" and s["parts"][-1] == "summary", s["parts"]
     assert '<details class="summary"><summary>' in page
+
+
+def test_elastic_replay_figure_marks_dp_changes_failed_updates_whole_window_panel():
+    """Issue 29 item 15, RLinf's elastic example (dp changes, failed updates). What is
+    expected is read from the replay's own data (its per-step dp and the trace's failed
+    rows), not from the example's numbers: every dp change is a line on the LR panel and
+    on the window panel, every failed update a cross at its step, and the window panel
+    shows every update (it showed the first 60 of 200, all 64, under a text saying
+    32..64)."""
+    from lrdoctor.rules.replay_context import per_step
+
+    rep = replay_full(str(EX / "rlinf-elastic.yaml"), options=FAST).replay
+    dp = [int(x) for x in per_step(rep)["dp"]]
+    changes = [s for s in range(1, len(dp)) if dp[s] != dp[s - 1]]
+    t = rep.trace
+    failed = sorted({int(s) for s in t["train_step"][t["is_update"] & t["failed"]]})
+    assert changes and failed  # the example is elastic and has failed updates
+    fig = plots.replay_figure([(None, rep)])
+    try:
+        ax_lr, _, ax_w = fig.axes
+        dp_lines = [ln for ln in ax_lr.get_lines() if ln.get_color() == "#9467bd"]
+        assert sorted(ln.get_xdata()[0] for ln in dp_lines) == changes
+        legend = [tx.get_text() for tx in ax_lr.get_legend().get_texts()]
+        assert any(all(f"step {s}: {dp[s - 1]} -> {dp[s]}" in x for s in changes)
+                   for x in legend), legend
+        crosses = next(c for c in ax_lr.collections if "failed update" in c.get_label())
+        assert sorted(int(x) for x, _ in crosses.get_offsets()) == failed
+        sizes = t["window_size"][t["is_update"]]
+        bars = [p.get_height() for p in ax_w.patches]
+        assert len(bars) == int(t["is_update"].sum()) and "first" not in ax_w.get_title()
+        assert (min(bars), max(bars)) == (int(sizes.min()), int(sizes.max()))
+        assert_no_overlap(fig)
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+def test_inspect_plot_names_each_line_once_and_the_continuation_is_not_intended(figs, tmp_path):
+    """Issue 29 item 16, the torch-microstep sample (a torch CosineAnnealingLR stepped per
+    micro-batch, T_max 100 = the planned end): the curve past T_max is what the scheduler
+    computes there, not the "intended schedule"; the horizon and the planned end, the same
+    number here, are one line with one name (it was "decay horizon" on the plot and
+    "planned end" in the legend)."""
+    plots.plot_inspect(inspect_path(str(SAMPLES / "torch-microstep")), tmp_path / "a.png")
+    ax = figs[0].axes[0]
+    intended = next(ln for ln in ax.get_lines() if ln.get_label().startswith("intended"))
+    assert max(intended.get_xdata()) <= 100
+    past = next(ln for ln in ax.get_lines() if "past the decay horizon" in ln.get_label())
+    assert min(past.get_xdata()) <= 100 < max(past.get_xdata())
+    vlines = [ln for ln in ax.get_lines() if len(set(ln.get_xdata())) == 1
+              and ln.get_xdata()[0] == 100]
+    assert [ln.get_label() for ln in vlines] == \
+        ["decay horizon = planned end of training (100)"]
+    assert not ax.texts  # no second name written beside it
+
+
+def test_floor_labels_at_their_line_and_the_budget_note_covers_no_line(figs, tmp_path):
+    """Issue 29 item 17, ROLL's sokoban config with its batch log (2 updates per pipeline
+    step): "floor at step 512" sat at x~0, and the "budget used up" box covered the
+    nominal line."""
+    import numpy as np
+
+    rep = replay_full(str(EX / "roll-sokoban-dynamic.yaml"),
+                      str(EX / "batchlogs" / "roll-sokoban.csv"), options=FAST).replay
+    fig = plots.replay_figure([(None, rep)])
+    try:
+        ax_lr = fig.axes[0]
+        (floor,) = [a for a in ax_lr.texts if a.get_text().startswith("floor at step")]
+        step = int(floor.get_text().split()[3])
+        assert floor.xy[0] == step and step > 0.25 * rep.cfg.train.steps
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    plots.updates_per_step_plot(rep, tmp_path / "u.png")
+    ax_c = figs[-1].axes[1]
+    fig = figs[-1]
+    fig.canvas.draw()
+    (note,) = [a for a in ax_c.texts if a.get_text().startswith("budget used up")]
+    box = note.get_window_extent(fig.canvas.get_renderer())
+    for line in ax_c.get_lines():
+        xs = np.linspace(min(line.get_xdata()), max(line.get_xdata()), 400)
+        ys = np.interp(xs, line.get_xdata(), line.get_ydata())
+        pts = ax_c.transData.transform(np.c_[xs, ys])
+        inside = [(x, y) for x, y in pts if box.x0 < x < box.x1 and box.y0 < y < box.y1]
+        assert not inside, f"the note covers {line.get_label()!r}"

@@ -168,3 +168,25 @@ def test_report_on_a_replay_with_a_sweep(tmp_path):
     assert len(parse(page).imgs) == 3
     assert "Sweep over scheduler.step_on" in page
     assert "<th>progress ratio</th><td>4</td>" in page
+
+
+def test_png_names_never_take_the_folder_the_user_stands_in(tmp_path, monkeypatch):
+    """Issue 29 item 17: a PNG was named after the clone's folder
+    (01-inspect-fresh-lrd-checkpoint_60-lr.png) for a checkpoint given by its full path.
+    The name takes the parts the target has below the working directory (a run's folder
+    the user named stays), else the target's own name."""
+    from lrdoctor.render.html import figure_stem
+
+    clone = tmp_path / "fresh-lrd"
+    (clone / "runs" / "exp1").mkdir(parents=True)
+    monkeypatch.chdir(clone)
+
+    def stem(target: str) -> str:
+        return figure_stem(1, Report("inspect", target, "torch"), [Report("inspect", target,
+                                                                          "torch")])
+
+    assert stem(str(clone / "checkpoint_60.pt")) == "01-inspect-checkpoint_60"
+    assert stem("checkpoint_60.pt") == "01-inspect-checkpoint_60"
+    assert stem(str(tmp_path / "elsewhere" / "checkpoint_60.pt")) == "01-inspect-checkpoint_60"
+    assert stem("runs/exp1/checkpoint-3") == "01-inspect-exp1-checkpoint-3"
+    assert stem(str(clone / "runs" / "exp1" / "checkpoint-3")) == "01-inspect-exp1-checkpoint-3"
