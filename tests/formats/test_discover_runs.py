@@ -216,3 +216,22 @@ def test_a_run_folder_holding_another_run_reads_only_its_own(tmp_path):
     assert [r.target for r in reports if any(f.severity >= Severity.WARNING
                                              for f in r.findings)] == [
         str(d / "other" / "checkpoint_60.pt")]
+
+
+def test_counters_that_continue_keep_one_run_together(tmp_path):
+    """Lightning's resumed run logs into version_0 then version_1: its layout lists both
+    folders' *.ckpt as its own and their steps continue (10, then 20): one run. Two runs
+    saved at the same step are two runs. The planner reads names and steps only (no
+    content), so the files are torch.save'd placeholders named as Lightning names them."""
+    import torch
+
+    names = ["run/lightning_logs/version_0/checkpoints/epoch=0-step=10.ckpt",
+             "run/lightning_logs/version_1/checkpoints/epoch=1-step=20.ckpt",
+             "two/a/lightning_logs/version_0/checkpoints/epoch=0-step=10.ckpt",
+             "two/b/lightning_logs/version_0/checkpoints/epoch=0-step=10.ckpt"]
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"global_step": 10}, tmp_path / name)
+    assert find_runs(tmp_path / "run").roots == [tmp_path / "run"]
+    assert find_runs(tmp_path).roots == [tmp_path / "run", tmp_path / "two" / "a",
+                                         tmp_path / "two" / "b"]
