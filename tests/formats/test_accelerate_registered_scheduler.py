@@ -73,3 +73,20 @@ def test_registered_scheduler_stepped_per_update_twin_has_no_error(tmp_path):
         the(rep, "LRD111").message
     assert last_epoch == steps == rep.state["scheduler_progress"]["value"] == 4
     assert any("register_for_checkpointing" in n for n in rep.state["notes"])
+
+
+def test_fix_rewrites_the_registered_scheduler_file(tmp_path):
+    """``lrdoctor fix`` repairs the registered scheduler where it lies
+    (custom_checkpoint_0.pkl), and the copy is read back on schedule."""
+    import torch
+
+    from lrdoctor import plan_fix, write_fix
+
+    out, steps, _ = _run(tmp_path, per_micro=True)
+    plan = plan_fix(out)
+    write_fix(plan, tmp_path / "fixed")
+    sd = torch.load(tmp_path / "fixed" / "custom_checkpoint_0.pkl", weights_only=False)
+    assert sd["last_epoch"] == steps == 4
+    assert any("register_for_checkpointing" in n for n in plan.notes)
+    (rep,) = inspect_path(tmp_path / "fixed")
+    assert not [f for f in rep.findings if f.severity is Severity.ERROR]

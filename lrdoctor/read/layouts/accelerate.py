@@ -228,7 +228,8 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     ``AcceleratedScheduler`` steps ``num_processes`` times per update, which is why a
     rescale says how to prepare it, or the counter runs ahead again."""
     ckpt = find_checkpoints(_common.as_path(path))[-1]
-    scheds = numbered_files(ckpt, SCHEDULER_FILE) or [f for f, _ in registered_schedulers(ckpt)]
+    prepared = numbered_files(ckpt, SCHEDULER_FILE)
+    scheds = prepared or [f for f, _ in registered_schedulers(ckpt)]
     opts = numbered_files(ckpt, OPTIMIZER_FILE)
     if not scheds:
         raise Refusal("no scheduler.bin (nor a registered scheduler) to repair", str(ckpt))
@@ -237,10 +238,14 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     opt = opts[scheds.index(sfile)] if len(opts) == len(scheds) else (opts[0] if opts else None)
     changes, _, _ = tools.scheduler_file(sfile, opt, target)
     notes = []
-    if target.policy == "rescale":
+    if target.policy == "rescale" and prepared:
         notes.append("a prepared AcceleratedScheduler steps num_processes times per update: "
                      "prepare it with split_batches=True, or step_scheduler_with_optimizer=False, "
                      "or the counter will run ahead again")
+    elif target.policy == "rescale":
+        notes.append(f"{sfile.name} is a scheduler registered with register_for_checkpointing "
+                     "(not prepared): step it under `if accelerator.sync_gradients`, or the "
+                     "counter will run ahead again")
     if len(scheds) > 1:
         notes.append(f"{len(scheds) - 1} more scheduler file(s) copied unchanged")
     return FormatPlan(root=ckpt, files=None, changes=changes, notes=notes)
