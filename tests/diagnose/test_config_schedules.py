@@ -170,3 +170,27 @@ def test_lr_computed_from_the_update_count_twin_is_silent(tmp_path):
     (rep,) = inspect_path(tmp_path / "ok" / "ckpt.pt")
     silent(rep)
     assert rep.state["stateless"].startswith("the scheduler was built from the config")
+
+
+def test_a_config_builder_that_is_not_modelled_is_named_never_guessed(tmp_path):
+    """A Hydra-style ``lr_scheduler._target_`` naming the project's own builder: nothing to
+    rebuild, so no placement is claimed; a note names the builder and LRD111 warns."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from tests.helpers.verdicts import tiny_adamw, train
+
+    model, opt = tiny_adamw()
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1 / (n + 1))
+    train(model, opt, 3)
+    sched.step()
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": 3},
+               tmp_path / "ckpt.pt")
+    OmegaConf.save(OmegaConf.create({"lr_scheduler": {"_target_": "mylib.sched.rsqrt",
+                                                      "warmup": 3}}), tmp_path / "config.yaml")
+    (rep,) = inspect_path(tmp_path / "ckpt.pt")
+    assert rep.state["schedule"] is None and rep.state["stateless"] is None
+    assert any(n.startswith("config.yaml:lr_scheduler builds the schedule with mylib.sched.rsqrt")
+               for n in rep.state["notes"])
+    assert the(rep, "LRD111").severity is Severity.WARNING
+    assert not [f for f in rep.findings if f.severity is Severity.ERROR]

@@ -219,6 +219,17 @@ def config_builder(cfg: Any) -> tuple[str, dict[str, Any], str, str] | None:
     return None
 
 
+def unmodelled_builder(cfg: Any) -> tuple[str, str] | None:
+    """(dotted key, import path) of a config's scheduler section (its key names a
+    scheduler) whose builder lrdoctor does not model: said in a note, never guessed."""
+    for key, d in _dicts(cfg):
+        target = next((d[k] for k in _TARGET_KEYS if isinstance(d.get(k), str)), None)
+        if target is not None and "sched" in key.rsplit(".", 1)[-1].lower() \
+                and target.rsplit(".", 1)[-1] not in CONFIG_BUILDERS:
+            return key, target
+    return None
+
+
 def schedule_from_config(cfg: Any, where: str, base_lr: float, base_from: str,
                          horizon: float | None, horizon_from: str) -> tuple[ScheduleSpec | None, str]:
     """The schedule a config's builder section makes (``where``: the config file as a
@@ -263,6 +274,11 @@ def _from_configs(sc: shapes.Scan, st: RunState) -> None:
     for f in config_files(ckpt):
         cfg = read_config(f)
         if config_builder(cfg) is None:
+            other = unmodelled_builder(cfg)
+            if other is not None:
+                st.notes.append(f"{relative(str(f), ckpt)}:{other[0]} builds the schedule with "
+                                f"{other[1]}, which lrdoctor does not model: the saved LR "
+                                "cannot be placed on it")
             continue
         where = relative(str(f), ckpt)
         base, base_from = (_common.number(initial[0]), "the optimizer's initial_lr") \
