@@ -171,3 +171,30 @@ def test_a_gadget_record_is_not_advised_as_a_global_to_allow():
                             "f.pt")
     assert "--allow-unsafe-global" not in advice(info.value)
     assert "weights_only=False" in advice(info.value)
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_a_dcp_folder_is_vetted_through_its_metadata(tmp_path):
+    """torch's DCP writer puts each bytes item (a torch.save) back to back in a .distcp
+    file: the file is vetted through .metadata (every item read by the safe reader), never
+    as one zip (its last item would pass for the whole file)."""
+    import warnings
+
+    import torch.distributed.checkpoint as tdcp
+
+    from lrdoctor.read.bytes.unsafe_globals import CodeExecutionGlobal
+    from lrdoctor.read.bytes.vet import vet
+
+    for name, state in (("ok", {"lr_scheduler": {"last_epoch": 3}}),
+                        ("evil", {"lr_scheduler": {"last_epoch": 3}, "evil": _Exploit()})):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
+            tdcp.save(state, checkpoint_id=str(tmp_path / name))
+        assert all(vet(f) is None for f in (tmp_path / name).glob("*.distcp"))
+    assert vet(tmp_path / "ok" / ".metadata") is None
+    with pytest.raises(CodeExecutionGlobal, match="system"):
+        vet(tmp_path / "evil" / ".metadata")

@@ -34,6 +34,8 @@ def vet(path: Path) -> str | None:
     from lrdoctor.read.bytes import dcp, safeload, unsafe_globals
 
     path = Path(path)
+    if path.suffix == dcp.SUFFIX:  # DCP items back to back: read through the .metadata
+        return None
     if path.name == dcp.METADATA:
         if not dcp.is_dcp(path.parent):
             return _read(lambda: safeload.load(path, unknown_as_opaque=True))
@@ -49,7 +51,7 @@ def vet(path: Path) -> str | None:
                 torch_zip = any(n.endswith("/data.pkl") and n.count("/") == 1
                                 for n in zf.namelist())
         except (zipfile.BadZipFile, OSError, ValueError):
-            return None if path.suffix == ".distcp" else "not a readable zip archive"
+            return "not a readable zip archive"
         if torch_zip:
             return _read(lambda: safeload.load(path, unknown_as_opaque=True))
         # Not a torch.save archive (a TorchScript one, a zip of logs): its pickles by name.
@@ -58,7 +60,7 @@ def vet(path: Path) -> str | None:
             raise unsafe_globals.CodeExecutionGlobal(str(path), bad[0],
                                                      unsafe_globals.danger(bad[0]) or "")
         return None
-    if head[:1] == b"\x80" and path.suffix != ".distcp":
+    if head[:1] == b"\x80":
         return _read(lambda: safeload.load(path, unknown_as_opaque=True))
     return None
 
