@@ -154,7 +154,9 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
         raise
     notes: dict = dict(cfg._source)
     infos = plan_steps(cfg, samples, planner, tick("planning"), notes)
-    n_mb = sum(len(i.plan.micro_batches) for i in infos) * cfg.train.epochs_per_step
+    from lrdoctor.replay.planning import micro_batches
+
+    n_mb = micro_batches(infos) * cfg.train.epochs_per_step
     use_torch, why, torch_ok = _pick_engine(engine, model, device, opts.cross_check)
     cross = None
     if use_torch:
@@ -225,7 +227,8 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     fmt = cfg._format
     report = Report(command="replay", target=str(config), format=fmt,
                     state={"config": cfg.model_dump(mode="json"),
-                           "samples": int(len(samples)), "notes": notes},
+                           "samples": int(getattr(samples, "total", len(samples))),
+                           "notes": notes},
                     findings=found, extra={"summary": summary, **extra})
     return ReplayResult(report, rep, sweep_results, key)
 

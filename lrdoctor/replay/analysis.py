@@ -47,8 +47,8 @@ def summarize(rep: Replay) -> dict[str, Any]:
     k0 = nominal_k(cfg, cfg.dp.size)
     ruled = ~has_boundaries(rep)
     # Short against the k of that update's dp size (RLinf recomputes k when dp changes).
-    k_of = {int(d): nominal_k(cfg, int(d)) for d in np.unique(t["dp"])}
-    k_at = np.array([k_of[int(d)] for d in t["dp"][closes]], dtype=np.int64)
+    dps_u, dps_inv = np.unique(t["dp"][closes], return_inverse=True)
+    k_at = np.array([nominal_k(cfg, int(d)) for d in dps_u], dtype=np.int64)[dps_inv]
     short = int(((wsizes < k_at) & ruled[closes]).sum()) if len(wsizes) else 0
     corrected_inc = (hz / end) if end > 0 else None
     inc = cfg.scheduler.increment
@@ -278,6 +278,8 @@ def _knob_cannot_move(rep: Replay) -> bool:
     if sch.step_on != "rollout_step" or isinstance(sch.increment, str):
         return False
     packer = PACKERS.get(cfg.batching.strategy)
-    return bool(packer is not None and packer.mini_batch_windows and rep.infos
+    from lrdoctor.rules.replay_context import step_runs as runs_of
+
+    return bool(packer is not None and packer.mini_batch_windows and len(rep.infos)
                 and cfg.accumulation.flush_at_step_end
-                and all(i.plan.boundaries is not None for i in rep.infos))
+                and all(i.plan.boundaries is not None for _, _, i in runs_of(rep.infos)))

@@ -357,18 +357,32 @@ def _check_sizes(cfg: RunConfig) -> None:
                          f"(limit {limits.LIMITS['replay_steps'].env}={limits.get('replay_steps')})")
     per_step = max(t.samples_per_step or 1, t.gradient_accumulation * t.micro_batch_size,
                    b.num_micro_batches or 1, b.docs_per_step or 1, t.mini_batch_size or 1)
+    dp = max([cfg.dp.size, *(c.size for c in cfg.dp.changes)])
+    # The planners hold a list per data-parallel rank per step: dp is a size too.
+    if dp > limits.get("replay_ranks"):
+        raise ValueError(f"dp.size {dp:,} is more data-parallel ranks than one replay "
+                         f"simulates (limit {limits.LIMITS['replay_ranks'].env}="
+                         f"{limits.get('replay_ranks')})")
+    if b.strategy == "static":
+        # A static loop materialises a row per micro-batch, not per sample: without lengths
+        # its steps share one plan (planning.StepRuns); drawn synthetic lengths are counted
+        # where they are drawn (samples.load_samples), a batch log is its own rows.
+        dp_min = min([cfg.dp.size, *(c.size for c in cfg.dp.changes)])
+        mbs = math.ceil((t.samples_per_step or per_step) / dp_min / t.micro_batch_size)
+        rows = t.steps * mbs * t.epochs_per_step
+        if rows > limits.get("replay_samples"):
+            raise ValueError(f"train.steps x micro-batches per step is {rows:,} rows, more "
+                             f"than one replay materialises (limit "
+                             f"{limits.LIMITS['replay_samples'].env}="
+                             f"{limits.get('replay_samples')})")
+        _check_memory(rows * 160, t.steps, mbs, dp)  # ~20 columns of 8 bytes per row
+        return
     rows = t.steps * per_step * t.epochs_per_step
     if rows > limits.get("replay_samples"):
         raise ValueError(f"train.steps x samples (or micro-batches) per step is {rows:,} "
                          f"rows, more than one replay materialises "
                          f"(limit {limits.LIMITS['replay_samples'].env}="
                          f"{limits.get('replay_samples')})")
-    # The planners hold a list per data-parallel rank per step: dp is a size too.
-    dp = max([cfg.dp.size, *(c.size for c in cfg.dp.changes)])
-    if dp > limits.get("replay_ranks"):
-        raise ValueError(f"dp.size {dp:,} is more data-parallel ranks than one replay "
-                         f"simulates (limit {limits.LIMITS['replay_ranks'].env}="
-                         f"{limits.get('replay_ranks')})")
     # A rank's plan of one mini-batch (its rows, its packer run) costs about ten sample rows.
     minis = max(1, per_step // (t.mini_batch_size or per_step))
     rank_rows = t.steps * t.epochs_per_step * dp * minis
@@ -378,11 +392,16 @@ def _check_sizes(cfg: RunConfig) -> None:
                          f"{limits.LIMITS['replay_samples'].env}={limits.get('replay_samples')}"
                          ", one plan counting as ten rows)")
     # ~100 bytes per sample row (lengths, ids, plan entries), ~200 per rank plan
-    need = rows * 100 + rank_rows * 200
+    _check_memory(rows * 100 + rank_rows * 200, t.steps, per_step, dp)
+
+
+def _check_memory(need: int, steps: int, per_step: int, dp: int) -> None:
+    from lrdoctor.read.bytes import limits
+
     have = limits.machine_memory()
     if have is not None and need > have // 2:
         raise ValueError(f"the replay would hold about {need / 2**30:,.1f} GiB (train.steps "
-                         f"{t.steps:,}, {per_step:,} rows per step, dp {dp:,}), more than half "
+                         f"{steps:,}, {per_step:,} rows per step, dp {dp:,}), more than half "
                          f"of this machine's {have / 2**30:,.1f} GiB")
 
 

@@ -14,6 +14,7 @@ window, update, scheduler progress, LR and loss weight must agree.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,7 @@ def _clean_starts(fast_trace: dict[str, np.ndarray], steps: np.ndarray) -> dict[
     return out
 
 
-def plan_segments(fast_trace: dict[str, np.ndarray], infos: list, epochs: int,
+def plan_segments(fast_trace: dict[str, np.ndarray], infos: Sequence[Any], epochs: int,
                   failed_updates: list[int]) -> tuple[list[tuple[int, int, str]], list[str]]:
     """[(first info index, end info index, why)] to run in torch, and what is left out."""
     steps = np.asarray([i.step for i in infos])
@@ -86,7 +87,7 @@ def plan_segments(fast_trace: dict[str, np.ndarray], infos: list, epochs: int,
     return sorted(segs), skipped
 
 
-def cross_check(cfg, infos: list, fast, *, device: str = "cpu") -> dict[str, Any]:
+def cross_check(cfg, infos: Sequence[Any], fast, *, device: str = "cpu") -> dict[str, Any]:
     """Run torch over a sample of the run and compare it with the fast trace ``fast``.
 
     Returns a JSON-ready summary: what ran, how many micro-batches agreed, the first

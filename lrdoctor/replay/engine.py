@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,12 +46,14 @@ class Replay:
     cfg: Any
     spec: ScheduleSpec
     trace: dict[str, np.ndarray]
-    infos: list[StepInfo]
+    infos: Sequence[StepInfo]
     nominal_updates: float
     budget_updates: float
     engine: str = "fast"
     device: str = "cpu"
     notes: dict = field(default_factory=dict)
+    # Views of the trace several readers share (rules.replay_context.per_step), computed once.
+    cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def frame(self) -> pd.DataFrame:
         import pandas as pd
@@ -78,7 +80,7 @@ class Replay:
             pacsv.write_csv(table, path)
 
 
-def carried_doc_windows(cfg: RunConfig, infos: list[StepInfo]
+def carried_doc_windows(cfg: RunConfig, infos: Sequence[StepInfo]
                         ) -> tuple[np.ndarray, np.ndarray] | None:
     """Document-target windows over the whole run (``flush_at_step_end: false``).
 
@@ -124,8 +126,75 @@ def _plan_columns(plan: Any, packed: bool) -> tuple[list, ...]:
     return rows0, pad0, toks, samp, maxrt
 
 
-def micro_batch_table(cfg: RunConfig, infos: list[StepInfo]) -> dict[str, np.ndarray]:
+def _runs_table(cfg: RunConfig, runs: list[tuple[int, int, StepInfo]]
+                ) -> dict[str, np.ndarray]:
+    """:func:`micro_batch_table` of :class:`~lrdoctor.replay.planning.StepRuns`: each run's
+    plan columns tiled over its steps and epochs in numpy (no Python per step)."""
+    epochs = cfg.train.epochs_per_step
+    packed = cfg.batching.is_packed
+    parts: dict[str, list[np.ndarray]] = {}
+    single = len(runs) == 1
+
+    def add(name: str, arr: Any) -> None:
+        parts.setdefault(name, []).append(np.asarray(arr))
+
+    def tiled(col: Any, reps: int, dtype: Any) -> np.ndarray:
+        """``col`` repeated ``reps`` times; a read-only view of one value when it holds one
+        (a single run: nothing to concatenate), so a million identical steps cost nothing."""
+        col = np.asarray(col, dtype=dtype)
+        if single and len(col) and bool(np.all(col == col[0])):
+            return np.broadcast_to(col[:1], (len(col) * reps,))
+        return np.tile(col, reps)
+
+    for a, c, info in runs:
+        plan = info.plan
+        n = len(plan.micro_batches)
+        if n == 0:
+            continue
+        reps = c * epochs
+        rows0, pad0, toks, samp, maxrt = _plan_columns(plan, packed)
+        bset = set(plan.boundaries) if plan.boundaries is not None else set()
+        bound = np.array([i in bset for i in range(n)], dtype=bool)
+        divs = (np.asarray(plan.loss_divisors, dtype=float)
+                if getattr(plan, "loss_divisors", None) is not None else np.full(n, math.nan))
+        docs = (np.asarray(info.mb_docs, dtype=float) if info.mb_docs is not None
+                else np.full(n, math.nan))
+        if cfg.batching.loss_divisor == "micro_batch" and info.mb_docs is not None and \
+                plan.loss_divisors is not None:
+            divs = np.asarray(info.mb_docs, dtype=float)
+        last_e = np.zeros(n, dtype=bool)
+        last_e[-1] = True
+        steps = np.arange(a, a + c, dtype=np.int64)
+        add("train_step", steps if n * epochs == 1 else np.repeat(steps, n * epochs))
+        add("epoch", tiled(np.repeat(np.arange(epochs, dtype=np.int64), n), c, np.int64))
+        add("micro_index", tiled(np.arange(n), reps, np.int64))
+        for name, col in (("rows", rows0), ("padded_len", pad0), ("tokens", toks),
+                          ("samples", samp), ("max_rank_tokens", maxrt)):
+            add(name, tiled(col, reps, np.int64))
+        add("dp", tiled([info.dp], n * reps, np.int64))
+        add("k", tiled([nominal_k(cfg, info.dp)], n * reps, np.int64))
+        add("boundary", tiled(bound, reps, bool))
+        add("last_in_epoch", tiled(last_e, reps, bool))
+        step_last = np.tile(last_e, epochs) & (np.arange(n * epochs) >= n * (epochs - 1))
+        add("last_in_step", tiled(step_last, c, bool))
+        add("loss_divisor", tiled(divs, reps, float))
+        add("docs", tiled(docs, reps, float))
+        add("has_boundaries", tiled([plan.boundaries is not None], n * reps, bool))
+    names = ("train_step", "epoch", "micro_index", "rows", "padded_len", "tokens", "samples",
+             "max_rank_tokens", "dp", "k", "boundary", "last_in_epoch", "last_in_step",
+             "loss_divisor", "docs", "has_boundaries")
+    out = {k: (np.concatenate(parts[k]) if len(parts.get(k, [])) > 1 else
+               parts[k][0] if parts.get(k) else np.zeros(0)) for k in names}
+    out["carried"] = np.broadcast_to(np.zeros(1, dtype=bool), (len(out["rows"]),))
+    return out
+
+
+def micro_batch_table(cfg: RunConfig, infos: Sequence[StepInfo]) -> dict[str, np.ndarray]:
     """Flatten every (step, epoch, micro-batch) into columns, in execution order."""
+    from lrdoctor.replay.planning import StepRuns
+
+    if isinstance(infos, StepRuns) and cfg.batching.strategy == "static":
+        return _runs_table(cfg, infos.runs)
     cols: dict[str, list] = {k: [] for k in (
         "train_step", "epoch", "micro_index", "rows", "padded_len", "tokens", "samples",
         "max_rank_tokens", "dp", "k", "boundary", "last_in_epoch", "last_in_step",
@@ -187,7 +256,15 @@ def micro_batch_table(cfg: RunConfig, infos: list[StepInfo]) -> dict[str, np.nda
     return out
 
 
-def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = None,
+def _distinct(col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(col, return_inverse=True)``, without the sort when the column holds one
+    value (a run without dp changes: millions of rows)."""
+    if len(col) and col.min() == col.max():
+        return col[:1].copy(), np.broadcast_to(np.zeros(1, dtype=np.int64), col.shape)
+    return np.unique(col, return_inverse=True)
+
+
+def simulate(cfg: RunConfig, infos: Sequence[StepInfo], spec: ScheduleSpec | None = None,
              notes: dict | None = None) -> Replay:
     """Windows, updates, scheduler progress and the LR each micro-batch sees."""
     sps = samples_per_step(cfg, infos)
@@ -195,15 +272,20 @@ def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = 
     t = micro_batch_table(cfg, infos)
     n = len(t["rows"])
     acc, sch = cfg.accumulation, cfg.scheduler
-    k = t["k"].astype(np.int64)
-    last = t["last_in_epoch"].astype(bool)
+    k = np.asarray(t["k"], dtype=np.int64)
+    last = np.asarray(t["last_in_epoch"], dtype=bool)
 
     # Which micro-batch closes a window (the optimizer-step condition).
     if acc.flush_at_step_end:
-        j = t["micro_index"].astype(np.int64)
+        j = np.asarray(t["micro_index"], dtype=np.int64)
         close = ((j + 1) % k == 0) if acc.rule == "correct" else (j % k == 0)
         if acc.short_window == "step":  # "drop": the leftover joins the next window
             close = close | last
+    elif n and k.min() == k.max():
+        # One counter, one k (no dp change): every k-th micro-batch, no modulo over the run.
+        k0 = int(k[0])
+        close = np.zeros(n, dtype=bool)
+        close[(k0 - 1 if acc.rule == "correct" else 0)::k0] = True
     else:
         g = np.arange(n, dtype=np.int64)
         close = ((g + 1) % k == 0) if acc.rule == "correct" else (g % k == 0)
@@ -219,17 +301,24 @@ def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = 
     update_index = np.where(close, window, -1)
     # An index past int64 names no update of a replay (and numpy cannot hold it).
     fail_idx = [u for u in sch.failed_updates if u <= np.iinfo(np.int64).max]
-    failed = close & np.isin(update_index, np.asarray(fail_idx, dtype=np.int64))
+    failed = close & np.isin(update_index, np.asarray(fail_idx, dtype=np.int64)) if fail_idx \
+        else np.zeros(n, dtype=bool)
 
     # Loss weight: this micro-batch's share of a nominal update.
-    samp = t["samples"].astype(float)
-    div = t["loss_divisor"].astype(float)
-    docs = t["docs"].astype(float)
-    dps, dp_inv = np.unique(t["dp"], return_inverse=True)
-    nominal = np.array([nominal_samples_per_update(cfg, int(d)) for d in dps])[dp_inv] if n \
-        else np.zeros(0)
-    weight = np.where(np.isnan(div), samp / nominal, np.where(np.isnan(docs), samp, docs) / div)
-    wsamp = np.bincount(window, weights=samp)[window] if n else np.zeros(0)
+    samp = np.asarray(t["samples"], dtype=float)
+    div = np.asarray(t["loss_divisor"], dtype=float)
+    docs = np.asarray(t["docs"], dtype=float)
+    dps, dp_inv = _distinct(t["dp"])
+    per_dp = np.array([nominal_samples_per_update(cfg, int(d)) for d in dps])
+    nominal = (np.broadcast_to(per_dp[:1], (n,)) if len(per_dp) == 1 else per_dp[dp_inv]) \
+        if n else np.zeros(0)
+    if n and div.strides == (0,) and math.isnan(div[0]) and samp.strides == (0,) \
+            and nominal.strides == (0,):
+        # one value everywhere (a single run of identical static steps)
+        weight = np.broadcast_to(samp[:1] / nominal[:1], (n,))
+    else:
+        weight = np.where(np.isnan(div), samp / nominal,
+                          np.where(np.isnan(docs), samp, docs) / div)
 
     # Scheduler events: how far the scheduler moves after each micro-batch.
     inc = sch.increment
@@ -239,7 +328,9 @@ def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = 
             np.full(n, float(inc))
         events = per * mult
     elif sch.step_on == "update":
-        per = wsamp if inc == "samples" else wsize.astype(float) if inc == "micro_batches" \
+        # samples: the window's samples (its sum over the window's micro-batches)
+        per = (np.bincount(window, weights=samp)[window] if n else np.zeros(0)) \
+            if inc == "samples" else wsize.astype(float) if inc == "micro_batches" \
             else np.full(n, float(inc))
         fire = close & (~failed | sch.step_on_failed_update)
         events = np.where(fire, per * mult, 0.0)
@@ -257,35 +348,38 @@ def simulate(cfg: RunConfig, infos: list[StepInfo], spec: ScheduleSpec | None = 
     after = np.cumsum(events)
     before = after - events
 
-    uniq, inv = np.unique(before, return_inverse=True)
+    # ``before`` never decreases (increments are > 0): its distinct values without a sort.
+    new_val = np.r_[True, before[1:] != before[:-1]] if n else np.zeros(0, dtype=bool)
+    uniq = before[new_val]
+    inv = np.cumsum(new_val) - 1
     from lrdoctor import schedules
 
     lr_u = schedules.lr_many(spec, uniq)  # vectorised where the family is
     lr = lr_u[inv] if n else np.zeros(0)
 
     trace = {
-        "train_step": t["train_step"].astype(np.int64),
-        "epoch": t["epoch"].astype(np.int64),
-        "micro_index": t["micro_index"].astype(np.int64),
-        "rows": t["rows"].astype(np.int64),
-        "padded_len": t["padded_len"].astype(np.int64),
-        "tokens": t["tokens"].astype(np.int64),
-        "samples": t["samples"].astype(np.int64),
-        "max_rank_tokens": t["max_rank_tokens"].astype(np.int64),
-        "window": window.astype(np.int64),
-        "window_size": wsize.astype(np.int64),
-        "is_update": close.astype(bool),
-        "applied": applied.astype(bool),
-        "update_index": update_index.astype(np.int64),
-        "failed": failed.astype(bool),
+        "train_step": np.asarray(t["train_step"], dtype=np.int64),
+        "epoch": np.asarray(t["epoch"], dtype=np.int64),
+        "micro_index": np.asarray(t["micro_index"], dtype=np.int64),
+        "rows": np.asarray(t["rows"], dtype=np.int64),
+        "padded_len": np.asarray(t["padded_len"], dtype=np.int64),
+        "tokens": np.asarray(t["tokens"], dtype=np.int64),
+        "samples": np.asarray(t["samples"], dtype=np.int64),
+        "max_rank_tokens": np.asarray(t["max_rank_tokens"], dtype=np.int64),
+        "window": np.asarray(window, dtype=np.int64),
+        "window_size": np.asarray(wsize, dtype=np.int64),
+        "is_update": np.asarray(close, dtype=bool),
+        "applied": np.asarray(applied, dtype=bool),
+        "update_index": np.asarray(update_index, dtype=np.int64),
+        "failed": np.asarray(failed, dtype=bool),
         "scheduler_progress": after,
         "lr": lr,
-        "dp": t["dp"].astype(np.int64),
+        "dp": np.asarray(t["dp"], dtype=np.int64),
         "loss_weight": weight,
         "loss_divisor": div,
         "docs": docs,
         "window_weight_sum": (np.bincount(window, weights=weight)[window] if n else np.zeros(0)),
-        "peak_mem_bytes": np.full(n, np.nan),
+        "peak_mem_bytes": np.broadcast_to(np.full(1, np.nan), (n,)),
     }
     return Replay(cfg=cfg, spec=spec, trace=trace, infos=infos,
                   nominal_updates=nominal_updates(cfg, sps),

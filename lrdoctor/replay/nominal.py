@@ -12,21 +12,24 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.state import ScheduleSpec, Unit
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from lrdoctor.replay.config import RunConfig
     from lrdoctor.replay.planning import StepInfo
 
 
-def samples_per_step(cfg: RunConfig, infos: list[StepInfo] | None = None) -> float:
+def samples_per_step(cfg: RunConfig, infos: Sequence[StepInfo] | None = None) -> float:
     if cfg.train.samples_per_step is not None:
         return float(cfg.train.samples_per_step)
     if infos:
-        return float(np.mean([i.samples for i in infos]))
+        from lrdoctor.rules.replay_context import step_runs as runs_of
+
+        runs = runs_of(infos)
+        return float(sum(c * i.samples for _, c, i in runs) / sum(c for _, c, _ in runs))
     raise UnusableInput("train.samples_per_step is not set and there is no batch log")
 
 

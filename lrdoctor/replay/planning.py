@@ -8,9 +8,9 @@ same :class:`StepInfo` list it returns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -71,6 +71,62 @@ class StepInfo:
 Planner = Callable[[Any, Any, Any, int], Any]
 
 
+class StepRuns(Sequence[StepInfo]):
+    """Train steps as runs of consecutive steps that share one planned step.
+
+    Why: a static loop without lengths plans the same step at every step of a dp size; the
+    OneVision-Encoder stage-2 run has 8,000,001 of them. Holding one :class:`StepInfo` per
+    run (not per step) keeps planning O(runs); the engine, the summary and the rules read
+    :attr:`runs` (``(first step, count, info)``). Indexing and iteration still give one
+    :class:`StepInfo` per step, built on demand, for the consumers that walk steps (the
+    opt-in torch paths).
+    """
+
+    def __init__(self, runs: list[tuple[int, int, StepInfo]]) -> None:
+        self.runs = runs
+        self._starts = [a for a, _, _ in runs]
+        self._n = sum(c for _, c, _ in runs)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _at(self, i: int) -> StepInfo:
+        import bisect
+
+        r = self.runs[bisect.bisect_right(self._starts, i) - 1]
+        info = r[2]
+        return info if info.step == i else StepInfo(i, info.dp, info.plan, info.samples,
+                                                   info.docs, info.mb_docs)
+
+    @overload
+    def __getitem__(self, i: int) -> StepInfo: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[StepInfo]: ...
+
+    def __getitem__(self, i: int | slice) -> StepInfo | list[StepInfo]:
+        if isinstance(i, slice):
+            return [self._at(j) for j in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return self._at(i)
+
+    def __iter__(self) -> Iterator[StepInfo]:
+        for a, c, info in self.runs:
+            for j in range(a, a + c):
+                yield info if info.step == j else StepInfo(j, info.dp, info.plan,
+                                                           info.samples, info.docs,
+                                                           info.mb_docs)
+
+
+def micro_batches(infos: Sequence[StepInfo]) -> int:
+    """Micro-batches of all steps (one epoch each)."""
+    from lrdoctor.rules.replay_context import step_runs
+
+    return sum(c * len(i.plan.micro_batches) for _, c, i in step_runs(infos))
+
+
 def default_planner() -> Planner:
     from lrdoctor.replay import packing
 
@@ -79,7 +135,7 @@ def default_planner() -> Planner:
 
 def plan_steps(cfg: RunConfig, samples: Samples | pd.DataFrame, planner: Planner | None = None,
                progress: Callable[[int], None] | None = None,
-               notes: dict | None = None) -> list[StepInfo]:
+               notes: dict | None = None) -> Sequence[StepInfo]:
     """Run the framework's micro-batching once per train step.
 
     With the default planner the steps are planned in chunks through
@@ -87,7 +143,10 @@ def plan_steps(cfg: RunConfig, samples: Samples | pd.DataFrame, planner: Planner
     ``progress`` called per chunk; a given planner is called step by step.
     """
     from lrdoctor.replay import packing
+    from lrdoctor.replay.table import UniformSamples
 
+    if isinstance(samples, UniformSamples) and planner is None:
+        return _uniform_runs(cfg, samples, progress)
     # Plans are deterministic: a step whose rows equal an earlier step's at the same
     # dp reuses its plan. A cycled log always repeats; with the built-in packers,
     # which read a step's rows and never its number, so does any step with the same
@@ -130,6 +189,33 @@ def plan_steps(cfg: RunConfig, samples: Samples | pd.DataFrame, planner: Planner
     return [StepInfo(step, dp, infos[i].plan, infos[i].samples, infos[i].docs,
                      infos[i].mb_docs) if infos[i].step != step else infos[i]
             for step, dp, i in steps]
+
+
+def _uniform_runs(cfg: RunConfig, samples: Any, progress: Callable[[int], None] | None
+                  ) -> StepRuns:
+    """Every train step holds the same rows (:class:`~lrdoctor.replay.table.UniformSamples`):
+    one plan per dp size, one run per stretch of steps at that size."""
+    from lrdoctor.replay import packing
+
+    cols = {c: samples[c] for c in samples.columns}
+    frame = StepFrame(0, cols)
+    bounds = sorted({0, *(ch.at_step for ch in cfg.dp.changes)})
+    plans: dict[int, StepInfo] = {}
+    runs: list[tuple[int, int, StepInfo]] = []
+    with packing.paused_gc():
+        for a, b in zip(bounds, [*bounds[1:], cfg.train.steps], strict=True):
+            if b <= a:
+                continue
+            dp = cfg.dp.size_at(a)
+            if dp not in plans:
+                plan = packing.plan_step(cfg.batching, cfg.train, frame.columns, dp)
+                plans[dp] = _step_info(frame, dp, plan)
+            info = plans[dp]
+            runs.append((a, b - a, StepInfo(a, dp, info.plan, info.samples, info.docs,
+                                            info.mb_docs)))
+    if progress is not None:
+        progress(cfg.train.steps - 1)
+    return StepRuns(runs)
 
 
 def _rows_key(frame: StepFrame) -> tuple[Any, ...]:

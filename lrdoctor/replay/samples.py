@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.replay.table import Samples
+from lrdoctor.replay.table import Samples, UniformSamples
 
 if TYPE_CHECKING:
     from lrdoctor.replay.config import RunConfig
@@ -51,6 +51,13 @@ def load_samples(cfg: RunConfig, batch_log: str | None = None, synthetic: str | 
         sps = cfg.train.samples_per_step
         if sps is None:
             raise UnusableInput("--synthetic needs train.samples_per_step in the config")
+        from lrdoctor.read.bytes import limits
+
+        if cfg.train.steps * sps > limits.get("replay_samples"):
+            raise UnusableInput(
+                f"--synthetic draws train.steps x samples_per_step = {cfg.train.steps * sps:,} "
+                f"lengths, more than one replay materialises (limit "
+                f"{limits.LIMITS['replay_samples'].env}={limits.get('replay_samples')})")
         return Samples(batchlog.synthetic_columns(synthetic, cfg.train.steps, sps, seed=seed))
     if cfg.batching.strategy not in ("static",):
         raise UnusableInput(f"batching.strategy {cfg.batching.strategy} needs sample lengths: "
@@ -59,9 +66,10 @@ def load_samples(cfg: RunConfig, batch_log: str | None = None, synthetic: str | 
     sps = cfg.train.samples_per_step
     if sps is None:
         raise UnusableInput("train.samples_per_step is needed when there is no batch log")
-    # Without lengths a static loop only needs the sample count; one token each.
-    steps = np.repeat(np.arange(cfg.train.steps, dtype=np.int64), sps)
-    return Samples({"step": steps, "tokens": np.ones_like(steps)})
+    # Without lengths a static loop only needs the sample count; one token each. Every
+    # step is the same: one step's rows, planned once per dp size (planning.StepRuns).
+    return UniformSamples({"step": np.zeros(sps, dtype=np.int64),
+                           "tokens": np.ones(sps, dtype=np.int64)}, cfg.train.steps)
 
 
 def lengths_source(cfg: RunConfig, batch_log: str | None = None,

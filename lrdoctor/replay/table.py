@@ -72,3 +72,21 @@ class Samples:
         import pandas as pd
 
         return pd.DataFrame(self._cols)
+
+
+class UniformSamples(Samples):
+    """One train step's rows, the same at every step (a static loop's sample counts, no
+    lengths): planning makes one plan per dp size (:class:`~lrdoctor.replay.planning.
+    StepRuns`), never a row per sample of the run. ``len()`` is one step's rows;
+    :attr:`total` the run's."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self, cols: Mapping[str, Any], steps: int) -> None:
+        super().__init__(cols)
+        self.steps = steps
+
+    @property
+    def total(self) -> int:
+        return len(self) * self.steps
+

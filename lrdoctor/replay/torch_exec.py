@@ -22,7 +22,7 @@ import importlib
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -165,7 +165,7 @@ class _Scheduler:
         return self.progress_at_call[-1]
 
 
-def replay_torch(cfg, infos: list[StepInfo], device: str = "auto",
+def replay_torch(cfg, infos: Sequence[StepInfo], device: str = "auto",
                  model_factory: Callable[[], Any] | None = None, optimizer: str = "sgd",
                  progress: Callable[[int], None] | None = None,
                  notes: dict | None = None, seed: int = 0,

@@ -72,7 +72,20 @@ class ReplayContext:
 
 
 def per_step(rep: Replay) -> dict[str, Array]:
-    """One row per train step: updates, scheduler advance, LR at its start."""
+    """One row per train step: updates, scheduler advance, LR at its start (computed once
+    per replay: the summary and several rules ask, and a run may have millions of steps)."""
+    cache = getattr(rep, "cache", None)
+    cached = cache.get("per_step") if isinstance(cache, dict) else None
+    if cached is not None and cached[0] is rep.trace:
+        hit: dict[str, Array] = cached[1]
+        return hit
+    out = _per_step(rep)
+    if isinstance(cache, dict):
+        cache["per_step"] = (rep.trace, out)
+    return out
+
+
+def _per_step(rep: Replay) -> dict[str, Array]:
     import numpy as np
 
     t = rep.trace
@@ -89,22 +102,39 @@ def per_step(rep: Replay) -> dict[str, Array]:
         first_lr[ts[first_idx]] = t["lr"][first_idx]
     end = _ffill(end)
     start = np.r_[0.0, end[:-1]]
-    dp = np.array([rep.cfg.dp.size_at(s) for s in range(steps)])
+    dp = dp_by_step(rep.cfg, steps)
     return {"train_step": np.arange(steps), "updates": updates, "micro_batches": mbs,
             "progress_end": end, "advance": end - start, "lr": first_lr, "dp": dp}
 
 
 def _ffill(a: Array) -> Array:
+    """NaN replaced by the last value before it (0 before any), in numpy."""
     import numpy as np
 
-    out = a.copy()
-    last = 0.0
-    for i, v in enumerate(out):
-        if np.isnan(v):
-            out[i] = last
-        else:
-            last = v
+    ok = ~np.isnan(a)
+    idx = np.where(ok, np.arange(len(a)), -1)
+    np.maximum.accumulate(idx, out=idx)
+    return np.where(idx >= 0, a[np.maximum(idx, 0)], 0.0)
+
+
+def dp_by_step(cfg: RunConfig, steps: int) -> Array:
+    """The dp size of every train step (``dp.changes`` applied), in numpy."""
+    import numpy as np
+
+    out = np.full(steps, cfg.dp.size, dtype=np.int64)
+    for ch in sorted(cfg.dp.changes, key=lambda c: c.at_step):
+        out[ch.at_step:] = ch.size
     return out
+
+
+def step_runs(infos: Any) -> list[tuple[int, int, Any]]:
+    """A replay's planned steps as ``(first step, count, StepInfo)`` runs: the runs of a
+    :class:`~lrdoctor.replay.planning.StepRuns` (a static run's identical steps), else one
+    run per step. Whole-run readers loop over these, never over millions of steps."""
+    runs = getattr(infos, "runs", None)
+    if runs is not None:
+        return list(runs)
+    return [(i.step, 1, i) for i in infos]
 
 
 def has_boundaries(rep: Replay) -> Array:
@@ -113,8 +143,8 @@ def has_boundaries(rep: Replay) -> Array:
     import numpy as np
 
     epochs = rep.cfg.train.epochs_per_step
-    flags = [np.full(len(i.plan.micro_batches) * epochs, i.plan.boundaries is not None)
-             for i in rep.infos]
+    flags = [np.full(c * len(i.plan.micro_batches) * epochs, i.plan.boundaries is not None)
+             for _, c, i in step_runs(rep.infos)]
     return np.concatenate(flags) if flags else np.zeros(0, dtype=bool)
 
 
@@ -130,7 +160,8 @@ def scheduler_calls_per_update(t: dict[str, Array]) -> float:
 
 def notes(rep: Replay, key: str) -> list[tuple[int, Any]]:
     """The steps whose plan noted ``key`` (a packer's remark), with the note."""
-    return [(i.step, i.plan.notes[key]) for i in rep.infos if key in (i.plan.notes or {})]
+    return [(a + j, i.plan.notes[key]) for a, c, i in step_runs(rep.infos)
+            if key in (i.plan.notes or {}) for j in range(c)]
 
 
 def budget_cause(c: ReplayContext) -> str:
@@ -154,13 +185,14 @@ def divisibility(rep: Replay) -> tuple[str, int, Any] | None:
         keys = tuple(k for k in keys if k != "fixed_size_not_divisible")
     hits = [(k, st, v) for k in keys for st, v in notes(rep, k)]
     mini = cfg.train.mini_batch_size
-    extra = []
+    extra: list[tuple[int, int, int, int]] = []
     if mini and cfg.batching.strategy == "static":
         ps = per_step(rep)
         nominal = math.ceil((cfg.train.samples_per_step or mini) / mini) * cfg.train.epochs_per_step
-        for info in rep.infos:
+        for a, c, info in step_runs(rep.infos):
             if info.samples % mini:
-                extra.append((info.step, info.samples, int(ps["updates"][info.step]), nominal))
+                extra.extend((st, info.samples, int(ps["updates"][st]), nominal)
+                             for st in range(a, a + c))
     if not hits and not extra:
         return None
     if extra:

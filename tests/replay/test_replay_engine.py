@@ -257,7 +257,8 @@ def test_cuda_request_without_cuda_is_unusable_input():
 def test_static_without_lengths_and_token_budget_needs_lengths():
     cfg = _cfg(batching={"strategy": "static"})
     df = load_samples(cfg)
-    assert len(df) == 6 * 32 and set(df["tokens"]) == {1}
+    # One step's rows, the same at every step (UniformSamples): 6 steps x 32 in all.
+    assert len(df) == 32 and df.total == 6 * 32 and set(df["tokens"]) == {1}
     with pytest.raises(UnusableInput, match="needs sample lengths"):
         load_samples(_cfg())
 

@@ -87,3 +87,26 @@ def test_updates_windows_and_lrs_equal_train_py(before):
     assert set(found) == {"LRD201", "LRD204", "LRD205"}
     assert "8001 micro-steps, 1.000125x its horizon of 8000" in found["LRD201"].message
     assert found["LRD201"].severity.name == "WARNING"
+
+
+@pytest.mark.parametrize("train_py", ["pr82", "before-pr82"])
+def test_step_runs_give_the_per_step_trace(train_py):
+    """The run-length path (one plan per dp size, numpy-tiled columns) is the per-step
+    path's trace, column for column: the same replay through a plain list of steps."""
+    from lrdoctor.replay import analysis, engine
+    from lrdoctor.replay.config import with_key
+    from lrdoctor.replay.planning import StepRuns, plan_steps
+    from lrdoctor.replay.samples import load_samples
+
+    cfg = load_config(SCRIPT, (SMALL, f"onevision.train_py={train_py}"))
+    # a dp change mid-run too: two runs, and k recomputed per dp size
+    cfg = with_key(cfg, "dp.changes", [{"at_step": 3000, "size": 4}])
+    cfg = with_key(cfg, "train.mini_batch_size", 640)
+    runs = plan_steps(cfg, load_samples(cfg))
+    assert isinstance(runs, StepRuns) and len(runs.runs) == 2 and len(runs) == 8001
+    fast = engine.simulate(cfg, runs)
+    slow = engine.simulate(cfg, list(runs))
+    assert fast.trace.keys() == slow.trace.keys()
+    for key in fast.trace:
+        assert np.array_equal(fast.trace[key], slow.trace[key], equal_nan=True), key
+    assert [f.code for f in analysis.findings(fast)] == [f.code for f in analysis.findings(slow)]
