@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Callable
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from lrdoctor.schedules import horizon_fields
@@ -209,12 +211,41 @@ def _chained(spec: ScheduleSpec, k: int) -> float:
         return lr
     if k * len(children) > MAX_REPLAY:
         raise ValueError("too many ChainedScheduler steps to replay")
-    lr = spec.max_lr
-    for c in children:  # the constructors' step to last_epoch 0, on the LR as it is
+    key = tuple((c.kind, c.base, _knobs(c)) for c in children)
+    try:
+        return _chain_replay(key, spec.max_lr, k)
+    except TypeError:  # a knob saved as something unhashable: replay uncached
+        return _chain_replay.__wrapped__(key, spec.max_lr, k)
+
+
+def _knobs(v: _View) -> tuple[tuple[str, Any], ...]:
+    """The knobs a child's rules read, as a hashable key (a cached replay's)."""
+    out = tuple((name, v[name]) for name in _STEP_KNOBS.get(v.kind, ()))
+    if v.kind == "MultiStepLR":
+        out += (("milestones", tuple(sorted(v.milestones().items()))),)
+    return out
+
+
+def _unkey(knobs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """:func:`_knobs` back into state-dict fields."""
+    p = dict(knobs)
+    if isinstance(p.get("milestones"), tuple):
+        p["milestones"] = dict(p["milestones"])
+    return p
+
+
+@lru_cache(maxsize=256)
+def _chain_replay(children: tuple[tuple[str, float, tuple[tuple[str, Any], ...]], ...],
+                  lr: float, k: int) -> float:
+    """ChainedScheduler's LR after ``k`` steps, replayed operation for operation (pure in
+    its arguments, so cached like :func:`_replay`)."""
+    views = [_View(kind, _unkey(knobs), base, None) for kind, base, knobs in children]
+    for c in views:  # the constructors' step to last_epoch 0, on the LR as it is
         lr = _chain_start(c, lr)
+    steps = [_chain_stepper(c) for c in views]
     for i in range(1, k + 1):
-        for c in children:
-            lr = _chain_step(c, i, lr)
+        for step in steps:
+            lr = step(i, lr)
     return lr
 
 
@@ -243,17 +274,19 @@ def _chain_start(v: _View, lr: float) -> float:
     return lr
 
 
-def _chain_step(v: _View, k: int, lr: float) -> float:
+def _chain_stepper(v: _View) -> Callable[[int, float], float]:
     """A chainable child's ``get_lr`` at last_epoch ``k >= 1`` from the current LR."""
     kind = v.kind
     if kind == "StepLR":
-        return lr * v["gamma"] if k % v["step_size"] == 0 else lr
+        size, gamma = v["step_size"], v["gamma"]
+        return lambda k, lr: lr * gamma if k % size == 0 else lr
     if kind == "MultiStepLR":
-        ms = v.milestones()
-        return lr * v["gamma"] ** ms[k] if k in ms else lr
+        ms, gamma = v.milestones(), v["gamma"]
+        return lambda k, lr: lr * gamma ** ms[k] if k in ms else lr
     if kind == "ConstantLR":
-        return lr * (1.0 / v["factor"]) if k == v["total_iters"] else lr
-    return _step(v, k, lr)
+        total, factor = v["total_iters"], v["factor"]
+        return lambda k, lr: lr * (1.0 / factor) if k == total else lr
+    return _stepper(v)
 
 
 def _start(v: _View, closed: bool) -> float:
@@ -294,27 +327,39 @@ def _elements(ms: dict[int, int]) -> list[int]:
     return [m for m, c in ms.items() for _ in range(c)]
 
 
-def _step(v: _View, k: int, lr: float) -> float:
-    """One chainable ``get_lr`` at new ``last_epoch == k >= 1`` from ``group["lr"] == lr``."""
+def _stepper(v: _View) -> Callable[[int, float], float]:
+    """One chainable ``get_lr`` at new ``last_epoch == k >= 1`` from ``group["lr"] == lr``,
+    with the scheduler's knobs read once (a replay calls it per step): torch's float
+    operations, in torch's order."""
     kind = v.kind
     if kind == "LinearLR":
         t, sf, ef = v["total_iters"], v["start_factor"], v["end_factor"]
-        if k > t:
-            return lr
-        return lr * (1.0 + (ef - sf) / (t * sf + (k - 1) * (ef - sf)))
+
+        def linear(k: int, lr: float) -> float:
+            if k > t:
+                return lr
+            return lr * (1.0 + (ef - sf) / (t * sf + (k - 1) * (ef - sf)))
+        return linear
     if kind == "CosineAnnealingLR":
-        t, eta = v["T_max"], v["eta_min"]
-        if (k - 1 - t) % (2 * t) == 0:
-            return lr + (v.base - eta) * (1 - math.cos(math.pi / t)) / 2
-        return ((1 + math.cos(math.pi * k / t)) / (1 + math.cos(math.pi * (k - 1) / t))
-                * (lr - eta) + eta)
+        t, eta, base = v["T_max"], v["eta_min"], v.base
+        cos, pi = math.cos, math.pi
+
+        def cosine(k: int, lr: float) -> float:
+            if (k - 1 - t) % (2 * t) == 0:
+                return lr + (base - eta) * (1 - cos(pi / t)) / 2
+            return (1 + cos(pi * k / t)) / (1 + cos(pi * (k - 1) / t)) * (lr - eta) + eta
+        return cosine
     if kind == "ExponentialLR":
-        return lr * v["gamma"]
+        gamma = v["gamma"]
+        return lambda k, lr: lr * gamma
     if kind == "PolynomialLR":
-        t = v["total_iters"]
-        if k > t:
-            return lr
-        return lr * ((1.0 - k / t) / (1.0 - (k - 1) / t)) ** v["power"]
+        tp, power = v["total_iters"], v["power"]
+
+        def poly(k: int, lr: float) -> float:
+            if k > tp:
+                return lr
+            return lr * ((1.0 - k / tp) / (1.0 - (k - 1) / tp)) ** power
+        return poly
     raise ValueError(f"torch scheduler {kind!r} has no per-step rule here")
 
 
@@ -350,11 +395,36 @@ def _advance(v: _View, lr0: float, k: int) -> float:
         if k == 0:
             return lr0
     if k <= EXACT_STEPS:
-        lr = lr0
-        for i in range(1, k + 1):
-            lr = _step(v, i, lr)
-        return lr
+        knobs = _knobs(v)
+        try:
+            return _replay(kind, knobs, v.base, lr0, k)
+        except TypeError:  # a knob saved as something unhashable: replay uncached
+            return _replay.__wrapped__(kind, knobs, v.base, lr0, k)
     return _jump(v, lr0, k)
+
+
+#: The knobs each per-step rule reads (the key of a cached replay).
+_STEP_KNOBS: dict[str, tuple[str, ...]] = {
+    "LinearLR": ("total_iters", "start_factor", "end_factor"),
+    "CosineAnnealingLR": ("T_max", "eta_min"),
+    "ExponentialLR": ("gamma",),
+    "PolynomialLR": ("total_iters", "power"),
+    "StepLR": ("step_size", "gamma"),
+    "MultiStepLR": ("gamma",),
+    "ConstantLR": ("total_iters", "factor"),
+}
+
+
+@lru_cache(maxsize=512)
+def _replay(kind: str, knobs: tuple[tuple[str, Any], ...], base: float, lr0: float,
+            k: int) -> float:
+    """group["lr"] after ``k`` chainable steps from ``lr0``, replayed operation for
+    operation. Pure in its arguments, so cached: the rules ask one schedule at a handful
+    of positions, each a replay of up to ``EXACT_STEPS`` steps."""
+    lr, step = lr0, _stepper(_View(kind, _unkey(knobs), base, None))
+    for i in range(1, k + 1):
+        lr = step(i, lr)
+    return lr
 
 
 def _jump(v: _View, lr0: float, k: int) -> float:
