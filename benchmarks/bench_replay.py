@@ -1,7 +1,8 @@
 """Replay speed: a verl Megatron launch script at 131,072 samples beside verl's own
 Karmarkar-Karp on the same partitions; Karmarkar-Karp with many micro-batches per
 mini-batch (verl >= 0.9.1 raising the count until every rank fits), per 1M samples,
-beside verl's own ``rearrange_micro_batches`` on the same rows (goal <= 1 s per 1M);
+beside verl's own ``rearrange_micro_batches`` on the same rows and, with numba installed
+(``lrdoctor[fast]``), beside the scalar code (goal <= 1 s per 1M);
 the fast path on 1,000,000 samples over 10,000 train steps (goal < 5 s);
 the torch engine's micro-batches per second beside the fast engine's on the same run
 (CPU, and CUDA with peak memory); and every shipped example as a user runs it
@@ -139,24 +140,57 @@ def bench_kk_many(mini_batches: int = 32, verl_mini_batches: int = 2, dp: int = 
     threads, as tests/replay/test_replay_peers.py runs it) on the first
     ``verl_mini_batches`` of the same rows (verl takes seconds per mini-batch); per 1M
     samples and as a ratio; those plans are compared."""
+    import os
     import sys
     from pathlib import Path
 
+    from lrdoctor.replay.packing import kk_numba
     from lrdoctor.replay.packing.kk_plan import plan_karmarkar_karp_steps
 
     rng = np.random.default_rng(7)
     n = dp * per_rank
     frames = [{"tokens": np.clip(rng.lognormal(np.log(1500), 0.6, n), 16, cap).astype(np.int64),
                "rank": np.repeat(np.arange(dp), per_rank)} for _ in range(mini_batches)]
-    t0 = time.perf_counter()
-    plans = plan_karmarkar_karp_steps(frames, [dp] * mini_batches, cap,
-                                      mini_per_rank=[per_rank] * mini_batches, flavor="verl")
-    lrd = time.perf_counter() - t0
+
+    def plan(fr):
+        return plan_karmarkar_karp_steps(fr, [dp] * len(fr), cap,
+                                         mini_per_rank=[per_rank] * len(fr), flavor="verl")
+
+    def cpu(fr, repeat=3):  # CPU seconds, best of `repeat`: the machine may be shared
+        best, out = float("inf"), None
+        for _ in range(repeat):
+            t = time.process_time()
+            out = plan(fr)
+            best = min(best, time.process_time() - t)
+        return best, out
+
     total = n * mini_batches
+    compiled = kk_numba.available()
+    if compiled:
+        t0 = time.perf_counter()
+        plan(frames[:1])  # compiles, or loads the compiled code cached on disk
+        print(f"  numba: first call (compile or load the cache) {time.perf_counter() - t0:.2f} s")
+    lrd, plans = cpu(frames)
     counts = [len(p.micro_batches) for p in plans]
     print(f"Karmarkar-Karp, many micro-batches ({min(counts)}-{max(counts)} per mini-batch, "
-          f"{per_rank} rows a rank, dp {dp}), {total:,} samples: lrdoctor {lrd:.2f} s = "
-          f"{lrd / total * 1e6:.1f} s per 1M (goal <= 1 s)")
+          f"{per_rank} rows a rank, dp {dp}), {total:,} samples, "
+          f"{'compiled (numba)' if compiled else 'scalar (numba not installed)'}: lrdoctor "
+          f"{lrd:.2f} CPU s = {lrd / total * 1e6:.2f} s per 1M (goal <= 1 s)")
+    if compiled:  # the scalar code beside it, on a quarter of the same mini-batches
+        os.environ["LRDOCTOR_KK_COMPILED"] = "0"
+        try:
+            part = max(1, mini_batches // 4)
+            scal, splans = cpu(frames[:part], repeat=1)
+        finally:
+            del os.environ["LRDOCTOR_KK_COMPILED"]
+        same = all(a.micro_batches and len(a.micro_batches) == len(b.micro_batches) and all(
+            [r.tolist() for r in x.ranks] == [r.tolist() for r in y.ranks]
+            for x, y in zip(a.micro_batches, b.micro_batches, strict=True))
+            for a, b in zip(plans[:part], splans, strict=True))
+        ps = scal / (n * part)
+        print(f"  the scalar code on the first {n * part:,} samples: {scal:.2f} CPU s = "
+              f"{ps * 1e6:.2f} s per 1M; compiled / scalar = {(lrd / total) / ps:.3f}; "
+              f"same micro-batches: {same}")
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root))
     try:

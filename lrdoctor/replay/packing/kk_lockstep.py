@@ -98,6 +98,9 @@ _MIN_LOCKSTEP = 16
 # state cost log k; the lockstep arrays hold states x k per instance): measured by
 # benchmarks/bench_replay.py (KK with many micro-batches).
 _SCALAR_FROM_K = 64
+# From this many sets the compiled code (numba, when installed) takes the scalar
+# code's groups: below it the lockstep or the scalar merges are cheap already.
+_COMPILED_FROM_K = 8
 # The most one lockstep group's state array may take (the rest runs in later slices).
 _MAX_GROUP_BYTES = 128 * 2**20
 
@@ -190,8 +193,15 @@ def _scalar_group(vals: Any, starts: Any, grp: Any, k: int, eq: bool, out: Any, 
                   caps: Any = None, stopped: Any = None) -> None:
     """The scalar procedure, for a group whose keys would not fit in int64 (or too
     small, or too many sets, for lockstep to pay); with ``caps``, it may stop early."""
+    from lrdoctor.replay.packing import kk_numba
     from lrdoctor.replay.packing.karmarkar_karp import _kk_sets_capped
 
+    if k >= _COMPILED_FROM_K and kk_numba.available():
+        status = kk_numba.solve_group(vals, starts, grp, k, eq, out, toks, caps)
+        if status is not None:  # 1: stopped over the cap; 2: the scalar code raises below
+            if stopped is not None:
+                stopped[grp[status == 1]] = True
+            grp = grp[status == 2]
     for i in grp.tolist():
         a, b = int(starts[i]), int(starts[i + 1])
         v = vals[a:b].tolist()
