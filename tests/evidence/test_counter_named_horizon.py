@@ -8,7 +8,6 @@ number with its field, each twin is silent at warning level.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
@@ -135,52 +134,22 @@ def test_fabric_onecycle_total_steps_in_updates_twin_is_silent(tmp_path):
 
 # ---------------------------------------------------------------- Composer
 
-def _composer_run(root: Path, per_batch: bool) -> Path:
-    """Composer's checkpoint layout (composer/core/state.py ``State.state_dict()`` with
-    time.py's ``Timestamp``, saved as ``ep{E}-ba{B}-rank0.pt``) for a torch
-    CosineAnnealingLR with ``T_max`` = 5 epochs x 11 batches. Composer is not in the test
-    extra, so its Trainer's stepping is reproduced with torch's own classes: without
-    ``step_schedulers_every_batch`` it steps a PyTorch scheduler once per epoch."""
-    import torch
-
-    from tests.helpers.factories import composer_state
-
-    batches_per_epoch, epochs = 11, 5
-    state = composer_state(batches=0, k=0)
-    model = torch.nn.Linear(4, 1)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * batches_per_epoch,
-                                                       eta_min=1e-5)
-    b = 0
-    for _epoch in range(epochs):
-        for _ in range(batches_per_epoch):
-            model(torch.randn(2, 4)).sum().backward()
-            opt.step()
-            opt.zero_grad()
-            b += 1
-            if per_batch:
-                sched.step()
-        if not per_batch:
-            sched.step()
-    state["optimizers"] = {"AdamW": opt.state_dict()}
-    state["schedulers"] = {"CosineAnnealingLR": sched.state_dict()}
-    state["timestamp"]["Timestamp"].update(epoch=epochs, batch=b, sample=b * 8)
-    root.mkdir(parents=True)
-    f = root / f"ep{epochs}-ba{b}-rank0.pt"
-    torch.save({"state": state, "rng": [{"python": random.getstate(),
-                                         "torch": torch.get_rng_state()}]}, f)
-    return f
+COMPOSER = Path(__file__).resolve().parent.parent / "data" / "composer_0_32"
 
 
-def test_composer_torch_scheduler_stepped_per_epoch_with_t_max_in_batches(tmp_path):
-    f = the(inspect_path(_composer_run(tmp_path / "epoch", False))[0], "LRD119")
+def test_composer_torch_scheduler_stepped_per_epoch_with_t_max_in_batches():
+    """Composer 0.32.1's own Trainer (checked-in files, tests/data/composer_0_32/
+    make_fixtures.py): a torch CosineAnnealingLR(T_max = 5 epochs x 11 batches) given
+    without ``step_schedulers_every_batch`` is stepped once per epoch."""
+    f = the(inspect_path(COMPOSER / "per_epoch")[0], "LRD119")
     assert f.severity == Severity.ERROR
     ev = f.evidence
     assert (ev["horizon"], ev["counter"], ev["counter_value"]) == (55, "batch", 55)
     assert (ev["scheduler_value"], ev["follows"], ev["k"]) == (5, "epoch", 11)
+    assert ev["horizon_from"].endswith("state.schedulers.CosineAnnealingLR.T_max")
     assert ev["follows_from"].endswith("timestamp.Timestamp.epoch")
     assert ev["lr_now"] / ev["lr_peak"] > 0.97
 
 
-def test_composer_torch_scheduler_stepped_per_batch_twin_is_silent(tmp_path):
-    silent(inspect_path(_composer_run(tmp_path / "batch", True))[0])
+def test_composer_torch_scheduler_stepped_per_batch_twin_is_silent():
+    silent(inspect_path(COMPOSER / "per_batch")[0])
