@@ -34,6 +34,7 @@ the accumulation branch), or size the horizon in the unit the schedule is steppe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,8 @@ class StatelessPlacement(Evidence):
     expected_lr: float | None
     k: float | None = optional()
     named_by: tuple[str, ...] = ()  # the saved fields that name k (file:key)
+    logged_points: int | None = optional()  # LRs the run logged, each at its step
+    logged_at_k: int | None = optional()  # of those, the ones that are f(k x step)
 
     def headline(self) -> str | None:
         return f"schedule at {number(self.k)}x the step count" if self.k else None
@@ -142,13 +145,15 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     if named:
         k = named[0].value
         numbers = "; ".join(f"{e.name} = {number(e.value)} ({e.where})" for e in named)
+        log_txt, (logged, at_k) = _log_agrees(state, k)
         return [RULE.finding(
             f"{head} ({_src(c)}), where the schedule gives "
             f"{number(expected) if expected is not None else '?'}: the saved lr {number(lr)} "
             f"({lr_at}) is f({number(k)} x {number(base)}), and {number(k)} is saved: "
             f"{numbers}. The schedule runs {number(k)} times as fast as the optimizer "
-            "updates (stepped per micro-batch or per process).",
-            StatelessPlacement(**ev, k=k, named_by=tuple(e.where for e in named)),
+            f"updates (stepped per micro-batch or per process){log_txt}.",
+            StatelessPlacement(**ev, k=k, named_by=tuple(e.where for e in named),
+                               logged_points=logged, logged_at_k=at_k),
             location=c.source or None)]
     said = (f": lr == f({number(k)} x {number(base)}), the schedule would run {number(k)} "
             f"times as fast as the counter, but no saved number names {number(k)} (a "
@@ -160,6 +165,27 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         f"{head}, where the schedule gives {number(expected) if expected is not None else '?'}"
         f"{said}.", StatelessPlacement(**ev, k=k), severity=Severity.WARNING,
         location=c.source or None)]
+
+
+def _log_agrees(state: RunState, k: float) -> tuple[str, tuple[int | None, int | None]]:
+    """How many of the LRs the run logged (each at the optimizer step it was logged at)
+    are the schedule at k x that step: the log as a second witness, cited by its file."""
+    from lrdoctor.core.evidence import Quantity
+    from lrdoctor.schedules import lr_or_none
+    from lrdoctor.schedules.solve import LR_RTOL
+
+    spec = state.schedule
+    pts = [p for p in state.lr_log if p.unit is Quantity.OPTIMIZER_STEPS]
+    if spec is None or not pts:
+        return "", (None, None)
+    hits = 0
+    for p in pts:
+        want = lr_or_none(spec, k * p.step)
+        hits += want is not None and math.isclose(want, p.lr, rel_tol=LR_RTOL, abs_tol=1e-15)
+    src = state.lr_log_source or str(pts[0].ref.file)
+    return (f"; the run's log agrees: {hits} of the {len(pts)} LRs logged in {src} are "
+            f"f({number(k)} x the step they were logged at)",
+            (len(pts), hits))
 
 
 def _src(c: Counter | EvidenceItem) -> str:

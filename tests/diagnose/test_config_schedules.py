@@ -29,7 +29,8 @@ pytestmark = pytest.mark.frameworks
 
 
 def _torchtune():
-    """torchtune's lr_schedulers and checkpoint key constants, its own files."""
+    """torchtune's lr_schedulers, checkpoint key constants and metric loggers, its own
+    files."""
     import logging
 
     sched = load("torchtune.training.lr_schedulers", stubs={
@@ -37,7 +38,10 @@ def _torchtune():
             "OptimizerInBackwardWrapper", (), {})}})
     keys = load("torchtune.training.checkpointing._utils", stubs={
         "torchtune.utils._logging": {"get_logger": logging.getLogger}})
-    return sched, keys
+    loggers = load("torchtune.training.metric_logging", stubs={
+        "torchtune.utils": {"get_logger": logging.getLogger,
+                            "get_world_size_and_rank": lambda: (1, 0)}})
+    return sched, keys, loggers
 
 
 def _torchtune_run(out: Path, *, per_micro: bool, ga: int = 3, batches: int = 12,
@@ -49,7 +53,7 @@ def _torchtune_run(out: Path, *, per_micro: bool, ga: int = 3, batches: int = 12
     import torch
     from omegaconf import OmegaConf
 
-    tt, keys = _torchtune()
+    tt, keys, loggers = _torchtune()
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
@@ -57,6 +61,7 @@ def _torchtune_run(out: Path, *, per_micro: bool, ga: int = 3, batches: int = 12
     sched = tt.get_cosine_schedule_with_warmup(opt, num_warmup_steps=3,
                                                num_training_steps=epochs * steps_per_epoch)
     cfg = OmegaConf.create({
+        "output_dir": str(out),
         "optimizer": {"_component_": "torch.optim.AdamW", "lr": 2e-3},
         "lr_scheduler": {"_component_":
                          "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
@@ -64,7 +69,9 @@ def _torchtune_run(out: Path, *, per_micro: bool, ga: int = 3, batches: int = 12
         "epochs": epochs, "max_steps_per_epoch": None, "gradient_accumulation_steps": ga,
         "batch_size": 2})
     out.mkdir(parents=True)
-    OmegaConf.save(cfg, out / "torchtune_config.yaml")
+    metric_logger = loggers.DiskLogger(log_dir=str(out / "logs"))
+    metric_logger.log_config(cfg)  # writes output_dir/torchtune_config.yaml
+    step = 0
     for epoch in range(epochs_done):
         for idx in range(batches):
             (model(torch.randn(2, 4)).pow(2).mean() / ga).backward()
@@ -75,6 +82,8 @@ def _torchtune_run(out: Path, *, per_micro: bool, ga: int = 3, batches: int = 12
                 opt.zero_grad(set_to_none=True)
                 if not per_micro:
                     sched.step()
+                step += 1
+                metric_logger.log_dict({"loss": 0.5, "lr": opt.param_groups[0]["lr"]}, step=step)
         (out / f"epoch_{epoch}").mkdir()
         torch.save(model.state_dict(), out / f"epoch_{epoch}" / "model-00001-of-00001.bin")
     (out / "recipe_state").mkdir()
@@ -102,6 +111,9 @@ def test_torchtune_schedule_from_its_config_and_the_saved_lr(tmp_path):
     assert f.evidence["named_by"] == ("torchtune_config.yaml:gradient_accumulation_steps",)
     assert f.evidence["lr"] == pytest.approx(bug["lr"], rel=1e-12)
     assert not [x for x in rep.findings if x.code in ("LRD111", "LRD115")]
+    # the DiskLogger's lr column is a second witness: every logged LR is f(3 x its step)
+    assert (f.evidence["logged_points"], f.evidence["logged_at_k"]) == (8, 8)
+    assert "8 of the 8 LRs logged in logs/log_" in f.message
 
 
 def test_torchtune_recipe_as_written_is_silent(tmp_path):

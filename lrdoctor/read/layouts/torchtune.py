@@ -24,6 +24,7 @@ schedule (LRD133).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from lrdoctor.core.numbers import number
@@ -127,7 +128,57 @@ def _schedule_from_config(sc: shapes.Scan, st: RunState, f: str, rs: _common.Loa
         _stateless.mark_stateless(
             st, spec, f"torchtune rebuilds its LR scheduler from the config ({where}) at every "
             "start and saves no scheduler state: it is placed by the saved LR", str(cfg_file))
+        if not st.lr_log:
+            _read_disk_log(st, cfg_file.parent, ckpt)
         return
+
+
+_DISK_LINE = re.compile(r"^Step (\d+) \| (.*)$")
+_MAX_LOG_BYTES = 4 << 20
+_MAX_POINTS = 100_000
+
+
+def _float(text: str) -> float | None:
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if v == v and abs(v) < 1e6 else None
+
+
+def _read_disk_log(st: RunState, run: Path, ckpt: Path) -> None:
+    """The LRs torchtune's ``DiskLogger`` wrote (``<output_dir>/logs/log_<time>.txt``, one
+    ``Step N | loss:... lr:... `` line per logged step, ``N`` the recipe's global step after
+    the update): every point, each citing its line, for LRD133 to place beside the saved LR.
+    Bounded (size, points); a file that is not such a log is skipped."""
+    from lrdoctor.core.evidence import LoggedLr
+    from lrdoctor.core.fieldref import FieldRef
+    from lrdoctor.read.evidence.collect import relative
+
+    logs = run / "logs"
+    try:
+        files = sorted(f for f in logs.iterdir() if f.name.startswith("log_")
+                       and f.suffix == ".txt" and f.is_file() and not f.is_symlink()
+                       and f.stat().st_size <= _MAX_LOG_BYTES) if logs.is_dir() else []
+    except OSError:
+        return
+    for f in files[-1:]:  # the newest run's log
+        try:
+            lines = f.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        rel = relative(str(f), ckpt)
+        points = []
+        for i, line in enumerate(lines[:_MAX_POINTS]):
+            m = _DISK_LINE.match(line)
+            if m is None:
+                continue
+            lr = next((_float(tok[3:]) for tok in m.group(2).split()
+                       if tok.startswith("lr:")), None)
+            if lr is not None:
+                points.append(LoggedLr(float(m.group(1)), float(lr), FieldRef(rel, (i, "lr"))))
+        if points:
+            st.lr_log, st.lr_log_source = points, rel
 
 
 # ---------------------------------------------------------------- layout (read by content)
