@@ -729,7 +729,8 @@ def opaque_notes(obj: Any, file: str, limit: int = 100_000) -> list[str]:
             elif fields:
                 names = sorted(fields)
                 shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
-                parts.append(f"{cls} ({len(fields)} fields held as data: {shown})")
+                parts.append(f"{cls} ({len(fields)} field{'s' if len(fields) > 1 else ''} "
+                             f"held as data: {shown})")
             else:
                 parts.append(f"{cls} (no fields)")
         notes.append(f"{file}: kept as opaque values (classes lrdoctor does not know, not "

@@ -384,9 +384,12 @@ def read(mod: Layout, ckpt: Any) -> RunState:
     from lrdoctor.read.layouts import _fixmanifest
 
     for file, item, obj in loaded:  # never silent: what was kept opaque, what still read
-        for note in opaque_notes(obj, f"{file}[{item}]" if item else file):
-            if note not in st.notes:
-                st.notes.append(note)
+        notes = opaque_notes(obj, f"{file}[{item}]" if item else file)
+        # the discovery's note on the same file and kind (said at load time, before any
+        # field was read) gives way to this one
+        kinds = {n[:n.index(": ") + 18] for n in notes}
+        st.notes[:] = [n for n in st.notes if ": " not in n or n[:n.index(": ") + 18] not in kinds]
+        st.notes.extend(n for n in notes if n not in st.notes)
     _fixmanifest.apply(st, ckpt)  # a repaired copy's recorded nominal progress
     st.validate()
     from lrdoctor.read.evidence.attach import attach

@@ -147,6 +147,10 @@ def what_is(f: Path) -> str:
         loaded = load_file(f)
         obj, notes = loaded.obj, loaded.notes
     except UnsafePickle as exc:
+        from lrdoctor.read.bytes.unsafe_globals import HostileRecord
+
+        if isinstance(exc, HostileRecord):  # a gadget record: no global to name
+            return f"refused: {exc.why} (torch never writes it; nothing run)"
         return f"refused: asks for {exc.global_name!r} (not on the allow-list; nothing run)"
     except UnusableInput as exc:
         return "unreadable: " + exc.message
