@@ -370,19 +370,11 @@ def _check_sizes(cfg: RunConfig) -> None:
         dp_min = min([cfg.dp.size, *(c.size for c in cfg.dp.changes)])
         mbs = math.ceil((t.samples_per_step or per_step) / dp_min / t.micro_batch_size)
         rows = t.steps * mbs * t.epochs_per_step
-        if rows > limits.get("replay_samples"):
-            raise ValueError(f"train.steps x micro-batches per step is {rows:,} rows, more "
-                             f"than one replay materialises (limit "
-                             f"{limits.LIMITS['replay_samples'].env}="
-                             f"{limits.get('replay_samples')})")
+        _rows_limit(rows, "train.steps x micro-batches per step")
         _check_memory(rows * 160, t.steps, mbs, dp)  # ~20 columns of 8 bytes per row
         return
     rows = t.steps * per_step * t.epochs_per_step
-    if rows > limits.get("replay_samples"):
-        raise ValueError(f"train.steps x samples (or micro-batches) per step is {rows:,} "
-                         f"rows, more than one replay materialises "
-                         f"(limit {limits.LIMITS['replay_samples'].env}="
-                         f"{limits.get('replay_samples')})")
+    _rows_limit(rows, "train.steps x samples (or micro-batches) per step")
     # A rank's plan of one mini-batch (its rows, its packer run) costs about ten sample rows.
     minis = max(1, per_step // (t.mini_batch_size or per_step))
     rank_rows = t.steps * t.epochs_per_step * dp * minis
@@ -393,6 +385,16 @@ def _check_sizes(cfg: RunConfig) -> None:
                          ", one plan counting as ten rows)")
     # ~100 bytes per sample row (lengths, ids, plan entries), ~200 per rank plan
     _check_memory(rows * 100 + rank_rows * 200, t.steps, per_step, dp)
+
+
+def _rows_limit(rows: int, what: str) -> None:
+    """``rows`` sample or micro-batch rows against ``replay_samples``."""
+    from lrdoctor.read.bytes import limits
+
+    if rows > limits.get("replay_samples"):
+        raise ValueError(f"{what} is {rows:,} rows, more than one replay materialises "
+                         f"(limit {limits.LIMITS['replay_samples'].env}="
+                         f"{limits.get('replay_samples')})")
 
 
 def _check_memory(need: int, steps: int, per_step: int, dp: int) -> None:
