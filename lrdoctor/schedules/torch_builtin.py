@@ -18,7 +18,10 @@ ScheduleSpec mapping (family ``"torch"``; readers rely on it):
 
 - ``kind``    = class name: "LinearLR", "CosineAnnealingLR", "OneCycleLR",
   "SequentialLR", "ChainedScheduler", "StepLR", "MultiStepLR", "ExponentialLR",
-  "ConstantLR", "PolynomialLR", "CosineAnnealingWarmRestarts"
+  "ConstantLR", "PolynomialLR", "CosineAnnealingWarmRestarts", "CyclicLR" (its
+  closed form; ``base_lrs``/``max_lrs`` read from params; a custom ``scale_fn`` is code,
+  a ValueError). ReduceLROnPlateau follows a metric: no model of progress, no horizon
+  (the reader says so and builds no spec).
 - ``max_lr``  = the param group's ``initial_lr`` (= ``base_lrs[0]``);
   ``base_lrs`` inside params is not read.
 - ``horizon`` = ``total_iters`` / ``T_max`` / ``total_steps`` (used only when
@@ -54,7 +57,7 @@ if TYPE_CHECKING:
 
 KINDS = ("LinearLR", "CosineAnnealingLR", "OneCycleLR", "SequentialLR", "StepLR",
          "MultiStepLR", "ExponentialLR", "ConstantLR", "PolynomialLR",
-         "CosineAnnealingWarmRestarts", "ChainedScheduler")
+         "CosineAnnealingWarmRestarts", "ChainedScheduler", "CyclicLR")
 CHAINABLE = ("LinearLR", "CosineAnnealingLR", "StepLR", "MultiStepLR", "ExponentialLR",
              "ConstantLR", "PolynomialLR")
 HORIZON_FIELD = horizon_fields.TORCH  # class -> its horizon field (the one table)
@@ -68,6 +71,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "CosineAnnealingWarmRestarts": {"T_mult": 1, "eta_min": 0.0},
     "OneCycleLR": {"pct_start": 0.3, "anneal_strategy": "cos", "div_factor": 25.0,
                    "final_div_factor": 1e4, "three_phase": False},
+    "CyclicLR": {"mode": "triangular", "gamma": 1.0, "scale_mode": "cycle"},
 }
 #: State-dict fields that move with the position, not the shape: every LRScheduler's
 #: bookkeeping, and CosineAnnealingWarmRestarts' ``T_cur`` / ``T_i`` (the epoch inside the
@@ -116,6 +120,8 @@ def lr_at(spec: ScheduleSpec, progress: float) -> float:
     if spec.kind == "ChainedScheduler":
         return _chained(spec, k)
     view = _spec_view(spec)
+    if spec.kind == "CyclicLR":
+        return _cyclic(view, k)
     if spec.kind == "OneCycleLR":
         return _one_cycle(view, k)
     if spec.kind in CHAINABLE:
@@ -155,6 +161,34 @@ def _warm_restarts(v: _View, epoch: float) -> float:
     else:
         t_cur, t_i = epoch, t0
     return eta + (v.base - eta) * (1 + math.cos(math.pi * t_cur / t_i)) / 2
+
+
+def _cyclic(v: _View, k: int) -> float:
+    """CyclicLR's closed form at ``last_epoch == k`` (torch's ``get_lr``, operation for
+    operation): a triangle between ``base_lrs`` and ``max_lrs`` over ``total_size`` steps,
+    its height scaled per cycle (triangular2: halved) or per step (exp_range: gamma^k)."""
+    if v.p.get("_scale_fn_custom") is not None:
+        raise ValueError("CyclicLR with a custom scale_fn: the function is not saved")
+    total, ratio = v["total_size"], v["step_ratio"]
+    base = _scalar(v.p.get("base_lrs"))
+    base = float(base) if isinstance(base, (int, float)) else v.min_lr
+    peak = _scalar(v.p.get("max_lrs"))
+    peak = float(peak) if isinstance(peak, (int, float)) else v.base
+    cycle = math.floor(1 + k / total)
+    x = 1.0 + k / total - cycle
+    scale_factor = x / ratio if x <= ratio else (x - 1) / (ratio - 1)
+    height = (peak - base) * scale_factor
+    mode = v["mode"]
+    at = cycle if v["scale_mode"] == "cycle" else k
+    if mode == "triangular":
+        scale = 1.0
+    elif mode == "triangular2":
+        scale = 1 / (2.0 ** (at - 1))
+    elif mode == "exp_range":
+        scale = v["gamma"] ** at
+    else:
+        raise ValueError(f"CyclicLR mode={mode!r} is not triangular, triangular2 or exp_range")
+    return base + height * scale
 
 
 def _spec_view(spec: ScheduleSpec) -> _View:
@@ -541,7 +575,7 @@ def _floor(v: _View) -> float | None:
 def wraps(spec: ScheduleSpec) -> bool:
     """Whether the LR climbs again past the decay's end: CosineAnnealingLR past ``T_max``
     (torch's restart branch), warm restarts, and a composite whose decaying part is one."""
-    if spec.kind in ("CosineAnnealingLR", "CosineAnnealingWarmRestarts"):
+    if spec.kind in ("CosineAnnealingLR", "CosineAnnealingWarmRestarts", "CyclicLR"):
         return True
     if spec.kind == "SequentialLR":
         children = _children(spec)
@@ -639,6 +673,13 @@ def _kind_problems(v: _View, out: list[str]) -> None:
             out.append(f"CosineAnnealingWarmRestarts T_0={v['T_0']} is not a positive integer")
         if v["T_mult"] < 1 or not float(v["T_mult"]).is_integer():
             out.append(f"CosineAnnealingWarmRestarts T_mult={v['T_mult']} is not an integer >= 1")
+    elif kind == "CyclicLR":
+        if v.p.get("_scale_fn_custom") is not None:
+            out.append("CyclicLR's custom scale_fn is code and is not saved: its schedule "
+                       "cannot be rebuilt")
+        if v["total_size"] <= 0 or not 0 < v["step_ratio"] < 1:
+            out.append(f"CyclicLR total_size={v['total_size']} step_ratio={v['step_ratio']} "
+                       "do not make a cycle")
     elif kind == "StepLR":
         if v["step_size"] <= 0:
             out.append(f"StepLR step_size={v['step_size']} is not positive")

@@ -79,6 +79,10 @@ BUILDERS = {
         [S.LinearLR(o, start_factor=0.1, total_iters=25),
          S.CosineAnnealingLR(o, T_max=150, eta_min=1e-5), S.StepLR(o, step_size=70, gamma=0.8)],
         optimizer=o),
+    "cyclic-triangular": lambda o: S.CyclicLR(o, 1e-4, 3e-3, step_size_up=37, step_size_down=23),
+    "cyclic-triangular2": lambda o: S.CyclicLR(o, 1e-4, 3e-3, step_size_up=40, mode="triangular2"),
+    "cyclic-exp-range": lambda o: S.CyclicLR(o, 1e-4, 3e-3, step_size_up=25, mode="exp_range",
+                                             gamma=0.995),
 }
 STEPS = {"onecycle": 300, "onecycle-linear-3": 251}
 
@@ -184,7 +188,10 @@ def spec(kind, lr=1e-3, horizon=None, **params):
     (spec("OneCycleLR", lr=1e-4, total_steps=100, initial_lr=1e-3), "does not hold"),
     (spec("ExponentialLR", lr=-1.0, gamma=0.9), "initial_lr=-1.0 is negative"),
     (spec("LambdaLR"), "does not save its lambda"),
-    (spec("CyclicLR"), "kind='CyclicLR' is not one of"),
+    (spec("NoamLR"), "kind='NoamLR' is not one of"),
+    (spec("CyclicLR", total_size=8.0, step_ratio=1.5), "do not make a cycle"),
+    (spec("CyclicLR", total_size=8.0, step_ratio=0.5, _scale_fn_custom={"a": 1}),
+     "custom scale_fn is code"),
     (spec("SequentialLR", _milestones=[10, 5],
           _schedulers=[{"kind": "ConstantLR"}, {"kind": "StepLR", "step_size": 3},
                        {"kind": "CosineAnnealingLR", "T_max": 0}]),
@@ -263,7 +270,8 @@ def test_chained_floor_and_horizon():
 @pytest.mark.parametrize("name,wraps,end", [
     ("cosine", True, 100), ("seq-warmup-cosine", True, 300), ("linear-decay", False, 150),
     ("polynomial", False, 180), ("onecycle", False, 300), ("exponential", False, None),
-    ("chained-warmup-cosine", True, None), ("chained-three", False, 300)])
+    ("chained-warmup-cosine", True, None), ("chained-three", False, 300),
+    ("cyclic-triangular", True, None)])
 def test_shape_decay_end_floor_and_wraps_against_torch(name, wraps, end):
     """schedules.shape: where the decay ends and whether the schedule wraps, checked
     against the real class run past its end (a wrapping one climbs, the rest do not)."""

@@ -127,8 +127,9 @@ def _spec_fields(kind: str, sd: _common.Loaded, opt: OptimizerSummary | None) ->
             warmup_end = _common.number(phases[0].get("end_step"))
             if warmup_end is not None:
                 warmup = float(warmup_end)
-    elif kind == "CyclicLR":
+    elif kind == "CyclicLR":  # cycles between base_lrs and max_lrs: no single end
         max_lr = _first(sd.get("max_lrs"))
+        min_lr = base or 0.0
     if max_lr is None:
         return None
     return _Fields(float(max_lr), float(min_lr), float(init_lr), float(warmup), horizon)
