@@ -48,7 +48,7 @@ def _iter_frames(samples: Samples | pd.DataFrame, steps: int,
     if len(uniq) == 0:
         raise UnusableInput("the batch log holds no samples")
     ends = np.append(starts[1:], len(step_col))
-    if notes is not None:
+    if notes is not None and not hasattr(samples, "total"):  # UniformSamples: no log
         notes["logged_steps"] = int(len(uniq))
         if len(uniq) < steps:
             notes["cycled"] = f"the batch log holds {len(uniq)} steps; cycled over {steps}"

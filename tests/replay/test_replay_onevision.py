@@ -110,3 +110,16 @@ def test_step_runs_give_the_per_step_trace(train_py):
     for key in fast.trace:
         assert np.array_equal(fast.trace[key], slow.trace[key], equal_nan=True), key
     assert [f.code for f in analysis.findings(fast)] == [f.code for f in analysis.findings(slow)]
+
+
+def test_a_given_planner_on_counts_only_is_not_called_a_cycled_log():
+    """Counts only (no batch log): a test's planner walks the steps one by one, and the
+    output does not claim a one-step batch log was cycled."""
+    from lrdoctor.replay import packing
+    from lrdoctor.replay.planning import plan_steps
+    from lrdoctor.replay.samples import load_samples
+
+    cfg = load_config(SCRIPT, (SMALL,))
+    notes: dict = {}
+    infos = plan_steps(cfg, load_samples(cfg), packing.plan_step, notes=notes)
+    assert len(infos) == 8001 and "cycled" not in notes and "logged_steps" not in notes
