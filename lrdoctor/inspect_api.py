@@ -50,9 +50,13 @@ def inspect_path(path: str | Path, format: str | None = None,
     the first run's refusal.
     """
     where = cast(Path, as_path(path))
-    roots, only = _run_roots(where, format)
+    roots, only, cut = _run_roots(where, format)
     if len(roots) == 1:
-        return _inspect_run(roots[0], format, all)
+        reports = _inspect_run(roots[0], format, all)
+        if cut:  # never silent: a bound stopped the search for other runs
+            for r in reports:
+                r.state.setdefault("notes", []).append(f"{where}: the search for runs {cut}")
+        return reports
     from lrdoctor.core.report import RunRef
     from lrdoctor.rules.lrd303_check_input_unusable import advice, unusable_report
 
@@ -75,6 +79,8 @@ def inspect_path(path: str | Path, format: str | None = None,
                                                      fix=advice(exc))]))
     if not runs and first is not None:
         raise first
+    if cut:
+        not_runs.append((str(where), f"the search for runs {cut}"))
     runs.sort(key=lambda run: -max((f.severity for r in run[1] for f in r.findings),
                                    default=0))  # worst first; stable: found order
     reports = []
@@ -85,18 +91,19 @@ def inspect_path(path: str | Path, format: str | None = None,
     return reports
 
 
-def _run_roots(where: Path, format: str | None) -> tuple[list[Path], dict[Path, list[Path]]]:
+def _run_roots(where: Path, format: str | None
+               ) -> tuple[list[Path], dict[Path, list[Path]], str | None]:
     """The folders to read as runs under ``where`` (itself when it is a file, a URL: its
-    listing is remote, read as given, or one run), and for a folder that also holds other
-    runs the checkpoints that are its own."""
+    listing is remote, read as given, or one run), for a folder that also holds other
+    runs the checkpoints that are its own, and the bound that cut the search (if one did)."""
     from lrdoctor.read.bytes.storage import is_url
 
     if is_url(where) or not where.is_dir():
-        return [where], {}
+        return [where], {}, None
     from lrdoctor.read.layouts._runs import find_runs
 
     runs = find_runs(where, format)
-    return runs.roots, runs.only
+    return runs.roots, runs.only, runs.cut
 
 
 def _inspect_run(path: Path, format: str | None, all: bool, workers: int | None = None,

@@ -235,3 +235,26 @@ def test_counters_that_continue_keep_one_run_together(tmp_path):
     assert find_runs(tmp_path / "run").roots == [tmp_path / "run"]
     assert find_runs(tmp_path).roots == [tmp_path / "run", tmp_path / "two" / "a",
                                          tmp_path / "two" / "b"]
+
+
+def test_a_bound_that_cuts_the_search_is_said(runs, monkeypatch):
+    """The walk is bounded (depth, folders, names); a cut search is said, never silent: in
+    the folder of runs' not_runs, or in a single run's notes."""
+    from lrdoctor.read.scan import runs as scan_runs
+
+    cut = scan_runs.checkpoint_units(runs, depth=2)
+    assert cut.cut == "10 folders deeper than 2 levels not looked at"
+    assert {u.root for u in cut.units} == {runs / "exp1"}  # Megatron's and ROLL's deeper
+    real = scan_runs.checkpoint_units
+    monkeypatch.setattr("lrdoctor.read.layouts._runs.checkpoint_units",
+                        lambda p: real(p, depth=2))
+    (rep,) = inspect_path(runs)  # only exp1 found within 2 levels: its report says so
+    assert rep.target == str(runs / "exp1" / "checkpoint-20")
+    assert (f"{runs}: the search for runs 10 folders deeper than 2 levels not looked at"
+            in rep.state["notes"])
+    monkeypatch.setattr("lrdoctor.read.layouts._runs.checkpoint_units",
+                        lambda p: real(p, depth=3))
+    reports = inspect_path(runs)  # every run found within 3 levels, deeper folders cut
+    assert len({r.run.root for r in reports}) == 3
+    (path, why), = reports[0].run.not_runs
+    assert path == str(runs) and why.startswith("the search for runs ") and "deeper than 3" in why
