@@ -66,9 +66,10 @@ def checkpoint_reason(path: str | os.PathLike) -> Holding | None:
       files, sidecars, or a rank / step sub-folder (Megatron's ``iter_N/mp_rank_00``);
     - a DCP folder (its ``.metadata``);
     - any other folder holding two or more state files (torch zip or pickle by their
-      first bytes: ``model.pt`` + ``optimizer.pt``, a rank set), unless they are numbered
-      checkpoints of their own (``ckpt_100.pt``, ``ckpt_200.pt``) or the folder holds
-      step folders (a run folder).
+      first bytes: ``model.pt`` + ``optimizer.pt``, a rank set) and no sub-folder but rank
+      folders and the one the output goes through, unless the files are numbered
+      checkpoints of their own (``ckpt_100.pt``, ``ckpt_200.pt``). A folder with other
+      sub-folders is a run folder or a workspace (``/tmp`` holding someone's pickles).
 
     A text file named ``x.pt`` or an empty one is no state file (discovery calls it "not
     a checkpoint" too)."""
@@ -76,19 +77,21 @@ def checkpoint_reason(path: str | os.PathLike) -> Holding | None:
 
     # abspath, not Path.absolute(): '..' must be resolved before walking up, or the walk
     # from 'ckpt/../out/x.pt' would climb back into 'ckpt' (a path's textual parent).
-    d = Path(os.path.abspath(path)).parent
+    via = Path(os.path.abspath(path))
+    d = via.parent
     for _ in range(GUARD_LEVELS):
-        held = _holding(d, grouping)
+        held = _holding(d, via.name, grouping)
         if held is not None:
             return held
         if d.parent == d:
             break
-        d = d.parent
+        d, via = d.parent, d
     return None
 
 
-def _holding(d: Path, grouping) -> Holding | None:
-    """Whether the folder ``d`` is itself one checkpoint, judged by its own entries only."""
+def _holding(d: Path, via: str, grouping) -> Holding | None:
+    """Whether the folder ``d`` is itself one checkpoint, judged by its own entries only
+    (``via``: the entry the output goes through, which the output's own making may add)."""
     from lrdoctor.read.scan import listing
 
     try:
@@ -117,8 +120,8 @@ def _holding(d: Path, grouping) -> Holding | None:
         side = sorted(n for n in files if not n.startswith(".")
                       and n.lower().endswith(listing.SIDECAR_SUFFIXES)
                       and n not in listing.SKIP_NAMES)
-    elif any(grouping._dir_step(d / n) is not None for n in dirs):
-        return None  # a run folder: its checkpoints are the step folders below it
+    elif any(n != via and not _RANK_DIR.match(n) for n in dirs):
+        return None  # a run folder (its step folders below) or a workspace, not one checkpoint
     state = sorted(n for n in files if _is_state(d / n, listing))
     if step_named:
         found = state or side

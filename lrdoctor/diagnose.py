@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lrdoctor.core.facts import Storage
 from lrdoctor.core.findings import Finding
 from lrdoctor.core.state import RunState
 from lrdoctor.rules import CHECKPOINT
@@ -28,7 +27,7 @@ def diagnose(state: RunState) -> list[Finding]:
     from lrdoctor.rules.evidence_checks import after_checks
 
     after_checks(state, out)  # the explained horizon replaces its unexplained forms; harm ahead
-    _agree(out, dcp=state.facts.storage is Storage.DCP)
+    _agree(out, state)
     return out
 
 
@@ -120,17 +119,43 @@ def _whole_k(f: Finding) -> float | None:
     return None
 
 
-def _agree(findings: list[Finding], dcp: bool = False) -> None:
-    """End every repairable finding's fix with the checkpoint's one recommendation.
+def fix_command(path: str, flags: str = "") -> str:
+    """``lrdoctor fix PATH --out PATH-fixed FLAGS``: a command that runs as printed (the
+    checkpoint's real path, quoted for a shell; the copy beside it, as the help's examples
+    do), where "`lrdoctor fix --out NEW`" named neither."""
+    import shlex
 
-    ``dcp``: a torch.distributed.checkpoint; ``fix`` rewrites those too (its changed
-    items go to a new storage file), so the text is the same."""
+    p = path.rstrip("/") or path
+    head, sep, name = p.rpartition("/")
+    stem, dot, ext = name.rpartition(".") if "." in name.lstrip(".") else (name, "", "")
+    new = f"{head}{sep}{stem}-fixed{dot}{ext}"
+    return f"lrdoctor fix {shlex.quote(path)} --out {shlex.quote(new)}" + \
+        (f" {flags}" if flags else "")
+
+
+def _agree(findings: list[Finding], state: RunState) -> None:
+    """End every repairable finding's fix with the checkpoint's one recommendation: the
+    command that applies it, or, where ``fix`` would refuse it (an extend-horizon for a
+    checkpoint that holds no planned end, e.g. a ROLL checkpoint copied out of its run),
+    what is missing. ``fix`` decides through the same function (``make_target``), so the
+    text never recommends what it refuses. DCP folders are rewritten too (their changed
+    items go to a new storage file), so the text is the same for them."""
+    from lrdoctor.core.errors import UnusableInput
+    from lrdoctor.repair.policies import make_target
+
     rec = recommend(findings)
     if rec is None or rec.policy == "sync-lr":
         return
-    repair = (f"repair this checkpoint with `lrdoctor fix --out NEW` (it applies "
-              f"`{rec.flags}`"
-              + (f"; the alternative: `{rec.alternative}`" if rec.alternative else "") + ").")
+    try:
+        make_target(state, findings)
+    except UnusableInput as exc:
+        repair = (f"`lrdoctor fix` cannot apply `{rec.flags}` to this checkpoint as it "
+                  f"stands: {exc.message}.")
+    else:
+        repair = (f"repair this checkpoint with `{fix_command(state.path)}` (it applies "
+                  f"`{rec.flags}`"
+                  + (f"; the alternative: `{rec.alternative}`" if rec.alternative else "")
+                  + ").")
     cause = rec.because[0]
     for f in findings:
         if f.code not in rec.because:

@@ -64,9 +64,9 @@ Examples:
       --schedule '{family: hf, kind: cosine, max_lr: 1e-3, warmup: 100, horizon: 3000}'
   lrdoctor fix ckpt/ --out ckpt-fixed/ --json
 
-Exit codes: 0 written and verified (or nothing to fix), 1 the written copy still shows a
-finding the fix was asked to repair or a new warning its policy caused (then it is not
-called verified), or a finding at/above --fail-on is still there after the fix (with
+Exit codes: 0 written and verified (or nothing to fix), 1 the written copy still shows an
+error, a finding the fix was asked to repair or a new warning its policy caused (then it
+is not called verified, and what clears it is named), or a finding at/above --fail-on is still there after the fix (with
 --dry-run: is there now; default never), 2 unusable input or
 ambiguous intent (an existing --out without --force, no --out, conflicting options).
 """

@@ -6,6 +6,7 @@ takes one report (plus the command's context keywords) and prints it.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, cast
@@ -534,6 +535,17 @@ def render_fix(report, *, plan, dry_run: bool, result=None, con: Console | None 
                       f"repaired checkpoint; manifest {w.manifest.name}", highlight=False)
             for f in result.unresolved:
                 con.print(f"  [red]{f.code} {f.severity}[/red]: {f.message}", highlight=False)
+            from lrdoctor.repair.engine import clearing_step, left_in_run
+
+            con.print(f"  to clear it: {clearing_step(plan, result.unresolved)}",
+                      highlight=False)
+            run = left_in_run(plan, w.out)
+            if run is not None:
+                con.print(f"[yellow]warning:[/yellow] the unverified copy stays at {w.out}, "
+                          f"inside {run}, the folder of the checkpoint it was made from; "
+                          f"its {w.manifest.name} says verified: false. Resume from it only "
+                          f"knowingly; remove it with `rm -r {shlex.quote(str(w.out))}`",
+                          highlight=False)
         else:
             con.print(f"[green]wrote {w.out}[/green] ({len(w.changed)} file(s) rewritten, "
                       f"{w.copied} copied as is"

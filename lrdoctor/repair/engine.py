@@ -25,7 +25,7 @@ from lrdoctor.core.findings import Finding
 from lrdoctor.core.repair import Builder, FormatPlan, Refusal, Target, tree_files
 from lrdoctor.core.state import RunState
 from lrdoctor.repair.policies import make_target
-from lrdoctor.repair.writer import Change, Written, sha256, write_output
+from lrdoctor.repair.writer import TMP_TAG, Change, Written, sha256, write_output
 
 if TYPE_CHECKING:
     from lrdoctor.core.report import Report
@@ -214,9 +214,10 @@ def _equal(a: Any, b: Any) -> bool:
 class FixResult:
     """What was written and what inspecting it again showed.
 
-    ``verified`` only when the copy shows none of the findings the fix was asked to
-    repair and nothing new at warning or above; ``unresolved`` lists those it does show
-    (the command then exits 1 and never says "verified")."""
+    ``verified`` only when the copy inspects clean at error level, shows none of the
+    findings the fix was asked to repair and nothing new at warning or above;
+    ``unresolved`` lists those it does show (the command then exits 1, never says
+    "verified", and names what clears them: :func:`clearing_step`)."""
 
     plan: FixPlan
     written: Written | None
@@ -251,7 +252,9 @@ def write_fix(plan: FixPlan, out: str | Path, *, force: bool = False, progress: 
     result = FixResult(plan, None)
 
     def check(tmp: Path) -> None:
-        result.after_findings = _verify(plan, tmp)
+        # The findings name the copy where it will be, never the temporary holder that
+        # is gone once the copy is renamed into place.
+        result.after_findings = _verify(plan, tmp, out)
         result.unresolved = unresolved(plan, result.after_findings)
         if result.unresolved:
             _mark_unverified(tmp, result.unresolved)
@@ -287,15 +290,81 @@ def _names_the_file(plan: FixPlan, out: Path) -> bool:
 
 
 def unresolved(plan: FixPlan, after: list[Finding]) -> list[Finding]:
-    """The findings that stop a written copy from counting as verified: one the fix was
-    asked to repair (``target.motivated_by``) that is still there, or one at warning or
-    above that the input did not have (the policy caused it)."""
+    """The findings that stop a written copy from counting as verified: any error ("verified"
+    means the copy inspects clean at error level: an extend-horizon copy that still has
+    the input's LRD103 is no repaired checkpoint), one the fix was asked to repair
+    (``target.motivated_by``) that is still there, or one at warning or above that the
+    input did not have (the policy caused it)."""
     from lrdoctor.core.findings import Severity
 
     asked = set(plan.target.motivated_by) if plan.target else set()
     before = {f.code for f in plan.findings}
-    return [f for f in after if f.code in asked
+    return [f for f in after if f.severity >= Severity.ERROR or f.code in asked
             or (f.code not in before and f.severity >= Severity.WARNING)]
+
+
+def clearing_step(plan: FixPlan, left: list[Finding]) -> str:
+    """What clears the findings a written copy still shows: the repair the input's own
+    findings recommend, as a command on the input, when it is another policy and covers
+    them; else each finding's own fix (its cause at the source)."""
+    from lrdoctor.diagnose import fix_command, recommend
+
+    rec = recommend(plan.findings)
+    used = plan.target.policy if plan.target else None
+    codes = {f.code for f in left}
+    if not codes & {f.code for f in plan.findings}:  # the policy made them
+        return (f"the input shows none of {', '.join(sorted(codes))}: `--policy {used}` "
+                "caused them; " + (f"its findings call for `{rec.flags}`: "
+                                   f"`{fix_command(str(plan.path), rec.flags)}`"
+                                   if rec is not None and rec.policy != "sync-lr"
+                                   else "it needs no repair of this kind"))
+    if rec is not None and rec.policy not in (used, "sync-lr") and codes <= set(rec.because):
+        return (f"`{rec.flags}` clears {', '.join(sorted(codes))}: "
+                f"`{fix_command(str(plan.path), rec.flags)}`")
+    return "; ".join(f"{f.code}: {f.fix}" for f in left if f.fix) or \
+        "no policy of `lrdoctor fix` clears it: fix the training config at the source"
+
+
+def left_in_run(plan: FixPlan, out: Path) -> Path | None:
+    """The folder holding the input checkpoint when the written copy lies inside it too (a
+    run's folder: ``fix run/checkpoint-20 --out run/checkpoint-20-fixed``); None otherwise.
+    An unverified copy there is said, never left silently beside the run's checkpoints."""
+    holder = Path(os.path.abspath(plan.path)).parent
+    where = Path(os.path.abspath(out))
+    return holder if where != holder and where.is_relative_to(holder) else None
+
+
+def renamed(findings: list[Finding], names: dict[str, str]) -> list[Finding]:
+    """``findings`` with every path in ``names`` (the old prefix) said as its new name, in
+    the message, the fix, the location and the evidence's fields."""
+    import dataclasses
+
+    order = sorted(names, key=len, reverse=True)  # the longest (most specific) first
+
+    def text(s: str) -> str:
+        for old in order:
+            s = s.replace(old, names[old])
+        return s
+
+    def value(v: Any) -> Any:
+        if isinstance(v, str):
+            return text(v)
+        if isinstance(v, dict):
+            return {value(k): value(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return type(v)(value(x) for x in v) if type(v) in (list, tuple) else v
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            try:
+                return dataclasses.replace(v, **{
+                    f.name: value(getattr(v, f.name)) for f in dataclasses.fields(v)
+                    if f.init})
+            except (TypeError, ValueError):
+                return v
+        return v
+
+    return [dataclasses.replace(f, message=text(f.message), fix=text(f.fix),
+                                location=text(f.location) if f.location else f.location,
+                                evidence=value(f.evidence)) for f in findings]
 
 
 def _mark_unverified(tmp: Path, left: list[Finding]) -> None:
@@ -327,10 +396,10 @@ def _as_named(plan: FixPlan, tmp: Path) -> Path:
     return view
 
 
-def _verify(plan: FixPlan, tmp: Path) -> list[Finding]:
+def _verify(plan: FixPlan, tmp: Path, out: Path | None = None) -> list[Finding]:
     """Inspect the written copy. A copy that cannot be read back or does not hold the
     planned progress is a writer failure (nothing is published); the findings it shows
-    are judged by :func:`unresolved`."""
+    are judged by :func:`unresolved`, and name the copy as ``out`` (where it is published)."""
     target = plan.target
     assert target is not None
     view = _as_named(plan, tmp)
@@ -347,7 +416,16 @@ def _verify(plan: FixPlan, tmp: Path) -> list[Finding]:
         raise FixFailed(f"verification: the written copy holds scheduler progress "
                         f"{sp.value if sp else None}, planned {target.progress}; "
                         "no output was written")
-    return findings
+    if out is None:
+        return findings
+    names = {}
+    places = [(view, out), (tmp, out)]
+    if TMP_TAG in tmp.parent.name:  # the holder: a name made from the copy's own (ckpt-fixed.pt)
+        places.append((tmp.parent, out.parent))
+    for held, final in places:
+        for form in {str(held), os.path.abspath(held), str(Path(held).resolve())}:
+            names[form] = str(final)
+    return renamed(findings, names)
 
 
 def fix_report(plan: FixPlan, *, dry_run: bool, out: Path | None,
@@ -367,6 +445,10 @@ def fix_report(plan: FixPlan, *, dry_run: bool, out: Path | None,
         extra["findings_after"] = [f.to_dict() for f in result.after_findings]
         extra["verified"] = result.verified
         extra["unresolved_findings"] = [f.to_dict() for f in result.unresolved]
+        if result.unresolved:
+            extra["clearing_step"] = clearing_step(plan, result.unresolved)
+            run = left_in_run(plan, result.written.out)
+            extra["unverified_copy_in_run"] = str(run) if run is not None else None
         extra["removed_leftovers"] = [str(x) for x in result.written.cleaned]
     # The format as inspect names it (the reader's NAME: "torch"), not the registry name
     # the plan re-reads with ("torchsave"): one file, one name in every command's JSON.

@@ -70,9 +70,12 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         "training_fraction_done": None if done is None else round(done, 6),
         "floor_reached_at_training_fraction": None if reached is None else round(reached, 6),
         "ratio_to_nominal": round(h.ratio, 6) if h.ratio is not None and h.ratio > 1 else None})
-    return [RULE.finding(
+    f = RULE.finding(
         f"{prog.name} = {fmt(prog.value)} is {prog.value / h.horizon:.2f}x the decay horizon "
-        f"{fmt(h.horizon)} {prog.unit.value}{where}: {tail}.", ev)]
+        f"{fmt(h.horizon)} {prog.unit.value}{where}: {tail}.", ev)
+    if end is None:  # the title's "before the planned end" would claim a number no file holds
+        f.title = "Scheduler is past its decay horizon (the checkpoint holds no planned end)"
+    return [f]
 
 
 class LiveHorizon(LiveEvidence, kw_only=True):

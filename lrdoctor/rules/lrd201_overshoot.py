@@ -33,7 +33,13 @@ class Overshoot(ReplayBudget, kw_only=True):
 
 def check(c: ReplayContext) -> list[Finding]:
     """The scheduler runs past its horizon: the LR reaches its floor early."""
-    from lrdoctor.rules.replay_context import REL_TOL, flat_lr, flat_lr_note, short
+    from lrdoctor.rules.replay_context import (
+        REL_TOL,
+        flat_lr,
+        flat_lr_note,
+        short,
+        updates_vs_budget,
+    )
 
     s, spec = c.s, c.spec
     ratio = s["progress_ratio"]
@@ -51,8 +57,8 @@ def check(c: ReplayContext) -> list[Finding]:
     return [RULE.finding(
         f"The replayed loop advances the scheduler to {short(s['scheduler_progress_end'])} "
         f"{spec.unit.value}, {times}x its "
-        f"horizon of {short(s['horizon'])} ({s['actual_updates']} optimizer updates vs "
-        f"{short(s['budget_updates'])} budgeted, {_cause(c)}){where}."
+        f"horizon of {short(s['horizon'])} ({updates_vs_budget(s, 'more')}, {_cause(c)})"
+        f"{where}."
         + (flat_lr_note(flat) if flat is not None else ""),
         Overshoot(**c.ev_core.raw()), fix=c.fix_tail, location="scheduler",
         severity=severity)]

@@ -32,7 +32,14 @@ class Undershoot(ReplayBudget, kw_only=True):
 
 def check(c: ReplayContext) -> list[Finding]:
     """The scheduler stops short of its horizon: the LR never decays to its floor."""
-    from lrdoctor.rules.replay_context import REL_TOL, budget_cause, flat_lr, flat_lr_note, short
+    from lrdoctor.rules.replay_context import (
+        REL_TOL,
+        budget_cause,
+        flat_lr,
+        flat_lr_note,
+        short,
+        updates_vs_budget,
+    )
 
     s = c.s
     ratio = s["progress_ratio"]
@@ -42,8 +49,7 @@ def check(c: ReplayContext) -> list[Finding]:
     return [RULE.finding(
         f"The replayed loop advances the scheduler to only {short(s['scheduler_progress_end'])} "
         f"of {short(s['horizon'])} {c.spec.unit.value} "
-        f"({ratio:.1%}): {s['actual_updates']} optimizer updates vs "
-        f"{short(s['budget_updates'])} budgeted; the last LR is {short(s['lr_end'])}, the "
+        f"({ratio:.1%}): {updates_vs_budget(s, 'less')}; the last LR is {short(s['lr_end'])}, the "
         f"floor {short(c.spec.min_lr)}{budget_cause(c)}."
         + (flat_lr_note(flat) if flat is not None else ""),
         Undershoot(**c.ev_core.raw()), fix=c.fix_tail, location="scheduler",

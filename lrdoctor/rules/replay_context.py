@@ -44,6 +44,18 @@ def short(x: float | None) -> str:
     return number(x, grouping=False, whole_below=1e15, none="n/a")
 
 
+def updates_vs_budget(s: dict[str, Any], way: str) -> str:
+    """The replayed optimizer updates against the budget, in words that agree with a title
+    saying the scheduler ran past (``way`` "more") or short (``way`` "less") of its horizon:
+    "200 optimizer updates vs 200 budgeted" under "stops short" read as a contradiction
+    when every budgeted update ran and each moved the scheduler less (a dp change)."""
+    done, budget = s["actual_updates"], s["budget_updates"]
+    if budget is not None and abs(done - budget) <= REL_TOL * max(abs(budget), 1):
+        return (f"all {short(budget)} budgeted optimizer updates ran, but they advanced the "
+                f"scheduler {way} than the horizon assumes")
+    return f"{short(done)} optimizer updates vs {short(budget)} budgeted"
+
+
 @dataclass
 class ReplayContext:
     """What every replay rule reads: the replay, its summary, the memory-knob comparison,
