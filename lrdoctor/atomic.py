@@ -69,7 +69,9 @@ def checkpoint_reason(path: str | os.PathLike) -> Holding | None:
       first bytes: ``model.pt`` + ``optimizer.pt``, a rank set) and no sub-folder but rank
       folders and the one the output goes through, unless the files are numbered
       checkpoints of their own (``ckpt_100.pt``, ``ckpt_200.pt``). A folder with other
-      sub-folders is a run folder or a workspace (``/tmp`` holding someone's pickles).
+      sub-folders is a run folder or a workspace (``/tmp`` holding someone's pickles);
+      a file ``fix`` wrote (its ``NAME.lrdoctor-fix.json`` beside it) is a checkpoint of
+      its own, not a part.
 
     A text file named ``x.pt`` or an empty one is no state file (discovery calls it "not
     a checkpoint" too)."""
@@ -122,7 +124,13 @@ def _holding(d: Path, via: str, grouping) -> Holding | None:
                       and n not in listing.SKIP_NAMES)
     elif any(n != via and not _RANK_DIR.match(n) for n in dirs):
         return None  # a run folder (its step folders below) or a workspace, not one checkpoint
-    state = sorted(n for n in files if _is_state(d / n, listing))
+    from lrdoctor.read.layouts._fixmanifest import MANIFEST
+
+    # A file with its own fix record beside it is a whole checkpoint `fix` wrote, not a part
+    # of the folder's (two earlier outputs in a scratch folder make no checkpoint of it).
+    names = set(files)
+    state = sorted(n for n in files if f"{n}.{MANIFEST}" not in names
+                   and _is_state(d / n, listing))
     if step_named:
         found = state or side
         return Holding(d, tuple(found[:3])) if found else None

@@ -196,25 +196,32 @@ def png_path(path):
 
 
 def paths_first(inputs: Iterable[str | Path | None], outputs: Iterable[str | Path | None],
-                record: Callable[[UnusableInput], None] | None = None) -> None:
+                record: Callable[[UnusableInput], None] | None = None,
+                inside_inputs: bool = False) -> None:
     """Before any work, in the order a user fixes them: a local input that does not exist,
     then every output location through the writers' own guard
     (:func:`lrdoctor.atomic.refuse_checkpoint`, which costs one listing per ancestor), so
     a refusal never comes after minutes of work or hides a missing input. URLs and globs
-    are left to the readers and writers."""
-    from lrdoctor.atomic import refuse_checkpoint
+    are left to the readers and writers. ``inside_inputs``: an output inside an input
+    folder is refused first, as that (``fix``'s copy never goes inside its input)."""
+    from lrdoctor.atomic import refuse_checkpoint, refuse_inside_inputs
     from lrdoctor.core.errors import NotFound
 
     def local(p: str | Path | None) -> bool:
         return p is not None and "://" not in str(p) and not any(c in str(p) for c in "*?[")
 
+    ins = list(inputs)
+
     def check() -> None:
-        for given in inputs:
+        for given in ins:
             if local(given) and not os.path.lexists(str(given)):
                 raise NotFound("no such file or directory", str(given))
-        for out in outputs:
-            if local(out):
-                refuse_checkpoint(str(out))
+        outs = [str(o) for o in outputs if local(o)]
+        if inside_inputs:
+            for out in outs:
+                refuse_inside_inputs(out, [str(i) for i in ins if local(i)])
+        for out in outs:
+            refuse_checkpoint(out)
 
     guarded(check, record)
 

@@ -110,7 +110,8 @@ def register(app: typer.Typer) -> None:
             die(f"--k {k:g}: must be greater than 0 (how many times too fast the scheduler ran)")
         conf = settings(config, "inspect", str(path), "fix", fmt)
         paths_first([path], [None if dry_run else out],
-                    lambda exc: print_unusable("fix", str(path), exc, fmt, format))
+                    lambda exc: print_unusable("fix", str(path), exc, fmt, format),
+                    inside_inputs=True)
 
         def run() -> int:
             return run_fix(path, out=out, policy=policy.value if policy else None, k=k,

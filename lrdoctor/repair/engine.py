@@ -173,7 +173,7 @@ def lr_left_warning(state: RunState, target: Target) -> str | None:
     """The one warning line when no schedule is known (a LambdaLR, nothing fitted, no
     ``--schedule``) and the progress moved: the counters are written, the param-group
     LR is left as saved, and the line says which LR, what it should be and how to set it."""
-    from lrdoctor.repair.schedule_option import EXAMPLE
+    from lrdoctor.repair.schedule_option import example_for
 
     if target.lr is not None or target.policy == "sync-lr":
         return None
@@ -183,8 +183,8 @@ def lr_left_warning(state: RunState, target: Target) -> str | None:
     unit = target.unit.value if target.unit else "steps"
     return (f"param-group lr left at {lrs}: it should be the schedule's LR at "
             f"{target.progress:g} {unit} (initial_lr x your lr_lambda({target.progress:g})), "
-            "which the checkpoint cannot say; give --schedule " + EXAMPLE
-            + " (or --from-replay REPORT.json) to set it")
+            "which the checkpoint cannot say; give --schedule " + example_for(state)
+            + ", or --from-replay REPORT.json, to set it")
 
 
 def _changes_nothing_useful(state: RunState, target: Target) -> str | None:

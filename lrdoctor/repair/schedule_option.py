@@ -25,6 +25,40 @@ OPTION = "--schedule"
 EXAMPLE = "'{family: hf, kind: cosine, max_lr: 1e-3, warmup: 100, horizon: 3000}'"
 
 
+# The keys ``--schedule`` takes, with the placeholder shown where the checkpoint holds no value.
+_PLACEHOLDERS = {"family": "<hf|torch|megatron|deepspeed>", "kind": "<KIND>",
+                 "max_lr": "<MAX_LR>", "warmup": "<WARMUP>", "horizon": "<HORIZON>"}
+# Where a schedule that is code (a LambdaLR) still saves its peak: the base LR it multiplies.
+_BASE_LR_FIELDS = ("initial_lr", "base_lrs")
+
+
+def example_for(state: Any) -> str:
+    """``--schedule`` for this checkpoint: the values it holds (a schedule's max_lr, warmup
+    and horizon as read, else the base LR a LambdaLR multiplies) and placeholders for the
+    rest, with where each value came from. Why: a fixed example (max_lr 1e-3, warmup 100,
+    horizon 3000) read as advice, and matched one real run by chance."""
+    spec = getattr(state, "schedule", None)
+    got: dict[str, str] = {}
+    said: list[str] = []
+    if spec is not None:
+        for name in ("warmup", "horizon"):
+            ref = spec.refs.get(name)
+            v = getattr(spec, name)
+            if ref is not None and v is not None:
+                got[name] = f"{v:g}"
+                said.append(f"{name} from {ref}")
+    from lrdoctor.core.evidence import Role
+
+    base = next((e for e in getattr(state, "evidence", []) if e.role is Role.LR
+                 and e.name in _BASE_LR_FIELDS and e.value > 0), None)
+    if base is not None:
+        got["max_lr"] = f"{base.value:g}"
+        said.append(f"max_lr from {base.where} (the LR your lambda multiplies)")
+    text = ", ".join(f"{k}: {got.get(k, ph)}" for k, ph in _PLACEHOLDERS.items())
+    return "'{" + text + "}'" + (f" ({'; '.join(said)}; the rest from your training code)"
+                                 if said else " (each value from your training code)")
+
+
 def parse(text: str, unit: Unit) -> ScheduleSpec:
     """``--schedule`` as a :class:`ScheduleSpec` in ``unit``; one-line UnusableInput if bad."""
     from lrdoctor.read.bytes import safetext

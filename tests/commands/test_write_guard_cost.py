@@ -78,11 +78,27 @@ def test_the_reason_is_true(tmp_path):
     (w / "empty.pt").write_bytes(b"")
     assert atomic.checkpoint_holding(w / "x" / "rep" / "index.html") is None
     atomic.write_text(w / "x" / "rep" / "index.html", "ok", parents=True)
-    shutil.copy(TORCH_CKPT, w / "model.pt")
-    shutil.copy(TORCH_CKPT, w / "optimizer.pt")
-    with pytest.raises(Exception, match=r"checkpoint folder .*w \(it holds model\.pt, "
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    shutil.copy(TORCH_CKPT, ck / "model.pt")
+    shutil.copy(TORCH_CKPT, ck / "optimizer.pt")
+    (ck / "notes.txt").write_text("not state")
+    with pytest.raises(Exception, match=r"checkpoint folder .*ck \(it holds model\.pt, "
                                         r"optimizer\.pt\)"):
-        atomic.refuse_checkpoint(w / "y" / "index.html")
+        atomic.refuse_checkpoint(ck / "y" / "index.html")
+    # two earlier fix outputs (each with its record beside it) make no checkpoint folder
+    fixes = tmp_path / "fixes"
+    fixes.mkdir()
+    for n in ("a.pt", "b.pt"):
+        shutil.copy(TORCH_CKPT, fixes / n)
+        (fixes / f"{n}.lrdoctor-fix.json").write_text("{}")
+    assert atomic.checkpoint_holding(fixes / "a" / "b" / "trace.csv") is None
+    # a workspace with sub-folders of its own (a busy /tmp) is none either
+    busy = tmp_path / "busy"
+    (busy / "someone").mkdir(parents=True)
+    for n in ("x.pt", "y.pt"):
+        shutil.copy(TORCH_CKPT, busy / n)
+    assert atomic.checkpoint_holding(busy / "mine" / "fixed.pt") is None
     # numbered checkpoints, each a file of its own, make a run folder, not a checkpoint
     run = tmp_path / "run"
     run.mkdir()

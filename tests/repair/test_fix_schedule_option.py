@@ -104,6 +104,11 @@ def test_without_a_schedule_fix_writes_the_counters_and_one_warning_line(onevisi
     assert plan.target.lr is None and len(plan.warnings) == 1
     line = plan.warnings[0]
     assert f"{saved:.6g}" in line and "lr_lambda(250)" in line and "--schedule" in line
+    # Issue 29 item 8: the values the checkpoint holds and placeholders, never an example
+    # that reads as advice (the fixed one matched this very run by chance).
+    assert ("--schedule '{family: <hf|torch|megatron|deepspeed>, kind: <KIND>, max_lr: "
+            "0.001, warmup: <WARMUP>, horizon: <HORIZON>}' (max_lr from "
+            "checkpoint_250.pt:optimizer.param_groups[0].initial_lr") in line, line
     out = tmp_path / "counters.pt"
     r = runner.invoke(app, ["fix", str(onevision), "--out", str(out)])
     assert r.exit_code == 0
