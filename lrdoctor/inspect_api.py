@@ -230,6 +230,9 @@ def summarize(state: RunState) -> dict[str, Any]:
     # The two independent counters compared ("agree" is said only after one; None: none).
     cmp = compared(state)
     derived["compared"] = cmp.to_dict() if cmp is not None else None
+    if spec is not None:  # what the schedule's numbers count (its horizon, the x of a plot)
+        derived["horizon_unit"] = state.horizon_counts()
+        derived["progress_unit"] = state.progress_counts() or spec.unit.value
     doc["evidence"] = [e.to_dict() | {"ref": _ref_dict(e.ref)} for e in state.evidence]
     doc["derived"] = derived
     return doc

@@ -185,8 +185,42 @@ class RunState:
             self.notes.append("optimizer LRs that are not finite numbers ignored")
         self.optimizer_lrs = [float(x) for x in lrs]
 
+    def counts(self, ref: FieldRef | None, unit: Unit | None) -> str:
+        """What the number saved at ``ref`` counts, as the evidence item read from that same
+        field says when it is scheduler calls (``scheduler.last_epoch``, ``T_max``: the
+        scheduler's own count, whatever unit the schedule model compares it in), else
+        ``unit``'s name. Why: "scheduler.last_epoch 240 optimizer updates" where 60 updates
+        happened labelled a counter by what it was compared with, not by what it counts."""
+        from lrdoctor.core.evidence import Quantity
+
+        if ref is not None:
+            where = (ref.file.rsplit("/", 1)[-1], tuple(ref.key))
+            for e in self.evidence:
+                if e.quantity is Quantity.SCHEDULER_CALLS and \
+                        (e.ref.file.rsplit("/", 1)[-1], tuple(e.ref.key)) == where:
+                    return e.quantity.value
+        return unit.value if unit is not None else ""
+
+    def progress_counts(self) -> str:
+        """What the scheduler's progress counter counts (:meth:`counts`)."""
+        sp = self.scheduler_progress
+        return self.counts(sp.ref, sp.unit) if sp is not None else ""
+
+    def horizon_counts(self) -> str:
+        """What the schedule's saved horizon counts (:meth:`counts`; a horizon built from a
+        config or fitted has its model unit)."""
+        spec = self.schedule
+        if spec is None:
+            return ""
+        return self.counts(spec.refs.get("horizon"), spec.unit)
+
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = jsonable(asdict(self))
+        # Each counter labelled by what it counts (see counts()).
+        if doc.get("scheduler_progress") is not None:
+            doc["scheduler_progress"]["unit"] = self.progress_counts()
+        for c, d in zip(self.counters, doc.get("counters") or [], strict=False):
+            d["unit"] = self.counts(c.ref, c.unit)
         # The log's points as [step, lr] (the data); where each lives is said by the
         # evidence items that summarise it, not by one field per logged step here.
         doc["lr_log"] = [[p.step, p.lr] for p in self.lr_log]

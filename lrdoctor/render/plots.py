@@ -99,7 +99,8 @@ def plot_inspect(reports, out: Path) -> Path:
     if sp:
         ax.scatter([sp["value"]], [lr_at(spec, sp["value"])], s=70, marker="X", color="#d62728",
                    zorder=6, label=f"scheduler is at {sp['value']:,.0f}")
-    ax.set_xlabel(f"scheduler progress ({spec.unit.value})")
+    counts = st.get("derived", {}).get("progress_unit") or spec.unit.value
+    ax.set_xlabel(f"scheduler progress ({counts})")
     ax.set_ylabel("learning rate (param group 0)")
     ax.set_title(f"{Path(report.target).name} ({report.format})", fontsize=10)
     ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))

@@ -160,7 +160,8 @@ def render_inspect(report, con: Console | None = None, verbose: bool = False) ->
     spec, d = st.get("schedule"), st.get("derived", {})
     if spec:
         unit = spec["unit"]
-        horizon = f"{_six_digits(spec['horizon'])} {unit}" if spec.get("horizon") else "none"
+        hunit = d.get("horizon_unit") or unit  # what the saved horizon counts (T_max: calls)
+        horizon = f"{_six_digits(spec['horizon'])} {hunit}" if spec.get("horizon") else "none"
         source = _short(spec.get("source") or "checkpoint", report.target)
         info.add_row(
             "schedule:", f"[bold]{spec['family']} {spec['kind']}[/bold] max_lr {spec['max_lr']:g}, "
@@ -512,10 +513,14 @@ def render_fix(report, *, plan, dry_run: bool, result=None, con: Console | None 
             table.add_row(f"[dim]{c.file}[/dim]", "", "")
         table.add_row("  " + c.key_str, _fix_cell(c.before), f"[bold]{_fix_cell(c.after)}[/bold]")
     con.print(table)
-    unit = t.unit.value if t.unit else ""
+    # Each number labelled by what it counts: extend-horizon's 400 are scheduler calls
+    # (T_max), not optimizer updates.
+    st = plan.state
+    unit = st.progress_counts() or (t.unit.value if t.unit else "")
     con.print(f"scheduler progress {_fix_cell(t.progress_before)} -> {_fix_cell(t.progress)} {unit}")
     if t.horizon is not None:
-        con.print(f"decay horizon {_fix_cell(t.horizon_before)} -> {_fix_cell(t.horizon)} {unit}")
+        hunit = st.horizon_counts() or unit
+        con.print(f"decay horizon {_fix_cell(t.horizon_before)} -> {_fix_cell(t.horizon)} {hunit}")
     if t.lr_before is not None or t.lr is not None:
         con.print(f"learning rate {_fix_cell(t.lr_before)} -> {_fix_cell(t.lr)}")
     for n in plan.notes:

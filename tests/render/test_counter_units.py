@@ -1,0 +1,53 @@
+"""Issue 29, item 4: a counter is labelled by what it counts. The torch loop sample
+(torch.save; CosineAnnealingLR stepped 4x per update) saves ``scheduler.last_epoch`` 240
+after 60 optimizer updates: 240 scheduler calls, which the text, the plot's axis and JSON
+``scheduler_progress.unit`` called "optimizer updates" while ``state.evidence`` said
+"scheduler calls"; the fix table called extend-horizon's T_max 400 "optimizer updates"."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+from typer.testing import CliRunner
+
+from lrdoctor.cli import app
+from tests.helpers.paths import REPO
+
+runner = CliRunner()
+SAMPLE = REPO / "sample_checkpoints" / "torch-microstep" / "checkpoint_60.pt"
+
+
+def test_scheduler_counters_say_scheduler_calls_everywhere(tmp_path, monkeypatch):
+    r = runner.invoke(app, ["inspect", "--json", str(SAMPLE)])
+    doc = json.loads(r.stdout)
+    st = doc["state"]
+    ev = {tuple(e["ref"]["key"]): e["unit"] for e in st["evidence"]}
+    assert ev[("scheduler", "last_epoch")] == "scheduler calls"
+    assert st["scheduler_progress"]["unit"] == ev[("scheduler", "last_epoch")]
+    assert st["derived"]["horizon_unit"] == ev[("scheduler", "T_max")] == "scheduler calls"
+    # the optimizer's own count stays in updates: labels follow the field, not the row
+    nominal = st["nominal_progress"]
+    assert nominal["value"] == 60 and nominal["unit"] == "optimizer updates"
+
+    r = runner.invoke(app, ["inspect", str(SAMPLE)], env={"COLUMNS": "200"})
+    row = next(ln for ln in r.stdout.splitlines() if "scheduler.last_epoch" in ln)
+    assert "scheduler calls" in row and "optimizer updates" not in row, row
+    assert "decay horizon 100 scheduler calls" in " ".join(r.stdout.split())
+
+    labels: list[str] = []
+    from matplotlib.axes import Axes
+
+    real = Axes.set_xlabel
+    monkeypatch.setattr(Axes, "set_xlabel", lambda self, s, *a, **k: (labels.append(s),
+                                                                       real(self, s, *a, **k)))
+    matplotlib.use("Agg")
+    r = runner.invoke(app, ["inspect", str(SAMPLE), "--plot", str(tmp_path / "lr.png")])
+    assert (tmp_path / "lr.png").is_file(), r.output
+    assert "scheduler progress (scheduler calls)" in labels, labels
+
+    r = runner.invoke(app, ["fix", str(SAMPLE), "--out", str(tmp_path / "x.pt"), "--policy",
+                            "extend-horizon"])
+    text = " ".join(r.stdout.split())
+    assert "scheduler progress 240 -> 240 scheduler calls" in text
+    assert "decay horizon 100 -> 400 scheduler calls" in text
