@@ -198,7 +198,7 @@ class RunState:
             for e in self.evidence:
                 if e.quantity is Quantity.SCHEDULER_CALLS and \
                         (e.ref.file.rsplit("/", 1)[-1], tuple(e.ref.key)) == where:
-                    return e.quantity.value
+                    return str(e.quantity.value)
         return unit.value if unit is not None else ""
 
     def progress_counts(self) -> str:
