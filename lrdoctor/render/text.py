@@ -160,12 +160,13 @@ def render_inspect(report, con: Console | None = None, verbose: bool = False) ->
     spec, d = st.get("schedule"), st.get("derived", {})
     if spec:
         unit = spec["unit"]
-        hunit = d.get("horizon_unit") or unit  # what the saved horizon counts (T_max: calls)
+        # What the saved horizon counts (T_max: calls); its warmup is on the same count.
+        hunit = d.get("horizon_unit") or unit
         horizon = f"{_six_digits(spec['horizon'])} {hunit}" if spec.get("horizon") else "none"
         source = _short(spec.get("source") or "checkpoint", report.target)
         info.add_row(
             "schedule:", f"[bold]{spec['family']} {spec['kind']}[/bold] max_lr {spec['max_lr']:g}, "
-            f"min_lr {spec['min_lr']:g}, warmup {_six_digits(spec['warmup'])} {unit}, decay horizon "
+            f"min_lr {spec['min_lr']:g}, warmup {_six_digits(spec['warmup'])} {hunit}, decay horizon "
             f"{horizon}  [dim]({source})[/dim]")
         parts = []
         if d.get("horizon_fraction") is not None:

@@ -167,10 +167,14 @@ def _context(rep: Replay, s: dict[str, Any], knob: dict[str, Any] | None) -> Rep
 
 
 def unmodelled_keys(items: list[dict[str, Any]]) -> list[Finding]:
-    """LRD213: keys of a framework's own config that change step accounting, not replayed."""
+    """LRD213: keys of a framework's own config that change step accounting, not replayed;
+    LRD217: keys its schema does not have, near one it does (the translator gives those a
+    ``nearest``)."""
     from lrdoctor.rules import lrd213_config_key_not_modelled as lrd213
+    from lrdoctor.rules import lrd217_unknown_config_key as lrd217
 
-    return lrd213.findings(items)
+    return lrd213.findings([it for it in items if "nearest" not in it]) + \
+        lrd217.findings([it for it in items if "nearest" in it])
 
 
 def findings(rep: Replay, summary: dict[str, Any] | None = None,

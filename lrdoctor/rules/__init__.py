@@ -142,6 +142,7 @@ def _raised() -> tuple[Documented, ...]:
     from lrdoctor.rules import lrd116_progress_ratio_changes as lrd116
     from lrdoctor.rules import lrd213_config_key_not_modelled as lrd213
     from lrdoctor.rules import lrd214_replay_engines_disagree as lrd214
+    from lrdoctor.rules import lrd217_unknown_config_key as lrd217
     from lrdoctor.rules import lrd301_unused_ignore as lrd301
     from lrdoctor.rules import lrd302_progress_ratio_exceeded as lrd302
     from lrdoctor.rules import lrd303_check_input_unusable as lrd303
@@ -154,6 +155,7 @@ def _raised() -> tuple[Documented, ...]:
         lrd116,
         lrd213,
         lrd214,
+        lrd217,
         lrd301,
         lrd302,
         lrd303,

@@ -382,9 +382,10 @@ def test_text_report_labels_units_and_checkpoint_names(tmp_path):
     text = con.export_text()
     lines = text.splitlines()
     row = next(ln for ln in lines if "scheduler.num_steps" in ln and "│" in ln)
-    assert row.split("│")[0].strip() == "scheduler" and "79" in row and "optimizer updates" in row
+    # labelled by what it counts (issue 29 item 4): ROLL's num_steps counts scheduler calls
+    assert row.split("│")[0].strip() == "scheduler" and "79" in row and "scheduler calls" in row
     assert next(ln for ln in lines if ln.startswith(" nominal ")).count("32") == 1
-    assert "warmup 2 optimizer updates, decay horizon 40 optimizer updates" in text
+    assert "warmup 2 scheduler calls, decay horizon 40 scheduler calls" in text
     assert "scheduler/nominal progress 2.469x" in text
     assert "progress and horizon in optimizer updates" in text
     names = [ln.split("│")[0].strip() for ln in lines if "│" in ln and "checkpoint-" in ln]

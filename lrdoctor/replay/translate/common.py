@@ -53,6 +53,27 @@ class Translation:
     unmodelled: list[dict[str, Any]] = field(default_factory=list)
 
 
+def near_misses(section: Any, known: frozenset[str], prefix: str, schema: str,
+                cutoff: float = 0.85) -> list[dict[str, Any]]:
+    """The keys of ``section`` (one mapping of a framework's config) that ``known`` (its
+    schema's fields) lacks but nearly has: a misspelling, reported with the nearest known
+    key (LRD217). A key far from every known one is left alone: it may be a newer
+    version's field, and a false warning costs more than a miss."""
+    import difflib
+
+    if not isinstance(section, dict):
+        return []
+    out = []
+    for k, v in section.items():
+        if not isinstance(k, str) or k in known:
+            continue
+        near = difflib.get_close_matches(k, sorted(known), n=1, cutoff=cutoff)
+        if near:
+            out.append({"key": f"{prefix}.{k}", "value": v, "nearest": f"{prefix}.{near[0]}",
+                        "schema": schema})
+    return out
+
+
 class Reader:
     """Dotted-key access to one resolved config, recording each key read.
 

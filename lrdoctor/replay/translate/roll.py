@@ -28,7 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from lrdoctor.core.errors import UnusableInput
-from lrdoctor.replay.translate.common import Translation, Translator, checked_number
+from lrdoctor.replay.translate.common import (
+    Translation,
+    Translator,
+    checked_number,
+    near_misses,
+)
 from lrdoctor.replay.translate.interpolate import MISSING as _MISSING
 from lrdoctor.replay.translate.interpolate import lookup as _lookup
 from lrdoctor.replay.translate.interpolate import resolve
@@ -420,8 +425,43 @@ def _sequence_packing(data: dict, actor: dict, layout: dict, out: dict,
     }
 
 
+# The fields of ROLL's worker sections (roll/configs/worker_config.py: WorkerConfig, and its
+# StrategyArguments and SequencePackingConfig), for LRD217's near misses. ROLL builds them
+# from the YAML by field name, so a misspelt key sets nothing.
+WORKER_KEYS = frozenset({
+    "name", "worker_cls", "pg_variant", "model_args", "training_args", "data_args",
+    "generating_args", "strategy_args", "world_size", "device_mapping", "num_gpus_per_worker",
+    "model_update_frequency", "infer_batch_size", "backend_timeout", "system_envs",
+    "topr_positive_weight", "topr_negative_weight", "max_concurrency",
+    "use_dynamic_batching_in_train", "max_tokens_per_microbatch_in_train",
+    "sequence_length_round_in_train", "use_dynamic_batching_in_infer",
+    "max_tokens_per_microbatch_in_infer", "sequence_length_round_in_infer", "offload_nccl",
+    "use_sequence_packing", "sequence_packing_args", "logits_in_fp32", "apply_loss_scale"})
+STRATEGY_KEYS = frozenset({"strategy_name", "strategy_config"})
+PACKING_KEYS = frozenset({
+    "algorithm", "max_packed_sequence_length_forward", "max_packed_sequence_length_train",
+    "min_num_micro_batches_forward", "min_num_micro_batches_train"})
+# What makes a top-level mapping a worker section (actor_train, actor_infer, reference...).
+_WORKER_MARKS = frozenset({"strategy_args", "device_mapping", "training_args", "worker_cls"})
+
+
+def misspelt(data: dict) -> list[dict[str, Any]]:
+    """The near-miss keys of every worker section (LRD217): ``use_dynamic_batching_in_trian``."""
+    out: list[dict[str, Any]] = []
+    for name, sec in data.items():
+        if not isinstance(sec, dict) or not _WORKER_MARKS & set(sec):
+            continue
+        out += near_misses(sec, WORKER_KEYS, str(name), "ROLL's WorkerConfig")
+        out += near_misses(sec.get("strategy_args"), STRATEGY_KEYS, f"{name}.strategy_args",
+                           "ROLL's StrategyArguments")
+        out += near_misses(sec.get("sequence_packing_args"), PACKING_KEYS,
+                           f"{name}.sequence_packing_args", "ROLL's SequencePackingConfig")
+    return out
+
+
 def translate(data: dict, base: Path | None = None) -> Translation:
-    """ROLL's YAML as a :class:`Translation` (the keys it read in ``keys_used``)."""
+    """ROLL's YAML as a :class:`Translation` (the keys it read in ``keys_used``; near-miss
+    keys of its schema among the ``unmodelled``, LRD217)."""
     if not looks_like_roll(data):
         raise UnusableInput("not a ROLL pipeline YAML (no actor_train.training_args)")
     res = resolve(data)
@@ -429,7 +469,7 @@ def translate(data: dict, base: Path | None = None) -> Translation:
     unmodelled: list[dict[str, Any]] = []
     actor = res["actor_train"]
     _sequence_packing(res, actor, _dp_size(actor)[1], out, unmodelled)
-    return Translation("roll", out, keys_used(data), unmodelled)
+    return Translation("roll", out, keys_used(data), unmodelled + misspelt(data))
 
 
 TRANSLATOR = Translator("roll", "ROLL (pipeline YAML)", "yaml", looks_like_roll, translate,
