@@ -193,7 +193,9 @@ class RunState:
         happened labelled a counter by what it was compared with, not by what it counts."""
         from lrdoctor.core.evidence import Quantity
 
-        if ref is not None:
+        # Only a count compared as optimizer updates is relabelled: a sample-counting
+        # scheduler's own count (Megatron's num_steps, by the global batch) is samples.
+        if ref is not None and unit in (Unit.UPDATES, None):
             where = (ref.file.rsplit("/", 1)[-1], tuple(ref.key))
             for e in self.evidence:
                 if e.quantity is Quantity.SCHEDULER_CALLS and \

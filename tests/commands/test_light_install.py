@@ -100,8 +100,9 @@ def test_check_report_and_replay_fast_without_torch(light, tmp_path):
 
 
 def test_a_missing_extra_is_one_line_naming_the_install(light, tmp_path):
-    one_line(lrd(light, "replay", "-c", EXAMPLES / "skyrl-stepwise.yaml", "--torch",
-                 cwd=tmp_path), "needs torch", "pip install 'lrdoctor[torch]'")
+    for flag in ("--torch", "--cross-check"):  # the README's promise, for both (issue 29)
+        one_line(lrd(light, "replay", "-c", EXAMPLES / "skyrl-stepwise.yaml", flag,
+                     cwd=tmp_path), f"replay {flag} needs torch", "pip install 'lrdoctor[torch]'")
     one_line(lrd(light, "inspect", SAMPLES / "hf-healthy", "--plot", "x.png", cwd=tmp_path),
              "needs matplotlib", "pip install 'lrdoctor[plots]'")
     assert not (tmp_path / "x.png").exists()

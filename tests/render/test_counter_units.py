@@ -51,3 +51,15 @@ def test_scheduler_counters_say_scheduler_calls_everywhere(tmp_path, monkeypatch
     text = " ".join(r.stdout.split())
     assert "scheduler progress 240 -> 240 scheduler calls" in text
     assert "decay horizon 100 -> 400 scheduler calls" in text
+
+
+def test_a_sample_counting_scheduler_keeps_samples():
+    """Megatron-LM's sample (megatron-healthy, written with Megatron's own checkpoint
+    layout): ``num_steps`` grows by the global batch per call, so it counts samples; the
+    evidence's "scheduler's own count" must not relabel it "scheduler calls"."""
+    r = runner.invoke(app, ["inspect", "--json", str(REPO / "sample_checkpoints" /
+                                                     "megatron-healthy")])
+    doc = json.loads(r.stdout)
+    st = (doc[-1] if isinstance(doc, list) else doc)["state"]
+    assert st["scheduler_progress"]["unit"] == "samples"
+    assert st["derived"]["horizon_unit"] == "samples"

@@ -144,7 +144,10 @@ def test_cli_dry_run_json_force_and_noop(bad_run, tmp_path):
 
     r = runner.invoke(app, ["fix", str(bad_run), "--out", str(out), "--force",
                             "--policy", "extend-horizon"])
-    assert r.exit_code == 0, r.output
+    # Written over the old copy, but not "verified": LRD104 (an error) stays when only the
+    # horizon moves, and the step that clears it is named (issue 29 item 3; was exit 0).
+    assert r.exit_code == 1, r.output
+    assert "`--policy nominal` clears LRD104" in " ".join(r.stdout.split())
     assert json.loads((out / MANIFEST).read_text())["policy"] == "extend-horizon"
 
 
