@@ -162,3 +162,9 @@ def test_bfd_and_partitions_equal_rlinfs_own_functions():
                 break
             n += 1
         assert (k, parts) == (n, theirs)
+
+
+def test_a_rank_batch_that_does_not_split_into_global_batches_is_refused():
+    # 16 x 8 = 128 sequences, dp 4: 32 per rank; 3 global batches do not divide them.
+    with pytest.raises(UnusableInput, match="get_iterator_k_split asserts"):
+        load_config(DATA / "grpo_dynamic.yaml", ("algorithm.n_minibatches=3",))

@@ -9,7 +9,8 @@ Two ways configs are put together before a trainer reads them:
   replaced). Hydra (verl's derived YAMLs): a list of config names from the same
   folder (``- ppo_trainer``), ``_self_`` where the file itself goes (last when
   absent), and ``group@package: option`` entries loading ``group/option.yaml``
-  at ``package``. Followed at most :data:`MAX_DEPTH` deep, and never outside the
+  at ``package`` (Hydra's own groups, ``override hydra/job_logging: stdout`` as RLinf
+  writes, configure Hydra, not the run: passed over). Followed at most :data:`MAX_DEPTH` deep, and never outside the
   allowed folder (the config's own folder tree unless the caller passes another).
 - Hydra command-line overrides (``key=value``, ``+key=value``, ``++key=value``,
   ``~key``), as a launch script passes them: :func:`apply_overrides`.

@@ -162,6 +162,10 @@ def translate(data: dict, base: Path | None = None) -> Translation:
     if sps % dp:
         raise UnusableInput(f"rollout_batch_size x group_size = {sps} is not divisible by the "
                             f"actor's dp size {dp} (MegatronWorker.__init__ asserts it)")
+    if (sps // dp) % n_mini:
+        raise UnusableInput(f"each dp rank's {sps // dp} sequences do not split into "
+                            f"algorithm.n_minibatches {n_mini} global batches "
+                            "(get_iterator_k_split asserts it)")
     if gbs % (mbs * dp):
         raise UnusableInput(f"global batch {gbs} is not divisible by micro batch {mbs} x dp "
                             f"{dp} (megatron-core's num-microbatches calculator asserts it)")
