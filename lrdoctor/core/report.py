@@ -93,7 +93,8 @@ def json_document(reports: list[Report], command: str | None = None,
     reports, or ``many``: a command whose document is always a list of targets) the
     envelope with ``reports``, or a folder of runs' :func:`runs_document`. ``target``: the path the command was given; by default the
     one report's target, else the folder the reports' targets share."""
-    if any(r.run is not None for r in reports):  # a folder of runs: its `runs`
+    # A folder of runs given to inspect: its `runs` (check's targets stay its `reports`).
+    if not many and any(r.run is not None for r in reports):
         return runs_document(reports)
     if len(reports) == 1 and not many:
         return {"schema": SCHEMA, **reports[0].to_dict()}

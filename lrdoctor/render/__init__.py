@@ -153,7 +153,7 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
             return max((r.exit_code(fail_on) for r in reports), default=0)
         if verbose and view.verbose:
             context["verbose"] = True
-        groups = runs(reports)
+        groups = runs(reports) if name == "inspect" else [reports]
         for group in groups:
             if len(groups) > 1:  # a folder of runs: one section per run, worst first
                 from lrdoctor.render.runs import render_run_header

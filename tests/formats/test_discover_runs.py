@@ -258,3 +258,16 @@ def test_a_bound_that_cuts_the_search_is_said(runs, monkeypatch):
     assert len({r.run.root for r in reports}) == 3
     (path, why), = reports[0].run.not_runs
     assert path == str(runs) and why.startswith("the search for runs ") and "deeper than 3" in why
+
+
+def test_check_of_a_folder_of_runs_keeps_its_reports(runs):
+    """check's document is always its targets' `reports` (docs/cli.md "JSON"): a folder of
+    runs among them gives one report per run, each judged apart, never a `runs` document."""
+    r = CliRunner().invoke(app, ["check", "--inspect", str(runs), "--json"])
+    assert r.exit_code == 1
+    doc = json.loads(r.stdout)
+    assert "runs" not in doc
+    assert [(x["target"], sorted(f["code"] for f in x["findings"] if f["severity"] != "info"))
+            for x in doc["reports"]] == [
+        (str(runs / "exp3" / "actor_train" / "checkpoint-299"), ["LRD101", "LRD103"]),
+        (str(runs / "exp1" / "checkpoint-20"), []), (str(runs / "exp2" / "iter_0000400"), [])]
