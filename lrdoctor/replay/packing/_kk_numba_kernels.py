@@ -91,13 +91,19 @@ def insort(rows, rlen, r, x, ssum, scnt):
 @njit(cache=True)
 def replace_lightest(rows, rlen, r, x, ssum, scnt):
     """A full row's lightest set leaves and ``x`` (it grown, or the set that absorbed
-    it) goes where ``insort`` would put it: one pass over the sets it passes."""
+    it) goes where ``insort`` would put it among the others: a binary search, then the
+    sets it passes move down one place."""
     n = rlen[r]
-    j = 1
-    while j < n and not set_less(x, rows[r, j], ssum, scnt):
+    lo, hi = 1, n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if set_less(x, rows[r, mid], ssum, scnt):
+            hi = mid
+        else:
+            lo = mid + 1
+    for j in range(1, lo):
         rows[r, j - 1] = rows[r, j]
-        j += 1
-    rows[r, j - 1] = x
+    rows[r, lo - 1] = x
 
 
 @njit(cache=True)
@@ -161,6 +167,31 @@ def state_key(h, pay, size, rows, rlen, r, k, ssum, scnt):
 
 
 @njit(cache=True)
+def take(h, pay, size, order, sptr, vals):
+    """The entry with the smallest key: the heap's top (the states) or the next
+    singleton. A singleton's key ``(-v, -v, -1, -i)`` falls as ``order`` (ascending by
+    value, then item) is read backwards, so the singletons need no heap: the scalar
+    code's pop sequence, with heap work only for the few states."""
+    if sptr >= 0:
+        i = order[sptr]
+        if size == 0:
+            return -(i + 1), size, sptr - 1
+        v = vals[i]
+        if -v != h[0, 0]:
+            single_first = -v < h[0, 0]
+        elif -v != h[0, 1]:
+            single_first = -v < h[0, 1]
+        elif h[0, 2] != -1:
+            single_first = -1 < h[0, 2]
+        else:
+            single_first = -i < h[0, 3]
+        if single_first:
+            return -(i + 1), size, sptr - 1
+    top, size = pop(h, pay, size)
+    return top, size, sptr
+
+
+@njit(cache=True)
 def one(vals, toks, k, eq, lim, out, ssum, scnt, stok, parent, rows, rlen, h, pay, pos):
     """0: ``out`` holds each item's set position (0 = heaviest); 1: a set passed
     ``lim`` (the scalar code's None); 2: an empty partition (its ValueError)."""
@@ -178,6 +209,7 @@ def one(vals, toks, k, eq, lim, out, ssum, scnt, stok, parent, rows, rlen, h, pa
         parent[i] = i
     used = 0
     size = 0
+    sptr = -1
     if not eq:
         for j in range(n - k, n):
             if toks[order[j]] > lim:
@@ -192,9 +224,7 @@ def one(vals, toks, k, eq, lim, out, ssum, scnt, stok, parent, rows, rlen, h, pa
         used = 1
         top = order[n - 1]
         size = push(h, pay, size, vals[order[n - k]] - vals[top], -vals[top], -1, -top, 0)
-        for j in range(n - k):
-            i = order[j]
-            size = push(h, pay, size, -vals[i], -vals[i], -1, -i, -(i + 1))
+        sptr = n - k - 1  # the singletons stay in ``order``: the next is the heaviest
     else:
         for off in range(0, n, k):
             for j in range(k):
@@ -207,9 +237,9 @@ def one(vals, toks, k, eq, lim, out, ssum, scnt, stok, parent, rows, rlen, h, pa
             size = push(h, pay, size, vals[order[off]] - vals[top], -vals[top], -1, -top,
                         used)
             used += 1
-    while size > 1:
-        ea, size = pop(h, pay, size)
-        eb, size = pop(h, pay, size)
+    while size + sptr + 1 > 1:
+        ea, size, sptr = take(h, pay, size, order, sptr, vals)
+        eb, size, sptr = take(h, pay, size, order, sptr, vals)
         if ea < 0:
             ia = -ea - 1
             if eb < 0:  # two singletons: a's item sorts first
@@ -302,8 +332,11 @@ def group(vals, toks, starts, idx, k, eq, caps, out, status):
     scnt = np.empty(n, dtype=np.int64)
     stok = np.empty(n, dtype=np.int64)
     parent = np.empty(n, dtype=np.int64)
-    rows = np.empty((n + 1, k), dtype=np.int64)
-    rlen = np.zeros(n + 1, dtype=np.int64)
+    # States: the equal-size start (n / k), or the opening one plus one per merge of
+    # two singletons (each takes two of the n - k)
+    n_rows = max(n // k, (n - k) // 2 + 1) + 1
+    rows = np.empty((n_rows, k), dtype=np.int64)
+    rlen = np.zeros(n_rows, dtype=np.int64)
     h = np.empty((n + 1, 4), dtype=np.int64)
     pay = np.empty(n + 1, dtype=np.int64)
     pos = np.empty(n, dtype=np.int64)

@@ -421,8 +421,9 @@ def _verl_fit_all(c_all, mb_id, i_len, inst_start, tok_o, val_o, local_o, equal_
             eqs = equal_size & (lens % k_try == 0)
             # A try that is not the last may stop at the first set over the cap.
             caps = np.where(last_try[mb_id[insts]], -1, cap)
+            # Karmarkar-Karp's own set order: verl's micro-batch order is put once, at
+            # the end, on the tries kept (a set's place does not change its sum).
             p, stopped = kk_parts_capped(val_o[items], starts, k_try, eqs, tok_o[items], caps)
-            p = _verl_positions(p, starts[:-1], lens, k_try, val_o[items], local_o[items])
             part[items] = p
             k_inst[insts] = k_try
             set_off = _seg_starts(k_try)
@@ -436,6 +437,7 @@ def _verl_fit_all(c_all, mb_id, i_len, inst_start, tok_o, val_o, local_o, equal_
         done = f | (count[active] >= min_rows[active])
         count[active[~done]] += 1
         active = active[~done]
+    part[:] = _verl_positions(part, inst_start, i_len, k_inst, val_o, local_o)
     raised = count - c_all
     for j in np.flatnonzero(~fits).tolist():
         note_cannot_fit(notes[int(m_step[j])])
