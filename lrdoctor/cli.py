@@ -44,7 +44,31 @@ def _version(value: bool) -> None:
 def _root(version: bool = typer.Option(False, "--version", "-V", callback=_version,
                                        is_eager=True, help="Show the version and exit.")
           ) -> None:
-    pass
+    _hold_logging()  # a command runs: hold what it logs (see main)
+
+
+#: Set by :func:`main`: the warnings and log records held while a command runs.
+_held: list[str] | None = None
+_handler: Any = None
+
+
+def _hold_logging() -> None:
+    """Hold log records from here on, when :func:`main` asked for it. Installed as the
+    command starts, not in main: ``--help`` and ``--version`` exit before any command runs,
+    and importing logging was a tenth of their own time."""
+    global _handler
+    if _held is None or _handler is not None:
+        return
+    import logging
+
+    held = _held
+
+    class _Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            held.append(f"{record.levelname.lower()}: {record.getMessage()}")
+
+    _handler = _Hold(logging.WARNING)
+    logging.getLogger().addHandler(_handler)  # instead of logging's last-resort stderr writer
 
 
 def usage_error_line(message: str, command: str | None) -> str:
@@ -192,22 +216,17 @@ def main() -> None:
     the one ``lrdoctor: error: <file>: ...`` line and nothing else. A crash no check
     caught is one line too (exit 2, naming the inputs given), never a traceback.
     """
-    import logging
     import sys
     import warnings
 
+    global _held, _handler
     held: list[str] = []
-
-    class _Hold(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            held.append(f"{record.levelname.lower()}: {record.getMessage()}")
+    _held, _handler = held, None
 
     def _show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
         held.append(f"{filename}:{lineno}: {category.__name__}: {message}")
 
     warnings.showwarning = _show
-    handler = _Hold(logging.WARNING)
-    logging.getLogger().addHandler(handler)  # instead of logging's last-resort stderr writer
     code: Any = 0
     try:
         app()
@@ -227,7 +246,11 @@ def main() -> None:
               "please report it", file=sys.stderr)
         raise SystemExit(2) from None
     finally:
-        logging.getLogger().removeHandler(handler)
+        if _handler is not None:
+            import logging
+
+            logging.getLogger().removeHandler(_handler)
+        _held, _handler = None, None
         if code not in (2, 130) and held:
             print("\n".join(dict.fromkeys(held)), file=sys.stderr)
 

@@ -4,8 +4,9 @@ The repair package plans and writes; this layer checks the options, draws the co
 progress bar, and hands the report (and the plan, for the text table) to
 :func:`lrdoctor.render.emit`."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: typer reads the options from the
+# signature, and string annotations were evaluated again for every command on every
+# start (half of `lrdoctor --help`'s own time; docs/cli.md "Start-up").
 import sys
 from enum import Enum
 from pathlib import Path

@@ -1,7 +1,8 @@
 """``lrdoctor inspect``: what a saved checkpoint says about training progress."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: typer reads the options from the
+# signature, and string annotations were evaluated again for every command on every
+# start (half of `lrdoctor --help`'s own time; docs/cli.md "Start-up").
 from pathlib import Path
 from typing import Annotated
 

@@ -1,7 +1,8 @@
 """``lrdoctor replay``: replay a run's step accounting before it burns GPU-days."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: typer reads the options from the
+# signature, and string annotations were evaluated again for every command on every
+# start (half of `lrdoctor --help`'s own time; docs/cli.md "Start-up").
 from enum import Enum
 from pathlib import Path
 from typing import Annotated

@@ -1,7 +1,8 @@
 """``lrdoctor report``: an HTML page with figures for checkpoints and replays."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: typer reads the options from the
+# signature, and string annotations were evaluated again for every command on every
+# start (half of `lrdoctor --help`'s own time; docs/cli.md "Start-up").
 from pathlib import Path
 from typing import Annotated, Any
 

@@ -75,10 +75,28 @@ class Record(Mapping[str, Any]):
 
     def __init_subclass__(cls, *, kw_only: bool = False, **kwargs: Any) -> None:
         # Equal to any mapping with the same JSON keys and values (a test's dict, another
-        # record): set before dataclass() runs, so it keeps this __eq__ over its own.
+        # record): Record's __eq__, so dataclass() writes none (eq=False). Its __repr__ and
+        # __hash__ are written once here, the same as dataclass() would generate for each
+        # class: generating them per class (an exec each) was a tenth of ``inspect``'s
+        # start-up over the ~60 evidence types.
         super().__init_subclass__(**kwargs)
         cls.__eq__ = Record.__eq__  # type: ignore[method-assign]
-        dataclass(frozen=True, kw_only=kw_only)(cls)
+        dataclass(frozen=True, kw_only=kw_only, eq=False, repr=False)(cls)
+        if "__repr__" not in cls.__dict__:
+            cls.__repr__ = Record._field_repr  # type: ignore[method-assign,assignment]
+        if "__hash__" not in cls.__dict__:
+            cls.__hash__ = Record._field_hash  # type: ignore[method-assign,assignment]
+
+    def _field_repr(self) -> str:
+        """What dataclass() generates: ``Name(field=value, ...)`` over the repr fields."""
+        return (f"{type(self).__qualname__}("
+                + ", ".join(f"{f.name}={getattr(self, f.name)!r}"
+                            for f in dataclasses.fields(self) if f.repr) + ")")
+
+    def _field_hash(self) -> int:
+        """What dataclass(frozen=True) generates: the hash of the compared fields."""
+        return hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)
+                          if (f.hash is None and f.compare) or f.hash))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mapping):

@@ -19,7 +19,6 @@ imported when it is used, so ``lrdoctor --help`` and ``inspect`` stay fast.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +39,11 @@ def runs(reports: Sequence[Report]) -> list[list[Report]]:
     return groups if len(groups) > 1 else [list(reports)]
 
 
-
 def _json(reports: Sequence[Report], fail_on: str, *, command: str | None = None,
           target: str | None = None) -> str:
     """The one JSON document (:func:`lrdoctor.core.report.json_document`)."""
+    import json
+
     from lrdoctor.core.report import json_document
 
     doc = json_document(list(reports), command, target, many=command in JSON_ARRAY)
@@ -51,6 +51,8 @@ def _json(reports: Sequence[Report], fail_on: str, *, command: str | None = None
 
 
 def _sarif(reports: Sequence[Report], fail_on: str) -> str:
+    import json
+
     from lrdoctor.render.machine import sarif
 
     return json.dumps(sarif(list(reports)), indent=2, allow_nan=False)

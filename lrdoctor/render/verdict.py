@@ -37,9 +37,30 @@ def verdict_line(report) -> tuple[str, str, str]:
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "ok": "green"}
 
 
+def _colour() -> bool:
+    """Whether rich would style the output: stdout is a terminal, or the environment asks
+    for colour (FORCE_COLOR, TTY_COMPATIBLE, TTY_INTERACTIVE, as rich reads them)."""
+    import os
+    import sys
+
+    if any(os.environ.get(k) for k in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")):
+        return True
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def print_verdicts(reports, con=None) -> None:
     """The verdict lines of every report, before any detail:
     ``ckpt/checkpoint-299: LRD103 error 3.51x the nominal progress (+1 more)``."""
+    if con is None and not _colour():
+        # Off a terminal rich would print these very characters: no import of it (a
+        # tenth of `inspect -q`'s start-up).
+        for r in reports:
+            target, verdict, rest = verdict_line(r)
+            print(f"{target} {verdict}" + (f" {rest}" if rest else ""))
+        return
     from rich.text import Text
 
     from lrdoctor.render.text import console

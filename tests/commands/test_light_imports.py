@@ -77,10 +77,11 @@ def test_help_imports_no_reader_rule_or_pydantic():
 def test_inspect_quiet_imports_only_what_it_judges_with():
     """Issue 29 item 21 (the hf-healthy sample, a HF Trainer run): ``inspect -q`` imports the
     checkpoint rules, not the replay rules; no pydantic (no option needs coercion, no
-    [tool.lrdoctor] here) and no machine-format renderer."""
+    [tool.lrdoctor] here), no machine-format renderer, and no rich: off a terminal the
+    verdict lines are the same characters without it."""
     code, mods = _modules_after(["inspect", str(SAMPLES / "hf-healthy"), "-q"])
     assert code == 0
     assert "lrdoctor.rules.lrd101_past_decay_horizon" in mods  # judged, so imported
-    loaded = [m for m in mods if m.startswith(("pydantic", "lrdoctor.rules.lrd2",
+    loaded = [m for m in mods if m.startswith(("pydantic", "lrdoctor.rules.lrd2", "rich",
                                                "lrdoctor.render.machine", "lrdoctor.ci.config"))]
     assert loaded == []

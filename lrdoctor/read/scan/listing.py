@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from lrdoctor.core.errors import NotFound, UnusableInput
@@ -73,12 +74,16 @@ class Hint:
     patterns: tuple[str, ...] = ()
     keys: tuple[str, ...] = ()  # on the key paths a content scan found (content stage)
     always: bool = False
-    _compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
-    _keys: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_compiled", tuple(re.compile(p) for p in self.patterns))
-        object.__setattr__(self, "_keys", tuple(re.compile(p) for p in self.keys))
+    # Compiled when first matched, not when the registry is built: ``lrdoctor --help``
+    # imports the registry for --format's names and matches nothing.
+    @cached_property
+    def _compiled(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(re.compile(p) for p in self.patterns)
+
+    @cached_property
+    def _keys(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(re.compile(p) for p in self.keys)
 
     def matches(self, names: frozenset[str], keys: frozenset[str] = frozenset(),
                 complete: bool = True) -> bool:
