@@ -242,3 +242,65 @@ def test_the_examples_replay_as_their_headers_say(tmp_path):
         s = rep.extra["summary"]
         assert not rep.findings, [f.code for f in rep.findings]
         assert s["actual_updates"] == 6 and s["progress_ratio"] == pytest.approx(1.0)
+
+
+@pytest.mark.frameworks
+def test_slime_lrs_are_megatron_cores_stepped_by_samples(tmp_path):
+    """slime's scheduler is megatron-core's OptimizerParamScheduler built in samples
+    (get_optimizer_param_scheduler: decay lr_decay_iters x global_batch_size, warmup
+    lr_warmup_iters x global_batch_size) and stepped by each update's samples: the
+    replayed LR of every update equals the real scheduler's, stepped the same way."""
+    torch = pytest.importorskip("torch")
+    sched_mod = pytest.importorskip("megatron.core.optimizer_param_scheduler")
+    from lrdoctor.replay import ReplayOptions, replay_full
+
+    p = tmp_path / "run.sh"
+    p.write_text("python3 train.py --rollout-batch-size 4 --n-samples-per-prompt 2 "
+                 "--global-batch-size 4 --num-rollout 6 --lr 1e-5 --min-lr 1e-6 "
+                 "--lr-decay-style cosine --lr-warmup-iters 2 --actor-num-nodes 1 "
+                 "--actor-num-gpus-per-node 2 --use-dynamic-batch-size "
+                 "--max-tokens-per-gpu 4096 --rollout-max-response-len 1024\n")
+    res = replay_full(str(p), options=ReplayOptions(engine="fast"))
+    t = res.replay.trace
+    got = t["lr"][t["is_update"]].tolist()
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    real = sched_mod.OptimizerParamScheduler(
+        opt, init_lr=0.0, max_lr=1e-5, min_lr=1e-6, lr_warmup_steps=2 * 4,
+        lr_decay_steps=12 * 4, lr_decay_style="cosine", start_wd=0.0, end_wd=0.0,
+        wd_incr_steps=12 * 4, wd_incr_style="constant")
+    want = []
+    for _ in range(12):  # 6 rollouts x 8 samples / 4 a training step
+        want.append(opt.param_groups[0]["lr"])
+        real.step(increment=4)
+    assert len(got) == 12
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-18)
+
+
+def test_areal_lrs_are_transformers_schedules_stepped_per_global_step(tmp_path):
+    """AReaL's linear schedule is transformers' get_linear_schedule_with_warmup over
+    total_train_epochs x steps per epoch, stepped once per global step whatever the
+    number of mini-batches (ppo_n_minibatches 2: two updates a step, one LR)."""
+    torch = pytest.importorskip("torch")
+    from transformers import get_linear_schedule_with_warmup
+
+    from lrdoctor.replay import ReplayOptions, replay_full
+
+    text = AREAL_YAML.read_text().replace("lr_scheduler_type: constant",
+                                          "lr_scheduler_type: linear")
+    text = text.replace("warmup_steps_proportion: 0.001", "warmup_steps_proportion: 0.2")
+    text = text.replace("ppo_n_minibatches: 1", "ppo_n_minibatches: 2")
+    cfg = tmp_path / "areal.yaml"
+    cfg.write_text(text)
+    res = replay_full(str(cfg), options=ReplayOptions(
+        engine="fast", sets=("lrdoctor.dataset_size=2560", "total_train_epochs=1")))
+    t = res.replay.trace
+    upd = t["is_update"]
+    got = t["lr"][upd].tolist()
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.7e-5)
+    real = get_linear_schedule_with_warmup(opt, int(0.2 * 10), 10)
+    want = []
+    for _ in range(10):  # 2560 // 256 steps, two updates each at the same LR
+        want += [opt.param_groups[0]["lr"]] * 2
+        opt.step()
+        real.step()
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-18)
