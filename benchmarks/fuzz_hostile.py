@@ -23,6 +23,10 @@ output is read by name for code-execution globals; each run's CPU seconds are re
 beside its wall time (the machine is shared). ``--keep`` then ``--rerun WORK`` runs the
 bad cases of a finished run again with the current code.
 
+Issue 31 adds: the gadget records torch never writes (``hostile.gadget_payloads``), and
+an ``hf-copied`` layout (the payload in ``rng_state.pth``, a file ``fix`` only copies)
+for every payload of the layouts above.
+
 Part 2 (kills): ``fix`` of the torch-microstep sample (one-file output + manifest) and the
 ROLL sample (a folder), killed with SIGKILL at random moments (some with ``--force`` over
 an existing output); after each kill: the input unchanged, no partial output (the output
@@ -145,9 +149,10 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
     # issue 23: the new payloads in the bare, HF and Megatron layouts, through every
     # command (fix and report write real outputs, checked for code-execution globals)
     lay = work / "layouts"
-    new = {**hostile.laughs_payloads(), **hostile.code_exec_payloads(marker)}
+    new = {**hostile.laughs_payloads(), **hostile.code_exec_payloads(marker),
+           **hostile.gadget_payloads()}  # issue 31: gadget records torch never writes
     for name, blob in sorted(new.items()):
-        for layout in hostile.LAYOUTS:
+        for layout in (*hostile.LAYOUTS, "hf-copied"):  # issue 31: a file fix only copies
             target, bad = hostile.in_layout(layout, lay, name, blob)
             out = lay / f"out-{layout}-{name}"
             out.mkdir(parents=True)

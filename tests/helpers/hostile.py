@@ -350,7 +350,8 @@ def corpus(root: Path, marker: Path, real_ckpt: bytes | None = None,
 def in_layout(layout: str, root: Path, name: str, data_pkl: bytes) -> tuple[Path, Path]:
     """``data_pkl`` as a torch zip placed where a reader meets it: (the path to give a command,
     the hostile file). ``bare``: one .pt file; ``hf``: a Trainer checkpoint folder's
-    ``scheduler.pt`` (the sample ``hf-healthy`` run); ``megatron``: a rank file
+    ``scheduler.pt`` (the sample ``hf-healthy`` run); ``hf-copied``: the same run's
+    ``rng_state.pth`` (a file ``fix`` copies, issue 31); ``megatron``: a rank file
     ``model_optim_rng.pt`` of the sample ``megatron-healthy`` run."""
     import shutil
 
@@ -367,6 +368,12 @@ def in_layout(layout: str, root: Path, name: str, data_pkl: bytes) -> tuple[Path
         run = root / f"hf-{name}"
         shutil.copytree(samples / "hf-healthy", run)
         f = run / "checkpoint-20" / "scheduler.pt"
+        f.write_bytes(blob)
+        return run / "checkpoint-20", f
+    if layout == "hf-copied":  # issue 31: a file fix copies into its output, never rewrites
+        run = root / f"hfc-{name}"
+        shutil.copytree(samples / "hf-healthy", run)
+        f = run / "checkpoint-20" / "rng_state.pth"
         f.write_bytes(blob)
         return run / "checkpoint-20", f
     if layout == "megatron":
