@@ -347,6 +347,10 @@ def _makers():
         "CosineAnnealingLR_at_T_max": lambda o: L.CosineAnnealingLR(o, T_max=20),
         # modelled since issue 19 (its restarts: no single horizon)
         "CosineAnnealingWarmRestarts": lambda o: L.CosineAnnealingWarmRestarts(o, 5, T_mult=2),
+        # modelled since issue 27 (cycles: no single horizon)
+        "CyclicLR": lambda o: L.CyclicLR(o, 1e-4, 1e-3, step_size_up=4),
+        "ChainedScheduler": lambda o: L.ChainedScheduler(
+            [L.LinearLR(o, 0.1, total_iters=4), L.ExponentialLR(o, 0.97)], optimizer=o),
     }
 
 
@@ -361,11 +365,12 @@ def test_torch_unmodelled_classes_are_info_only(tmp_path):
     from torch.optim import lr_scheduler as L
 
     for name, make in {
-        "CyclicLR": lambda o: L.CyclicLR(o, 1e-4, 1e-3, step_size_up=4),
+        "MultiplicativeLR": lambda o: L.MultiplicativeLR(o, lambda s: 0.97),
     }.items():
         (r,) = inspect_path(_loop_with(tmp_path, name, make))
         quiet([r], allowed={"LRD107"})
-        assert codes(r) == ["LRD107"] and name in r.findings[0].message
+        # (MultiplicativeLR saves no lambda and reads as LambdaLR)
+        assert codes(r) == ["LRD107"] and "LambdaLR" in r.findings[0].message
 
 
 def test_text_report_labels_units_and_checkpoint_names(tmp_path):

@@ -76,8 +76,45 @@ def attach(st: RunState, ckpt: Any, loaded: list[tuple[str, str, Any]]) -> None:
     # the LR at a logged step.
     items += logged_lr_items(st.lr_log)
     st.evidence = items
+    _recognise_lambda(st)
     _unfilled_nominal(st)
     _nominal_from_plan(st)
+
+
+def _recognise_lambda(st: RunState) -> None:
+    """A scheduler whose rule was not saved (a LambdaLR) but whose saved LR, at its saved
+    position, is exactly one transformers helper's with the warmup and the training steps
+    the files hold (:mod:`lrdoctor.schedules.recognise`): that helper is the schedule, and
+    where each number came from is said."""
+    prog = st.scheduler_progress
+    if st.schedule is not None or prog is None or prog.value <= 0 or not st.optimizer_lrs:
+        return
+    items = st.evidence
+    peak = next((e for e in items if e.role is R.LR and not e.logged
+                 and (e.name == "initial_lr" or "base_lrs" in e.where) and e.value > 0), None)
+    warm = first(items, R.WARMUP, Q.SCHEDULER_CALLS)
+    ends = [e for e in items if e.value > 0 and (
+        (e.role is R.HORIZON and e.quantity is Q.SCHEDULER_CALLS)
+        or (e.role is R.PLANNED_END and e.quantity is Q.ITERATIONS))]
+    if peak is None or warm is None or not ends:
+        return
+    from lrdoctor.schedules.recognise import from_lr_points
+
+    lr, unit = st.optimizer_lrs[0], prog.unit
+    found = {(e.value, s.kind): (e, s) for e in ends
+             if (s := from_lr_points([(prog.value, lr)], peak.value, warm.value, e.value,
+                                     unit, source=f"recognised from the saved LR {lr:.6g}"))}
+    if len({k for _, k in found}) != 1:
+        return  # none, or several horizons/helpers fit: nothing recognised
+    end, spec = next(iter(found.values()))
+    spec.refs.update(horizon=end.ref, warmup=warm.ref)
+    st.schedule = spec
+    st.notes.append(
+        f"schedule recognised from the saved LR: transformers' {spec.kind} helper with "
+        f"num_warmup_steps {warm.value:g} ({warm.where}) and num_training_steps "
+        f"{end.value:g} ({end.where}) gives {lr:.6g} ({st.optimizer_lr_refs[0] if st.optimizer_lr_refs else 'optimizer lr'}) "
+        f"at {prog.name} {prog.value:g} on base LR {peak.value:g} ({peak.where}); no other "
+        "helper does")
 
 
 def _finite(x: float) -> bool:
