@@ -140,3 +140,23 @@ def test_warmup_without_horizon_matches_transformers(kw):
             sched.step()
     with pytest.raises(ValueError, match="needs num_training_steps"):
         lr_at(spec, warmup)
+
+
+def test_shape_cosine_wraps_past_its_training_steps_against_transformers():
+    """schedules.shape on transformers' cosine helper: no clamp past num_training_steps,
+    the real LambdaLR climbs again, and the model says it wraps; linear does not."""
+    from lrdoctor.schedules import shape
+
+    for kind, wraps in (("cosine", True), ("linear", False)):
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+        sched = optimization.get_scheduler(kind, opt, num_warmup_steps=5, num_training_steps=50)
+        lrs = []
+        for _ in range(70):
+            lrs.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        spec = ScheduleSpec("hf", kind, 1e-3, Unit.UPDATES, warmup=5, horizon=50,
+                            params={"num_cycles": 0.5} if kind == "cosine" else {})
+        sh = shape(spec)
+        assert sh.decay_end == 50 and sh.wraps is wraps
+        assert (max(lrs[51:]) > lrs[50]) is wraps

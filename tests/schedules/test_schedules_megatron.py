@@ -107,3 +107,23 @@ def test_problems(kwargs, needle):
     assert any(needle in line for line in found), found
     assert all("\n" not in line for line in found)
     assert megatron.problems(spec_of(**base)) == found
+
+
+@pytest.mark.parametrize("style", ["cosine", "linear"])
+def test_shape_holds_min_lr_past_the_horizon_against_megatron_core(style):
+    """schedules.shape on megatron-core's OptimizerParamScheduler: the decay ends at
+    lr_decay_steps, the floor is min_lr there, and past it the LR stays (no wrap)."""
+    from lrdoctor.schedules import shape
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=3e-4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sched = sched_mod.OptimizerParamScheduler(
+            opt, init_lr=0.0, max_lr=3e-4, min_lr=3e-5, lr_warmup_steps=16, lr_decay_steps=160,
+            lr_decay_style=style, start_wd=0.0, end_wd=0.0, wd_incr_steps=160,
+            wd_incr_style="constant")
+    sh = shape(spec_of(style, 0.0, 3e-4, 3e-5, 16, 160))
+    assert (sh.decay_end, sh.wraps) == (160, False)
+    assert sh.floor_lr == pytest.approx(3e-5, rel=1e-12)
+    sched.step(increment=200)  # well past the horizon: megatron-core holds min_lr
+    assert opt.param_groups[0]["lr"] == pytest.approx(3e-5, rel=1e-12)
