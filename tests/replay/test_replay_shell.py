@@ -99,6 +99,9 @@ SNIPPETS = {
                                          "show $'a\\tb' $((3*(2+1))) $(( -7 / 2 )) $B \"$B\"\n",
     "associative arrays": 'declare -A M=([k1]=v1 [k2]="v 2")\nM[k3]=v3\n'
                           'show "${M[k2]}" ${M[k1]} ${M[k3]} ${#M[@]}\n',
+    "locals restored, array slices": 'X=outer\nf() { local X=inner Y; Y=set; Z=$X; }\n'
+                                     'f\nA=(a b c d)\nshow "$X" "${Y-unset}" "$Z" '
+                                     '"${A[@]:1:2}" "${A[@]: -1}"\n',
     "splitting of unquoted values": 'W="  a   b  "\nE=""\nshow $W "$W" $E "$E" x${W}y\n',
 }
 

@@ -250,6 +250,13 @@ class _Fields:
             return unresolved("${" + body + "}"), False
         items = val if isinstance(val, list) else list(val.values()) if isinstance(val, dict) \
             else [val]
+        if is_list and op == ":":  # ${A[@]:1:2}, ${@:2}: a slice of the elements
+            off_s, _, len_s = arg.partition(":")
+            off, ln = sh.arith(off_s), sh.arith(len_s) if len_s else len(items)
+            if off is None or ln is None or ln < 0:
+                return unresolved("${" + body + "}"), False
+            off = max(0, len(items) + off) if off < 0 else off
+            return [str(v) for v in items[off:off + ln]], True
         out = [self.transform(str(v), op, arg) for v in items]
         if any(o is None for o in out):
             return unresolved("${" + body + "}"), False

@@ -285,7 +285,7 @@ class Shell:
         if cmd in _DECLARE:
             for a in node.assigns:
                 self.assign_tok(a)
-            return self.declare(node)
+            return self.declare(node, cmd == "local")
         words: list[str] = []
         for w in node.words:
             words.extend(self.expand(w.text, w.line) if w.kind == "word" else [w.text])
@@ -348,6 +348,7 @@ class Shell:
         self.enter(line)
         saved = self.st.positional
         self.st.positional = list(args)
+        self.st.frames.append({})
         try:
             return self.run(body)
         except _Return:
@@ -355,23 +356,41 @@ class Shell:
         finally:
             self.st.positional = saved
             self.depth -= 1
+            if self.st.frames:  # the caller's values of the function's locals come back
+                for name, old in self.st.frames.pop().items():
+                    if name in self.given:
+                        continue
+                    if old is None:
+                        self.st.vars.pop(name, None)
+                    else:
+                        self.st.vars[name] = old
 
     def enter(self, line: int) -> None:
         self.depth += 1
         if self.depth > MAX_DEPTH:
             raise _Refuse(line, f"functions, sources or $(...) nested more than {MAX_DEPTH} deep")
 
-    def declare(self, node: Simple) -> int:
+    def declare(self, node: Simple, local: bool = False) -> int:
         """``export``/``declare``/``local``/``readonly``: their ``NAME=value`` arguments are
-        assignments (not split), ``-a``/``-A`` make arrays."""
+        assignments (not split), ``-a``/``-A`` make arrays; ``local`` inside a function
+        keeps the caller's value to put back when it returns."""
         flags = ""
+        frame = self.st.frames[-1] if local and self.st.frames else None
         for tok in node.words[1:]:
-            if tok.kind == "array" or _assign(tok.text):
+            m = _assign(tok.text)
+            if tok.kind == "array" or m:
+                if frame is not None and m and m.name not in frame:
+                    frame[m.name] = copy.deepcopy(self.st.vars.get(m.name))
                 self.assign_tok(tok)
                 continue
             for w in self.expand(tok.text, tok.line):
                 if w.startswith(("-", "+")):
                     flags += w[1:]
+                    continue
+                if frame is not None and _NAME.fullmatch(w) and w not in frame:
+                    frame[w] = copy.deepcopy(self.st.vars.get(w))
+                    self.set_var(w, [] if "a" in flags else {} if "A" in flags else "",
+                                 node.line)
                 elif _NAME.fullmatch(w) and w not in self.st.vars and "f" not in flags:
                     if "A" in flags:
                         self.set_var(w, {}, node.line)

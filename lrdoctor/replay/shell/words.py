@@ -332,4 +332,6 @@ class _State:
     funcs: dict[str, Node]
     cwd: str | None
     positional: list[str]
+    # per running function, the values its ``local`` names had before (None: unset)
+    frames: list[dict[str, Value | None]] = field(default_factory=list)
 
