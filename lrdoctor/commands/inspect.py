@@ -79,14 +79,20 @@ def inspect_cmd(
     reports = guarded(lambda: inspect_path(path, format=format, all=all),
                       lambda exc: print_unusable("inspect", path, exc, fmt, format))
     _settings.apply(reports, conf)
+    from lrdoctor.render import run_groups
+
+    # A folder of runs: the figure is one run's, the worst (the first), and says which.
+    groups = run_groups(reports) if reports and reports[0].run is not None else [reports]
     if plot is not None:
         from lrdoctor.render.plots import plot_inspect
 
-        guarded(lambda: plot_inspect(reports, plot))
+        guarded(lambda: plot_inspect(groups[0], plot))
     code = emit_to(out, reports, fmt, conf.threshold(fail_on, "error"), command="inspect",
                    quiet=quiet, verbose=verbose, target=path)
     if plot is not None and fmt is OutputFormat["text"] and not quiet:
-        print(f"plot written to {plot}")
+        run = groups[0][0].run if len(groups) > 1 else None
+        print(f"plot written to {plot}" + (f" (the worst of {len(groups)} runs: {run.root})"
+                                           if run is not None else ""))
     raise typer.Exit(code)
 
 

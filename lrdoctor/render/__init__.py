@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from lrdoctor.core.report import Report
 
 
-def runs(reports: Sequence[Report]) -> list[list[Report]]:
+def run_groups(reports: Sequence[Report]) -> list[list[Report]]:
     """``reports`` in runs (consecutive reports of one ``Report.run``); one group when
     they are of one run."""
     groups: list[list[Report]] = []
@@ -155,7 +155,7 @@ def emit(reports: Report | Sequence[Report], fmt: str, fail_on: str, *,
             return max((r.exit_code(fail_on) for r in reports), default=0)
         if verbose and view.verbose:
             context["verbose"] = True
-        groups = runs(reports) if name == "inspect" else [reports]
+        groups = run_groups(reports) if name == "inspect" else [reports]
         for group in groups:
             if len(groups) > 1:  # a folder of runs: one section per run, worst first
                 from lrdoctor.render.runs import render_run_header

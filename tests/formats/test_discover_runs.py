@@ -271,3 +271,13 @@ def test_check_of_a_folder_of_runs_keeps_its_reports(runs):
             for x in doc["reports"]] == [
         (str(runs / "exp3" / "actor_train" / "checkpoint-299"), ["LRD101", "LRD103"]),
         (str(runs / "exp1" / "checkpoint-20"), []), (str(runs / "exp2" / "iter_0000400"), [])]
+
+
+def test_plot_of_a_folder_of_runs_is_the_worst_run_and_says_so(runs, tmp_path):
+    """--plot draws one run: of a folder of runs, the worst (ROLL's overshoot), named in the
+    line; never the last, healthy one in silence."""
+    png = tmp_path / "lr.png"
+    code, out = _cli(str(runs), "--plot", str(png))
+    assert code == 1 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot written to {png} (the worst of 3 runs: {runs / 'exp3'})" in out.replace(
+        "\n", " ")
