@@ -167,11 +167,28 @@ def _named_by_counter(state: RunState) -> list[Finding]:
 
     spec = state.schedule
     done = c.scheduler.value / c.horizon.value
+    # DeepSpeed's scheduler counts from -1: the item is last_batch_iteration + 1
+    sched_name = c.scheduler.name + (" + 1" if c.scheduler.name == "last_batch_iteration"
+                                     else "")
     lr = lr_or_none(spec, c.scheduler.value) if spec is not None else None
     peak = spec.max_lr if spec is not None and spec.max_lr > 0 else None
     lr_txt = ""
     if lr is not None and peak is not None:
         lr_txt = f"; the LR is {lr:.6g}, {lr / peak:.0%} of the peak {peak:g}"
+    from lrdoctor.core.evidence import Quantity as Q
+    from lrdoctor.core.evidence import Role as R
+    from lrdoctor.rules.hypotheses import evidence
+
+    items = evidence(state)
+    plan = next((e for e in items if e.role is R.PLANNED_END and e.quantity is Q.EPOCHS
+                 and e.value > 0), None)
+    now = next((e for e in items if e.role is R.PROGRESS and e.quantity is Q.EPOCHS
+                and plan is not None and e.value == plan.value), None)
+    end_txt = ""
+    if plan is not None and now is not None:
+        end_txt = (f" This checkpoint is at the planned end ({now.name} = {number(now.value)} "
+                   f"({now.where}) of {plan.name} = {number(plan.value)} ({plan.where})): "
+                   f"training ends with {done:.0%} of the decay done.")
     ev = HorizonIsACounter(
         horizon=c.horizon.value, horizon_from=c.horizon.where, counter=c.counter.name,
         counter_value=c.counter.value, counter_from=c.counter.where,
@@ -182,10 +199,10 @@ def _named_by_counter(state: RunState) -> list[Finding]:
         f"The decay horizon {c.horizon.name} = {number(c.horizon.value)} "
         f"({c.horizon.where}) is the value of the counter {c.counter.name} = "
         f"{number(c.counter.value)} ({c.counter.where}), counted in {c.counter.quantity.value}, "
-        f"while the scheduler's counter {c.scheduler.name} = {number(c.scheduler.value)} "
+        f"while the scheduler's counter {sched_name} = {number(c.scheduler.value)} "
         f"({c.scheduler.where}) equals {c.follows.name} = {number(c.follows.value)} "
         f"({c.follows.where}), {number(round(c.k, 4))} times fewer ({c.k_from}). The horizon "
         f"was sized in {c.counter.name}'s unit while the scheduler is stepped once per "
         f"{c.follows.name}: where {c.counter.name} has reached the horizon the scheduler is "
         f"at {number(c.scheduler.value)} of {number(c.horizon.value)} ({done:.0%} of its "
-        f"decay){lr_txt}.", ev, location=c.horizon.where)]
+        f"decay){lr_txt}.{end_txt}", ev, location=c.horizon.where)]

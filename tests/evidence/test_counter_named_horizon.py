@@ -71,7 +71,7 @@ def test_deepspeed_total_num_steps_is_the_loops_micro_step(ds_runs):
     assert ev["counter_from"].endswith(":step") and ev["follows"] == "global_steps"
     assert ev["k_from"].startswith("gradient_accumulation_steps = 4")
     assert ev["decay_done"] == pytest.approx(0.25)
-    for n in ("32", "8", "25%"):
+    for n in ("32", "last_batch_iteration + 1 = 8", "25%", "at the planned end"):
         assert n in f.message
 
 
@@ -126,6 +126,7 @@ def test_fabric_onecycle_total_steps_is_iter_num(tmp_path):
     assert (ev["horizon"], ev["counter"], ev["counter_value"]) == (32, "iter_num", 32)
     assert (ev["scheduler_value"], ev["follows"], ev["k"]) == (8, "step_count", 4)
     assert "hparams.grad_accum" in ev["k_from"]
+    assert "at the planned end (epoch = 2" in f.message and "hparams.epochs" in f.message
 
 
 def test_fabric_onecycle_total_steps_in_updates_twin_is_silent(tmp_path):
