@@ -188,6 +188,11 @@ def test_onevision_script_nested_quotes_and_associative_arrays(tmp_path):
     ("if true; then\n  X=1\n", 3, "expected 'fi' to close the 'if' of line 1"),
     ("echo $(basename x\n", 1, "unclosed $( command substitution"),
     ("for x in a b; do\n echo\n", 3, "expected 'done' to close the 'for' of line 1"),
+    # slime's build_conda.sh: valid bash the reader does not follow, said with its line
+    ("X=1\nyes '' | bash <(curl -L micro.mamba.pm/install.sh)\n", 2,
+     "process substitution <(...) is not read"),
+    # OpenRLHF's train_ppo_ray_slurm.sh placeholder: bash refuses it too
+    ("OPENRLHF_PATH=<OPENRLHF_ROOT_PATH>\n", 1, "'>' without a file or descriptor"),
 ])
 def test_unreadable_constructs_name_the_file_and_line(text, line, what, tmp_path):
     p = tmp_path / "run.sh"

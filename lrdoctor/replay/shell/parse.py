@@ -169,6 +169,8 @@ class _Parser:
     def redirections(self) -> None:
         while self.peek().kind == "op" and self.peek().text in _REDIRECTS:
             op = self.take()
+            if self.peek().kind == "op" and self.peek().text == "(" and op.text in "<>":
+                raise _Refuse(op.line, f"process substitution {op.text}(...) is not read")
             if self.peek().kind != "word":
                 raise _Refuse(op.line, f"{op.text!r} without a file or descriptor")
             self.take()
