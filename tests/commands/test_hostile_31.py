@@ -198,3 +198,17 @@ def test_a_dcp_folder_is_vetted_through_its_metadata(tmp_path):
     assert vet(tmp_path / "ok" / ".metadata") is None
     with pytest.raises(CodeExecutionGlobal, match="system"):
         vet(tmp_path / "evil" / ".metadata")
+
+
+def test_inspect_names_a_side_pickle_it_could_not_check(tmp_path):
+    """A side file the safe reader cannot read (over a limit) is not a verdict for inspect,
+    but never silent: a note names it and why (fix refuses to copy it, above)."""
+    from lrdoctor.inspect_api import read_state
+
+    run = tmp_path / "run"
+    shutil.copytree(HF, run)
+    bad = run / "checkpoint-20" / "rng_state.pth"
+    bad.write_bytes(hostile.pickle_bomb(200))
+    st = read_state(run / "checkpoint-20")
+    note = next(n for n in st.notes if n.startswith(f"{bad}: not checked"))
+    assert "LRDOCTOR_MAX_PICKLE_BYTES" in note

@@ -373,7 +373,7 @@ def read(mod: Layout, ckpt: Any) -> RunState:
         if st.facts.files_used is None:  # not read by content: check the side files too
             from lrdoctor.read.scan.refusal import refuse_code
 
-            refuse_code(ckpt, st.files)
+            st.notes.extend(refuse_code(ckpt, st.files))
     except UnusableInput:
         raise
     except _VALUE_ERRORS as exc:

@@ -162,32 +162,36 @@ def what_is(f: Path) -> str:
 
 
 
-def refuse_code(ckpt: str | Path, already_read: Iterable[str] = ()) -> None:
+def refuse_code(ckpt: str | Path, already_read: Iterable[str] = ()) -> list[str]:
     """Refuse a checkpoint folder in which any pickle names a code-execution primitive.
 
     A framework reader reads only its own files; a hostile ``rng_state.pth`` beside
     them would run code when the run resumes with ``torch.load``. Every other pickle
     of the folder gets the verdict ``fix`` asks of its output (:func:`lrdoctor.read.bytes.vet.vet`:
     the safe reader, unknown classes kept opaque), so that
-    :class:`~lrdoctor.core.errors.UnsafePickle` names it; unreadable files are not ours to judge.
+    :class:`~lrdoctor.core.errors.UnsafePickle` names it. An unreadable file is not ours to
+    judge, but never silent: the notes returned name each one that could not be checked.
     """
     from lrdoctor.read.bytes.vet import vet
 
     ckpt = reader_path(ckpt)
     if not ckpt.is_dir():
-        return
+        return []
     done = {str(reader_path(f)) for f in already_read}
     try:
         files = candidate_files(ckpt)
     except UnusableInput:
-        return
+        return []
     todo = [f for f in files if is_pickle(f) and str(f) not in done]
+    notes = []
     for f in todo[:MAX_READ]:
         try:
-            vet(f)
+            why = vet(f)
         except UnsafePickle:
             raise
-        except UnusableInput:
-            continue
-
-
+        except UnusableInput as exc:
+            why = exc.message
+        if why is not None:
+            notes.append(f"{f}: not checked for code-execution globals, it could not be read "
+                         f"({why}); fix will not copy it")
+    return notes
