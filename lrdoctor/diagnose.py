@@ -9,6 +9,7 @@ healthy checkpoint of any supported framework must produce no warning or error.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -161,6 +162,10 @@ def _agree(findings: list[Finding], state: RunState) -> None:
         if f.code not in rec.because:
             continue
         if f.code == cause:
-            f.fix = f"{f.fix.rstrip('.')}; {repair}"
+            # The rule's own text names policies as `lrdoctor fix --policy X`, a command
+            # without the checkpoint or --out that fails as printed: here it is the policy's
+            # flags, and the sentence added names the command that runs.
+            generic = re.sub(r"`lrdoctor fix (--[^`]+)`", r"`\1`", f.fix)
+            f.fix = f"{generic.rstrip('.')}; {repair}"
         else:
             f.fix = f"Follows from {cause} (fix that at the source); {repair}"

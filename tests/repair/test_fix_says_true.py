@@ -16,6 +16,7 @@ beside a copied checkpoint), and RLinf's replayed YAML for LRD202."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 from pathlib import Path
@@ -32,7 +33,11 @@ SAMPLES = REPO / "sample_checkpoints"
 def _inspect(path: Path) -> dict:
     r = runner.invoke(app, ["inspect", "--json", str(path)])
     doc = json.loads(r.stdout)
-    return doc[0] if isinstance(doc, list) else doc
+    doc = doc[0] if isinstance(doc, list) else doc
+    for f in doc["findings"]:  # every command a fix text shows names the checkpoint
+        for cmd in re.findall(r"`(lrdoctor fix [^`]+)`", f["fix"]):  # not the bare name
+            assert not cmd.split()[2].startswith("-"), (f["code"], cmd)
+    return doc
 
 
 def test_the_suggested_repair_runs_as_printed_and_verifies(tmp_path, monkeypatch):
