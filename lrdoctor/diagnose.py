@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lrdoctor.core.findings import Finding
+from lrdoctor.core.findings import Finding, Severity
 from lrdoctor.core.state import RunState
 from lrdoctor.rules import CHECKPOINT
 from lrdoctor.rules.common import ProgressEvidence, fmt
@@ -67,7 +67,9 @@ def recommend(findings: list[Finding]) -> Recommendation | None:
     count, so nominal; LRD101 alone (no nominal count known) keeps the progress and
     moves the horizon; an LR that only disagrees with the schedule (LRD105) is synced.
     """
-    by = {f.code: f for f in findings}
+    # An LR the schedule explains one call behind its counter (LRD105 info) needs no sync.
+    by = {f.code: f for f in findings
+          if not (f.code == "LRD105" and f.severity < Severity.WARNING)}
     codes = [c for c in ("LRD103", "LRD104", "LRD109", "LRD101", "LRD105") if c in by]
     resume = tuple(c for c in ("LRD112", "LRD113", "LRD116") if c in by)
     if resume and not {"LRD103", "LRD104", "LRD109"} & set(codes):

@@ -8,6 +8,12 @@ different scheduler drove the optimizer.
 ## Example
 param group lr 1.0e-4, schedule says 3.0e-5 at `num_steps` 1200.
 
+A torch scheduler whose ``last_epoch`` was advanced without its own ``step()`` (which
+counts itself in ``_step_count``: still 1 past construction) was driven by a wrapper that
+sets the LR from ``get_lr()`` and then increments ``last_epoch`` (PyTorch-Ignite's
+``LRScheduler`` handler): the LR is the schedule one call behind the counter. When the
+saved LR is exactly that, it is no mismatch: an info finding says so, with both numbers.
+
 ## Fix
 `lrdoctor fix` rewrites the param-group `lr` to the schedule's value.
 """
@@ -45,11 +51,41 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     expected = lr_or_none(spec, prog.value)
     if expected is None:
         return []
-    if any(math.isclose(lr, expected, rel_tol=LR_RTOL, abs_tol=1e-15)
-           for lr in state.optimizer_lrs):
+    if _matches(state.optimizer_lrs, expected):
         return []
+    behind = _set_then_advanced(state)
+    if behind is not None and _matches(state.optimizer_lrs, behind):
+        return [RULE.finding(
+            f"The optimizer's param-group lr "
+            f"{', '.join(f'{x:.6g}' for x in state.optimizer_lrs)} is the {spec.kind} "
+            f"schedule one call behind {prog.name} = {fmt(prog.value)} (at "
+            f"{fmt(prog.value - 1)}: {behind:.6g}): scheduler._step_count = "
+            f"{fmt(float(state.extras['scheduler._step_count']))}, so the counter was advanced "
+            "without the scheduler's step(), by a wrapper that sets the LR before advancing it "
+            "(PyTorch-Ignite's LRScheduler handler does); consistent.",
+            OptimizerLrMismatch(optimizer_lrs=list(state.optimizer_lrs), schedule_lr=behind,
+                                scheduler_progress=prog.value - 1),
+            severity=Severity.INFO, fix="Nothing to fix.")]
     return [RULE.finding(
         f"The optimizer's param-group lr is {', '.join(f'{x:.6g}' for x in state.optimizer_lrs)} "
         f"but the {spec.kind} schedule gives {expected:.6g} at {prog.name} = {fmt(prog.value)}.",
         OptimizerLrMismatch(optimizer_lrs=list(state.optimizer_lrs), schedule_lr=expected,
                             scheduler_progress=prog.value))]
+
+
+def _matches(lrs: Sequence[float], expected: float) -> bool:
+    return any(math.isclose(lr, expected, rel_tol=LR_RTOL, abs_tol=1e-15) for lr in lrs)
+
+
+def _set_then_advanced(state: RunState) -> float | None:
+    """The schedule's LR one call behind the saved counter, when the saved torch state shows
+    the counter was advanced without ``step()`` (``_step_count`` <= 1 while ``last_epoch``
+    >= 1): a wrapper set the LR from ``get_lr()`` and then incremented ``last_epoch``."""
+    from lrdoctor.schedules import lr_or_none
+
+    spec, prog = state.schedule, state.scheduler_progress
+    calls = state.extras.get("scheduler._step_count")
+    if (spec is None or prog is None or isinstance(calls, bool)
+            or not isinstance(calls, (int, float)) or calls > 1 or prog.value < 1):
+        return None
+    return lr_or_none(spec, prog.value - 1)

@@ -19,7 +19,7 @@ import pytest
 from lrdoctor.core.findings import Severity
 from lrdoctor.core.report import Report
 from lrdoctor.inspect_api import inspect_path
-from tests.helpers.verdicts import the
+from tests.helpers.verdicts import silent, the
 
 pytestmark = pytest.mark.frameworks
 
@@ -42,6 +42,24 @@ def test_ignite_healthy_runs_get_no_error(scenario):
     in updates, resumed with its state restored: never an error."""
     r = _one(DATA / scenario)
     assert not _codes(r, Severity.ERROR), [(f.code, f.message) for f in r.findings]
+    if scenario != "healthy-native":
+        silent(r)
+
+
+@pytest.mark.parametrize("scenario", ["healthy-torch", "healthy-resume"])
+def test_ignite_lr_one_call_behind_last_epoch_is_explained_not_a_mismatch(scenario):
+    """PyTorch-Ignite: a framework neither the corpus nor the layout registry names.
+    Ignite's LRScheduler sets the LR from get_lr() and then increments last_epoch without
+    torch's step(): the saved LR 3.98522e-05 is the cosine at 8 while last_epoch is 9, and
+    _step_count is still 1. An info finding with both numbers, no sync-lr repair."""
+    from lrdoctor.diagnose import recommend
+
+    r = _one(DATA / scenario)
+    f = the(r, "LRD105")
+    assert f.severity is Severity.INFO
+    assert "3.98522e-05" in f.message and "last_epoch = 9" in f.message
+    assert "(at 8: 3.98522e-05)" in f.message and "_step_count = 1" in f.message
+    assert recommend(r.findings) is None
 
 
 def test_ignite_per_micro_batch_scheduler_is_an_error_with_the_saved_numbers():
@@ -119,3 +137,16 @@ def test_ignite_runs_pointed_at_from_any_depth_keep_their_verdicts(tmp_path):
     assert len(reports) == len(alone)
     by_run = {Path(r.target).parent.name: _verdict(r) for r in reports}
     assert by_run == alone
+
+
+def test_ignite_lr_set_by_hand_is_still_a_mismatch(tmp_path):
+    """PyTorch-Ignite: a framework neither the corpus nor the layout registry names.
+    Ignite's checkpoint with its param-group lr set by hand to 5e-4 (neither the cosine at
+    last_epoch 9 nor one call behind it): still the LRD105 warning."""
+    import torch
+
+    obj = torch.load(DATA / "healthy-torch" / "checkpoint_3.pt", weights_only=False)
+    obj["optimizer"]["param_groups"][0]["lr"] = 5e-4
+    torch.save(obj, tmp_path / "checkpoint_3.pt")
+    f = the(_one(tmp_path / "checkpoint_3.pt"), "LRD105")
+    assert f.severity is Severity.WARNING and "0.0005" in f.message
