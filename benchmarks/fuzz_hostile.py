@@ -149,12 +149,16 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
     # issue 23: the new payloads in the bare, HF and Megatron layouts, through every
     # command (fix and report write real outputs, checked for code-execution globals)
     lay = work / "layouts"
+    # fix and report write beside the inputs, never inside the folder that holds them: the
+    # write guard refuses an output inside a folder of checkpoints (issue 29), and a
+    # refusal there would be counted as one that does not name the input
+    outs = work / "outputs"
     new = {**hostile.laughs_payloads(), **hostile.code_exec_payloads(marker),
            **hostile.gadget_payloads()}  # issue 31: gadget records torch never writes
     for name, blob in sorted(new.items()):
         for layout in (*hostile.LAYOUTS, "hf-copied"):  # issue 31: a file fix only copies
             target, bad = hostile.in_layout(layout, lay, name, blob)
-            out = lay / f"out-{layout}-{name}"
+            out = outs / f"{layout}-{name}"
             out.mkdir(parents=True)
             for argv in (["inspect", str(target)], ["inspect", str(target), "--json"],
                          ["fix", str(target), "--out", str(out / "fixed"), "--policy",
@@ -192,8 +196,8 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
             else:
                 target, bad = hostile.in_layout(rng.choice(hostile.LAYOUTS[1:]), fz, str(i),
                                                 blob)
-            out = fz / f"out-{i}"
-            out.mkdir()
+            out = outs / f"fuzz-{i}"
+            out.mkdir(parents=True)
             cmd = rng.choice([["inspect", str(target), "--json"],
                               ["fix", str(target), "--out", str(out / "fixed"), "--policy",
                                "rescale", "--k", "2"]])
@@ -224,8 +228,8 @@ def build_cases(work: Path, n: int, seed: int) -> list[dict]:
                 else _mutate(blob, rng)
             p = fz / f"{i}.pt"
             p.write_bytes(mutated)
-            out = fz / f"out-{i}"
-            out.mkdir()
+            out = outs / f"fuzz-{i}"
+            out.mkdir(parents=True)
             cmd = rng.choice([["inspect", str(p), "--json"], ["inspect", str(p)],
                               ["fix", str(p), "--dry-run", "--json"],
                               ["fix", str(p), "--out", str(out / "fixed.pt"), "--policy",
