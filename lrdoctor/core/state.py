@@ -39,7 +39,9 @@ class ScheduleSpec:
     ``family`` picks the implementation in :mod:`lrdoctor.schedules`
     ("megatron", "hf", "torch", "deepspeed"); ``kind`` is the decay style
     within that family; ``params`` holds the family's remaining knobs verbatim
-    (e.g. ``num_cycles``, ``power``, ``wsd_decay_steps``).
+    (e.g. ``num_cycles``, ``power``, ``wsd_decay_steps``). The LR at a progress is
+    ``lrdoctor.schedules.lr_at(spec, t)``: the models live there, above core/, which
+    knows no framework and imports none of them.
     """
 
     family: str
@@ -54,11 +56,6 @@ class ScheduleSpec:
     source: str = ""
     # The fields the schedule was built from, by parameter name ("horizon", "warmup"...).
     refs: dict[str, FieldRef] = field(default_factory=dict)
-
-    def lr_at(self, progress: float) -> float:
-        from lrdoctor.schedules import lr_at
-
-        return lr_at(self, progress)
 
 
 @dataclass

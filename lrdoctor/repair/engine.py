@@ -92,7 +92,7 @@ def resume_policy(state: RunState, findings: list[Finding], policy: str | None) 
     """A one-line refusal where the run-level evidence does not allow a repair (a scheduler
     state that is not there, a schedule that changed between checkpoints). The resume
     shapes that do (LRD112/LRD113/LRD116) go back to the nominal count through
-    :func:`lrdoctor.diagnose.recommend`."""
+    :func:`lrdoctor.diagnose_policy.recommend`."""
     from pathlib import Path as _P
 
     here = [f for f in findings if f.location == state.path]
@@ -307,7 +307,8 @@ def clearing_step(plan: FixPlan, left: list[Finding]) -> str:
     """What clears the findings a written copy still shows: the repair the input's own
     findings recommend, as a command on the input, when it is another policy and covers
     them; else each finding's own fix (its cause at the source)."""
-    from lrdoctor.diagnose import fix_command, recommend
+    from lrdoctor.diagnose import fix_command
+    from lrdoctor.diagnose_policy import recommend
 
     rec = recommend(plan.findings)
     used = plan.target.policy if plan.target else None

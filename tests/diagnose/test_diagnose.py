@@ -10,6 +10,7 @@ from lrdoctor.core.facts import Facts, Invariant
 from lrdoctor.core.findings import Severity
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.diagnose import diagnose
+from lrdoctor.schedules import lr_at
 
 
 def megatron_state(num_steps, consumed, *, decay=2400 * 256, train_iters=2400, gbs=256,
@@ -29,7 +30,7 @@ def megatron_state(num_steps, consumed, *, decay=2400 * 256, train_iters=2400, g
         nominal_progress=Counter("consumed_train_samples - skipped_train_samples", consumed,
                                  Unit.SAMPLES),
     )
-    st.optimizer_lrs = [spec.lr_at(num_steps) if lr is None else lr]
+    st.optimizer_lrs = [lr_at(spec, num_steps) if lr is None else lr]
     return st
 
 
@@ -89,7 +90,7 @@ def torch_state(last_epoch, opt_step, *, kind="LinearLR", horizon=1000, lrs=None
                   scheduler_progress=Counter("scheduler.last_epoch", last_epoch, Unit.UPDATES),
                   counters=[Counter("optimizer.step", opt_step, Unit.UPDATES)],
                   nominal_progress=Counter("optimizer.step", opt_step, Unit.UPDATES))
-    st.optimizer_lrs = lrs if lrs is not None else [spec.lr_at(last_epoch)]
+    st.optimizer_lrs = lrs if lrs is not None else [lr_at(spec, last_epoch)]
     return st
 
 

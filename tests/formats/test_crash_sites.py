@@ -15,6 +15,7 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.findings import jsonable as _jsonable
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.inspect_api import inspect_path, read_state
+from lrdoctor.schedules import lr_at
 
 
 def _edit_pickle(path: Path, fn) -> None:
@@ -142,7 +143,7 @@ def test_torch_schedule_params_of_the_wrong_type_mean_lr_unknown(total_iters):
                         params={"total_iters": total_iters, "start_factor": 0.1,
                                 "end_factor": 1.0}, source="sched.pt")
     with pytest.raises(ValueError):  # what every caller reads as "LR unknown"
-        spec.lr_at(5)
+        lr_at(spec, 5)
     st = RunState(format="torch", path="x.pt", schedule=spec,
                   scheduler_progress=Counter("scheduler.last_epoch", 5, Unit.UPDATES, "x.pt"))
     diagnose(st)  # no TypeError

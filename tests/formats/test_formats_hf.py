@@ -12,6 +12,7 @@ import pytest
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.state import Unit
 from lrdoctor.read.layouts import hf
+from lrdoctor.schedules import lr_at
 from tests.helpers.factories import hf_run
 from tests.helpers.paths import REPO
 
@@ -49,7 +50,7 @@ def test_spec_reproduces_live_lrs(hf_run_dir):
     for saved in hf_run_dir.saves:
         st = hf.read(saved.path)
         want = saved.lrs[0]
-        got = st.schedule.lr_at(st.scheduler_progress.value)
+        got = lr_at(st.schedule, st.scheduler_progress.value)
         assert math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-18)
 
 
@@ -129,4 +130,4 @@ def test_sample_hf_healthy_reads_as_documented():
     st = hf.read(SAMPLES / "hf-healthy")
     assert st.scheduler_progress.value == st.counter("optimizer.step").value == 20
     assert st.nominal_progress.value == 20 == st.planned_end.value
-    assert math.isclose(st.schedule.lr_at(20), st.optimizer_lrs[0], abs_tol=1e-18)
+    assert math.isclose(lr_at(st.schedule, 20), st.optimizer_lrs[0], abs_tol=1e-18)

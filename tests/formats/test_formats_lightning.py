@@ -14,6 +14,7 @@ import pytest
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.state import Unit
 from lrdoctor.read.layouts import lightning as pl_fmt
+from lrdoctor.schedules import lr_at
 
 pytestmark = pytest.mark.frameworks
 
@@ -130,7 +131,7 @@ def test_step_interval_healthy(saved):
     assert (s.family, s.kind, s.max_lr, s.horizon, s.unit) == (
         "torch", "OneCycleLR", 1e-3, 50, Unit.UPDATES)
     assert st.planned_end is None
-    assert s.lr_at(st.scheduler_progress.value) == pytest.approx(t["lr"][0], rel=1e-9)
+    assert lr_at(s, st.scheduler_progress.value) == pytest.approx(t["lr"][0], rel=1e-9)
 
 
 def test_accumulation_counts(saved):

@@ -23,6 +23,7 @@ from lrdoctor.core.facts import LrLog
 from lrdoctor.inspect_api import inspect_path
 from lrdoctor.read.bytes import safetext
 from lrdoctor.read.layouts import lightning as pl_fmt
+from lrdoctor.schedules import lr_at
 
 pytestmark = pytest.mark.frameworks
 
@@ -146,7 +147,7 @@ def test_healthy_lambda_is_fitted_from_metrics_csv(runs):
     assert st.facts.lr_log == LrLog(file=csv, column="lr-AdamW", points=8)
     assert csv in st.files
     assert st.scheduler_progress.value == t["last_epoch"] == 8
-    assert s.lr_at(st.scheduler_progress.value) == pytest.approx(t["lr"][0], rel=1e-12)
+    assert lr_at(s, st.scheduler_progress.value) == pytest.approx(t["lr"][0], rel=1e-12)
     (r,) = inspect_path(runs / "healthy")
     assert codes(r) == ["LRD107"] and r.exit_code("warning") == 0
     assert csv in r.findings[0].message  # never silent: which file the fit came from
@@ -186,7 +187,7 @@ def test_no_budget_saved_the_horizon_is_fitted_too(runs):
     assert st.planned_end is None
     assert (s.kind, s.warmup, s.horizon) == ("cosine", 2, 10)
     assert "the horizon is fitted too" in s.source
-    assert s.lr_at(t["last_epoch"]) == pytest.approx(t["lr"][0], rel=1e-12)
+    assert lr_at(s, t["last_epoch"]) == pytest.approx(t["lr"][0], rel=1e-12)
     (r,) = inspect_path(runs / "cosine_nobudget")
     assert codes(r) == ["LRD107"] and "horizon is fitted too" in r.findings[0].message
 

@@ -20,6 +20,7 @@ from lrdoctor.core.facts import LrLog
 from lrdoctor.inspect_api import inspect_path
 from lrdoctor.read.bytes import tfevents
 from lrdoctor.read.layouts import lightning as pl_fmt
+from lrdoctor.schedules import lr_at
 from tests.formats.test_formats_lightning_lrlog import GEN as CSV_GEN
 from tests.formats.test_formats_lightning_lrlog import (
     assert_per_batch_findings,
@@ -88,7 +89,7 @@ def test_healthy_lambda_is_fitted_from_the_event_file(runs):
     assert st_.facts.lr_log == LrLog(file=ev, column="lr-AdamW", points=8)
     assert ev in st_.files and not st_.facts.lr_log_unused
     assert st_.scheduler_progress.value == t["last_epoch"] == 8
-    assert s.lr_at(st_.scheduler_progress.value) == pytest.approx(t["lr"][0], rel=1e-12)
+    assert lr_at(s, st_.scheduler_progress.value) == pytest.approx(t["lr"][0], rel=1e-12)
     (r,) = inspect_path(runs / "healthy")
     assert codes(r) == ["LRD107"] and r.exit_code("warning") == 0
     assert ev in r.findings[0].message

@@ -12,6 +12,7 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.facts import Storage
 from lrdoctor.core.state import Unit
 from lrdoctor.read.layouts import megatron
+from lrdoctor.schedules import lr_at
 from tests.helpers.factories import free_port, megatron_run
 from tests.helpers.paths import REPO, TESTS
 
@@ -58,7 +59,7 @@ def test_schedule_reproduces_live_lr(megatron_run_dir):
     """The spec lrdoctor rebuilds gives the LR the live scheduler set."""
     saved = megatron_run_dir.last
     st = megatron.read(saved.path)
-    assert math.isclose(st.schedule.lr_at(st.scheduler_progress.value), saved.lrs[0],
+    assert math.isclose(lr_at(st.schedule, st.scheduler_progress.value), saved.lrs[0],
                         rel_tol=1e-12)
 
 
@@ -172,7 +173,7 @@ def test_sample_megatron_healthy_reads_as_documented():
     assert st.scheduler_progress.value == 400 * 256 == st.nominal_progress.value
     assert st.extras["ranks_agree"] and st.extras["rank_files"] == 2
     assert st.schedule.horizon == 500 * 256 and st.schedule.warmup == 50 * 256
-    assert math.isclose(st.schedule.lr_at(st.scheduler_progress.value), st.optimizer_lrs[0],
+    assert math.isclose(lr_at(st.schedule, st.scheduler_progress.value), st.optimizer_lrs[0],
                         rel_tol=1e-12)
 
 
@@ -285,7 +286,7 @@ def test_torch_dist_019_common_state_healthy():
     assert st.counter("megatron.iteration").value == 5
     assert st.counter("optimizer.step").value == 5  # optimizer.state.common_step
     assert (st.schedule.kind, st.schedule.warmup, st.schedule.horizon) == ("cosine", 64, 640)
-    assert math.isclose(st.schedule.lr_at(80), st.optimizer_lrs[0], rel_tol=1e-12)
+    assert math.isclose(lr_at(st.schedule, 80), st.optimizer_lrs[0], rel_tol=1e-12)
     assert st.facts.storage is Storage.DCP
     assert not [f for f in diagnose(st) if f.severity >= Severity.WARNING]
 

@@ -20,6 +20,7 @@ from lrdoctor.core.facts import Storage
 from lrdoctor.core.findings import Severity
 from lrdoctor.diagnose import diagnose
 from lrdoctor.read.layouts import megatron
+from lrdoctor.schedules import lr_at
 from tests.helpers.factories import megatron_run
 from tests.helpers.paths import TESTS
 
@@ -47,7 +48,7 @@ def test_dp_reshardable_param_groups_are_read():
     assert st.counter("optimizer.step").source.endswith("iter_0000005:" + ITEM)
     assert st.extras["use_distributed_optimizer"] is True
     assert st.facts.optimizer_lrs_unread is None
-    assert math.isclose(st.schedule.lr_at(st.scheduler_progress.value), st.optimizer_lrs[0],
+    assert math.isclose(lr_at(st.schedule, st.scheduler_progress.value), st.optimizer_lrs[0],
                         rel_tol=1e-12)
     assert not warnings_of(st)
 

@@ -9,6 +9,7 @@ import pytest
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.state import Unit
 from lrdoctor.read.layouts import torchsave
+from lrdoctor.schedules import lr_at
 from tests.helpers.factories import torch_loop
 from tests.helpers.paths import REPO
 
@@ -32,7 +33,7 @@ def test_read_matches_live_scheduler(sched, tmp_path):
     assert (st.planned_end.name, st.planned_end.value) == ("loop.total_steps", truth.meta["horizon"])
     assert st.trainer_progress.name == "loop.step"
     # The rebuilt schedule gives the LR the live optimizer holds.
-    got = st.schedule.lr_at(st.scheduler_progress.value)
+    got = lr_at(st.schedule, st.scheduler_progress.value)
     assert math.isclose(got, saved.lrs[0], rel_tol=1e-9), (got, saved.lrs[0])
 
 

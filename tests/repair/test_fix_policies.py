@@ -13,7 +13,7 @@ from lrdoctor.diagnose import diagnose
 from lrdoctor.findings import finding
 from lrdoctor.repair.policies import Refusal, make_target
 from lrdoctor.repair.writer import Change, check_output, write_output
-from lrdoctor.schedules import group_lr
+from lrdoctor.schedules import group_lr, lr_at
 
 
 def state(progress=400.0, nominal=100.0, done=100, end=200, horizon=200.0, fmt="torch"):
@@ -33,7 +33,7 @@ def test_k_times_fast_suggests_rescale_with_inferred_k():
     assert {f.code for f in fs} >= {"LRD103", "LRD101"}
     t = make_target(st, fs)
     assert (t.policy, t.k, t.progress) == ("rescale", 4.0, 100)
-    assert t.lr == pytest.approx(st.schedule.lr_at(100))
+    assert t.lr == pytest.approx(lr_at(st.schedule, 100))
     assert t.lr_before == 1e-5
 
 

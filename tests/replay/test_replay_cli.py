@@ -146,8 +146,11 @@ def test_bad_config_key_is_one_line_exit_2(tmp_path, text, expected):
 
 
 def test_missing_inputs_exit_2(files, tmp_path):
+    # A missing input is said the one way every command says it (commands/_common's check
+    # before any work): the path, then "no such file or directory".
     r = _invoke("--config", tmp_path / "nope.yaml")
-    assert r.exit_code == 2 and "cannot read" in r.stderr
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f"lrdoctor: error: {tmp_path / 'nope.yaml'}: no such file or directory"
     r = _invoke("--config", files / "over.yaml")
     assert r.exit_code == 2 and "needs sample lengths" in r.stderr
     r = _invoke("--config", files / "clean.yaml", "--sweep", "batching.nope=1,2")
