@@ -33,7 +33,10 @@ $(VENV)/.torch: $(BIN)/python
 # comparisons of tests/test_replay_peers.py load only their pure packing functions.
 # timm, torchtune and torchtitan likewise (their __init__ needs torchvision/torchao/
 # spmd_types, no CPU wheels): tests/helpers/pkgsrc.py loads only their scheduler files.
-PEERS := "verl==0.9.1" "openrlhf==0.11.2" "timm==1.0.31" "torchtune==0.6.1" "torchtitan==0.3.0"
+# rlinf likewise (Ray, Megatron, vLLM): tests/replay/test_replay_rlinf.py imports its
+# rlinf.utils.data_iter_utils (numpy and torch only) for the dynamic-batching packer.
+PEERS := "verl==0.9.1" "openrlhf==0.11.2" "timm==1.0.31" "torchtune==0.6.1" "torchtitan==0.3.0" \
+	"rlinf==0.3.0"
 
 $(STAMP)-test: $(STAMP) $(VENV)/.torch
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -e '.[test]'

@@ -429,6 +429,10 @@ def replay_context_lines(report) -> list[tuple[str, str, str | None]]:
     if unresolved:
         lines.append(("not set by the script (not read by the replay)", "; ".join(
             f"{k} <- {', '.join(v)}" for k, v in unresolved.items()), None))
+    for key, v in (src.get("values") or {}).items():  # a number no config key held
+        lines.append((f"{key} {v['from']}", f"{v['value']:,}: {v['why']}" + (
+            f"; give the real one with {v['set']}" if v["from"] == "assumed" else ""),
+            "yellow" if v["from"] == "assumed" else None))
     for note in src.get("script_notes", []):
         lines.append(("launch script", str(note), None))
     for miss in src.get("defaults_not_followed", []):

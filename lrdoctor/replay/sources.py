@@ -150,6 +150,8 @@ def translated(tr: Translator, data: Any, path: Path,
     cfg._keys_used = out.keys_used
     cfg._unmodelled = out.unmodelled
     cfg._source = dict(source or {})
+    if out.provenance:  # derived or assumed values: the output names them (replay_full)
+        cfg._source["values"] = dict(out.provenance)
     return cfg
 
 

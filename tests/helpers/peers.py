@@ -27,7 +27,7 @@ import threading
 import types
 from pathlib import Path
 
-PEERS_INSTALL = "pip install --no-deps verl==0.9.1 openrlhf==0.11.2"
+PEERS_INSTALL = "pip install --no-deps verl==0.9.1 openrlhf==0.11.2 rlinf==0.3.0"
 
 
 def _package_dir(name: str) -> Path | None:

@@ -127,11 +127,66 @@ def test_fp16_and_the_default_horizon(tmp_path):
     assert "actor.model.precision" in found["LRD213"].message
 
 
-def test_unset_run_length_names_the_missing_number():
-    with pytest.raises(UnusableInput) as exc:
-        load_config(DATA / "base_grpo.yaml")
-    assert "--set runner.max_steps=N" in str(exc.value)
-    assert "max_epochs (5)" in str(exc.value)
+SHIPPED = DATA / "shipped"  # RLinf's own configs, unchanged (a3816b5; README.md there)
+
+
+@pytest.mark.parametrize("name,epochs", [("qwen2.5-1.5b-grpo-megatron", 5),
+                                         ("qwen2.5-1.5b-grpo-megatron-dynamic", 5),
+                                         ("qwen2.5-1.5b-ppo-megatron", 15)])
+def test_shipped_configs_are_accepted_with_their_run_length_assumed_and_said(name, epochs):
+    # RLinf's shipped max_steps: -1 runs len(train_dataloader) x max_epochs steps
+    # (reasoning_runner._set_max_steps); the data file (/dataset/boba/...) is not here.
+    cfg = load_config(SHIPPED / f"{name}.yaml")
+    assert cfg._format == "rlinf-config"
+    assert cfg.train.steps == epochs  # one step per epoch, the least RLinf runs
+    v = cfg._source["values"]["runner.max_steps"]
+    assert (v["from"], v["value"], v["set"]) == ("assumed", epochs, "--set runner.max_steps=N")
+    assert "/dataset/boba/AReaL-boba-106k.jsonl" in v["why"] and "not here" in v["why"]
+
+
+def test_an_assumed_run_length_caps_the_findings_resting_on_it(tmp_path):
+    # A linear decay over lr_decay_iters 10 updates; 5 rollout steps x 4 updates overshoot
+    # it. Read from --set, LRD201 is an error; assumed, a warning naming the number.
+    path = str(SHIPPED / "qwen2.5-1.5b-grpo-megatron.yaml")
+    linear = "actor.lr_sched.lr_decay_style=linear"
+    opts = ReplayOptions(engine="fast", sets=(linear,), knob_check=False)
+    assumed = {f.code: f for f in replay_full(path, options=opts).report.findings}
+    opts = ReplayOptions(engine="fast", sets=(linear, "runner.max_steps=5"), knob_check=False)
+    read = {f.code: f for f in replay_full(path, options=opts).report.findings}
+    assert read["LRD201"].severity == Severity.ERROR
+    assert "Assumed" not in read["LRD201"].message
+    assert assumed["LRD201"].severity == Severity.WARNING
+    assert "runner.max_steps = 5" in assumed["LRD201"].message
+    assert "--set runner.max_steps=N" in assumed["LRD201"].message
+
+
+def _prompts(tmp_path, n: int, suffix: str = ".jsonl"):
+    p = tmp_path / f"prompts{suffix}"
+    if suffix == ".jsonl":
+        p.write_text("".join(f'{{"prompt": "q{i}"}}\n' for i in range(n - 1)) + '{"prompt": "x"}')
+    else:
+        p.write_text(json.dumps([{"prompt": i} for i in range(n)]))
+    return str(p)
+
+
+def test_the_run_length_is_derived_from_the_data_files_rlinf_reads(tmp_path):
+    # N = 1,300 jsonl lines (the last without its newline) + 300 json items = 1,600
+    # prompts; 1,600 // 512 = 3 steps per epoch x 5 epochs (drop_last=True).
+    files = f"data.train_data_paths=[{_prompts(tmp_path, 1300)},{_prompts(tmp_path, 300, '.json')}]"
+    path = SHIPPED / "qwen2.5-1.5b-grpo-megatron.yaml"
+    cfg = load_config(path, (files, "data.filter_prompt_by_length=false"))
+    assert cfg.train.steps == 1600 // 512 * 5
+    v = cfg._source["values"]["runner.max_steps"]
+    assert v["from"] == "derived" and "1,600 records" in v["why"]
+    # Filtered by prompt length (as shipped): N is an upper bound, so still assumed.
+    cfg = load_config(path, (files,))
+    v = cfg._source["values"]["runner.max_steps"]
+    assert (cfg.train.steps, v["from"]) == (15, "assumed") and "at most 1,600" in v["why"]
+    # max_steps >= 0 caps it (min(len x epochs, max_steps)); read, nothing assumed.
+    cfg = load_config(path, (files, "data.filter_prompt_by_length=false", "runner.max_steps=7"))
+    assert cfg.train.steps == 7 and "values" not in cfg._source
+    with pytest.raises(UnusableInput, match="fewer than one rollout batch of 512"):
+        load_config(path, (f"data.train_data_paths={_prompts(tmp_path, 100)}",))
 
 
 def test_an_unknown_yaml_names_rlinf_and_the_schema(tmp_path):
@@ -144,7 +199,8 @@ def test_an_unknown_yaml_names_rlinf_and_the_schema(tmp_path):
 
 
 def test_bfd_and_partitions_equal_rlinfs_own_functions():
-    """Live against the installed rlinf (rlinf==0.3.0, --no-deps): random batches."""
+    """Live against the installed rlinf (rlinf==0.3.0, --no-deps: the Makefile's PEERS, so
+    CI runs it; its data_iter_utils needs only numpy and torch): random batches."""
     d = pytest.importorskip("rlinf.utils.data_iter_utils")
     rng = np.random.default_rng(1)
     for _ in range(60):

@@ -51,6 +51,10 @@ class Translation:
     config: dict[str, Any]
     keys_used: dict[str, Any] = field(default_factory=dict)
     unmodelled: list[dict[str, Any]] = field(default_factory=list)
+    # Values the translation had to derive or assume because no config key holds them,
+    # keyed by the key that would: {"value", "from": "derived" | "assumed", "why", "set"}.
+    # An "assumed" one caps the findings resting on it at a warning (replay.analysis).
+    provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def near_misses(section: Any, known: frozenset[str], prefix: str, schema: str,
@@ -155,8 +159,10 @@ class Reader:
             self.used[key] = val
             self.unmodelled.append({"key": key, "value": val, "why": why})
 
-    def done(self, framework: str, config: dict) -> Translation:
-        return Translation(framework, config, dict(sorted(self.used.items())), self.unmodelled)
+    def done(self, framework: str, config: dict,
+             provenance: dict[str, dict[str, Any]] | None = None) -> Translation:
+        return Translation(framework, config, dict(sorted(self.used.items())), self.unmodelled,
+                           dict(provenance or {}))
 
 
 def checked_number(value: Any, key: str, kind: type = int) -> Any:

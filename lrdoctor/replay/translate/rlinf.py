@@ -26,7 +26,16 @@ Read from RLinf's code (github.com/RLinf/RLinf at a3816b5; ``rlinf==0.3.0`` agre
   with ``runner.enable_dynamic_batch_size`` the packer
   :mod:`lrdoctor.replay.packing.rlinf_dynamic`.
 - ``rlinf/runners/reasoning_runner.py _set_max_steps``: ``len(train_dataloader) x
-  runner.max_epochs``, capped by ``runner.max_steps`` when >= 0.
+  runner.max_epochs``, capped by ``runner.max_steps`` when >= 0. ``_build_dataloader``:
+  a ``StatefulDataLoader`` with ``batch_size = data.rollout_batch_size x
+  algorithm.max_num_gen_batches`` (default 1) and ``drop_last=True``, so
+  ``len(train_dataloader) = N // batch`` for N prompts, the records of
+  ``data.train_data_paths`` (``rlinf/data/datasets/reasoning/dataset.py _load_data``: a
+  ``.jsonl`` line or a ``.json`` list item each; ``load_post_process`` then drops prompts
+  longer than ``data.max_prompt_length`` when ``data.filter_prompt_by_length``).
+  RLinf's shipped configs all say ``max_steps: -1``: :func:`_run_length` derives the
+  length where the data files are there, else replays an assumed length that the output
+  names with the ``--set`` that gives the real one.
 """
 
 from __future__ import annotations
@@ -125,6 +134,103 @@ def _schedule(r: Reader, gbs: int) -> tuple[dict[str, Any], float]:
             "warmup": warmup, "horizon": horizon, "params": params}, horizon
 
 
+# The run length replayed when RLinf's own (len(train_dataloader) x max_epochs) needs a
+# data file that is not there: one rollout step per epoch, the least RLinf runs
+# (_build_dataloader asserts len(train_dataloader) >= 1). Stated as assumed, never hidden.
+ASSUMED_STEPS_PER_EPOCH = 1
+
+
+def _records(path: Path) -> int | None:
+    """The prompts RLinf's ``_load_data`` reads from one file (a ``.jsonl`` line each, a
+    ``.json`` list's items or one object), or None for a suffix it skips. Lines are
+    counted in chunks, not parsed: a data file can be gigabytes."""
+    if path.suffix == ".jsonl":
+        n, last = 0, b"\n"
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                n += chunk.count(b"\n")
+                last = chunk[-1:]
+        return n + (last != b"\n")  # a last line without its newline is a record too
+    if path.suffix == ".json":
+        import json
+
+        try:
+            content = json.loads(path.read_bytes())
+        except ValueError as exc:
+            raise UnusableInput(f"data.train_data_paths: {path} is not JSON ({exc}); RLinf's "
+                                "_load_data fails on it") from None
+        return len(content) if isinstance(content, list) else 1
+    return None
+
+
+def _dataset_size(r: Reader, base: Path | None) -> tuple[int | None, str]:
+    """The prompts of ``data.train_data_paths`` where every file is there (a relative path
+    is read from the config's folder), else None and why not."""
+    paths = r.raw("data.train_data_paths")
+    if isinstance(paths, str):
+        paths = [paths]
+    if not isinstance(paths, list) or not paths:
+        return None, "data.train_data_paths is not set"
+    r.used["data.train_data_paths"] = paths
+    total = 0
+    for p in paths:
+        path = Path(str(p)).expanduser()
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        if not path.is_file():
+            return None, f"data.train_data_paths names {p}, which is not here"
+        n = _records(path)
+        if n is None:
+            continue  # RLinf logs "Unsupported ..., skip" and reads the others
+        total += n
+    return total, f"{total:,} records in data.train_data_paths"
+
+
+def _run_length(r: Reader, prompts: int, base: Path | None) -> tuple[int, dict[str, Any]]:
+    """RLinf's rollout steps (``_set_max_steps``) and, where ``runner.max_steps`` does not
+    give them, where the number came from: derived from the data files, or assumed."""
+    max_steps = r.get("runner.max_steps", -1, int)
+    if max_steps == 0:
+        raise UnusableInput("runner.max_steps is 0: the run takes no step")
+    epochs = r.get("runner.max_epochs", None, int)
+    if epochs is None:
+        if max_steps > 0:  # RLinf's own config has it; a hand-trimmed one may not
+            return max_steps, {}
+        raise UnusableInput("runner.max_epochs is missing: RLinf runs len(train_dataloader) "
+                            "x runner.max_epochs steps when runner.max_steps is -1")
+    if epochs < 1:
+        raise UnusableInput(f"runner.max_epochs is {epochs}: the run takes no step")
+    gen = r.count("algorithm.max_num_gen_batches", 1)
+    batch = prompts * gen
+    formula = (f"len(train_dataloader) x runner.max_epochs {epochs}, len(train_dataloader) = "
+               f"N prompts // (data.rollout_batch_size {prompts} x "
+               f"algorithm.max_num_gen_batches {gen}) (reasoning_runner._set_max_steps)")
+    give = "--set runner.max_steps=N"
+    n, where = _dataset_size(r, base)
+    filtered = r.get("data.filter_prompt_by_length", False, bool)
+    if n is not None:
+        if n < batch:
+            raise UnusableInput(f"{where}: fewer than one rollout batch of {batch} "
+                                "(RLinf asserts len(train_dataloader) >= 1)")
+        steps = n // batch * epochs
+        if max_steps > 0 and (max_steps <= steps or not filtered):
+            # min(len x epochs, max_steps): the cap decides, or both numbers are read.
+            return min(steps, max_steps), {}
+        if not filtered:
+            return steps, {"value": steps, "from": "derived", "set": give,
+                           "why": f"{formula}, N = {where}"}
+        return steps, {"value": steps, "from": "assumed", "set": give,
+                       "why": f"{formula}, N = at most {where}: data.filter_prompt_by_length "
+                       "drops prompts longer than data.max_prompt_length tokens, which only "
+                       "the tokenizer counts; replayed as if none were dropped"}
+    if max_steps > 0:
+        return max_steps, {}  # the data decides only when it is shorter: as configured
+    steps = ASSUMED_STEPS_PER_EPOCH * epochs
+    return steps, {"value": steps, "from": "assumed", "set": give,
+                   "why": f"{formula}, and N is in no file here ({where}); replayed with "
+                   f"{ASSUMED_STEPS_PER_EPOCH} step per epoch, the least RLinf runs"}
+
+
 def translate(data: dict, base: Path | None = None) -> Translation:
     r = Reader(data)
     backend = r.get("actor.training_backend", "megatron", str)
@@ -141,16 +247,7 @@ def translate(data: dict, base: Path | None = None) -> Translation:
     if gbs < 1:
         raise UnusableInput(f"data.rollout_batch_size x algorithm.group_size = {sps} is less "
                             f"than algorithm.n_minibatches {n_mini}")
-    max_steps = r.get("runner.max_steps", -1, int)
-    epochs = r.get("runner.max_epochs", None, int)
-    if max_steps < 0:
-        raise UnusableInput(
-            f"runner.max_steps is {max_steps}: RLinf runs len(train_dataloader) x "
-            f"runner.max_epochs ({epochs}) rollout steps (reasoning_runner._set_max_steps), "
-            "and the dataset's size is in no config; give the steps with "
-            "--set runner.max_steps=N")
-    if max_steps == 0:
-        raise UnusableInput("runner.max_steps is 0: the run takes no step")
+    max_steps, length = _run_length(r, prompts, base)
     tp = r.count("actor.model.tensor_model_parallel_size", 1)
     pp = r.count("actor.model.pipeline_model_parallel_size", 1)
     cp = r.count("actor.model.context_parallel_size", 1)
@@ -210,7 +307,7 @@ def translate(data: dict, base: Path | None = None) -> Translation:
     synthetic = synthetic_up_to(seq)
     if synthetic:
         cfg["data"] = {"synthetic": synthetic}
-    return r.done("rlinf", cfg)
+    return r.done("rlinf", cfg, {"runner.max_steps": length} if length else None)
 
 
 TRANSLATOR = Translator("rlinf", "RLinf (Hydra YAML, Megatron actor)", "yaml", looks_like,
