@@ -54,6 +54,7 @@ def _agree(findings: list[Finding], state: RunState) -> None:
 
     rec = recommend(findings)
     if rec is None or rec.policy == "sync-lr":
+        _runnable(findings, state)
         return
     try:
         decide(state, findings)
@@ -73,7 +74,35 @@ def _agree(findings: list[Finding], state: RunState) -> None:
             # The rule's own text names policies as `lrdoctor fix --policy X`, a command
             # without the checkpoint or --out that fails as printed: here it is the policy's
             # flags, and the sentence added names the command that runs.
-            generic = re.sub(r"`lrdoctor fix (--[^`]+)`", r"`\1`", f.fix)
+            generic = _GENERIC_FIX.sub(r"`\1`", f.fix)
             f.fix = f"{generic.rstrip('.')}; {repair}"
         else:
             f.fix = f"Follows from {cause} (fix that at the source); {repair}"
+    _runnable([f for f in findings if f.code not in rec.because], state)
+
+
+def _runnable(findings: list[Finding], state: RunState) -> None:
+    """Every `lrdoctor fix --policy X` a finding's text names (the rules' generic wording:
+    no checkpoint, no --out, so it fails as printed) becomes the command on this
+    checkpoint, or, where ``fix`` would refuse that policy here, the policy with what is
+    missing (decided by ``make_target``, as for the recommendation)."""
+    from lrdoctor.core.errors import UnusableInput
+    from lrdoctor.repair.policies import make_target
+
+    def command(m: re.Match[str]) -> str:
+        flags = m.group(1)
+        policy = re.match(r"--policy ([\w-]+)$", flags)
+        if policy is None:
+            return m.group(0)
+        try:
+            make_target(state, findings, policy=policy.group(1))
+        except UnusableInput as exc:
+            return f"`{flags}` (which `lrdoctor fix` cannot apply here: {exc.message})"
+        return f"`{fix_command(state.path, flags)}`"
+
+    for f in findings:
+        f.message = _GENERIC_FIX.sub(command, f.message)
+        f.fix = _GENERIC_FIX.sub(command, f.fix)
+
+
+_GENERIC_FIX = re.compile(r"`lrdoctor fix (--[^`]+)`")

@@ -127,3 +127,30 @@ def test_lrd202_says_what_its_numbers_say():
             done, budget = ev.get("actual_updates"), ev.get("budget_updates")
             if done is not None and budget is not None and done == budget:
                 assert f"{done} optimizer updates vs" not in f["message"], f
+
+
+def test_every_generic_fix_command_becomes_one_that_runs(tmp_path):
+    """A rule's generic `lrdoctor fix --policy X` (LRD118's and LRD119's texts name it
+    outside any recommendation) becomes the command on the checkpoint, or says what fix
+    lacks to apply it there: the torch sample holds a planned end, a ROLL checkpoint copied
+    out of its run holds none."""
+    from lrdoctor.core.findings import Finding, FreeEvidence, Severity
+    from lrdoctor.diagnose import _runnable
+    from lrdoctor.inspect_api import read_state
+
+    def finding() -> Finding:
+        return Finding("LRD119", Severity.ERROR, "t", "m", FreeEvidence({}),
+                       fix="Size the horizon; `lrdoctor fix --policy extend-horizon` rewrites "
+                           "a checkpoint's horizon.")
+
+    src = SAMPLES / "torch-microstep" / "checkpoint_60.pt"
+    f = finding()
+    _runnable([f], read_state(src, "torchsave"))
+    assert (f"`lrdoctor fix {src} --out {src.with_name('checkpoint_60-fixed.pt')} "
+            "--policy extend-horizon` rewrites") in f.fix, f.fix
+    ck = tmp_path / "checkpoint-299"
+    shutil.copytree(SAMPLES / "roll-overshoot" / "actor_train" / "checkpoint-299", ck)
+    f = finding()
+    _runnable([f], read_state(ck, "roll"))
+    assert "`--policy extend-horizon` (which `lrdoctor fix` cannot apply here: the " \
+           "checkpoint does not say where training is planned to end" in f.fix, f.fix
