@@ -127,12 +127,13 @@ def test_fp16_and_the_default_horizon(tmp_path):
     assert "actor.model.precision" in found["LRD213"].message
 
 
-SHIPPED = DATA / "shipped"  # RLinf's own configs, unchanged (a3816b5; README.md there)
+SHIPPED = DATA / "shipped" / "math"  # RLinf's own configs, unchanged (a3816b5; README.md)
 
 
 @pytest.mark.parametrize("name,epochs", [("qwen2.5-1.5b-grpo-megatron", 5),
                                          ("qwen2.5-1.5b-grpo-megatron-dynamic", 5),
-                                         ("qwen2.5-1.5b-ppo-megatron", 15)])
+                                         ("qwen2.5-1.5b-ppo-megatron", 15),
+                                         ("qwen2.5-1.5b-grpo-fsdp", 5)])
 def test_shipped_configs_are_accepted_with_their_run_length_assumed_and_said(name, epochs):
     # RLinf's shipped max_steps: -1 runs len(train_dataloader) x max_epochs steps
     # (reasoning_runner._set_max_steps); the data file (/dataset/boba/...) is not here.
@@ -187,6 +188,56 @@ def test_the_run_length_is_derived_from_the_data_files_rlinf_reads(tmp_path):
     assert cfg.train.steps == 7 and "values" not in cfg._source
     with pytest.raises(UnusableInput, match="fewer than one rollout batch of 512"):
         load_config(path, (f"data.train_data_paths={_prompts(tmp_path, 100)}",))
+
+
+FSDP = SHIPPED / "qwen2.5-1.5b-grpo-fsdp.yaml"
+
+
+def test_the_fsdp_actor_as_shipped():
+    # FSDPActor: dp = the actor's world size (1 node x 8); 512 x 8 // 4 = 1,024 per update,
+    # 1,024 // (1 x 8) = 128 micro-batches per rank; no optim.lr_scheduler: RLinf's
+    # "constant" LambdaLR, no warmup (lr_warmup_steps -1 x ratio 0 x total 0).
+    cfg = load_config(FSDP)
+    assert (cfg.dp.size, cfg.train.mini_batch_size, cfg.train.gradient_accumulation) == \
+        (8, 1024, 128)
+    assert (cfg.schedule.family, cfg.schedule.kind, cfg.schedule.warmup) == \
+        ("hf", "constant_with_warmup", 0.0)
+    assert (cfg.scheduler.step_on, cfg.scheduler.increment,
+            cfg.scheduler.step_on_failed_update) == ("update", 1.0, True)
+    cfg = load_config(FSDP, ("actor.lr_sched_sync_with_optim=false",))
+    assert cfg.scheduler.step_on == "rollout_step"  # once per run_training, after the updates
+
+
+def test_the_fsdp_cosine_lrs_equal_transformers_helper_as_rlinf_calls_it():
+    """rlinf/hybrid_engines/fsdp/utils.py get_lr_scheduler("cosine") is transformers'
+    get_cosine_with_min_lr_schedule_with_warmup, stepped once per optimizer update
+    (FSDPActor.training_step, lr_sched_sync_with_optim): run here, 5 steps x 4 updates."""
+    import torch
+    from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup
+
+    sets = ("actor.optim.lr_scheduler=cosine", "actor.optim.total_training_steps=16",
+            "actor.optim.lr_warmup_steps_ratio=0.25", "actor.optim.min_lr=1e-6")
+    res = replay_full(str(FSDP), options=ReplayOptions(engine="fast", sets=sets,
+                                                        knob_check=False))
+    t = res.replay.trace
+    closes = t["is_update"]
+    first = np.flatnonzero(np.r_[True, closes[:-1]])
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2e-5)
+    sched = get_cosine_with_min_lr_schedule_with_warmup(opt, num_warmup_steps=4,
+                                                        num_training_steps=16, min_lr=1e-6)
+    want = []
+    for _ in range(20):
+        want.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert t["lr"][first].tolist() == pytest.approx(want, rel=1e-12)
+    found = {f.code: f for f in res.report.findings}
+    # 20 updates over a 16-update cosine (floored at min_lr past it): LRD201, capped at a
+    # warning because the 5 steps are assumed (the data file is not here).
+    assert found["LRD201"].severity == Severity.WARNING
+    assert "runner.max_steps = 5" in found["LRD201"].message
+    with pytest.raises(UnusableInput, match="total_training_steps is 0"):
+        load_config(FSDP, ("actor.optim.lr_scheduler=cosine",))
 
 
 def test_an_unknown_yaml_names_rlinf_and_the_schema(tmp_path):

@@ -1,4 +1,4 @@
-"""RLinf's Hydra YAML (``examples/reasoning/config/...``) for its Megatron actor.
+"""RLinf's Hydra YAML (``examples/reasoning/config/...``) for its Megatron and FSDP actors.
 
 Read from RLinf's code (github.com/RLinf/RLinf at a3816b5; ``rlinf==0.3.0`` agrees):
 
@@ -134,6 +134,95 @@ def _schedule(r: Reader, gbs: int) -> tuple[dict[str, Any], float]:
             "warmup": warmup, "horizon": horizon, "params": params}, horizon
 
 
+_FSDP_KINDS = ("constant", "cosine")
+
+
+def _fsdp_schedule(r: Reader) -> dict[str, Any]:
+    """``FSDPModelManager.build_lr_scheduler`` -> ``rlinf/hybrid_engines/fsdp/utils.py
+    get_lr_scheduler``: ``constant`` is a ``LambdaLR`` ramping ``step / max(1, warmup)``
+    then 1 (transformers' ``constant_with_warmup`` lambda, the same arithmetic);
+    ``cosine`` is transformers' ``get_cosine_with_min_lr_schedule_with_warmup`` over
+    ``optim.total_training_steps`` (default 0: nothing in RLinf sets it). Warmup:
+    ``optim.lr_warmup_steps``, else (``-1``) ``int(lr_warmup_steps_ratio x total)``."""
+    o = "actor.optim"
+    kind = r.get(f"{o}.lr_scheduler", "constant", str)
+    if kind not in _FSDP_KINDS:
+        raise UnusableInput(f"{o}.lr_scheduler {kind!r}: lrdoctor models RLinf's FSDP "
+                            f"{' and '.join(_FSDP_KINDS)} (get_lr_scheduler); write another in "
+                            "lrdoctor's schema (docs/replay-frameworks.md, RLinf)")
+    lr = r.get(f"{o}.lr", kind=float)
+    if lr is None:
+        raise UnusableInput(f"{o}.lr is missing: the FSDP optimizer's LR")
+    total = r.get(f"{o}.total_training_steps", 0, int)
+    warmup = r.get(f"{o}.lr_warmup_steps", -1, int)
+    if warmup < 0:
+        warmup = int(r.get(f"{o}.lr_warmup_steps_ratio", 0.0, float) * total)
+    if kind == "constant":
+        return {"family": "hf", "kind": "constant_with_warmup", "max_lr": lr,
+                "warmup": float(warmup)}
+    if total < 1:
+        raise UnusableInput(f"{o}.total_training_steps is {total}: RLinf's FSDP cosine decays "
+                            "over it and nothing in RLinf sets it (FSDPModelManager."
+                            "build_lr_scheduler reads it, default 0: the cosine wraps every "
+                            "scheduler step); set it in the config")
+    rate = r.get(f"{o}.min_lr_rate", None, float)
+    params: dict[str, Any] = {"num_cycles": r.get(f"{o}.num_cycles", 0.5, float)}
+    # get_lr_scheduler: min_lr_rate, when set, wins over min_lr
+    params.update({"min_lr_rate": rate} if rate is not None else
+                  {"min_lr": r.get(f"{o}.min_lr", 0.0, float)})
+    return {"family": "hf", "kind": "cosine_with_min_lr", "max_lr": lr,
+            "warmup": float(warmup), "horizon": float(total), "params": params}
+
+
+def _fsdp(r: Reader, sps: int, gbs: int, n_mini: int, mbs: int,
+          max_steps: int) -> dict[str, Any]:
+    """RLinf's FSDP actor (``rlinf/workers/actor/fsdp_actor_worker.py FSDPActor``), read at
+    a3816b5: dp is the actor's world size; ``run_training`` runs ``n_minibatches``
+    ``training_step`` calls per rollout step, each ``total_batch_size_per_dp //
+    n_minibatches // micro_batch_size`` micro-batches then ``optimizer_step``;
+    ``lr_scheduler.step()`` (one count) after each when ``actor.lr_sched_sync_with_optim``
+    (default True), else once per rollout step after them. ``FSDPModelManager.
+    optimizer_step`` skips ``optimizer.step`` on a non-finite grad norm but the scheduler
+    is stepped all the same. ``validate_reasoning_cfg`` asserts ``global_batch_size %
+    (micro_batch_size x world_size) == 0``."""
+    dp = _actor_gpus(r)
+    if sps % dp:
+        raise UnusableInput(f"rollout_batch_size x group_size = {sps} is not divisible by the "
+                            f"actor's world size {dp} (FSDPActor.total_batch_size_per_dp)")
+    if gbs % (mbs * dp):
+        raise UnusableInput(f"actor.global_batch_size {gbs} is not divisible by micro batch "
+                            f"{mbs} x world size {dp} (validate_reasoning_cfg asserts it)")
+    if r.get("runner.enable_dynamic_batch_size", False, bool):
+        raise UnusableInput("runner.enable_dynamic_batch_size with the FSDP actor: its "
+                            "micro-batches come from FSDPActor._split_to_micro_batch, which "
+                            "lrdoctor does not model; replay the Megatron actor's config or "
+                            "write the run in lrdoctor's schema")
+    schedule = _fsdp_schedule(r)
+    sync = r.get("actor.lr_sched_sync_with_optim", True, bool)
+    r.unmodelled_if("actor.fsdp_config.mixed_precision.param_dtype",
+                    lambda v: str(v) in ("fp16", "float16"),
+                    "updates with a non-finite grad norm are skipped and still step the "
+                    "scheduler (FSDPModelManager.optimizer_step); which ones is in no config: "
+                    "replayed with none (list them as scheduler.failed_updates in an lrdoctor "
+                    "config)")
+    r.unmodelled_if("actor.enable_dp_load_balance", _truthy,
+                    "rows are rebalanced across dp ranks before training; replayed as dealt")
+    horizon = schedule.get("horizon")
+    cfg: dict[str, Any] = {
+        "schedule": schedule,
+        "budget": {"formula": "explicit", "total": horizon} if horizon else
+        {"formula": "nominal"},
+        "train": {"steps": max_steps, "samples_per_step": sps, "micro_batch_size": mbs,
+                  "mini_batch_size": gbs, "gradient_accumulation": gbs // (mbs * dp)},
+        "dp": {"size": dp},
+        "batching": {"strategy": "static"},
+        "accumulation": {"rule": "correct", "flush_at_step_end": True},
+        "scheduler": {"step_on": "update" if sync else "rollout_step", "increment": 1.0,
+                      "step_on_failed_update": True},
+    }
+    return cfg
+
+
 # The run length replayed when RLinf's own (len(train_dataloader) x max_epochs) needs a
 # data file that is not there: one rollout step per epoch, the least RLinf runs
 # (_build_dataloader asserts len(train_dataloader) >= 1). Stated as assumed, never hidden.
@@ -234,10 +323,11 @@ def _run_length(r: Reader, prompts: int, base: Path | None) -> tuple[int, dict[s
 def translate(data: dict, base: Path | None = None) -> Translation:
     r = Reader(data)
     backend = r.get("actor.training_backend", "megatron", str)
-    if backend != "megatron":
+    if backend not in ("megatron", "fsdp"):
         raise UnusableInput(f"actor.training_backend is {backend!r}: lrdoctor models RLinf's "
-                            "Megatron actor (MegatronWorker); write an FSDP run in lrdoctor's "
-                            "schema (docs/replay-frameworks.md, RLinf)")
+                            "Megatron actor (MegatronWorker) and its FSDP actor (FSDPActor); "
+                            "write another run in lrdoctor's schema (docs/replay-frameworks.md, "
+                            "RLinf)")
     prompts = r.need("data.rollout_batch_size", "the prompts per rollout step")
     group = r.count("algorithm.group_size", 1)
     n_mini = r.count("algorithm.n_minibatches", 1)
@@ -248,6 +338,9 @@ def translate(data: dict, base: Path | None = None) -> Translation:
         raise UnusableInput(f"data.rollout_batch_size x algorithm.group_size = {sps} is less "
                             f"than algorithm.n_minibatches {n_mini}")
     max_steps, length = _run_length(r, prompts, base)
+    if backend == "fsdp":
+        return r.done("rlinf", _fsdp(r, sps, gbs, n_mini, mbs, max_steps),
+                      {"runner.max_steps": length} if length else None)
     tp = r.count("actor.model.tensor_model_parallel_size", 1)
     pp = r.count("actor.model.pipeline_model_parallel_size", 1)
     cp = r.count("actor.model.context_parallel_size", 1)
@@ -310,5 +403,5 @@ def translate(data: dict, base: Path | None = None) -> Translation:
     return r.done("rlinf", cfg, {"runner.max_steps": length} if length else None)
 
 
-TRANSLATOR = Translator("rlinf", "RLinf (Hydra YAML, Megatron actor)", "yaml", looks_like,
+TRANSLATOR = Translator("rlinf", "RLinf (Hydra YAML, Megatron and FSDP actors)", "yaml", looks_like,
                         translate)
