@@ -256,8 +256,10 @@ def dangerous_in_file(path: str) -> list[str]:
     in a row, then raw tensor bytes); a file that is neither holds no pickle."""
     import zipfile
 
+    from lrdoctor.read.bytes.storage import open_binary
+
     found: set[str] = set()
-    with open(path, "rb") as f:
+    with open_binary(path) as f:  # a URL too (fix and inspect read from object stores)
         head = f.read(4)
         if head.startswith(b"PK"):
             try:

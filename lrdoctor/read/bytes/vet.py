@@ -31,9 +31,9 @@ def vet(path: Path) -> str | None:
     pickles are vetted through its ``.metadata``), else one phrase saying why it could
     not be read. Costs what a metadata-only read costs: a tensor's bytes are never read.
     """
-    from lrdoctor.read.bytes import dcp, safeload, unsafe_globals
+    from lrdoctor.read.bytes import dcp, safeload, storage, unsafe_globals
 
-    path = Path(path)
+    path = storage.reader_path(path)  # a RemotePath too: fix and inspect read URLs
     if path.suffix == dcp.SUFFIX:  # DCP items back to back: read through the .metadata
         return None
     if path.name == dcp.METADATA:
@@ -41,13 +41,13 @@ def vet(path: Path) -> str | None:
             return _read(lambda: safeload.load(path, unknown_as_opaque=True))
         return _read(lambda: dcp.load(path.parent, unknown_as_opaque=True))
     try:
-        with open(path, "rb") as f:
+        with storage.open_binary(path) as f:
             head = f.read(4)
     except OSError as exc:
         return exc.strerror or str(exc)
     if head.startswith(b"PK"):
         try:
-            with zipfile.ZipFile(path) as zf:
+            with storage.open_binary(path) as f, zipfile.ZipFile(f) as zf:
                 torch_zip = any(n.endswith("/data.pkl") and n.count("/") == 1
                                 for n in zf.namelist())
         except (zipfile.BadZipFile, OSError, ValueError):
