@@ -287,9 +287,29 @@ def _planned_updates(st: RunState) -> tuple[float, str, EvidenceItem | None] | N
     bpe = _factor(st, Q.BATCHES_PER_EPOCH)
     if bpe is not None:
         ga = _factor(st, Q.GRAD_ACCUM)
-        g = ga.value if ga is not None else 1.0
+        g, g_from = (ga.value, f"{ga.value:g}") if ga is not None else (1.0, "1")
+        if ga is None:
+            derived = _accumulation_from_counters(st)
+            if derived is not None:
+                g, g_from = derived
         return (epochs.value * math.ceil(bpe.value / g),
-                f"{epochs.where} x ceil({bpe.where} / {g:g})", epochs)
+                f"{epochs.where} x ceil({bpe.where} / {g_from})", epochs)
+    return None
+
+
+def _accumulation_from_counters(st: RunState) -> tuple[float, str] | None:
+    """The batches per optimizer update when no accumulation is saved: a loop counter of
+    iterations that is a whole k >= 2 times the optimizer's step (PyTorch-Ignite's
+    ``trainer.iteration`` 36 over ``optimizer.state[0].step`` 9 under accumulation 4).
+    Dividing the dataloader's length by 1 there would be a number no file holds."""
+    opt = next((e for e in of(evidence(st), R.PROGRESS, Q.OPTIMIZER_STEPS) if e.value > 0),
+               None)
+    if opt is None:
+        return None
+    for it in of(evidence(st), R.PROGRESS, Q.ITERATIONS):
+        k = it.value / opt.value
+        if it.value > opt.value and abs(k - round(k)) < 1e-9 and round(k) >= 2:
+            return float(round(k)), f"({it.where} {it.value:g} / {opt.where} {opt.value:g})"
     return None
 
 

@@ -21,7 +21,11 @@ steps (`step_unit`). When one predicts
 the saved horizon exactly, the schedule's end is certain from the first checkpoint: the
 finding gives the update where the floor comes, or the share of the decay left at the
 planned end, and names every other hypothesis with the number it would have predicted (ruled
-out). A horizon no hypothesis explains stays LRD102 (a configured tail) or LRD118.
+out). A plan in epochs is converted with the updates per epoch: saved, or the dataloader's
+length (`epoch_length`, `loader_len`) over the accumulation, which when no file saves it is
+the whole ratio of a loop counter of iterations to the optimizer's step (PyTorch-Ignite's
+`trainer.iteration` 36 / `optimizer.state[0].step` 9 = 4); the message names the numbers.
+A horizon no hypothesis explains stays LRD102 (a configured tail) or LRD118.
 
 Without a planned end, a saved counter can name the horizon's unit: the horizon equals a
 counter of the loop (DeepSpeed's client-state micro-batch `step`, LitGPT/Fabric's
@@ -130,6 +134,8 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         if lr_end is not None and spec is not None:
             extra["lr_at_planned_end"] = lr_end
             harm += f" and the LR is still {lr_end:.6g} (min_lr {spec.min_lr:g})"
+    if " x ceil(" in v.planned_from:  # a computed plan: say from which saved numbers
+        harm += f" (planned end {number(E)} {v.step}s = {v.planned_from})"
     others = "; ".join(f"{t.hypothesis} would give {number(round(t.predicted, 3))}"
                        for t in v.ruled_out[:6])
     unconfirmed = (f" Not confirmed: {v.fit.missing} would confirm it, and no file holds one."

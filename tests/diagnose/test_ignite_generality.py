@@ -97,22 +97,20 @@ def test_ignite_native_param_scheduler_is_never_silent(scenario):
     assert not _codes(r, Severity.ERROR)
 
 
-def test_ignite_horizon_in_iterations_is_not_a_false_error():
+def test_ignite_horizon_in_iterations_is_an_error_from_the_saved_numbers():
     """PyTorch-Ignite: a framework neither the corpus nor the layout registry names.
-    T_max 36 (= epoch_length 12 x max_epochs 3 iterations) while stepped per update: the
-    accumulation 4 is saved nowhere (only iteration 36 / optimizer step 9 implies it)."""
+    T_max 36 = epoch_length 12 x max_epochs 3 (iterations) while the handler fires once per
+    update (last_epoch 9 = optimizer step 9). No accumulation is saved: trainer.iteration 36
+    / optimizer step 9 = 4 derives it, so the plan is 3 x ceil(12 / 4) = 9 updates and only
+    25% of the cosine is done at the planned end. The healthy twin (T_max 9) is silent."""
     r = _one(DATA / "bug-horizon-iters")
-    assert not _codes(r, Severity.ERROR)
-
-
-@pytest.mark.xfail(strict=True, reason="not found yet: T_max 36 = trainer.epoch_length 12 x "
-                   "trainer.max_epochs 3 while last_epoch 9 = optimizer step 9; the "
-                   "accumulation 4 = trainer.iteration 36 / optimizer step 9 is derived "
-                   "from no counter-ratio rule today (see the qa report)")
-def test_ignite_horizon_in_iterations_is_found():
-    """PyTorch-Ignite: a framework neither the corpus nor the layout registry names."""
-    r = _one(DATA / "bug-horizon-iters")
-    assert {"LRD119", "LRD118"} & _codes(r)
+    f = the(r, "LRD119")
+    assert f.severity is Severity.ERROR
+    assert "T_max = 36" in f.message and "epoch_length 12 x max_epochs 3 = 36" in f.message
+    assert "only 25% of the horizon is done" in f.message
+    assert "trainer.iteration 36 / checkpoint_3.pt:optimizer.state[0].step 9" in f.message
+    assert f.evidence.to_dict()["planned_end_updates"] == 9
+    assert "LRD119" not in _codes(_one(DATA / "healthy-torch"), Severity.INFO)
 
 
 def _verdict(r: Report) -> list[tuple[str, str]]:

@@ -98,7 +98,7 @@ FACTOR: dict[str, Q] = {
                      "per_gpu_train_batch_size"), Q.MICRO_BATCH),
     **dict.fromkeys(("len_dataloader", "len_train_dataloader", "num_batches_per_epoch",
                      "batches_per_epoch", "steps_per_epoch_batches", "loader_len",
-                     "num_batches", "iters_per_epoch_micro"), Q.BATCHES_PER_EPOCH),
+                     "num_batches", "iters_per_epoch_micro", "epoch_length"), Q.BATCHES_PER_EPOCH),
     **dict.fromkeys(("steps_per_epoch", "updates_per_epoch", "num_update_steps_per_epoch",
                      "iters_per_epoch", "optimizer_steps_per_epoch"), Q.UPDATES_PER_EPOCH),
     **dict.fromkeys(("num_train_samples", "train_dataset_size", "dataset_size", "dataset_len",
