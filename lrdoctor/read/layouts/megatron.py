@@ -263,6 +263,8 @@ def read(path: Path) -> RunState:
                             "saved with --no-save-optim?", str(main))
     args = _common.as_fields(sd.get("args")) or {}
     st = RunState(format=NAME, path=str(ckpt or path), files=read_files)
+    if dcp_state is not None:  # classes kept opaque in the items read: never silent
+        st.notes.extend(dcp_state.notes)
     src = where
 
     missing = [k for k in ("max_lr", "min_lr", "lr_warmup_steps", "lr_decay_steps",
@@ -445,6 +447,7 @@ def _distributed_param_groups(st: RunState, ckpt: Path,
             st.facts.optimizer_lrs_unread = LrsUnread(reason=str(exc))
             return None
         st.files += [f for f in dcp_state.files if f not in st.files]
+        st.notes.extend(n for n in dcp_state.notes if n not in st.notes)
     items: dict[int, tuple[int, str, Any]] = {}
     unread: dict[str, str] = {}
     for fqn, value in dcp_state.flat.items():

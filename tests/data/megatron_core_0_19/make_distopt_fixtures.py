@@ -49,8 +49,8 @@ Fixtures (``truth.json`` in each: the live param-group LRs and counters at save)
 - ``distopt_torch_dcp/``: ``--ckpt-format torch_dcp`` with dense + expert parameters:
   ``optimizer.state_dict()`` (a list of two) flattened into DCP items.
 - ``distopt_unreadable/``: as dp_reshardable, but one param group also holds a
-  ``fractions.Fraction`` (a class lrdoctor's unpickler does not allow), so the
-  param-group item cannot be read: the never-silent case.
+  ``fractions.Fraction`` (a class lrdoctor does not know): once an unread item, now an
+  opaque value with a note, the LRs beside it read (unknown classes are opaque).
 """
 
 from __future__ import annotations
