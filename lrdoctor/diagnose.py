@@ -85,9 +85,9 @@ def _runnable(findings: list[Finding], state: RunState) -> None:
     """Every `lrdoctor fix --policy X` a finding's text names (the rules' generic wording:
     no checkpoint, no --out, so it fails as printed) becomes the command on this
     checkpoint, or, where ``fix`` would refuse that policy here, the policy with what is
-    missing (decided by ``make_target``, as for the recommendation)."""
+    missing (decided by :func:`~lrdoctor.diagnose_policy.decide`, as for the
+    recommendation)."""
     from lrdoctor.core.errors import UnusableInput
-    from lrdoctor.repair.policies import make_target
 
     def command(m: re.Match[str]) -> str:
         flags = m.group(1)
@@ -95,7 +95,7 @@ def _runnable(findings: list[Finding], state: RunState) -> None:
         if policy is None:
             return m.group(0)
         try:
-            make_target(state, findings, policy=policy.group(1))
+            decide(state, findings, policy=policy.group(1))
         except UnusableInput as exc:
             return f"`{flags}` (which `lrdoctor fix` cannot apply here: {exc.message})"
         return f"`{fix_command(state.path, flags)}`"

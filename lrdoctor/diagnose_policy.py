@@ -143,6 +143,13 @@ def choose_policy(findings: list[Finding], policy: str | None
     return rec.policy, list(rec.because), rec
 
 
+def check_policy(policy: str | None) -> None:
+    """A :class:`Refusal` for a policy ``fix`` does not have (``sync-lr`` is what the
+    findings may recommend, never a ``--policy``)."""
+    if policy is not None and policy not in POLICIES:
+        raise Refusal(f"unknown policy {policy!r} (one of {', '.join(POLICIES)})")
+
+
 def decide(state: RunState, findings: list[Finding], *, policy: str | None = None,
            k: float | None = None, progress: float | None = None, ratio: float | None = None,
            given_schedule: Callable[[Unit], ScheduleSpec | None] | None = None
@@ -157,6 +164,7 @@ def decide(state: RunState, findings: list[Finding], *, policy: str | None = Non
     :func:`lrdoctor.repair.policies.make_target` (which reads those options); the
     findings' fix texts (:mod:`lrdoctor.diagnose`) call it bare, so they never recommend
     what ``fix`` refuses."""
+    check_policy(policy)
     chosen, codes, rec = choose_policy(findings, policy)
     if chosen is None:
         return None

@@ -19,7 +19,7 @@ from lrdoctor.core.errors import NotParsed, UnusableInput
 from lrdoctor.core.findings import Finding
 from lrdoctor.core.repair import Refusal, Target
 from lrdoctor.core.state import RunState, ScheduleSpec, Unit
-from lrdoctor.diagnose_policy import POLICIES, RESOLVES, decide
+from lrdoctor.diagnose_policy import POLICIES, RESOLVES, check_policy, decide
 
 __all__ = ["POLICIES", "RESOLVES", "Refusal", "Target", "make_target", "read_replay"]
 
@@ -82,8 +82,7 @@ def make_target(state: RunState, findings: list[Finding], *, policy: str | None 
     it replaces the schedule the checkpoint gave, and a ``--from-replay`` report's
     schedule is used where the checkpoint has none, so the param-group LR is exact
     for a LambdaLR too."""
-    if policy is not None and policy not in POLICIES:
-        raise Refusal(f"unknown policy {policy!r} (one of {', '.join(POLICIES)})")
+    check_policy(policy)
     if progress is not None and replay is not None:
         raise Refusal("give --progress or --from-replay, not both")
     if k is not None and policy not in (None, "rescale"):

@@ -263,8 +263,7 @@ def read(path: Path) -> RunState:
                             "saved with --no-save-optim?", str(main))
     args = _common.as_fields(sd.get("args")) or {}
     st = RunState(format=NAME, path=str(ckpt or path), files=read_files)
-    if dcp_state is not None:  # classes kept opaque in the items read: never silent
-        st.notes.extend(dcp_state.notes)
+    st.notes += dcp_state.notes if dcp_state else []  # classes kept opaque: never silent
     src = where
 
     missing = [k for k in ("max_lr", "min_lr", "lr_warmup_steps", "lr_decay_steps",
