@@ -38,7 +38,9 @@ def catalog_markdown() -> str:
            "`--fail-on` picks the threshold for exit code 1.", ""]
     from lrdoctor.rules.hypotheses import how_findings_are_reached
 
-    out += [how_findings_are_reached()]
+    from lrdoctor.rules.replay_context import HOW_REPLAY_SEVERITY
+
+    out += [how_findings_are_reached(), HOW_REPLAY_SEVERITY]
     for r in RULES.values():
         out += [f"## {r.code} `{r.name}` ({r.severity})", "", f"**{r.title}**", "",
                 r.explanation, "", f"*Example:* {r.example}", "", f"*Fix:* {r.fix}", ""]

@@ -126,7 +126,7 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     from lrdoctor.replay.config import load_config, with_key
     from lrdoctor.replay.nominal import schedule_spec
     from lrdoctor.replay.planning import plan_steps
-    from lrdoctor.replay.samples import lengths_source, load_samples
+    from lrdoctor.replay.samples import lengths_origin, lengths_source, load_samples
 
     cfg = load_config(config, opts.sets, opts.config_root)
     try:
@@ -135,6 +135,8 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
         if exc.path is None:  # same type: LRD303's advice follows it
             raise exc.inside(str(config)) from None
         raise
+    # Read by the replay rules: a finding resting on lengths no file holds is a warning.
+    cfg._lengths = lengths_origin(cfg, batch_log, synthetic, seed)
     if engine not in ("auto", "fast", "torch"):
         raise UnusableInput(f"engine {engine!r}: allowed: auto, fast, torch")
     steps = cfg.train.steps

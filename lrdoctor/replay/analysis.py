@@ -206,9 +206,11 @@ def findings(rep: Replay, summary: dict[str, Any] | None = None,
     """LRD201-LRD212 and LRD215 from one replay (``knob``: a memory-knob comparison, for
     LRD203): every rule of :data:`lrdoctor.rules.REPLAY`, in its order."""
     from lrdoctor.rules import REPLAY
+    from lrdoctor.rules.replay_context import with_provenance
 
     ctx = _context(rep, summary or summarize(rep), knob)
-    return [f for rule in REPLAY for f in rule.check(ctx)]
+    # Severity follows provenance, in one place for every rule.
+    return [f for rule in REPLAY for f in with_provenance(rule, ctx, rule.check(ctx))]
 
 
 # ---------------------------------------------------------------- sweeps and the knob check

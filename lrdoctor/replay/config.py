@@ -313,6 +313,9 @@ class RunConfig(_Section):
     # Where a translated config came from: the launch script, its entry point, the base
     # config tree, what it left unresolved (shown in the report's notes).
     _source: dict[str, Any] = PrivateAttr(default_factory=dict)
+    # Where the replay's sample lengths came from (samples.lengths_origin), set by the
+    # replay that read them: the replay rules' severity follows it.
+    _lengths: dict[str, Any] | None = PrivateAttr(default=None)
 
     def resolve_path(self, p: str) -> str:
         """A path written in the config, relative to the config file (not the cwd)."""
@@ -541,5 +544,5 @@ def with_key(cfg: RunConfig, key: str, value: Any, source: str | None = None) ->
     out = config_from_dict(data, source or "--sweep")
     out._format, out._base_dir = cfg._format, cfg._base_dir
     out._keys_used, out._unmodelled = cfg._keys_used, cfg._unmodelled
-    out._source = cfg._source
+    out._source, out._lengths = cfg._source, cfg._lengths
     return out

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
+#: What it rests on (replay_context.with_provenance): the first window's size is the accumulation rule's (k from the config), whatever the lengths.
+LENGTHS = "none"
 
 
 class ShortFirstWindow(Evidence):

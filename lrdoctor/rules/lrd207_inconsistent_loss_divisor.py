@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
+#: What it rests on (replay_context.with_provenance): the documents per sample are read from the lengths' docs column.
+LENGTHS = "tokens"
 
 
 class InconsistentLossDivisor(Evidence):

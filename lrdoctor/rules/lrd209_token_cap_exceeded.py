@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
+#: What it rests on (replay_context.with_provenance): the tokens per micro-batch are the sample lengths'.
+LENGTHS = "tokens"
 
 
 class TokenCapExceeded(Evidence):
@@ -78,7 +80,11 @@ def check(c: ReplayContext) -> list[Finding]:
     if asserts and longest > cap:
         first = min(step for step, v in single if v.get("asserts"))
         severity = Severity.ERROR
-        why += f": {asserts}, so the real run stops at train step {first}"
+        from lrdoctor.rules.replay_context import rests_on_assumed_lengths
+
+        why += (f": {asserts}, so a run with sequences that long would stop at train step "
+                f"{first}" if rests_on_assumed_lengths(cfg, LENGTHS) else
+                f": {asserts}, so the real run stops at train step {first}")
         fix = (f"Raise the cap to at least {longest} (the longest sequence, rounded as the "
                "framework rounds it) or cut the sequences to the cap before training.")
     return [RULE.finding(

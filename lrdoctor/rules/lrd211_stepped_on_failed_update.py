@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
+#: What it rests on (replay_context.with_provenance): the failed updates are the config's scheduler.failed_updates.
+LENGTHS = "none"
 
 
 class SteppedOnFailedUpdate(Evidence):

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
+#: What it rests on (replay_context.with_provenance): the divisor counts the samples' tokens.
+LENGTHS = "tokens"
 
 
 class LossDivisorLrScale(Evidence):

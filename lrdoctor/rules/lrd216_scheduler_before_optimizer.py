@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
+#: What it rests on (replay_context.with_provenance): torch's warning on the configured loop's step order.
+LENGTHS = "none"
 
 
 def is_step_order_warning(message: str) -> bool:

@@ -16,9 +16,11 @@ which stays light.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lrdoctor.core.findings import Evidence, Finding, Severity
 from lrdoctor.core.numbers import number
 from lrdoctor.rules.common import ReplayBudget
 
@@ -261,3 +263,123 @@ def flat_lr_note(value: float) -> str:
     return (f" The LR does not move past warmup ({short(value)} at every update the replay "
             "reached and up to the horizon, from the schedule's own formula), so no update's "
             "LR depends on this: informational, not an error.")
+
+
+# ------------------------------------------------------- severity follows provenance
+
+#: What a replay rule's conclusion rests on, declared by its module as ``LENGTHS``:
+#: "none": it holds for any sample lengths (its numbers are the config's, e.g. the
+#: accumulation rule's first window); "packing" (the default): it rests on the lengths
+#: through the packer, so a static loop (fixed rows per micro-batch) does not read them;
+#: "tokens": it reads the lengths (tokens, documents) themselves, whatever the packer.
+LENGTHS_KINDS = ("none", "packing", "tokens")
+
+#: The catalog's paragraph on replay severity (docs/findings.md, :func:`lrdoctor.findings.
+#: catalog_markdown`): said here, beside the helper that applies it.
+HOW_REPLAY_SEVERITY = """### Replay findings: severity follows provenance
+
+`replay` (LRD2xx) judges numbers of three origins: the config (a key of the run config or
+of the framework's own config, named in `config_keys_read`; a framework default marked
+`(default)` is the framework's code), the sample lengths from a batch log (`--batch-log`,
+`data.batch_log`: the run's own), and synthetic lengths lrdoctor drew (`--synthetic`,
+`data.synthetic`, or, for a framework's config or launch script without a batch log,
+lengths drawn up to the config's own maximum length). `--set KEY=VALUE` is read as the
+user's statement of the real value, like a key of the file.
+
+- A finding entailed by the config alone keeps its rule's severity whatever the lengths:
+  the first window of `global_step % k` (LRD204), failed updates that step the scheduler
+  (LRD211), torch's step-order warning (LRD216).
+- A finding that rests on the lengths (every other replay rule; through the packer, so a
+  static loop's counts do not read them; LRD207, LRD209 and LRD215 read tokens or documents
+  under any packer) is at most a **warning** when the lengths are synthetic. Its text names
+  the synthetic spec and seed and says how to decide it: `--batch-log FILE` with the run's
+  recorded lengths (`lrdoctor.runtime.record.BatchLogRecorder`). With a batch log it keeps
+  its rule's severity: OpenRLHF's token cap (LRD209) is an error when a logged sequence is
+  longer than the cap, a warning when only a drawn one is.
+
+Every replay finding's JSON evidence carries `provenance`: `lengths` (`kind`
+batch_log / synthetic / counts, `source`, `given_by`, `seed`), `rests_on_lengths`, the
+config format, launch script and `config_keys_read`, and, when the lengths capped it,
+`severity_with_real_lengths`.
+"""
+
+
+class WithProvenance(Evidence):
+    """A replay finding's evidence with where its numbers came from (``provenance`` in the
+    JSON): the rule's own evidence fields unchanged, plus one key. Why a wrapper: every
+    replay rule gets it from one place (:func:`with_provenance`), none builds it."""
+
+    inner: Evidence
+    provenance: Mapping[str, Any]
+
+    def raw(self) -> dict[str, Any]:
+        return {**self.inner.raw(), "provenance": dict(self.provenance)}
+
+    def headline(self) -> str | None:
+        return self.inner.headline()
+
+    def replaced(self, **changes: Any) -> Evidence:
+        return WithProvenance(self.inner.replaced(**changes), self.provenance)
+
+
+def lengths_of(cfg: RunConfig) -> dict[str, Any]:
+    """Where the replay's lengths came from (set by :func:`lrdoctor.replay.replay_full`;
+    a replay built another way is judged by its config's ``data`` section)."""
+    if cfg._lengths is not None:
+        return cfg._lengths
+    from lrdoctor.replay.samples import lengths_origin
+
+    return lengths_origin(cfg)
+
+
+def rests_on_assumed_lengths(cfg: RunConfig, lengths: str) -> bool:
+    """Does a rule that declares ``LENGTHS = lengths`` rest on lengths no file holds?"""
+    if lengths_of(cfg)["kind"] != "synthetic" or lengths == "none":
+        return False
+    return lengths == "tokens" or cfg.batching.strategy != "static"
+
+
+def assumed_lengths_text(cfg: RunConfig) -> str:
+    """The number a finding resting on synthetic lengths assumed, and how to give the real one."""
+    o = lengths_of(cfg)
+    return (f" Assumed, not read: the sample lengths are synthetic ({o['source']}, seed "
+            f"{o.get('seed')}; {o['given_by']}), no file holds them, so this is a hypothesis "
+            "and at most a warning. To decide it, replay with the run's own lengths: "
+            "--batch-log FILE (written by lrdoctor.runtime.record.BatchLogRecorder, or "
+            "JSONL/CSV/Parquet with step and tokens per sample, docs/replay.md).")
+
+
+def with_provenance(module: Any, c: ReplayContext, found: list[Finding]) -> list[Finding]:
+    """Severity follows provenance, for every replay rule (:func:`lrdoctor.replay.analysis.
+    findings` calls it on each rule's findings): a finding that rests on synthetic lengths
+    (the rule's ``LENGTHS`` says whether it reads them) is at most a warning whose text names
+    the assumed lengths and the flag that supplies real ones; a finding entailed by the config
+    (and a real batch log) keeps the rule's severity. Every finding's evidence carries
+    ``provenance``: where the lengths came from, the config file and the keys the translation
+    read, and the severity it would have with real lengths when it was capped.
+
+    Why one place: the CEO's rule (an error only when every number in its explanation was
+    read or derived from the files) is the same for every rule; a rule only declares what
+    it reads."""
+    lengths = getattr(module, "LENGTHS", "packing")
+    if lengths not in LENGTHS_KINDS:
+        raise ValueError(f"{module.__name__}.LENGTHS {lengths!r}: one of {LENGTHS_KINDS}")
+    cfg = c.cfg
+    assumed = rests_on_assumed_lengths(cfg, lengths)
+    for f in found:
+        prov: dict[str, Any] = {"lengths": dict(lengths_of(cfg)),
+                                "rests_on_lengths": lengths != "none"
+                                and (lengths == "tokens" or cfg.batching.strategy != "static"),
+                                "config_format": cfg._format}
+        if cfg._source.get("launch_script"):
+            prov["launch_script"] = cfg._source["launch_script"]
+        if cfg._keys_used is not None:
+            prov["config_keys_read"] = sorted(cfg._keys_used)
+        if assumed and f.severity > Severity.WARNING:
+            prov["severity_with_real_lengths"] = str(f.severity)
+            f.severity = Severity.WARNING
+        if assumed:
+            prov["assumed"] = "sample lengths"
+            f.message += assumed_lengths_text(cfg)
+        f.evidence = WithProvenance(f.evidence, prov)
+    return found
