@@ -37,7 +37,6 @@ def catalog_markdown() -> str:
            "Every finding lrdoctor reports has a stable code. Severity is the default; "
            "`--fail-on` picks the threshold for exit code 1.", ""]
     from lrdoctor.rules.hypotheses import how_findings_are_reached
-
     from lrdoctor.rules.replay_context import HOW_REPLAY_SEVERITY
 
     out += [how_findings_are_reached(), HOW_REPLAY_SEVERITY]
