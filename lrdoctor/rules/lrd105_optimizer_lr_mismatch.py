@@ -38,6 +38,9 @@ class OptimizerLrMismatch(Evidence):
     def headline(self) -> str | None:
         if not self.optimizer_lrs:
             return None
+        if _matches(self.optimizer_lrs, self.schedule_lr):  # the info case: one call behind
+            return (f"optimizer lr {self.optimizer_lrs[0]:.3g} = the schedule at "
+                    f"{fmt(self.scheduler_progress)}, one call behind its counter")
         return f"optimizer lr {self.optimizer_lrs[0]:.3g}, schedule {self.schedule_lr:.3g}"
 
 

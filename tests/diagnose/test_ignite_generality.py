@@ -59,6 +59,8 @@ def test_ignite_lr_one_call_behind_last_epoch_is_explained_not_a_mismatch(scenar
     assert f.severity is Severity.INFO
     assert "3.98522e-05" in f.message and "last_epoch = 9" in f.message
     assert "(at 8: 3.98522e-05)" in f.message and "_step_count = 1" in f.message
+    assert f.evidence.headline() == ("optimizer lr 3.99e-05 = the schedule at 8, one call "
+                                     "behind its counter")
     assert recommend(r.findings) is None
 
 
