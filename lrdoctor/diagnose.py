@@ -106,3 +106,18 @@ def _runnable(findings: list[Finding], state: RunState) -> None:
 
 
 _GENERIC_FIX = re.compile(r"`lrdoctor fix (--[^`]+)`")
+
+
+def fix_command_placeholder(text: str) -> str:
+    """The rules' generic `lrdoctor fix --policy X` as the catalog page prints it: the
+    command :func:`fix_command` builds at run time, on a ``PATH`` placeholder
+    (``lrdoctor fix PATH --out PATH-fixed --policy X``), so the page and what ``inspect``
+    prints read the same, and what the page shows runs once PATH is filled in."""
+
+    def command(m: re.Match[str]) -> str:
+        flags = m.group(1)
+        if re.match(r"--policy ([\w-]+)$", flags) is None:
+            return m.group(0)
+        return f"`{fix_command('PATH', flags)}`"
+
+    return _GENERIC_FIX.sub(command, text)

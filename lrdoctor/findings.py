@@ -35,14 +35,18 @@ def catalog_markdown() -> str:
     """The findings catalog page (docs/findings.md)."""
     out = ["# Findings catalog", "",
            "Every finding lrdoctor reports has a stable code. Severity is the default; "
-           "`--fail-on` picks the threshold for exit code 1.", ""]
+           "`--fail-on` picks the threshold for exit code 1. In the fix texts below, "
+           "`PATH` stands for the checkpoint; `inspect` prints the same command on its "
+           "real path.", ""]
+    from lrdoctor.diagnose import fix_command_placeholder as runnable
     from lrdoctor.rules.hypotheses import how_findings_are_reached
     from lrdoctor.rules.replay_context import HOW_REPLAY_SEVERITY
 
     out += [how_findings_are_reached(), HOW_REPLAY_SEVERITY]
     for r in RULES.values():
         out += [f"## {r.code} `{r.name}` ({r.severity})", "", f"**{r.title}**", "",
-                r.explanation, "", f"*Example:* {r.example}", "", f"*Fix:* {r.fix}", ""]
+                runnable(r.explanation), "", f"*Example:* {r.example}", "",
+                f"*Fix:* {runnable(r.fix)}", ""]
     return "\n".join(out)
 
 

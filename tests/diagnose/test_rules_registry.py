@@ -52,11 +52,13 @@ def test_checks_have_the_protocol_of_their_kind():
 
 
 def test_every_code_is_documented():
+    from lrdoctor.diagnose import fix_command_placeholder as runnable
+
     doc = (REPO / "docs" / "findings.md").read_text()
     assert doc == catalog_markdown() + "\n"
-    for r in rules.RULES:
+    for r in rules.RULES:  # the page shows each generic fix command on a PATH placeholder
         assert f"## {r.code} `{r.name}` ({r.severity})" in doc
-        assert r.explanation in doc and r.fix in doc
+        assert runnable(r.explanation) in doc and runnable(r.fix) in doc
 
 
 def _sample(tp: object, name: str) -> object:
