@@ -16,11 +16,12 @@ import dataclasses
 import math
 import re
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 if sys.version_info >= (3, 11):
     from typing import dataclass_transform
@@ -47,6 +48,20 @@ def optional() -> Any:
     return dataclasses.field(default=None, metadata=OMIT_NONE)
 
 
+_AS_DATACLASS = threading.RLock()
+
+
+class _FieldsWhenAsked:
+    """``__dataclass_fields__`` of a :class:`Record` class not made a dataclass yet: asking
+    for it makes the class one, so ``dataclasses.fields(cls)`` and ``is_dataclass`` answer
+    as if it had been one from its definition."""
+
+    def __get__(self, obj: object, owner: type[Record]) -> dict[str, dataclasses.Field[Any]]:
+        owner._as_dataclass()
+        fields: dict[str, dataclasses.Field[Any]] = owner.__dict__["__dataclass_fields__"]
+        return fields
+
+
 @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
 @dataclass(frozen=True)
 class Record(Mapping[str, Any]):
@@ -58,6 +73,8 @@ class Record(Mapping[str, Any]):
     fields; ``class X(Evidence, kw_only=True):`` for keyword-only fields): said here
     once instead of a decorator on every evidence type, and mypy knows it
     (``dataclass_transform``)."""
+
+    _record_kw_only: ClassVar[bool] = False  # the class's ``kw_only=``, for dataclass()
 
     def raw(self) -> dict[str, Any]:
         """The record by its JSON keys, values as they are (tuples, int keys)."""
@@ -78,14 +95,36 @@ class Record(Mapping[str, Any]):
         # record): Record's __eq__, so dataclass() writes none (eq=False). Its __repr__ and
         # __hash__ are written once here, the same as dataclass() would generate for each
         # class: generating them per class (an exec each) was a tenth of ``inspect``'s
-        # start-up over the ~60 evidence types.
+        # start-up over the ~60 evidence types. dataclass() itself runs when the class is
+        # first used as one: its first record built (:meth:`__new__`) or its fields asked
+        # for (``dataclasses.fields``, ``is_dataclass``, a subclass made one). A healthy
+        # checkpoint builds none of the ~40 evidence types its rules import, and their
+        # three generated methods each were another tenth.
         super().__init_subclass__(**kwargs)
         cls.__eq__ = Record.__eq__  # type: ignore[method-assign]
-        dataclass(frozen=True, kw_only=kw_only, eq=False, repr=False)(cls)
+        cls._record_kw_only = kw_only
+        cls.__dataclass_fields__ = _FieldsWhenAsked()  # type: ignore[assignment]
         if "__repr__" not in cls.__dict__:
             cls.__repr__ = Record._field_repr  # type: ignore[method-assign,assignment]
         if "__hash__" not in cls.__dict__:
             cls.__hash__ = Record._field_hash  # type: ignore[method-assign,assignment]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Record:  # noqa: ARG004 - __init__'s
+        if not isinstance(cls.__dict__["__dataclass_fields__"], dict):
+            cls._as_dataclass()
+        return super().__new__(cls)
+
+    @classmethod
+    def _as_dataclass(cls) -> None:
+        """Make ``cls`` and every record class it derives from the frozen dataclass its
+        definition declares, bases first (a subclass's fields follow its base's). Once
+        per class, under a lock: readers build evidence in threads, and dataclass() run
+        twice on one class would lose its fields' default factories."""
+        with _AS_DATACLASS:
+            for c in reversed(cls.__mro__):
+                if isinstance(c.__dict__.get("__dataclass_fields__"), _FieldsWhenAsked):
+                    dataclass(frozen=True, kw_only=c.__dict__["_record_kw_only"], eq=False,
+                              repr=False)(c)
 
     def _field_repr(self) -> str:
         """What dataclass() generates: ``Name(field=value, ...)`` over the repr fields."""

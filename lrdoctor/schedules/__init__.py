@@ -23,23 +23,39 @@ FAMILIES = ("megatron", "hf", "torch", "deepspeed", "timm", "torchtitan", "onevi
 
 
 def _family(spec: ScheduleSpec) -> ModuleType:
-    """The family module of ``spec``: the one lookup (the replay engine asks here too)."""
-    from lrdoctor.schedules import (
-        deepspeed,
-        hf,
-        megatron,
-        onevision,
-        timm,
-        torch_builtin,
-        torchtitan,
-    )
+    """The family module of ``spec``: the one lookup (the replay engine asks here too).
+    Only that family is imported: ``inspect`` of one HF run never loads the other six."""
+    match spec.family:
+        case "megatron":
+            from lrdoctor.schedules import megatron
 
-    module = {"megatron": megatron, "hf": hf, "torch": torch_builtin,
-              "deepspeed": deepspeed, "timm": timm, "torchtitan": torchtitan,
-              "onevision": onevision}.get(spec.family)
-    if module is None:
-        raise ValueError(f"unknown schedule family {spec.family!r}")
-    return module
+            return megatron
+        case "hf":
+            from lrdoctor.schedules import hf
+
+            return hf
+        case "torch":
+            from lrdoctor.schedules import torch_builtin
+
+            return torch_builtin
+        case "deepspeed":
+            from lrdoctor.schedules import deepspeed
+
+            return deepspeed
+        case "timm":
+            from lrdoctor.schedules import timm
+
+            return timm
+        case "torchtitan":
+            from lrdoctor.schedules import torchtitan
+
+            return torchtitan
+        case "onevision":
+            from lrdoctor.schedules import onevision
+
+            return onevision
+        case _:
+            raise ValueError(f"unknown schedule family {spec.family!r}")
 
 
 def lr_function(spec: ScheduleSpec) -> Callable[[ScheduleSpec, float], float]:

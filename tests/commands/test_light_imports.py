@@ -85,3 +85,31 @@ def test_inspect_quiet_imports_only_what_it_judges_with():
     loaded = [m for m in mods if m.startswith(("pydantic", "lrdoctor.rules.lrd2", "rich",
                                                "lrdoctor.render.machine", "lrdoctor.ci.config"))]
     assert loaded == []
+    # No finding, so no repair recommended: neither the repair package nor the layouts'
+    # repair side (argparse with it); only the HF schedule family of the seven; pickletools
+    # reads a pickle outside a torch zip only.
+    assert "lrdoctor.schedules.hf" in mods
+    off = [m for m in mods if m.startswith(("lrdoctor.repair", "lrdoctor.core.repair",
+                                            "argparse", "pickletools"))
+           or m in ("lrdoctor.schedules.megatron", "lrdoctor.schedules.deepspeed",
+                    "lrdoctor.schedules.timm", "lrdoctor.schedules.torchtitan",
+                    "lrdoctor.schedules.onevision")]
+    assert off == []
+
+
+def test_inspect_quiet_makes_no_evidence_dataclass_it_does_not_build():
+    """Issue 29 item 21: an evidence type becomes a dataclass when a record of it is built
+    (or its fields are asked for); a healthy HF run builds none, so none is made."""
+    out = subprocess.run([sys.executable, "-c", START + """
+from lrdoctor.core.findings import Record
+seen, todo = [], list(Record.__subclasses__())
+while todo:
+    c = todo.pop()
+    seen.append(c)
+    todo.extend(c.__subclasses__())
+made = [c.__name__ for c in seen if isinstance(c.__dict__.get("__dataclass_fields__"), dict)]
+print(json.dumps([len(seen), made]))
+""", json.dumps(["inspect", str(SAMPLES / "hf-healthy"), "-q"])], cwd=REPO,
+        capture_output=True, text=True, check=True, timeout=120)
+    classes, made = json.loads(out.stdout.strip().splitlines()[-1])
+    assert classes > 20 and made == []  # the rules' evidence types were imported, none made

@@ -219,3 +219,36 @@ def test_evidence_records_repr_and_hash_as_a_dataclass_would():
     assert p == {"a": 1, "b": (2, 3), "c": "x"} and p != {"a": 2, "b": (2, 3), "c": "x"}
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.a = 2  # type: ignore[misc]
+
+
+def test_evidence_becomes_a_dataclass_when_first_built_bases_first_once():
+    """Record runs dataclass() when a class's first record is built or its fields are
+    asked for (a healthy checkpoint builds none of the evidence types its rules import:
+    start-up). A subclass built first still gets its base's fields first; records built at
+    once in threads (the readers) make each class once, so a default factory survives."""
+    import dataclasses
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lrdoctor.core.findings import Evidence
+
+    class Base(Evidence):
+        a: int
+        tags: list = dataclasses.field(default_factory=list)
+
+    class Child(Base, kw_only=True):
+        b: float
+
+    assert "__init__" not in Child.__dict__ and "__init__" not in Base.__dict__  # not yet
+
+    class Asked(Evidence):
+        x: int = 3
+
+    assert [f.name for f in dataclasses.fields(Asked)] == ["x"] and Asked() == {"x": 3}
+    with ThreadPoolExecutor(8) as pool:
+        built = list(pool.map(lambda i: Child(i, b=0.5), range(64)))
+    assert [f.name for f in dataclasses.fields(Child)] == ["a", "tags", "b"]
+    assert built[3] == {"a": 3, "tags": [], "b": 0.5} and built[3].tags is not built[4].tags
+    assert Base(1) == {"a": 1, "tags": []}
+    with pytest.raises(TypeError):
+        Child(1, 0.5)  # type: ignore[misc]  # b is keyword-only
+    assert dataclasses.replace(built[0], a=9) == {"a": 9, "tags": [], "b": 0.5}

@@ -25,7 +25,6 @@ manifest. Pure standard library: imported by ``inspect``'s light path.
 from __future__ import annotations
 
 import os
-import pickletools
 from collections.abc import Iterable, Iterator
 from struct import error as struct_error
 from typing import Any
@@ -208,7 +207,10 @@ def refuse(path: str, global_name: str) -> None:
 def globals_in_pickle(data: Any) -> Iterator[str]:
     """Every global one pickle stream names ("module.name"), read by pickletools (nothing is
     resolved or called). ``STACK_GLOBAL`` takes the two strings before it, which may come
-    from the memo, so the strings put in the memo are followed."""
+    from the memo, so the strings put in the memo are followed. pickletools is imported
+    here: only a pickle outside a torch zip is read this way, never on ``inspect``'s path."""
+    import pickletools
+
     strings: list[str | None] = []  # what each opcode pushed, where it is a string
     memo: dict[int, str | None] = {}
     for op, arg, _pos in pickletools.genops(data):

@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.evidence import LoggedLr
 from lrdoctor.core.fieldref import FieldRef
-from lrdoctor.core.repair import FormatPlan, Refusal, RepairTools, Target, named_file
 from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read.layouts import TRAINER, _common, _logfit
 from lrdoctor.read.layouts._torchstate import read_optimizer_file
+
+if TYPE_CHECKING:  # the repair side is imported by ``fix`` only (see :func:`repair`)
+    from lrdoctor.core.repair import FormatPlan, RepairTools, Target
 
 NAME = "hf"
 
@@ -72,12 +74,14 @@ def scheduler_file(ckpt: Path) -> Path:
 
 
 def optimizer_file(ckpt: Path) -> Path | None:
-    """optimizer.pt, or the DCP folder ``optimizer_0/`` of an FSDP SHARDED_STATE_DICT run."""
-    from lrdoctor.read.bytes import dcp
-
+    """optimizer.pt, or the DCP folder ``optimizer_0/`` of an FSDP SHARDED_STATE_DICT run
+    (the DCP reader is imported only when there is no optimizer file to find)."""
     found = next((ckpt / n for n in OPTIMIZER_FILES if (ckpt / n).is_file()), None)
-    if found is None and dcp.is_dcp(ckpt / FSDP_OPTIMIZER_DIR):
-        found = ckpt / FSDP_OPTIMIZER_DIR
+    if found is None:
+        from lrdoctor.read.bytes import dcp
+
+        if dcp.is_dcp(ckpt / FSDP_OPTIMIZER_DIR):
+            found = ckpt / FSDP_OPTIMIZER_DIR
     return found
 
 
@@ -285,6 +289,8 @@ def repair(path: Path, state: RunState, target: Target, tools: RepairTools) -> F
     copied as is; ``training_args.bin`` (a pickle of TrainingArguments) is always copied
     byte for byte, never rewritten, which is why a new horizon is refused: the Trainer
     rebuilds it from TrainingArguments when it resumes."""
+    from lrdoctor.core.repair import FormatPlan, Refusal, named_file
+
     if target.horizon is not None:
         raise Refusal("the HF Trainer rebuilds the schedule's horizon from TrainingArguments "
                       "(max_steps / num_train_epochs) when it resumes, and lrdoctor never rewrites "
