@@ -18,7 +18,6 @@ layout's repair returns and what it calls are defined here, below both:
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,16 +132,21 @@ class FormatPlan:
 
 # ---------------------------------------------------------------- key paths
 def get_at(obj: Any, key: Key) -> Any:
-    """The value at ``key`` in a loaded object (dicts, lists, argparse Namespaces)."""
+    """The value at ``key`` in a loaded object (dicts, lists, argparse Namespaces).
+    argparse is imported where a Namespace is looked for: ``inspect`` never does."""
+    from argparse import Namespace
+
     for k in key:
-        obj = getattr(obj, k) if isinstance(obj, argparse.Namespace) else obj[k]
+        obj = getattr(obj, k) if isinstance(obj, Namespace) else obj[k]
     return obj
 
 
 def set_at(obj: Any, key: Key, value: Any) -> None:
+    from argparse import Namespace
+
     parent = get_at(obj, key[:-1])
     last = key[-1]
-    if isinstance(parent, argparse.Namespace):
+    if isinstance(parent, Namespace):
         setattr(parent, last, value)
     elif isinstance(parent, tuple):
         raise TypeError(f"cannot set inside a tuple at {key_str(key)}")
@@ -180,6 +184,8 @@ def _same_value(a: Any, b: Any) -> bool:
 
 def walk(obj: Any, key: Key = (), depth: int = 12) -> Iterator[tuple[Key, Any]]:
     """Every (key path, value) of nested dicts/lists/Namespaces; tensors not entered."""
+    from argparse import Namespace
+
     yield key, obj
     if depth == 0:
         return
@@ -190,7 +196,7 @@ def walk(obj: Any, key: Key = (), depth: int = 12) -> Iterator[tuple[Key, Any]]:
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
             yield from walk(v, key + (i,), depth - 1)
-    elif isinstance(obj, argparse.Namespace):
+    elif isinstance(obj, Namespace):
         for k, v in vars(obj).items():
             yield from walk(v, key + (k,), depth - 1)
 
