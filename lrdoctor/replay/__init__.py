@@ -137,6 +137,9 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
         raise
     # Read by the replay rules: a finding resting on lengths no file holds is a warning.
     cfg._lengths = lengths_origin(cfg, batch_log, synthetic, seed)
+    from lrdoctor.replay.sources import run_length_from_log
+
+    cfg = run_length_from_log(cfg, samples, cfg._lengths["kind"] == "batch_log")
     if engine not in ("auto", "fast", "torch"):
         raise UnusableInput(f"engine {engine!r}: allowed: auto, fast, torch")
     steps = cfg.train.steps

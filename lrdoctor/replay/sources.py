@@ -155,6 +155,29 @@ def translated(tr: Translator, data: Any, path: Path,
     return cfg
 
 
+def run_length_from_log(cfg: RunConfig, samples: Any, logged: bool) -> RunConfig:
+    """Where the translation assumed ``train.steps`` (RLinf's run length without its data
+    files), a batch log recorded from the run holds at least its logged steps: replay
+    those when they are more. Still assumed (the log may stop before the run did), so the
+    findings resting on it stay warnings; the output says the log set it."""
+    values = cfg._source.get("values") or {}
+    v = values.get("runner.max_steps")
+    if not logged or not v or v.get("from") != "assumed":
+        return cfg
+    import numpy as np
+
+    from lrdoctor.replay.config import with_key
+
+    k = int(len(np.unique(samples["step"])))
+    if k <= cfg.train.steps:
+        return cfg
+    out = with_key(cfg, "train.steps", k, "the batch log")
+    out._source = {**cfg._source, "values": {**values, "runner.max_steps": {
+        **v, "value": k, "why": f"the batch log holds {k} steps, so the run took at least {k}; "
+        f"it may have run longer ({v['why']})"}}}
+    return out
+
+
 # --------------------------------------------------------------------------- launch scripts
 
 

@@ -161,6 +161,21 @@ def test_an_assumed_run_length_caps_the_findings_resting_on_it(tmp_path):
     assert "--set runner.max_steps=N" in assumed["LRD201"].message
 
 
+def test_a_batch_log_sets_an_assumed_run_length_to_its_logged_steps(tmp_path):
+    # grpo_dynamic.yaml with max_steps -1: max_epochs 5, no data file -> 5 steps assumed;
+    # the seeded batch log holds 6 steps, so the run took at least 6: replayed 6, still
+    # assumed (the log may have stopped first).
+    res = _replay(tmp_path, "runner.max_steps=-1")
+    s = res.report.extra["summary"]
+    v = s["config_source"]["values"]["runner.max_steps"]
+    assert (s["train_steps"], v["value"], v["from"]) == (6, 6, "assumed")
+    assert "the batch log holds 6 steps" in v["why"]
+    assert "cycled" not in res.report.state["notes"]  # 6 logged steps, 6 replayed
+    found = {f.code: f for f in res.report.findings}
+    assert found["LRD201"].severity == Severity.WARNING  # an error with the steps read
+    assert "runner.max_steps = 6" in found["LRD201"].message
+
+
 def _prompts(tmp_path, n: int, suffix: str = ".jsonl"):
     p = tmp_path / f"prompts{suffix}"
     if suffix == ".jsonl":
