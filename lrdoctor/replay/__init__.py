@@ -218,7 +218,6 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     if cfg._keys_used is not None:
         summary["config_keys_used"] = cfg._keys_used
         found.extend(analysis.unmodelled_keys(cfg._unmodelled))
-    analysis.cap_assumed(found, cfg._source.get("values") or {})
     if cross is not None and cross.get("ran") and not cross["agree"]:
         from lrdoctor.rules import lrd214_replay_engines_disagree as lrd214
 

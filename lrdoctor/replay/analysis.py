@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lrdoctor.core.findings import Finding, Severity
+from lrdoctor.core.findings import Finding
 from lrdoctor.rules.common import ReplayBudget
 from lrdoctor.rules.replay_context import REL_TOL, ReplayContext, has_boundaries, per_step, short
 
@@ -175,30 +175,6 @@ def unmodelled_keys(items: list[dict[str, Any]]) -> list[Finding]:
 
     return lrd213.findings([it for it in items if "nearest" not in it]) + \
         lrd217.findings([it for it in items if "nearest" in it])
-
-
-#: The replay rules whose conclusion rests on the run's length (train.steps): where the
-#: planned end falls against the schedule's end. The others judge each step's own
-#: accounting and hold for any length.
-RUN_LENGTH_RULES = frozenset({"LRD201", "LRD202"})
-
-
-def cap_assumed(found: list[Finding], values: dict[str, dict[str, Any]]) -> None:
-    """A translation's assumed values (:class:`lrdoctor.replay.translate.common.
-    Translation` ``provenance``: today RLinf's run length where its data files are not
-    here) cap the findings resting on them at a warning whose text names the number
-    assumed and the ``--set`` that gives the real one. Why: an error only when every
-    number in its explanation was read or derived from the files."""
-    assumed = {k: v for k, v in values.items() if v.get("from") == "assumed"}
-    if not assumed:
-        return
-    text = " ".join(f"Assumed, not read: {k} = {v['value']} ({v['why']}); give the real one "
-                    f"with {v['set']}." for k, v in assumed.items())
-    for f in found:
-        if f.code in RUN_LENGTH_RULES:
-            if f.severity > Severity.WARNING:
-                f.severity = Severity.WARNING
-            f.message += " " + text
 
 
 def findings(rep: Replay, summary: dict[str, Any] | None = None,

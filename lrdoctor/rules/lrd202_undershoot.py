@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
+#: What it rests on (replay_context.with_provenance): the run's length, where the planned
+#: end falls against the horizon; an assumed length (RLinf without its data) caps it.
+RUN_LENGTH = True
 
 
 class Undershoot(ReplayBudget, kw_only=True):

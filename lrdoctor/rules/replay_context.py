@@ -273,6 +273,21 @@ def flat_lr_note(value: float) -> str:
 #: through the packer, so a static loop (fixed rows per micro-batch) does not read them;
 #: "tokens": it reads the lengths (tokens, documents) themselves, whatever the packer.
 LENGTHS_KINDS = ("none", "packing", "tokens")
+#: A rule whose conclusion rests on the run's length (train.steps: where the planned end
+#: falls against the schedule's end) declares ``RUN_LENGTH = True``; a translation that
+#: had to assume the length (``Translation.provenance``, in ``cfg._source["values"]``:
+#: RLinf without its data files) caps it at a warning naming the number and its ``--set``.
+
+
+def assumed_values(cfg: RunConfig) -> dict[str, dict[str, Any]]:
+    """The values a translation assumed (no file holds them), by the key that would."""
+    values = cfg._source.get("values") or {}
+    return {k: v for k, v in values.items() if v.get("from") == "assumed"}
+
+
+def assumed_values_text(values: dict[str, dict[str, Any]]) -> str:
+    return "".join(f" Assumed, not read: {k} = {v['value']} ({v['why']}); give the real one "
+                   f"with {v['set']}." for k, v in values.items())
 
 #: The catalog's paragraph on replay severity (docs/findings.md, :func:`lrdoctor.findings.
 #: catalog_markdown`): said here, beside the helper that applies it.
@@ -296,11 +311,15 @@ user's statement of the real value, like a key of the file.
   recorded lengths (`lrdoctor.runtime.record.BatchLogRecorder`). With a batch log it keeps
   its rule's severity: OpenRLHF's token cap (LRD209) is an error when a logged sequence is
   longer than the cap, a warning when only a drawn one is.
+- A finding that rests on the run's length (LRD201, LRD202: where the planned end falls
+  against the horizon) is at most a **warning** when the translation had to assume the
+  length (RLinf's `runner.max_steps: -1` without its data files, or with prompts filtered
+  by length). Its text names the number assumed and the `--set` that gives the real one.
 
 Every replay finding's JSON evidence carries `provenance`: `lengths` (`kind`
 batch_log / synthetic / counts, `source`, `given_by`, `seed`), `rests_on_lengths`, the
-config format, launch script and `config_keys_read`, and, when the lengths capped it,
-`severity_with_real_lengths`.
+config format, launch script and `config_keys_read`, `assumed_values` when an assumed
+value capped it, and, when it was capped, `severity_with_real_lengths`.
 """
 
 
@@ -366,6 +385,7 @@ def with_provenance(module: Any, c: ReplayContext, found: list[Finding]) -> list
         raise ValueError(f"{module.__name__}.LENGTHS {lengths!r}: one of {LENGTHS_KINDS}")
     cfg = c.cfg
     assumed = rests_on_assumed_lengths(cfg, lengths)
+    run_length = assumed_values(cfg) if getattr(module, "RUN_LENGTH", False) else {}
     for f in found:
         prov: dict[str, Any] = {"lengths": dict(lengths_of(cfg)),
                                 "rests_on_lengths": lengths != "none"
@@ -381,5 +401,11 @@ def with_provenance(module: Any, c: ReplayContext, found: list[Finding]) -> list
         if assumed:
             prov["assumed"] = "sample lengths"
             f.message += assumed_lengths_text(cfg)
+        if run_length:
+            if f.severity > Severity.WARNING:
+                prov.setdefault("severity_with_real_lengths", str(f.severity))
+                f.severity = Severity.WARNING
+            prov["assumed_values"] = run_length
+            f.message += assumed_values_text(run_length)
         f.evidence = WithProvenance(f.evidence, prov)
     return found

@@ -159,6 +159,9 @@ def test_an_assumed_run_length_caps_the_findings_resting_on_it(tmp_path):
     assert assumed["LRD201"].severity == Severity.WARNING
     assert "runner.max_steps = 5" in assumed["LRD201"].message
     assert "--set runner.max_steps=N" in assumed["LRD201"].message
+    prov = assumed["LRD201"].evidence.raw()["provenance"]
+    assert prov["severity_with_real_lengths"] == str(Severity.ERROR)
+    assert prov["assumed_values"]["runner.max_steps"]["value"] == 5
 
 
 def test_a_batch_log_sets_an_assumed_run_length_to_its_logged_steps(tmp_path):

@@ -53,7 +53,8 @@ class Translation:
     unmodelled: list[dict[str, Any]] = field(default_factory=list)
     # Values the translation had to derive or assume because no config key holds them,
     # keyed by the key that would: {"value", "from": "derived" | "assumed", "why", "set"}.
-    # An "assumed" one caps the findings resting on it at a warning (replay.analysis).
+    # An "assumed" one caps the findings resting on it at a warning
+    # (rules.replay_context.with_provenance, for the rules declaring RUN_LENGTH).
     provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
