@@ -50,9 +50,9 @@ def inspect_path(path: str | Path, format: str | None = None,
     the first run's refusal.
     """
     where = cast(Path, as_path(path))
-    roots, only, cut = _run_roots(where, format)
+    roots, only, cut, units = _run_roots(where, format)
     if len(roots) == 1:
-        reports = _inspect_run(roots[0], format, all)
+        reports = _inspect_run(roots[0], format, all, units=(roots, units))
         if cut:  # never silent: a bound stopped the search for other runs
             for r in reports:
                 r.state.setdefault("notes", []).append(f"{where}: the search for runs {cut}")
@@ -68,7 +68,7 @@ def inspect_path(path: str | Path, format: str | None = None,
             # Local runs, read one after another: their reading is CPU-bound (the
             # pickle machine), a thread pool per run would cost more than it hides.
             runs.append((str(root), _inspect_run(root, format, all, workers=1,
-                                                 only=only.get(root))))
+                                                 only=only.get(root), units=(roots, units))))
         except NotRecognised as exc:  # no training state there: not a run, said, not judged
             first = first or exc
             not_runs.append((str(root), exc.message))
@@ -92,24 +92,27 @@ def inspect_path(path: str | Path, format: str | None = None,
 
 
 def _run_roots(where: Path, format: str | None
-               ) -> tuple[list[Path], dict[Path, list[Path]], str | None]:
+               ) -> tuple[list[Path], dict[Path, list[Path]], str | None, list[Any]]:
     """The folders to read as runs under ``where`` (itself when it is a file, a URL: its
     listing is remote, read as given, or one run), for a folder that also holds other
     runs the checkpoints that are its own, and the bound that cut the search (if one did)."""
     from lrdoctor.read.bytes.storage import is_url
 
     if is_url(where) or not where.is_dir():
-        return [where], {}, None
+        return [where], {}, None, []
     from lrdoctor.read.layouts._runs import find_runs
 
     runs = find_runs(where, format)
-    return runs.roots, runs.only, runs.cut
+    return runs.roots, runs.only, runs.cut, runs.units
 
 
 def _inspect_run(path: Path, format: str | None, all: bool, workers: int | None = None,
-                 only: list[Path] | None = None) -> list[Report]:
+                 only: list[Path] | None = None,
+                 units: tuple[list[Path], list[Any]] | None = None) -> list[Report]:
     """The reports of one run (see :func:`inspect_path`); ``only``: the checkpoints of
-    ``path`` that are this run's where other runs' folders lie inside it."""
+    ``path`` that are this run's where other runs' folders lie inside it; ``units``: all
+    runs' folders and every checkpoint the walk found, so what this run's reader leaves
+    unread in its folder is named in its notes."""
     from lrdoctor.parallel import threads
 
     mod, ckpts = _checkpoints(path, format)
@@ -143,6 +146,12 @@ def _inspect_run(path: Path, format: str | None, all: bool, workers: int | None 
     reports = ([report_for(s, c) for s, c in zip(states, targets, strict=True)] if all
                else [report_for(states[-1], targets[-1])])
     add_run(reports[-1], states, targets, skipped)
+    if units is not None and units[1]:
+        from lrdoctor.read.layouts._runs import unread
+
+        for note in unread(path, units[0], units[1], list(ckpts)):
+            for r in reports:  # never silent: a checkpoint found here and not read
+                r.state.setdefault("notes", []).append(note)
     return reports
 
 

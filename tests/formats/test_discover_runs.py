@@ -281,3 +281,27 @@ def test_plot_of_a_folder_of_runs_is_the_worst_run_and_says_so(runs, tmp_path):
     assert code == 1 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot written to {png} (the worst of 3 runs: {runs / 'exp3'})" in out.replace(
         "\n", " ")
+
+
+def test_a_fix_copy_left_in_the_run_is_named_not_skipped_in_silence(tmp_path):
+    """transformers (HF Trainer, the hf-healthy sample): `fix hf-healthy/checkpoint-20 --out
+    hf-healthy/checkpoint-20-fixed --policy rescale --k 2` leaves its unverified copy in the
+    run; the HF layout does not list `checkpoint-20-fixed`, and `inspect` of the run says
+    so, with why and the command that reads it, in its text and its JSON notes."""
+    run = tmp_path / "hf-healthy"
+    shutil.copytree(SAMPLES / "hf-healthy", run)
+    out = run / "checkpoint-20-fixed"
+    r = CliRunner().invoke(app, ["fix", str(run / "checkpoint-20"), "--out", str(out),
+                                 "--policy", "rescale", "--k", "2"])
+    assert r.exit_code == 1 and (out / "lrdoctor-fix.json").is_file(), r.output
+    reports = inspect_path(run)
+    assert reports[-1].target == str(run / "checkpoint-20")
+    notes = [n for n in reports[-1].state["notes"] if str(out) in n]
+    assert notes and "not read with this run" in notes[0], reports[-1].state["notes"]
+    assert "`lrdoctor fix` wrote" in notes[0] and f"`lrdoctor inspect {out}`" in notes[0]
+    r = CliRunner().invoke(app, ["inspect", str(run)])
+    assert "not read with this run" in " ".join(r.stdout.split()), r.stdout
+    # the run as left by training alone: no such note
+    clean = tmp_path / "clean"
+    shutil.copytree(SAMPLES / "hf-healthy", clean)
+    assert not any("not read" in n for r in inspect_path(clean) for n in r.state["notes"])

@@ -24,6 +24,7 @@ rest is planned apart, so each checkpoint has one reader.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,10 @@ class Runs:
     # A folder read as a run that also holds other runs' folders: its own checkpoints, the
     # only ones its reader may take (never a second reader for the other runs' files).
     only: dict[Path, list[Path]] = field(default_factory=dict)
+    # Every checkpoint the walk found: a run's reader may list fewer (a copy `fix` left
+    # beside the run's checkpoints under a name its layout does not list), and what it
+    # does not read is said (:func:`unread`), never dropped in silence.
+    units: list[Unit] = field(default_factory=list)
 
 
 class _Planner:
@@ -155,8 +160,30 @@ def find_runs(path: Path, forced: str | None = None) -> Runs:
     plan = _Planner(units, forced)
     roots = units.roots()
     if not roots or roots == [path]:
-        return Runs([path], units.cut)
-    return Runs(plan.plan(path, units.units) or [path], units.cut, plan.only)
+        return Runs([path], units.cut, units=units.units)
+    return Runs(plan.plan(path, units.units) or [path], units.cut, plan.only, units.units)
+
+
+def unread(run: Path, runs: list[Path], units: list[Unit], read: list[Any]) -> list[str]:
+    """A note for each checkpoint the walk found in ``run`` that its reader did not list
+    in ``read`` and no other run in ``runs`` reads: its path and why it was left out (a
+    copy ``lrdoctor fix`` wrote, by its record; else a name the run's layout does not
+    list as a checkpoint), and the command that inspects it on its own."""
+    from lrdoctor.read.layouts._fixmanifest import MANIFEST
+
+    others = [r for r in runs if r != run and under(r, run)]
+    notes = []
+    for u in units:
+        if u.path == run or not under(u.path, run) or any(under(u.path, o) for o in others):
+            continue
+        if holds(u.path, [ckpt_path(c) for c in read]) or any(
+                under(ckpt_path(c), u.path) for c in read):
+            continue
+        why = (f"a copy `lrdoctor fix` wrote (its {MANIFEST})" if (u.path / MANIFEST).is_file()
+               else "its name is not one this run's layout lists as a checkpoint")
+        notes.append(f"{u.path}: not read with this run: {why}; inspect it on its own: "
+                     f"`lrdoctor inspect {shlex.quote(str(u.path))}`")
+    return notes
 
 
 #: Folders tried by :func:`forced_elsewhere` (each failed try surveys its files).
