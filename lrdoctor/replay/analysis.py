@@ -163,7 +163,8 @@ def _context(rep: Replay, s: dict[str, Any], knob: dict[str, Any] | None) -> Rep
         from lrdoctor.replay import loss_scale
 
         lr_scale = loss_scale.scale(rep, strategy)
-    return ReplayContext(rep, s, knob, fix_tail, ev_core, lr_scale)
+    return ReplayContext(rep, s, knob, fix_tail, ev_core, lr_scale,
+                         progress_fixed_by_config=_knob_cannot_move(rep))
 
 
 def unmodelled_keys(items: list[dict[str, Any]]) -> list[Finding]:
@@ -275,8 +276,9 @@ def memory_knob_check(rep: Replay, samples, planner=None) -> dict[str, Any] | No
 
 def _knob_cannot_move(rep: Replay) -> bool:
     """True when neither the updates nor the scheduler's progress can depend on the token
-    cap: the scheduler steps a fixed amount once per train step, and the packer closes one
-    update per mini-batch (a count set by the mini-batch size, not by packing)."""
+    cap, nor on the sample lengths: the scheduler steps a fixed amount once per train step,
+    and the packer closes one update per mini-batch (a count set by the mini-batch size,
+    not by packing). The replay rules read it too (``progress_fixed_by_config``)."""
     from lrdoctor.replay.packing.registry import PACKERS
 
     cfg = rep.cfg

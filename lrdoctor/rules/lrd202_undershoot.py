@@ -27,6 +27,8 @@ RULE = Rule.from_module(__name__, Severity.WARNING)
 #: What it rests on (replay_context.with_provenance): the run's length, where the planned
 #: end falls against the horizon; an assumed length (RLinf without its data) caps it.
 RUN_LENGTH = True
+#: Of the sample lengths, only the updates and the scheduler's progress.
+LENGTHS = "progress"
 
 
 class Undershoot(ReplayBudget, kw_only=True):

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from lrdoctor.rules.replay_context import ReplayContext
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
+#: What it rests on (replay_context.with_provenance): the updates and the scheduler's
+#: progress only.
+LENGTHS = "progress"
 
 
 class ProgressDependsOnDp(Evidence):

@@ -70,6 +70,10 @@ class ReplayContext:
     fix_tail: str
     ev_core: ReplayBudget
     loss_scale: dict[str, Any] | None = None
+    #: The updates and the scheduler's progress are set by the config alone (the packer
+    #: closes one update per mini-batch, the scheduler moves a fixed amount per train step):
+    #: a rule declaring ``LENGTHS = "progress"`` then holds for any lengths.
+    progress_fixed_by_config: bool = False
 
     @property
     def cfg(self) -> RunConfig:
@@ -271,8 +275,10 @@ def flat_lr_note(value: float) -> str:
 #: "none": it holds for any sample lengths (its numbers are the config's, e.g. the
 #: accumulation rule's first window); "packing" (the default): it rests on the lengths
 #: through the packer, so a static loop (fixed rows per micro-batch) does not read them;
+#: "progress": it reads only the updates and the scheduler's progress, so it holds for any
+#: lengths where the config fixes those (:attr:`ReplayContext.progress_fixed_by_config`);
 #: "tokens": it reads the lengths (tokens, documents) themselves, whatever the packer.
-LENGTHS_KINDS = ("none", "packing", "tokens")
+LENGTHS_KINDS = ("none", "progress", "packing", "tokens")
 #: A rule whose conclusion rests on the run's length (train.steps: where the planned end
 #: falls against the schedule's end) declares ``RUN_LENGTH = True``; a translation that
 #: had to assume the length (``Translation.provenance``, in ``cfg._source["values"]``:
@@ -303,7 +309,9 @@ user's statement of the real value, like a key of the file.
 
 - A finding entailed by the config alone keeps its rule's severity whatever the lengths:
   the first window of `global_step % k` (LRD204), failed updates that step the scheduler
-  (LRD211), torch's step-order warning (LRD216).
+  (LRD211), torch's step-order warning (LRD216), and the budget and progress findings
+  (LRD201, LRD202, LRD206, LRD210) where the config fixes the updates and the scheduler's
+  progress (one update per mini-batch, a fixed advance per train step).
 - A finding that rests on the lengths (every other replay rule; through the packer, so a
   static loop's counts do not read them; LRD207, LRD209 and LRD215 read tokens or documents
   under any packer) is at most a **warning** when the lengths are synthetic. Its text names
@@ -351,11 +359,17 @@ def lengths_of(cfg: RunConfig) -> dict[str, Any]:
     return lengths_origin(cfg)
 
 
-def rests_on_assumed_lengths(cfg: RunConfig, lengths: str) -> bool:
-    """Does a rule that declares ``LENGTHS = lengths`` rest on lengths no file holds?"""
-    if lengths_of(cfg)["kind"] != "synthetic" or lengths == "none":
+def rests_on_lengths(cfg: RunConfig, lengths: str, progress_fixed: bool = False) -> bool:
+    """Could a finding of a rule declaring ``LENGTHS = lengths`` change with the lengths?"""
+    if lengths == "none" or (lengths == "progress" and progress_fixed):
         return False
     return lengths == "tokens" or cfg.batching.strategy != "static"
+
+
+def rests_on_assumed_lengths(cfg: RunConfig, lengths: str, progress_fixed: bool = False) -> bool:
+    """Does a rule that declares ``LENGTHS = lengths`` rest on lengths no file holds?"""
+    return lengths_of(cfg)["kind"] == "synthetic" and rests_on_lengths(cfg, lengths,
+                                                                       progress_fixed)
 
 
 def assumed_lengths_text(cfg: RunConfig) -> str:
@@ -384,12 +398,12 @@ def with_provenance(module: Any, c: ReplayContext, found: list[Finding]) -> list
     if lengths not in LENGTHS_KINDS:
         raise ValueError(f"{module.__name__}.LENGTHS {lengths!r}: one of {LENGTHS_KINDS}")
     cfg = c.cfg
-    assumed = rests_on_assumed_lengths(cfg, lengths)
+    fixed = c.progress_fixed_by_config
+    assumed = rests_on_assumed_lengths(cfg, lengths, fixed)
     run_length = assumed_values(cfg) if getattr(module, "RUN_LENGTH", False) else {}
     for f in found:
         prov: dict[str, Any] = {"lengths": dict(lengths_of(cfg)),
-                                "rests_on_lengths": lengths != "none"
-                                and (lengths == "tokens" or cfg.batching.strategy != "static"),
+                                "rests_on_lengths": rests_on_lengths(cfg, lengths, fixed),
                                 "config_format": cfg._format}
         if cfg._source.get("launch_script"):
             prov["launch_script"] = cfg._source["launch_script"]

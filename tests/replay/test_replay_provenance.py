@@ -88,3 +88,27 @@ def test_every_replay_rule_declares_a_known_lengths_kind():
     kinds = {m.__name__.rsplit(".", 1)[-1][:6]: getattr(m, "LENGTHS", "packing") for m in REPLAY}
     assert set(kinds.values()) <= set(LENGTHS_KINDS)
     assert kinds["lrd204"] == "none" and kinds["lrd209"] == "tokens"
+
+
+def test_overshoot_fixed_by_the_config_stays_an_error_on_synthetic_lengths(tmp_path):
+    """verl before 0.9.1 (examples/verl-dynamic-bsz.yaml): one update per mini-batch, the
+    scheduler stepped once per train step, so the updates and the progress do not depend on
+    the lengths. A cosine horizon of 60 train steps for a 100-step run overshoots for any
+    lengths: LRD201 stays an error on synthetic lengths, marked as not resting on them,
+    while LRD209 (the tokens themselves) is capped to a warning naming the draw."""
+    import yaml
+
+    data = yaml.safe_load((REPO / "examples/verl-dynamic-bsz.yaml").read_text())
+    data["schedule"] = {"family": "hf", "kind": "cosine", "max_lr": 1e-6, "warmup": 0,
+                        "horizon": 60}
+    data["budget"] = {"formula": "explicit", "total": 60}
+    path = tmp_path / "verl.yaml"
+    path.write_text(yaml.safe_dump(data))
+    found = {f.code: f for f in replay_full(str(path), options=ReplayOptions(
+        engine="fast", knob_check=False)).report.findings}
+    assert found["LRD201"].severity == Severity.ERROR
+    prov = found["LRD201"].to_dict()["evidence"]["provenance"]
+    assert prov["rests_on_lengths"] is False and prov["lengths"]["kind"] == "synthetic"
+    assert "Assumed" not in found["LRD201"].message
+    assert found["LRD209"].severity == Severity.WARNING  # no assert in verl 0.8.0 anyway
+    assert "lognormal:mean=3000" in found["LRD209"].message
