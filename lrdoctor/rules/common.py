@@ -304,3 +304,24 @@ class LiveResume(LiveEvidence, kw_only=True):
     expected_progress: float
     progress_per_update: float
     difference: float
+
+
+def lr_matches(lrs: Sequence[float], expected: float) -> bool:
+    """Whether any of ``lrs`` is ``expected`` (to LR_RTOL)."""
+    import math
+
+    return any(math.isclose(lr, expected, rel_tol=LR_RTOL, abs_tol=1e-15) for lr in lrs)
+
+
+def set_then_advanced_lr(state: RunState) -> float | None:
+    """The schedule's LR one call behind the saved counter, when the saved torch state shows
+    the counter was advanced without ``step()`` (``_step_count`` <= 1 while ``last_epoch``
+    >= 1): a wrapper set the LR from ``get_lr()`` and then incremented ``last_epoch``."""
+    from lrdoctor.schedules import lr_or_none
+
+    spec, prog = state.schedule, state.scheduler_progress
+    calls = state.extras.get("scheduler._step_count")
+    if (spec is None or prog is None or isinstance(calls, bool)
+            or not isinstance(calls, (int, float)) or calls > 1 or prog.value < 1):
+        return None
+    return lr_or_none(spec, prog.value - 1)

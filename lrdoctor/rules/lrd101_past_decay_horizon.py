@@ -4,7 +4,9 @@
 The scheduler's progress exceeds the horizon it decays over (Megatron `lr_decay_steps`, HF
 `num_training_steps`, torch `T_max`/`total_steps`) while the trainer's own counters say
 training is not over. Megatron silently clamps the LR to `min_lr` from there on, so the rest
-of the run trains at the floor.
+of the run trains at the floor. A counter one past the horizon is no finding when the saved
+LR is the schedule one call behind it and the torch state shows ``last_epoch`` advanced
+without ``step()`` (``_step_count`` 1: PyTorch-Ignite's handlers set the LR, then advance).
 
 ## Example
 ROLL checkpoint: `num_steps` 8429 vs `lr_decay_steps` 2400 at iteration 2400 of 2400 planned
@@ -25,7 +27,15 @@ from collections.abc import Sequence
 
 from lrdoctor.core.findings import Finding, Rule, Severity
 from lrdoctor.core.state import RunState
-from lrdoctor.rules.common import LiveEvidence, PastHorizon, fmt, horizon, past_horizon
+from lrdoctor.rules.common import (
+    LiveEvidence,
+    PastHorizon,
+    fmt,
+    horizon,
+    lr_matches,
+    past_horizon,
+    set_then_advanced_lr,
+)
 
 RULE = Rule.from_module(__name__, Severity.ERROR)
 
@@ -40,6 +50,13 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     if h is None or not h.past or h.planned_run:
         return []
     spec, prog = h.spec, h.progress
+    behind = set_then_advanced_lr(state)
+    if (behind is not None and lr_matches(state.optimizer_lrs, behind)
+            and prog.value - 1 <= h.horizon):
+        # The saved LR is the schedule one call behind the counter (a wrapper that sets the LR
+        # and then advances last_epoch, PyTorch-Ignite's): the LR the updates got is at or
+        # before the horizon, so nothing ran past it (LRD105 info names both numbers).
+        return []
     base = past_horizon(h)
     lr_now = base.lr_at_scheduler_progress
     # Megatron/HF/DeepSpeed hold min_lr past the horizon; torch's CosineAnnealingLR climbs

@@ -20,12 +20,11 @@ saved LR is exactly that, it is no mismatch: an info finding says so, with both 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity
 from lrdoctor.core.state import RunState
-from lrdoctor.rules.common import LR_RTOL, fmt
+from lrdoctor.rules.common import fmt, lr_matches, set_then_advanced_lr
 
 RULE = Rule.from_module(__name__, Severity.WARNING)
 
@@ -38,7 +37,7 @@ class OptimizerLrMismatch(Evidence):
     def headline(self) -> str | None:
         if not self.optimizer_lrs:
             return None
-        if _matches(self.optimizer_lrs, self.schedule_lr):  # the info case: one call behind
+        if lr_matches(self.optimizer_lrs, self.schedule_lr):  # the info case: one call behind
             return (f"optimizer lr {self.optimizer_lrs[0]:.3g} = the schedule at "
                     f"{fmt(self.scheduler_progress)}, one call behind its counter")
         return f"optimizer lr {self.optimizer_lrs[0]:.3g}, schedule {self.schedule_lr:.3g}"
@@ -54,10 +53,10 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     expected = lr_or_none(spec, prog.value)
     if expected is None:
         return []
-    if _matches(state.optimizer_lrs, expected):
+    if lr_matches(state.optimizer_lrs, expected):
         return []
-    behind = _set_then_advanced(state)
-    if behind is not None and _matches(state.optimizer_lrs, behind):
+    behind = set_then_advanced_lr(state)
+    if behind is not None and lr_matches(state.optimizer_lrs, behind):
         return [RULE.finding(
             f"The optimizer's param-group lr "
             f"{', '.join(f'{x:.6g}' for x in state.optimizer_lrs)} is the {spec.kind} "
@@ -75,20 +74,3 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         OptimizerLrMismatch(optimizer_lrs=list(state.optimizer_lrs), schedule_lr=expected,
                             scheduler_progress=prog.value))]
 
-
-def _matches(lrs: Sequence[float], expected: float) -> bool:
-    return any(math.isclose(lr, expected, rel_tol=LR_RTOL, abs_tol=1e-15) for lr in lrs)
-
-
-def _set_then_advanced(state: RunState) -> float | None:
-    """The schedule's LR one call behind the saved counter, when the saved torch state shows
-    the counter was advanced without ``step()`` (``_step_count`` <= 1 while ``last_epoch``
-    >= 1): a wrapper set the LR from ``get_lr()`` and then incremented ``last_epoch``."""
-    from lrdoctor.schedules import lr_or_none
-
-    spec, prog = state.schedule, state.scheduler_progress
-    calls = state.extras.get("scheduler._step_count")
-    if (spec is None or prog is None or isinstance(calls, bool)
-            or not isinstance(calls, (int, float)) or calls > 1 or prog.value < 1):
-        return None
-    return lr_or_none(spec, prog.value - 1)

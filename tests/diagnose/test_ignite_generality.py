@@ -35,7 +35,8 @@ def _one(path: Path) -> Report:
     return r
 
 
-@pytest.mark.parametrize("scenario", ["healthy-torch", "healthy-resume", "healthy-native"])
+@pytest.mark.parametrize("scenario", ["healthy-torch", "healthy-resume", "healthy-native",
+                                      "healthy-warmup"])
 def test_ignite_healthy_runs_get_no_error(scenario):
     """PyTorch-Ignite: a framework neither the corpus nor the layout registry names.
     A scheduler fired once per optimizer update (ITERATION_COMPLETED(every=4)), its horizon
@@ -137,6 +138,23 @@ def test_ignite_runs_pointed_at_from_any_depth_keep_their_verdicts(tmp_path):
     assert len(reports) == len(alone)
     by_run = {Path(r.target).parent.name: _verdict(r) for r in reports}
     assert by_run == alone
+
+
+def test_ignite_warmup_helper_counter_one_past_t_max_is_not_past_the_horizon():
+    """PyTorch-Ignite: a framework neither the corpus nor the layout registry names.
+    create_lr_scheduler_with_warmup leaves the wrapped CosineAnnealingLR at last_epoch 8 with
+    T_max 7 in a healthy run: the saved LR 1e-05 is the cosine at 7 (its floor), so nothing
+    ran past the horizon (no LRD101). Fired on every micro-batch, last_epoch 35 vs the
+    optimizer's step 9 is still LRD103 and LRD101 errors."""
+    r = _one(DATA / "healthy-warmup")
+    assert "LRD101" not in _codes(r, Severity.INFO)
+    f = the(r, "LRD105")
+    assert f.severity is Severity.INFO and "last_epoch = 8" in f.message
+    assert "(at 7: 1e-05)" in f.message
+    bug = _one(DATA / "bug-micro-warmup")
+    assert the(bug, "LRD103").severity is Severity.ERROR
+    assert "last_epoch = 35" in the(bug, "LRD103").message
+    assert the(bug, "LRD101").severity is Severity.ERROR
 
 
 def test_ignite_lr_set_by_hand_is_still_a_mismatch(tmp_path):

@@ -18,6 +18,10 @@ Scenarios (3 epochs of 12 micro-batches, accumulation 4: 36 iterations, 9 update
 - ``bug-micro-torch``: the same handler on every ITERATION_COMPLETED (per micro-batch).
 - ``bug-horizon-iters``: T_max=36 (iterations) while stepped per update.
 - ``healthy-native`` / ``bug-micro-native``: Ignite's CosineAnnealingScheduler(cycle_size=9).
+- ``healthy-warmup`` / ``bug-micro-warmup``: Ignite's ``create_lr_scheduler_with_warmup``
+  (2 events of linear warmup, then CosineAnnealingLR(T_max=7); the wrapped torch scheduler's
+  ``last_epoch`` ends at 8 = T_max + 1 while the LR is the cosine's floor at 7) fired on
+  ITERATION_STARTED(every=4), or on every ITERATION_STARTED.
 - ``healthy-resume``: interrupted after epoch 2 (``trainer.terminate()``), resumed with
   ``Checkpoint.load_objects`` of trainer, model, optimizer and lr_scheduler.
 - ``bug-resume-restart``: the same resume without the lr_scheduler: it restarts at 0.
@@ -34,7 +38,8 @@ EPOCHS = 3
 ITERS = EPOCH_LEN * EPOCHS
 UPDATES = ITERS // K
 SCENARIOS = ("healthy-torch", "bug-micro-torch", "bug-horizon-iters", "healthy-native",
-             "bug-micro-native", "healthy-resume", "bug-resume-restart")
+             "bug-micro-native", "healthy-resume", "bug-resume-restart", "healthy-warmup",
+             "bug-micro-warmup")
 
 
 def _data():
@@ -84,6 +89,22 @@ def _plain(root: Path, per_micro_batch: bool, **kw) -> None:
     trainer.run(_data(), max_epochs=EPOCHS)
 
 
+def _warmup(root: Path, per_micro_batch: bool) -> None:
+    import torch
+    from ignite.engine import Events
+    from ignite.handlers.param_scheduler import create_lr_scheduler_with_warmup
+
+    model, opt, trainer, _ = _build()
+    sched = create_lr_scheduler_with_warmup(
+        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=UPDATES - 2, eta_min=1e-5),
+        warmup_start_value=0.0, warmup_duration=2)
+    event = Events.ITERATION_STARTED if per_micro_batch else Events.ITERATION_STARTED(every=K)
+    trainer.add_event_handler(event, sched)
+    _saver(root, trainer, {"trainer": trainer, "model": model, "optimizer": opt,
+                           "lr_scheduler": sched})
+    trainer.run(_data(), max_epochs=EPOCHS)
+
+
 def _resume(root: Path, restore_scheduler: bool) -> None:
     import torch
     from ignite.engine import Events
@@ -112,7 +133,9 @@ def write(root: Path, scenario: str) -> Path:
     """Write ``scenario``'s checkpoints (one per epoch) into ``root``; return ``root``."""
     warnings.filterwarnings("ignore", module="ignite")
     root.mkdir(parents=True, exist_ok=True)
-    if scenario == "healthy-resume":
+    if scenario.endswith("-warmup"):
+        _warmup(root, per_micro_batch="micro" in scenario)
+    elif scenario == "healthy-resume":
         _resume(root, True)
     elif scenario == "bug-resume-restart":
         _resume(root, False)

@@ -14,7 +14,9 @@ from pathlib import Path
 from tests.helpers import ignite_runs
 
 if __name__ == "__main__":
+    import sys
+
     here = Path(__file__).resolve().parent
-    for scenario in ignite_runs.SCENARIOS:
+    for scenario in sys.argv[1:] or ignite_runs.SCENARIOS:  # or only the ones named
         shutil.rmtree(here / scenario, ignore_errors=True)
         ignite_runs.write(here / scenario, scenario)
