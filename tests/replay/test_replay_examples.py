@@ -32,7 +32,17 @@ def _ev(report, code: str) -> dict:
     return next(f.evidence for f in report.findings if f.code == code)
 
 
+def _severity(report, code: str) -> tuple[str, str | None]:
+    """A finding's severity, and the one it would have with real lengths when synthetic
+    lengths capped it (replay_context.with_provenance)."""
+    d = next(f for f in report.findings if f.code == code).to_dict()
+    return d["severity"], d["evidence"]["provenance"].get("severity_with_real_lengths")
+
+
 def check_fastllm(rep, s):
+    # The documents per sample are drawn (data.synthetic docs:1:8): the overshoot rests on
+    # them, so it is a warning that would be an error on a batch log with these counts.
+    assert _severity(rep, "LRD201") == ("warning", "error")
     # Documents counted over the stream: windows of 6-9 micro-batches, ~274 documents.
     assert s["actual_updates"] == 420 and s["budget_updates"] == 400
     assert s["updates_per_step"]["min"] == 8 and s["updates_per_step"]["max"] == 9
@@ -73,6 +83,7 @@ def check_rlinf_default_horizon(rep, s):
 
 
 def check_sokoban(rep, s):
+    assert _severity(rep, "LRD201") == ("error", None)  # read from the batch log
     assert s["actual_updates"] == 2048 and s["budget_updates"] == 1024
     assert s["floor_step"] == 512
     assert _ev(rep, "LRD203")["rows"] == [(8192, 2048, 2048.0), (16384, 1024, 1024.0)]
