@@ -212,3 +212,136 @@ def test_inspect_names_a_side_pickle_it_could_not_check(tmp_path):
     st = read_state(run / "checkpoint-20")
     note = next(n for n in st.notes if n.startswith(f"{bad}: not checked"))
     assert "LRDOCTOR_MAX_PICKLE_BYTES" in note
+
+
+# --- round four (s31b): every file fix places in its output is vetted, whatever it is
+
+
+def _fix(run: Path, out: Path, env: dict[str, str] | None = None
+         ) -> subprocess.CompletedProcess:
+    p, _, _ = _run(["fix", str(run), "--out", str(out), "--policy", "rescale", "--k", "2"],
+                   run.parent, env)
+    return p
+
+
+def _refused(p: subprocess.CompletedProcess, bad: Path, *words: str) -> None:
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, (p.returncode, p.stderr[-600:])
+    assert str(bad) in lines[0] and all(w in lines[0] for w in words), lines
+
+
+def test_a_text_protocol_pickle_in_a_copied_file_is_refused(tmp_path):
+    """A protocol-0 pickle is plain text (``cposix\\nsystem\\n...``): it starts with neither
+    ``\\x80`` nor ``PK``, so the check passed it and fix published it, while
+    torch.load(weights_only=False) of the copy (the legacy path: pickle.load from byte 0)
+    runs it. HF Trainer layout, the payload in rng_state.pth (a file fix only copies)."""
+    import pickle
+
+    run = tmp_path / "run"
+    shutil.copytree(HF, run)
+    bad = run / "checkpoint-20" / "rng_state.pth"
+    bad.write_bytes(pickle.dumps(_Exploit(), protocol=0))
+    assert bad.read_bytes()[:1] not in (b"\x80", b"P")
+    out = tmp_path / "fixed"
+    _refused(_fix(run / "checkpoint-20", out), bad, "refused", "system")
+    assert not out.exists()
+
+
+def _other_zip(members: dict[str, tuple[bytes, int]]) -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, (body, method) in members.items():
+            zf.writestr(name, body, compress_type=method)
+    return buf.getvalue()
+
+
+def test_a_zip_that_is_no_torch_zip_is_read_member_by_member(tmp_path):
+    """A zip beside the checkpoint (not torch.save's: no <top>/data.pkl) was scanned for
+    dangerous names in its ``*.pkl`` members only: a gadget record (no dangerous name) in a
+    member named ``state.bin`` reached the published copy. Each member that is a pickle is
+    now read by the safe reader; a plain text member is left alone."""
+    import zipfile
+
+    run = tmp_path / "run"
+    shutil.copytree(HF, run)
+    bad = run / "checkpoint-20" / "extras.zip"
+    gadget = hostile.gadget_payloads()["reconstructor_allowed_class"]
+    bad.write_bytes(_other_zip({"notes.txt": (b"config: a\nlr: 0.1\n", zipfile.ZIP_STORED),
+                                "state/obj.bin": (gadget, zipfile.ZIP_DEFLATED)}))
+    out = tmp_path / "fixed"
+    _refused(_fix(run / "checkpoint-20", out), bad, "refused")
+    assert not out.exists()
+    bad.write_bytes(_other_zip({"notes.txt": (b"config: a\nlr: 0.1\n", zipfile.ZIP_STORED)}))
+    p = _fix(run / "checkpoint-20", out)
+    assert p.returncode in (0, 1) and (out / "extras.zip").exists(), p.stderr[-400:]
+
+
+def test_a_zip_member_past_the_inflation_budget_is_refused_not_published(tmp_path):
+    """A deflated pickle member of another zip that inflates past ``deflated_bytes`` cannot
+    be vetted without inflating it: refused with the limit and its variable (it was
+    published, its name not ending in .pkl). The limit is lowered to keep the file small."""
+    import pickle
+    import zipfile
+
+    run = tmp_path / "run"
+    shutil.copytree(HF, run)
+    bad = run / "checkpoint-20" / "extras.zip"
+    blob = pickle.dumps({"cache": b"\1" * (2 << 20)}, protocol=2)
+    bad.write_bytes(_other_zip({"cache.bin": (blob, zipfile.ZIP_DEFLATED)}))
+    out = tmp_path / "fixed"
+    _refused(_fix(run / "checkpoint-20", out, {"LRDOCTOR_MAX_DEFLATED_BYTES": str(1 << 20)}),
+             bad, "LRDOCTOR_MAX_DEFLATED_BYTES=1048576", "refused to write a repaired copy")
+    assert not out.exists()
+
+
+def test_a_dcp_item_over_the_item_limit_is_refused_in_a_copy(tmp_path, monkeypatch):
+    """A DCP bytes item over ``dcp_item_bytes`` was left unread by the check of fix's
+    output (as a reading leaves it), so its content was never vetted: the verdict now
+    refuses it, naming the limit and its variable (written with torch's DCP writer)."""
+    import warnings
+
+    import torch.distributed.checkpoint as tdcp
+
+    from lrdoctor.core.errors import LimitExceeded
+    from lrdoctor.read.bytes.vet import vet
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
+        tdcp.save({"lr_scheduler": {"last_epoch": 3}, "blob": list(range(50_000))},
+                  checkpoint_id=str(tmp_path / "c"))
+    assert vet(tmp_path / "c" / ".metadata") is None
+    monkeypatch.setenv("LRDOCTOR_MAX_DCP_ITEM_BYTES", str(64 << 10))
+    why = vet(tmp_path / "c" / ".metadata")
+    assert why is not None and "LRDOCTOR_MAX_DCP_ITEM_BYTES=65536" in why and "'blob'" in why
+    with pytest.raises(LimitExceeded):
+        from lrdoctor.read.bytes import dcp
+        dcp.load(tmp_path / "c", every=True)
+    assert "blob" in dcp.load(tmp_path / "c").skipped  # a reading still leaves it, named
+
+
+def test_a_deflated_data_pkl_costs_what_its_pickle_costs(tmp_path):
+    """Issue 31 part 2, one file: a data.pkl deflated up to the 128 MiB cap was inflated
+    whole (held in memory) to read a 204-byte scheduler state. It is streamed into the
+    unpickler now: inflating stops at the pickle's STOP, so inspect of the bomb peaks
+    where inspect of the plain file does (the LambdaLR state the HF Trainer saved, with
+    120 MiB of zeros after it). fix, which holds data.pkl to rewrite it, refuses one
+    deflated past ``deflated_bytes``."""
+    plain, bomb = tmp_path / "plain" / "scheduler.pt", tmp_path / "bomb" / "scheduler.pt"
+    for f in (plain, bomb):
+        f.parent.mkdir()
+    plain.write_bytes((HF / "checkpoint-20" / "scheduler.pt").read_bytes())
+    bomb.write_bytes(hostile.with_deflated_pickle(plain.read_bytes(), 120))
+    assert bomb.stat().st_size < 1 << 20
+    a, _, rss_plain = _run(["inspect", str(plain), "--json"], tmp_path)
+    b, _, rss_bomb = _run(["inspect", str(bomb), "--json"], tmp_path,
+                          {"LRDOCTOR_MAX_DEFLATED_BYTES": str(1 << 20)})
+    assert a.returncode == b.returncode != 2, b.stderr[-400:]
+    assert a.stdout.replace(str(plain.parent), "D") == b.stdout.replace(str(bomb.parent), "D")
+    if rss_plain and rss_bomb:
+        assert rss_bomb - rss_plain < 48 << 20, (rss_plain, rss_bomb)
+    p, _, _ = _run(["fix", str(bomb), "--out", str(tmp_path / "fixed.pt"), "--policy",
+                    "rescale", "--k", "2"], tmp_path)
+    _refused(p, bomb, "LRDOCTOR_MAX_DEFLATED_BYTES")

@@ -222,7 +222,7 @@ def test_hostile_metadata_is_refused(tmp_path):
 
 def test_big_bytes_item_is_skipped_not_read(tmp_path, monkeypatch):
     _save({"lr_scheduler": {"last_epoch": 3}, "blob": list(range(100_000))}, tmp_path / "c")
-    monkeypatch.setattr(dcp, "MAX_ITEM_BYTES", 64 << 10)
+    monkeypatch.setenv("LRDOCTOR_MAX_DCP_ITEM_BYTES", str(64 << 10))
     st = dcp.load(tmp_path / "c")
     assert "blob" not in st.flat and "bytes left unread" in st.skipped["blob"]
     assert st.tree["lr_scheduler"]["last_epoch"] == 3

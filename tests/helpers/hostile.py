@@ -640,3 +640,31 @@ def gadget_payloads() -> dict[str, bytes]:
         + b"(" + _global("argparse", "Namespace") + _global("builtins", "set") + _str("x")
         + b"tR" + STOP,
     }
+
+
+def deflated_then_zeros(head: bytes, mib: int) -> bytes:
+    """A raw deflate stream of ``head`` followed by ``mib`` MiB of zeros (a pickle with a
+    long tail after its STOP), made in milliseconds as :func:`deflated_zeros` is."""
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    z = b"\0" * (1 << 20)
+    start = c.compress(head) + c.flush(zlib.Z_FULL_FLUSH)
+    first = c.compress(z) + c.flush(zlib.Z_FULL_FLUSH)
+    block = c.compress(z) + c.flush(zlib.Z_FULL_FLUSH)
+    return start + first + block * (mib - 1) + c.flush()
+
+
+def with_deflated_pickle(torch_zip_bytes: bytes, tail_mib: int) -> bytes:
+    """The torch zip ``torch_zip_bytes`` with its data.pkl deflated and followed by
+    ``tail_mib`` MiB of zeros (inflated size under the data.pkl cap, ~1 KiB per MiB)."""
+    entries = []
+    with zipfile.ZipFile(io.BytesIO(torch_zip_bytes)) as zf:
+        for info in zf.infolist():
+            body = zf.read(info)
+            if info.filename.endswith("/data.pkl"):
+                entries.append((info.filename, deflated_then_zeros(body, tail_mib),
+                                zipfile.ZIP_DEFLATED, len(body) + (tail_mib << 20)))
+            else:
+                entries.append((info.filename, body, zipfile.ZIP_STORED, len(body)))
+    return raw_zip(entries)

@@ -32,6 +32,7 @@ No framework knowledge lives here; the DCP layout (any DCP folder) is
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from collections.abc import Callable, Iterable
@@ -42,14 +43,16 @@ from typing import Any, BinaryIO
 from lrdoctor.core.errors import Corrupt, UnsafePickle, UnusableInput
 from lrdoctor.core.fieldref import FieldRef, Key
 from lrdoctor.core.tree import dig
+from lrdoctor.read.bytes import limits
 from lrdoctor.read.bytes.storage import open_binary, reader_path
-from lrdoctor.read.bytes.unsafe_globals import HostileRecord
+from lrdoctor.read.bytes.unsafe_globals import HostileRecord, resolves_a_global
 
 METADATA = ".metadata"
 SUFFIX = ".distcp"
 MAX_METADATA_BYTES = 512 << 20  # a 512-rank checkpoint's chunk table is tens of MiB
-MAX_ITEM_BYTES = 64 << 20  # one bytes item (scheduler, args, common_state): KiBs
-MAX_TOTAL_BYTES = 1 << 30  # all bytes items of one read together
+# defaults of the limits dcp_item_bytes and dcp_bytes (read through limits.get)
+MAX_ITEM_BYTES = limits.LIMITS["dcp_item_bytes"].default
+MAX_TOTAL_BYTES = limits.LIMITS["dcp_bytes"].default
 SMALL_TENSOR_BYTES = 1 << 20  # a one-element tensor item is a few KiB (a torch zip)
 
 _BYTES = "torch.distributed.checkpoint.metadata.BytesStorageMetadata"
@@ -76,7 +79,7 @@ class DcpState:
     left: dict[str, int] = field(default_factory=dict)
     tensors: int = 0
     bytes_items: int = 0
-    bytes_read: int = 0  # bytes of the bytes items read (bounded by MAX_TOTAL_BYTES)
+    bytes_read: int = 0  # bytes of the bytes items read (bounded by the limit dcp_bytes)
     version: str | None = None
     # fqn -> the key path its value was re-nested at in ``tree`` (the planner's, else the
     # dots): how a field of ``tree`` is traced back to the item that holds it (:meth:`ref`).
@@ -295,7 +298,7 @@ def _numel(size: tuple[int, ...]) -> int:
 def load(folder: Path, *, prefixes: Iterable[str] | None = None,
          select: Callable[[str], bool] | None = None,
          leave: Callable[[str, int], str | None] | None = None,
-         unknown_as_opaque: bool | None = None) -> DcpState:
+         unknown_as_opaque: bool | None = None, every: bool = False) -> DcpState:
     """Read one DCP folder metadata-only (see the module docstring).
 
     ``prefixes``: only items whose fqn is one of them or lies under one
@@ -304,8 +307,11 @@ def load(folder: Path, *, prefixes: Iterable[str] | None = None,
     item names by pattern, e.g. Megatron's ``chained_<i>.optimizer.distributed...``).
     ``leave``: of the bytes items selected, called with the fqn and the item's stored
     length (from ``.metadata``, before any data file is opened); a reason leaves the item
-    unread (``skipped`` says why, ``left`` its length), None reads it. Bytes items over :data:`MAX_ITEM_BYTES`, or past :data:`MAX_TOTAL_BYTES` in all,
-    are left out and named in ``skipped``. Raises UnusableInput / UnsafePickle with
+    unread (``skipped`` says why, ``left`` its length), None reads it. Bytes items over
+    the limit ``dcp_item_bytes``, or past ``dcp_bytes`` in all, are left out and named in
+    ``skipped``; with ``every`` (a verdict on the folder, :mod:`lrdoctor.read.bytes.vet`)
+    they are refused naming the limit instead, as is an item only kept as raw bytes that
+    is a pickle after all: nothing is left unchecked. Raises UnusableInput / UnsafePickle with
     one line naming the file and key.
     """
     folder = reader_path(folder)
@@ -339,7 +345,8 @@ def load(folder: Path, *, prefixes: Iterable[str] | None = None,
     files = _Files(folder)
     try:
         for fqn, cls, meta in todo:
-            _read_item(files, fqn, cls, meta, index.get(fqn) or [], st, unknown_as_opaque)
+            _read_item(files, fqn, cls, meta, index.get(fqn) or [], st, unknown_as_opaque,
+                       every)
     finally:
         files.close()
     st.files += sorted(str(folder / rel) for rel in files.sizes)
@@ -365,18 +372,23 @@ def _where(chunks: list[Chunk] | None) -> tuple[str, int]:
 
 def _read_item(files: _Files, fqn: str, cls: object, meta: object, chunks: list[Chunk],
                st: DcpState,
-               unknown_as_opaque: bool | None) -> None:
+               unknown_as_opaque: bool | None, every: bool = False) -> None:
     from lrdoctor.read.bytes import safeload
 
     if cls == _BYTES:
-        budget = MAX_TOTAL_BYTES - st.bytes_read
+        item_limit = limits.get("dcp_item_bytes")
+        budget = limits.get("dcp_bytes") - st.bytes_read
         if not chunks:
             st.skipped[fqn] = "no storage entry"
             return
-        limit = min(MAX_ITEM_BYTES, budget)
+        limit = min(item_limit, budget)
         try:
             rel, off, length = _check_info(files, fqn, chunks[0][1], limit)
         except _TooBig as big:
+            if every:
+                name = "dcp_item_bytes" if big.length > item_limit else "dcp_bytes"
+                raise limits.over(name, str(files.folder / METADATA),
+                                  f"item {fqn!r} is {big.length:,} bytes") from None
             st.skipped[fqn] = (f"bytes item of {big.length:,} bytes left unread (limit "
                                f"{limit:,} bytes)")
             return
@@ -395,7 +407,8 @@ def _read_item(files: _Files, fqn: str, cls: object, meta: object, chunks: list[
             # unread, the rest of the checkpoint can still be judged.
             st.skipped[fqn] = f"holds {exc.global_name}, not on the allow-list"
         except UnusableInput:
-            if data[:1] in (b"PK", b"\x80"):
+            if data[:1] in (b"PK", b"\x80") or (every and resolves_a_global(io.BytesIO(data),
+                                                                             label)):
                 raise
             st.flat[fqn] = data  # an io.BytesIO saved as is: its own format
     elif cls == _TENSOR:

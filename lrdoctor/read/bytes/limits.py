@@ -57,6 +57,12 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in [
     Limit("deflated_bytes", 64 * _MiB,
           "bytes inflated to reach a value in a deflated zip record (a tensor storage), or "
           "to copy one: torch writes storages stored, where a read costs what it reads"),
+    Limit("dcp_item_bytes", 64 * _MiB,
+          "bytes of one torch.distributed.checkpoint bytes item (a scheduler, args, "
+          "common_state: KiBs); a reading leaves a bigger one unread and says so, fix's "
+          "check of its output refuses it"),
+    Limit("dcp_bytes", 1024 * _MiB, "bytes of all the bytes items of one DCP folder read "
+                                    "together"),
     Limit("json_bytes", 64 * _MiB, "bytes of one JSON sidecar (trainer_state.json, ...)"),
     Limit("csv_bytes", 64 * _MiB, "bytes of one CSV metrics log (Lightning CSVLogger's "
                                   "metrics.csv)"),

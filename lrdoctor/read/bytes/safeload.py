@@ -868,6 +868,9 @@ def _zip_members_check(source: str | BinaryIO, path: str) -> None:
         raise limits.over("zip_members", path, f"the zip archive lists {count:,} members")
 
 
+zip_members_check = _zip_members_check
+
+
 def _zip_layout(zf: zipfile.ZipFile, path: str) -> str:
     """The archive's top folder (torch names it after the file; any name is valid)."""
     for name in zf.namelist():
@@ -881,25 +884,75 @@ def _zip_layout(zf: zipfile.ZipFile, path: str) -> str:
 
 
 def _load_zip(path: str, unknown_as_opaque: bool | None, source: BinaryIO | None = None) -> Unpickled:
-    """``source``: a file object holding the archive (a DCP bytes item), else ``path`` is read."""
+    """``source``: a file object holding the archive (a DCP bytes item), else ``path`` is read.
+
+    A deflated data.pkl (torch writes it stored) is streamed into the unpickler, not held:
+    inflating stops where the pickle stops (its ``STOP``, an invalid opcode, a limit), so
+    one deflated up to the ``pickle_bytes`` cap costs what its pickle costs, not the cap
+    (and its CRC, at the end, is not checked). A stored one is read whole, CRC checked."""
     _zip_members_check(source if source is not None else path, path)
     with zipfile.ZipFile(source if source is not None else path) as zf:
-        prefix, data = _zip_pickle(zf, path)
+        prefix, info = _pickle_member(zf, path)
         members = {i.filename: i for i in zf.infolist()}
-    return _unpickle_zip(data, prefix, members, path, unknown_as_opaque)
+        if info.compress_type == zipfile.ZIP_STORED:  # as torch writes it: read, CRC checked
+            return _unpickle_zip(io.BytesIO(zf.read(info)), prefix, members, path,
+                                 unknown_as_opaque)
+        with zf.open(info) as m:
+            stream = Inflation(path).wrap(m, info)
+            return _unpickle_zip(BoundedReader(stream, limits.get("pickle_bytes"), path),
+                                 prefix, members, path, unknown_as_opaque)
+
+
+def _pickle_member(zf: zipfile.ZipFile, path: str) -> tuple[str, zipfile.ZipInfo]:
+    """The archive's top folder and its data.pkl record, the declared size checked first
+    (zipfile stops inflating at it)."""
+    prefix = _zip_layout(zf, path)
+    info = zf.getinfo(f"{prefix}/data.pkl")
+    limits.check_size("pickle_bytes", info.file_size, path, "data.pkl")
+    return prefix, info
 
 
 def _zip_pickle(zf: zipfile.ZipFile, path: str) -> tuple[str, bytes]:
-    """The archive's top folder and its data.pkl bytes, the declared size checked first."""
-    prefix = _zip_layout(zf, path)
-    info = zf.getinfo(f"{prefix}/data.pkl")
-    # the declared size bounds a deflate bomb: zipfile stops at it
-    limits.check_size("pickle_bytes", info.file_size, path, "data.pkl")
+    """The archive's top folder and its data.pkl bytes, held (fix re-reads exactly them):
+    a deflated one within ``deflated_bytes`` too (torch writes it stored)."""
+    prefix, info = _pickle_member(zf, path)
+    if info.compress_type != zipfile.ZIP_STORED:
+        limits.check_size("deflated_bytes", info.file_size, path, "data.pkl (deflated)")
     return prefix, zf.read(info)
 
 
-def _unpickle_zip(data: bytes, prefix: str, members: dict[str, zipfile.ZipInfo], path: str,
-                  unknown_as_opaque: bool | None) -> Unpickled:
+class Inflation:
+    """One budget of bytes inflated from the deflated records of one zip (the limit
+    ``deflated_bytes``), charged as they are read: a stored record is read as it is."""
+
+    def __init__(self, path: str):
+        self.left, self.path = limits.get("deflated_bytes"), path
+
+    def wrap(self, m: IO[bytes], info: zipfile.ZipInfo) -> IO[bytes] | _Charged:
+        return m if info.compress_type == zipfile.ZIP_STORED else _Charged(m, self, info)
+
+
+class _Charged:
+    def __init__(self, m: IO[bytes], budget: Inflation, info: zipfile.ZipInfo):
+        self._m, self._budget, self._name = m, budget, info.filename
+
+    def _charge(self, data: bytes) -> bytes:
+        self._budget.left -= len(data)
+        if self._budget.left < 0:
+            raise limits.over("deflated_bytes", self._budget.path,
+                              f"record {self._name} is compressed: reading it means "
+                              "inflating more than that")
+        return data
+
+    def read(self, n: int = -1, /) -> bytes:
+        return self._charge(self._m.read(n))
+
+    def readline(self, limit: int = -1, /) -> bytes:
+        return self._charge(self._m.readline(limit))
+
+
+def _unpickle_zip(data: PickleSource, prefix: str, members: dict[str, zipfile.ZipInfo],
+                  path: str, unknown_as_opaque: bool | None) -> Unpickled:
     """data.pkl's object graph, each storage checked against its member's size."""
     def storage_ref(pid: object) -> TensorRef:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
@@ -917,8 +970,7 @@ def _unpickle_zip(data: bytes, prefix: str, members: dict[str, zipfile.ZipInfo],
             raise _Bad(f"storage data/{key} holds {info.file_size} bytes, expected {need}")
         return TensorRef(dtype, (numel,), path, key, 0, (1,))
 
-    return _checked(_Unpickler(io.BytesIO(data), path, storage_ref, unknown_as_opaque).load(),
-                    path)
+    return _checked(_Unpickler(data, path, storage_ref, unknown_as_opaque).load(), path)
 
 
 @dataclass
@@ -943,7 +995,7 @@ def read_torch_zip(f: BinaryIO, path: str) -> ZipRead:
             prefix, data = _zip_pickle(zf, path)
             members = {i.filename: i for i in zf.infolist()}
             return ZipRead(zf, prefix, data,
-                           _unpickle_zip(data, prefix, members, path, None))
+                           _unpickle_zip(io.BytesIO(data), prefix, members, path, None))
         except BaseException:
             zf.close()
             raise
@@ -1130,7 +1182,8 @@ def load_bytes(data: bytes, path: str, *, unknown_as_opaque: bool | None = None)
     def run() -> Any:
         if data[:2] == b"PK":
             return _load_zip(path, unknown_as_opaque, io.BytesIO(data))
-        if data[:1] != b"\x80":
+        if data[:1] != b"\x80" and not unsafe_globals.resolves_a_global(io.BytesIO(data), path):
+            # a text protocol's pickle is one when it names a global (a payload must)
             raise UnusableInput("not a torch.save payload nor a pickle", path)
         limits.check_size("pickle_bytes", len(data), path, "the pickle")
         f = io.BytesIO(data)

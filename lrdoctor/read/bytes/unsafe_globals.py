@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from functools import cache
 from struct import error as struct_error
 from typing import Any
 
 from lrdoctor.core.errors import UnsafePickle, UnusableInput
+from lrdoctor.read.bytes import limits
 
 __all__ = ["DANGEROUS", "INERT", "ALLOW_ENV", "danger", "allowed", "allow",
-           "CodeExecutionGlobal", "HostileRecord", "globals_in_pickle", "dangerous_in_pickle"]
+           "CodeExecutionGlobal", "HostileRecord", "globals_in_pickle", "dangerous_in_pickle",
+           "resolves_a_global"]
 
 _RUNS = "runs commands, writes or deletes files"
 _IMPORTS = "imports any module the file names"
@@ -281,3 +284,113 @@ def dangerous_in_file(path: str) -> list[str]:
             f.seek(start)
             found.update(dangerous_in_pickle(f))
     return sorted(found)
+
+
+_LENGTH_PREFIX = {-2: (1, "<B"), -3: (4, "<i"), -4: (4, "<I"), -5: (8, "<Q")}  # pickletools'
+_UP_TO_NEWLINE = -1  # TAKEN_FROM_ARGUMENT1/4/4U/8U, UP_TO_NEWLINE (constants, kept lazy)
+
+
+@cache
+def _opcodes() -> dict[bytes, tuple[str, int]]:
+    """Each opcode's byte -> (name, argument length code): pickletools' table, imported
+    when a walk first needs it (inspect's light path imports no pickletools)."""
+    import pickletools
+
+    assert pickletools.TAKEN_FROM_ARGUMENT8U == -5 and pickletools.UP_TO_NEWLINE == -1
+    return {op.code.encode("latin-1"): (op.name, op.arg.n if op.arg is not None else 0)
+            for op in pickletools.opcodes}
+_RESOLVES = frozenset({"STACK_GLOBAL", "EXT1", "EXT2", "EXT4"})
+_NAME_LINE = 1 << 12  # a module or class name; a longer line is no name
+
+
+def _dotted(raw: bytes) -> bool:
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return False
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
+
+
+def _skip(f: Any, n: int) -> bool:
+    """Move past ``n`` bytes of an argument without holding them (False: the stream ends)."""
+    if n <= 0:
+        return n == 0
+    try:
+        f.fileno()  # a real file, where a seek costs nothing (not a zip member: inflated)
+    except (OSError, ValueError, AttributeError):
+        pass
+    else:
+        if f.seekable():
+            here = f.tell()
+            end = f.seek(0, os.SEEK_END)
+            if here + n > end:
+                return False
+            f.seek(here + n)
+            return True
+    while n > 0:
+        chunk = f.read(min(n, 1 << 20))
+        if not chunk:
+            return False
+        n -= len(chunk)
+    return True
+
+
+def _skip_line(f: Any) -> bool:
+    while True:
+        line = f.readline(1 << 20)
+        if not line:
+            return False
+        if line.endswith(b"\n"):
+            return True
+
+
+def resolves_a_global(f: Any, path: str | None, *, pickles: int = 5) -> bool:
+    """Whether a stock unpickler reading ``f`` from where it stands would look up a global
+    (``GLOBAL``/``INST`` with names that could import, ``STACK_GLOBAL``, an extension code)
+    before the stream stops being a pickle: the first thing a payload needs, in any
+    protocol (protocol 0 is plain text, so a file need not start with ``\\x80`` to be one).
+
+    Follows up to ``pickles`` pickles in a row (the legacy torch format is five), walking
+    opcodes only: arguments are skipped (seeked past in a real file), nothing is built,
+    so a file that is no pickle costs the few bytes up to its first invalid opcode, and a
+    long one at most ``pickle_ops`` opcodes (refused past that, naming the limit). A
+    ``GLOBAL`` whose names could not be imported ends the walk as it ends the unpickler.
+    """
+    import struct
+
+    ops_left = limits.get("pickle_ops")
+    table = _opcodes()
+    stops = 0
+    while True:
+        code = f.read(1)
+        if not code:
+            return False
+        op = table.get(code)
+        if op is None:
+            return False
+        name, n = op
+        ops_left -= 1
+        if ops_left < 0:
+            raise limits.over("pickle_ops", path, "the stream is a pickle longer than that "
+                                                  "walked for a global")
+        if name in _RESOLVES:
+            return True
+        if name in ("GLOBAL", "INST"):
+            names = [f.readline(_NAME_LINE), f.readline(_NAME_LINE)]
+            return all(line.endswith(b"\n") and _dotted(line[:-1]) for line in names)
+        if name == "STOP":
+            stops += 1
+            if stops >= pickles:
+                return False
+            continue
+        if n == _UP_TO_NEWLINE:
+            if not _skip_line(f):
+                return False
+        elif n in _LENGTH_PREFIX:
+            size, fmt = _LENGTH_PREFIX[n]
+            raw = f.read(size)
+            if len(raw) < size or not _skip(f, struct.unpack(fmt, raw)[0]):
+                return False
+        elif n > 0 and len(f.read(n)) < n:
+            return False
+

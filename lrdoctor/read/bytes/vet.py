@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import zipfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import BinaryIO
 
-from lrdoctor.core.errors import UnusableInput
+from lrdoctor.core.errors import UnsafePickle, UnusableInput
 
 __all__ = ["vet"]
 
@@ -27,41 +29,95 @@ def vet(path: Path) -> str | None:
 
     Raises :class:`~lrdoctor.core.errors.UnsafePickle` (a call of a code-execution
     global, a record built as a gadget) naming the file. Returns None when the file was
-    read clean or holds no pickle (JSON, safetensors, DCP tensor data: a DCP folder's
-    pickles are vetted through its ``.metadata``), else one phrase saying why it could
-    not be read. Costs what a metadata-only read costs: a tensor's bytes are never read.
+    read clean or holds no pickle, else one phrase saying why it could not be read (a
+    limit's phrase names the limit and its variable). A file holds a pickle when a stock
+    unpickler reading it from its first byte would look up a global before the stream
+    stops being one (:func:`~lrdoctor.read.bytes.unsafe_globals.resolves_a_global`: any
+    protocol, text ones too, whatever the file's name): JSON, YAML, safetensors and raw
+    tensor bytes stop at their first bytes. A torch zip is read as torch reads it; any
+    other zip member by member, the same way; a DCP folder's items through its
+    ``.metadata``, none left unread. Costs what a metadata-only read costs: a tensor's
+    bytes are never read, an argument of a pickle is skipped, not held.
     """
-    from lrdoctor.read.bytes import dcp, safeload, storage, unsafe_globals
+    from lrdoctor.read.bytes import dcp, safeload, storage
 
     path = storage.reader_path(path)  # a RemotePath too: fix and inspect read URLs
-    if path.suffix == dcp.SUFFIX:  # DCP items back to back: read through the .metadata
-        return None
     if path.name == dcp.METADATA:
         if not dcp.is_dcp(path.parent):
             return _read(lambda: safeload.load(path, unknown_as_opaque=True))
-        return _read(lambda: dcp.load(path.parent, unknown_as_opaque=True))
+        return _read(lambda: dcp.load(path.parent, unknown_as_opaque=True, every=True))
     try:
         with storage.open_binary(path) as f:
             head = f.read(4)
+            if path.suffix == dcp.SUFFIX and dcp.is_dcp(path.parent):
+                # items back to back, each read through the .metadata; what torch.load of
+                # the file itself would unpickle is its first bytes
+                return _plain(f, path) if not head.startswith(b"PK") else None
+            if head.startswith(b"PK"):
+                return _zip(path)
+            if head[:1] == b"\x80":
+                return _read(lambda: safeload.load(path, unknown_as_opaque=True))
+            return _plain(f, path)
     except OSError as exc:
         return exc.strerror or str(exc)
-    if head.startswith(b"PK"):
-        try:
-            with storage.open_binary(path) as f, zipfile.ZipFile(f) as zf:
-                torch_zip = any(n.endswith("/data.pkl") and n.count("/") == 1
-                                for n in zf.namelist())
-        except (zipfile.BadZipFile, OSError, ValueError):
-            return "not a readable zip archive"
-        if torch_zip:
-            return _read(lambda: safeload.load(path, unknown_as_opaque=True))
-        # Not a torch.save archive (a TorchScript one, a zip of logs): its pickles by name.
-        bad = unsafe_globals.dangerous_in_file(str(path))
-        if bad:
-            raise unsafe_globals.CodeExecutionGlobal(str(path), bad[0],
-                                                     unsafe_globals.danger(bad[0]) or "")
+    except UnusableInput as exc:  # a limit of the walk itself
+        if isinstance(exc, UnsafePickle):
+            raise
+        return exc.message
+
+
+def _plain(f: BinaryIO, path: Path) -> str | None:
+    """A file that is not a zip nor a binary pickle: read when it is a pickle after all."""
+    from lrdoctor.read.bytes import safeload, unsafe_globals
+
+    f.seek(0)
+    if not unsafe_globals.resolves_a_global(f, str(path)):
         return None
-    if head[:1] == b"\x80":
-        return _read(lambda: safeload.load(path, unknown_as_opaque=True))
+    return _read(lambda: safeload.load(path, unknown_as_opaque=True))
+
+
+def _zip(path: Path) -> str | None:
+    """A torch zip as torch reads it (its ``data.pkl``); another zip (a TorchScript archive,
+    a zip of logs) member by member: a member that is a pickle, in any protocol, is read
+    by the safe reader. Deflated members are inflated within ``deflated_bytes`` all
+    together, a pickle member is held within ``pickle_bytes``."""
+    from lrdoctor.read.bytes import safeload, storage
+
+    try:
+        with storage.open_binary(path) as f:
+            safeload.zip_members_check(f, str(path))
+            return _members(f, path)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
+        return "not a readable zip archive"
+    except UnusableInput as exc:
+        if isinstance(exc, UnsafePickle):
+            raise
+        return exc.message
+
+
+def _members(f: BinaryIO, path: Path) -> str | None:
+    from lrdoctor.read.bytes import limits, safeload, unsafe_globals
+
+    with zipfile.ZipFile(f) as zf:
+        infos = zf.infolist()
+        if any(i.filename.endswith("/data.pkl") and i.filename.count("/") == 1
+               for i in infos):
+            return _read(lambda: safeload.load(path, unknown_as_opaque=True))
+        budget = safeload.Inflation(str(path))
+        for info in infos:
+            if info.is_dir():
+                continue
+            where = f"{path}[{info.filename}]"
+            with zf.open(info) as m:
+                if not unsafe_globals.resolves_a_global(budget.wrap(m, info), where):
+                    continue
+            limits.check_size("pickle_bytes", info.file_size, where, "the pickle")
+            with zf.open(info) as m:
+                data = budget.wrap(m, info).read(info.file_size + 1)
+            limits.check_size("pickle_bytes", len(data), where, "the pickle")
+            why = _read(partial(safeload.load_bytes, data, where, unknown_as_opaque=True))
+            if why is not None:
+                return f"{info.filename}: {why}"
     return None
 
 
