@@ -521,9 +521,10 @@ def history(states: list[RunState], findings: list[Finding] | None = None
     for p in pts:
         row: dict[str, Any] = {
             "checkpoint": p.name, "path": p.path,
-            "updates": _cval(p.updates), "scheduler": _cval(p.scheduler),
+            "updates": _cval(p.updates, p.state), "scheduler": _cval(p.scheduler, p.state),
             "horizon": p.horizon,
-            "planned_end": _cval(p.planned_end),
+            "horizon_unit": p.state.horizon_counts() if p.horizon is not None else None,
+            "planned_end": _cval(p.planned_end, p.state),
             "optimizer_lr": p.optimizer_lr,
             "lr_at_scheduler": p.lr_at_scheduler, "lr_at_updates": p.lr_at_updates,
             "codes": sorted(set(flagged.get(p.path, []))),
@@ -538,5 +539,6 @@ def history(states: list[RunState], findings: list[Finding] | None = None
     return rows
 
 
-def _cval(c: Counter | None) -> dict[str, Any] | None:
-    return None if c is None else {"name": c.name, "value": c.value, "unit": c.unit.value}
+def _cval(c: Counter | None, st: RunState) -> dict[str, Any] | None:
+    """A counter's row cell, labelled by what it counts (:meth:`RunState.unit_of`)."""
+    return None if c is None else {"name": c.name, "value": c.value, "unit": st.unit_of(c)}

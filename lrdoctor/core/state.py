@@ -200,6 +200,11 @@ class RunState:
                     return str(e.quantity.value)
         return unit.value if unit is not None else ""
 
+    def unit_of(self, c: Counter | None) -> str:
+        """What the counter ``c`` counts (:meth:`counts`): the one label every table,
+        message, plot and JSON field gives that counter's number."""
+        return "" if c is None else self.counts(c.ref, c.unit)
+
     def progress_counts(self) -> str:
         """What the scheduler's progress counter counts (:meth:`counts`)."""
         sp = self.scheduler_progress

@@ -164,7 +164,9 @@ def plot_run(reports, out: Path) -> Path:
         top.annotate(r["checkpoint"], (x, r["scheduler"]["value"] if r.get("scheduler") else
                                        (r["updates"] or {}).get("value", 0)),
                      textcoords="offset points", xytext=(4, 6), fontsize=7, color="dimgray")
-    top.set_ylabel(f"progress ({sunit})")
+    # Each line's numbers by what they count (the rows' units): the scheduler's may be calls.
+    top.set_ylabel(f"progress ({unit})" if sunit == unit or not unit
+                   else f"progress ({unit}; scheduler: {sunit})")
     top.set_title(f"{Path(reports[-1].target).parent.name or reports[-1].target}: progress and "
                   f"LR per checkpoint ({reports[-1].format})", fontsize=10)
     # Resumes the run-level findings point at.

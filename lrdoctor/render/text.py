@@ -242,8 +242,19 @@ def render_trend(reports, con: Console | None = None) -> None:
         return
     rows = run["checkpoints"]
 
-    units = {unit for row in rows for k in ("updates", "scheduler")
-             if (unit := (row.get(k) or {}).get("unit")) is not None}
+    # Each column labelled by what its numbers count (the rows' units: RunState.unit_of),
+    # never by the model's unit: a scheduler stepped per micro-batch counts calls.
+    def counted(key: str) -> str:
+        got = sorted({u for row in rows if (u := (row.get(key) or {}).get("unit")
+                                            if key != "horizon" else row.get("horizon_unit"))})
+        return " / ".join(got)
+
+    labels = {col: counted(key) for col, key in
+              (("nominal", "updates"), ("scheduler", "scheduler"), ("horizon", "horizon"))}
+    if len({u for u in labels.values() if u}) <= 1:
+        units_line = f"progress and horizon in {next((u for u in labels.values() if u), 'unknown units')}"
+    else:
+        units_line = "; ".join(f"{col} in {u}" for col, u in labels.items() if u)
 
     table = Table(title="Trend over checkpoints", title_justify="left", show_edge=False)
     names = [row["checkpoint"] for row in rows]
@@ -272,7 +283,7 @@ def render_trend(reports, con: Console | None = None) -> None:
             f"{row['optimizer_lr']:.3g}" if row.get("optimizer_lr") is not None else "-", found)
     con.print(table)
     # Units and the columns' meaning under the table: in the headers they were cut at 80.
-    con.print(f"[dim]progress and horizon in {' / '.join(sorted(units)) or 'unknown units'}; "
+    con.print(f"[dim]{units_line}; "
               "(+n): change since the previous checkpoint; ratio: scheduler change / nominal "
               "change[/dim]")
     for why in run.get("skipped") or []:

@@ -109,7 +109,7 @@ def progress_evidence(state: RunState) -> ProgressEvidence | None:
     return ProgressEvidence(
         scheduler_progress=prog.value, scheduler_counter=prog.name,
         nominal_progress=nominal.value, nominal_from=nominal.source,
-        unit=prog.unit.value, ratio=round(ratio, 6))
+        unit=state.unit_of(prog), ratio=round(ratio, 6))
 
 
 @dataclass(frozen=True)
@@ -123,11 +123,15 @@ class ProgressGap:
     progress: Counter
     nominal: Counter
     ratio: float
+    # What each counts (RunState.unit_of): the scheduler's counter may count calls.
+    progress_unit: str = ""
+    nominal_unit: str = ""
 
     def head(self) -> str:
         """``num_steps is 96,000 samples but consumed - skipped is 48,000 samples (2x)``."""
-        p, n, unit = self.progress, self.nominal, self.progress.unit.value
-        return (f"{p.name} is {fmt(p.value)} {unit} but {n.source} is {fmt(n.value)} {unit} "
+        p, n = self.progress, self.nominal
+        pu, nu = self.progress_unit or p.unit.value, self.nominal_unit or n.unit.value
+        return (f"{p.name} is {fmt(p.value)} {pu} but {n.source} is {fmt(n.value)} {nu} "
                 f"({self.ratio:.3g}x)")
 
 
@@ -136,7 +140,8 @@ def _gap(state: RunState) -> ProgressGap | None:
     prog, nominal = state.scheduler_progress, state.nominal_progress
     if ev is None or prog is None or nominal is None or prog.value == nominal.value:
         return None
-    return ProgressGap(ev, prog, nominal, prog.value / nominal.value)
+    return ProgressGap(ev, prog, nominal, prog.value / nominal.value,
+                       state.unit_of(prog), state.unit_of(nominal))
 
 
 def law_broken(state: RunState, law: Invariant) -> ProgressGap | None:
@@ -175,6 +180,10 @@ class Horizon:
     planned: float | None
     ratio: float | None
     consistent: bool
+    # What the progress and the horizon count (RunState.unit_of / horizon_counts), the
+    # labels every message gives them: T_max and last_epoch count scheduler calls.
+    progress_unit: str = ""
+    horizon_unit: str = ""
 
     @property
     def tail(self) -> bool:
@@ -211,7 +220,9 @@ def horizon(state: RunState) -> Horizon | None:
         return None
     return Horizon(spec=spec, progress=prog, horizon=h,
                    planned=planned_end_in_schedule_units(state),
-                   ratio=progress_ratio(state), consistent=consistent(state))
+                   ratio=progress_ratio(state), consistent=consistent(state),
+                   progress_unit=state.unit_of(prog),
+                   horizon_unit=state.horizon_counts() or spec.unit.value)
 
 
 class PastHorizon(Evidence):
@@ -237,7 +248,7 @@ def past_horizon(h: Horizon) -> PastHorizon:
 
     prog = h.progress.value
     return PastHorizon(
-        scheduler_progress=prog, horizon=h.horizon, unit=h.progress.unit.value,
+        scheduler_progress=prog, horizon=h.horizon, unit=h.progress_unit or h.progress.unit.value,
         progress_over_horizon=round(prog / h.horizon, 6),
         fraction_of_progress_at_min_lr=round((prog - h.horizon) / prog, 6),
         min_lr=h.spec.min_lr, lr_at_scheduler_progress=lr_or_none(h.spec, prog))

@@ -89,7 +89,7 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         "ratio_to_nominal": round(h.ratio, 6) if h.ratio is not None and h.ratio > 1 else None})
     f = RULE.finding(
         f"{prog.name} = {fmt(prog.value)} is {prog.value / h.horizon:.2f}x the decay horizon "
-        f"{fmt(h.horizon)} {prog.unit.value}{where}: {tail}.", ev)
+        f"{fmt(h.horizon)} {h.horizon_unit}{where}: {tail}.", ev)
     if end is None:  # the title's "before the planned end" would claim a number no file holds
         f.title = "Scheduler is past its decay horizon (the checkpoint holds no planned end)"
     return [f]

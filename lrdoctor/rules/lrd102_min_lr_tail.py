@@ -50,9 +50,9 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         lr_kept = lr_end
         what = (f"is past the horizon, where {spec.kind} does not hold min_lr "
                 f"{spec.min_lr:g} (it gives {lr_end:.6g} at the planned end)")
-    unit = h.progress.unit.value
+    unit = h.progress.unit.value  # the planned end, converted to the schedule's unit
     return [RULE.finding(
-        f"The decay horizon ({fmt(h.horizon)} {unit}) ends before the planned end of "
-        f"training ({fmt(planned)} {unit}): the last {tail:.0%} {what}.",
+        f"The decay horizon ({fmt(h.horizon)} {h.horizon_unit}) ends before the planned end "
+        f"of training ({fmt(planned)} {unit}): the last {tail:.0%} {what}.",
         MinLrTail(horizon=h.horizon, planned_end=planned, tail_fraction=round(tail, 6),
                   lr_at_planned_end=lr_kept))]

@@ -30,7 +30,7 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     h = horizon(state)
     if h is None or not h.past or not h.planned_run:
         return []
-    prog, unit = h.progress, h.progress.unit.value
+    prog, unit = h.progress, h.horizon_unit
     ev = LrAtFloor(**past_horizon(h).raw())
     if h.consistent and h.planned is not None:
         # Trainer and scheduler agree; training simply ran past its plan.

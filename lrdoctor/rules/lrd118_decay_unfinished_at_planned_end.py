@@ -65,7 +65,8 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
     span = spec.max_lr - spec.min_lr
     if lr_end is None or span <= 0 or lr_end - spec.min_lr <= 0.01 * span:
         return []
-    unit = spec.unit.value
+    unit = state.horizon_counts() or spec.unit.value
+    end_unit = state.unit_of(end)
     left = round((lr_end - spec.min_lr) / span, 6)
     ramp = state.facts.rampup
     why = ""
@@ -82,7 +83,7 @@ def check(state: RunState, found: Sequence[Finding]) -> list[Finding]:
         ramp = None
     return [RULE.finding(
         f"The decay horizon ({fmt(horizon)} {unit}) lies past the planned end of training "
-        f"({end.name} = {fmt(planned / pace)} {unit}"
+        f"({end.name} = {fmt(planned / pace)} {end_unit}"
         + (f", where the scheduler, stepped {pace:.4g}x per update, reaches {fmt(planned)}"
            if pace != 1.0 else "")
         + f"){why}: training ends at LR {lr_end:.6g}, "

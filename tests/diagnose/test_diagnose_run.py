@@ -218,7 +218,8 @@ def test_trend_table_and_plot_of_a_run(hf_restart, monkeypatch):
     plots.plot_inspect(reps, hf_restart / "run.png")
     (fig,) = figs
     top, bot = fig.axes[:2]
-    assert top.get_ylabel() == "progress (optimizer updates)"
+    # each line by what it counts: HF's scheduler.last_epoch counts scheduler calls
+    assert top.get_ylabel() == "progress (optimizer updates; scheduler: scheduler calls)"
     assert bot.get_ylabel() == "learning rate (param group 0)"
     assert bot.get_xlabel().startswith("nominal progress (optimizer updates)")
     series = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in top.lines}

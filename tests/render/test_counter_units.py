@@ -63,3 +63,19 @@ def test_a_sample_counting_scheduler_keeps_samples():
     st = (doc[-1] if isinstance(doc, list) else doc)["state"]
     assert st["scheduler_progress"]["unit"] == "samples"
     assert st["derived"]["horizon_unit"] == "samples"
+
+
+def test_rule_messages_label_the_horizon_as_the_counter_table_does():
+    """torch (the torch-microstep sample: CosineAnnealingLR stepped per micro-batch,
+    T_max 100): LRD101's message names the decay horizon in what T_max counts, scheduler
+    calls, the label of the counter table, schedule line and JSON derived.horizon_unit,
+    never the model's "optimizer updates"."""
+    from lrdoctor.inspect_api import inspect_path
+    from tests.helpers.paths import REPO
+
+    rep = inspect_path(REPO / "sample_checkpoints" / "torch-microstep" / "checkpoint_60.pt")[-1]
+    f = next(f for f in rep.findings if f.code == "LRD101")
+    assert "the decay horizon 100 scheduler calls" in f.message, f.message
+    assert "100 optimizer updates" not in f.message
+    assert f.evidence.get("unit") == "scheduler calls"
+    assert rep.state["derived"]["horizon_unit"] == "scheduler calls"

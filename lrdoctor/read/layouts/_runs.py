@@ -179,8 +179,12 @@ def unread(run: Path, runs: list[Path], units: list[Unit], read: list[Any]) -> l
         if holds(u.path, [ckpt_path(c) for c in read]) or any(
                 under(ckpt_path(c), u.path) for c in read):
             continue
-        why = (f"a copy `lrdoctor fix` wrote (its {MANIFEST})" if (u.path / MANIFEST).is_file()
-               else "its name is not one this run's layout lists as a checkpoint")
+        if (u.path / MANIFEST).is_file():
+            why = f"a copy `lrdoctor fix` wrote (its {MANIFEST})"
+        elif is_step_dir(u.path):
+            why = "the run's reader does not list it as one of its checkpoints"
+        else:  # a plain folder of state files below the run's step folders (torchtune's
+            continue  # recipe_state/): the run's reader reads it with the run
         notes.append(f"{u.path}: not read with this run: {why}; inspect it on its own: "
                      f"`lrdoctor inspect {shlex.quote(str(u.path))}`")
     return notes
