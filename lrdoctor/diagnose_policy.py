@@ -22,7 +22,7 @@ from lrdoctor.core.findings import Finding, Severity
 from lrdoctor.core.repair import Refusal, Target
 from lrdoctor.core.state import RunState, ScheduleSpec, Unit
 from lrdoctor.rules.common import ProgressEvidence, fmt
-from lrdoctor.schedules import lr_or_none, with_horizon
+from lrdoctor.schedules import lr_or_none, repair_refused, with_horizon
 
 POLICIES = ("nominal", "rescale", "extend-horizon")
 
@@ -175,6 +175,9 @@ def decide(state: RunState, findings: list[Finding], *, policy: str | None = Non
     given = given_schedule(sp.unit) if given_schedule is not None else None
     if given is not None:
         spec = given
+    refused = repair_refused(spec) if spec is not None else None
+    if refused is not None:
+        raise Refusal(refused, state.path)
     horizon = spec.horizon if spec is not None else None
     t = Target(policy=chosen, progress_before=sp.value, progress=sp.value, unit=sp.unit,
                horizon_before=horizon, schedule=spec, motivated_by=codes,

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from lrdoctor.core.state import ScheduleSpec
 
-FAMILIES = ("megatron", "hf", "torch", "deepspeed", "timm", "torchtitan", "onevision")
+FAMILIES = ("megatron", "hf", "torch", "deepspeed", "timm", "torchtitan", "onevision",
+            "cyclical")
 
 
 def _family(spec: ScheduleSpec) -> ModuleType:
@@ -54,6 +55,10 @@ def _family(spec: ScheduleSpec) -> ModuleType:
             from lrdoctor.schedules import onevision
 
             return onevision
+        case "cyclical":
+            from lrdoctor.schedules import cyclical
+
+            return cyclical
         case _:
             raise ValueError(f"unknown schedule family {spec.family!r}")
 
@@ -137,6 +142,15 @@ def group_lr(spec: ScheduleSpec | None, progress: float, group: dict[str, Any]) 
     if lr is None or spec.max_lr == 0:
         return None
     return float(base) * lr / spec.max_lr
+
+
+def repair_refused(spec: ScheduleSpec) -> str | None:
+    """Why ``lrdoctor fix`` cannot rewrite the saved state of this family's scheduler (its
+    module's ``REPAIR_REFUSED``), or None when it can."""
+    if spec.family not in FAMILIES:
+        return None
+    why: str | None = getattr(_family(spec), "REPAIR_REFUSED", None)
+    return why
 
 
 def with_horizon(spec: ScheduleSpec, horizon: float) -> ScheduleSpec:

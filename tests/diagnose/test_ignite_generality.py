@@ -43,8 +43,7 @@ def test_ignite_healthy_runs_get_no_error(scenario):
     in updates, resumed with its state restored: never an error."""
     r = _one(DATA / scenario)
     assert not _codes(r, Severity.ERROR), [(f.code, f.message) for f in r.findings]
-    if scenario != "healthy-native":
-        silent(r)
+    silent(r)
 
 
 @pytest.mark.parametrize("scenario", ["healthy-torch", "healthy-resume"])
@@ -89,15 +88,26 @@ def test_ignite_resume_that_restarts_the_scheduler_is_an_error():
     assert "LRD112" not in _codes(_one(DATA / "healthy-resume"))
 
 
-@pytest.mark.parametrize("scenario", ["healthy-native", "bug-micro-native"])
-def test_ignite_native_param_scheduler_is_never_silent(scenario):
+def test_ignite_native_param_scheduler_is_modelled_and_judged():
     """PyTorch-Ignite: a framework neither the corpus nor the layout registry names.
-    Ignite's own CosineAnnealingScheduler saves start_value/end_value/cycle_size/
-    event_index, no torch scheduler: lrdoctor does not model it yet and says so (LRD111
-    warning), never an error and never a clean verdict."""
-    r = _one(DATA / scenario)
-    assert "LRD111" in _codes(r)
-    assert not _codes(r, Severity.ERROR)
+    Ignite's own CosineAnnealingScheduler(cycle_size=9) saves start_value/end_value/
+    cycle_size/cycle/event_index and no torch scheduler: recognised by those keys and
+    modelled (lrdoctor.schedules.cyclical). Fired once per update: silent, its LR the model's.
+    Fired on every micro-batch under accumulation 4: event_index 9 after 3 finished cycles of
+    9 = 36 calls vs the optimizer's step 9, both read from checkpoint_3.pt: LRD103 error."""
+    healthy = _one(DATA / "healthy-native")
+    silent(healthy)
+    assert healthy.state["scheduler_progress"]["value"] == 9
+    bug = _one(DATA / "bug-micro-native")
+    f = the(bug, "LRD103")
+    assert f.severity is Severity.ERROR
+    assert "scheduler.event_index 9 + 3 finished cycle(s) = 36" in f.message
+    assert "optimizer.step" in f.message and "= 9" in f.message and "4x" in f.message
+    assert bug.state["scheduler_progress"]["source"].endswith(
+        "bug-micro-native/checkpoint_3.pt:lr_scheduler.event_index")
+    # the cosine restarted 3 times: past its cycle it climbs back (derived, an error)
+    assert the(bug, "LRD101").severity is Severity.ERROR
+    assert "cannot apply" in f.fix  # fix refuses a cyclical state: never recommended
 
 
 def test_ignite_horizon_in_iterations_is_an_error_from_the_saved_numbers():

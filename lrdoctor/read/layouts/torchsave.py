@@ -21,7 +21,7 @@ from pathlib import Path
 from lrdoctor.core.errors import UnusableInput
 from lrdoctor.core.fieldref import FieldRef
 from lrdoctor.core.repair import FormatPlan, Refusal, RepairTools, Target
-from lrdoctor.core.state import Counter, RunState, Unit
+from lrdoctor.core.state import Counter, RunState, ScheduleSpec, Unit
 from lrdoctor.read import layouts
 from lrdoctor.read.layouts import GENERIC, _common
 from lrdoctor.read.layouts._torchstate import optimizer_info, torch_scheduler, torch_scheduler_kind
@@ -290,7 +290,7 @@ def _pick_scheduler(sc: shapes.Scan, st: RunState) -> shapes.Found | None:
 
 def _progress_of(f: shapes.Found) -> float | None:
     v = f.value
-    for k in ("last_epoch", "num_steps", "last_batch_iteration"):
+    for k in ("last_epoch", "num_steps", "last_batch_iteration", "event_index"):
         if k in v:
             return _common.number(v[k])
     return None
@@ -322,6 +322,8 @@ def _read_found_scheduler(st: RunState, sched: shapes.Found,
         prog = st.scheduler_progress
         if prog is not None and sched.key and prog.source == f"{src}:last_epoch":
             prog.source = _subkey(sched, "last_epoch")  # file:key.last_epoch
+    elif sched.kind == shapes.SCHED_CYCLICAL:
+        _read_cyclical(st, sched)
     else:  # DeepSpeed's own schedulers keep only last_batch_iteration (from -1)
         lbi = _common.number(sched.value.get("last_batch_iteration"))
         st.extras["scheduler_class"] = "DeepSpeed scheduler"
@@ -332,6 +334,35 @@ def _read_found_scheduler(st: RunState, sched: shapes.Found,
                                             ref_offset=1)
         st.notes.append(f"{src}: a DeepSpeed scheduler state keeps only its progress; its "
                         "schedule lives in the DeepSpeed config")
+
+
+def _read_cyclical(st: RunState, sched: shapes.Found) -> None:
+    """An event-indexed cyclical scheduler: progress = the calls it took (its events),
+    from ``event_index`` and the cycles before it; the schedule from its first cycle."""
+    from lrdoctor.schedules.cyclical import total_calls
+
+    v, src = sched.value, sched.where
+    st.extras["scheduler_class"] = "cyclical cosine param scheduler (event_index)"
+    try:
+        got = total_calls(v)
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+        got = None
+    if got is None:
+        st.notes.append(f"{src}: the sizes of its {v.get('cycle')} finished cycles cannot be "
+                        f"derived from cycle_size {v.get('cycle_size')} and cycle_mult "
+                        f"{v.get('cycle_mult')}: its progress is unknown")
+        return
+    calls, params, start, end = got
+    cycle = int(v.get("cycle", 0) or 0)
+    name = "scheduler.event_index" if cycle == 0 else (
+        f"scheduler.event_index {v['event_index']} + {cycle} finished cycle(s)")
+    ref = sched.ref.child("event_index") if cycle == 0 else None
+    st.scheduler_progress = Counter(name, calls, Unit.UPDATES, _subkey(sched, "event_index"),
+                                    ref)
+    st.schedule = ScheduleSpec("cyclical", "cosine", start, Unit.UPDATES, min_lr=end,
+                               horizon=float(params["cycle_size"]), params=params, source=src)
+    st.notes.append(f"{src}: its saved keys fit a cosine and a linear cyclical scheduler "
+                    "alike; modelled as the cosine, the saved LR witnesses which")
 
 
 def _subkey(f: shapes.Found, key: str) -> str:

@@ -31,11 +31,12 @@ NOTHING = "no scheduler/optimizer/trainer state"
 SCHED_TORCH = "torch_scheduler"
 SCHED_MEGATRON = "megatron_scheduler"
 SCHED_DEEPSPEED = "deepspeed_scheduler"
+SCHED_CYCLICAL = "cyclical_scheduler"
 OPTIMIZER = "optimizer"
 COUNTER = "counter"
 SETTING = "setting"  # a number inside a config/args object: a budget or a knob, not progress
 CONFIG = "config"
-SCHEDULER_KINDS = (SCHED_MEGATRON, SCHED_TORCH, SCHED_DEEPSPEED)
+SCHEDULER_KINDS = (SCHED_MEGATRON, SCHED_TORCH, SCHED_DEEPSPEED, SCHED_CYCLICAL)
 
 # Trainer counters by key (last path component), what they count.
 COUNTER_NAMES = {
@@ -174,13 +175,25 @@ def is_deepspeed_scheduler(obj: Any) -> bool:
     return isinstance(obj, dict) and "last_batch_iteration" in obj and "last_epoch" not in obj
 
 
+# An event-indexed cyclical parameter scheduler (lrdoctor.schedules.cyclical): a counter
+# that restarts each cycle, the cycles done, and the cycle's values and growth.
+CYCLICAL_KEYS = ("event_index", "cycle", "cycle_size", "cycle_mult", "start_value",
+                 "end_value")
+
+
+def is_cyclical_scheduler(obj: Any) -> bool:
+    return (isinstance(obj, dict) and all(k in obj for k in CYCLICAL_KEYS)
+            and obj.get("param_name", "lr") == "lr")
+
+
 def is_optimizer(obj: Any) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("param_groups"), list)
 
 
 # A state recognised by its keys: the first test that holds names its kind.
 STATE_SHAPES = ((SCHED_MEGATRON, is_megatron_scheduler), (SCHED_TORCH, is_torch_scheduler),
-                (SCHED_DEEPSPEED, is_deepspeed_scheduler), (OPTIMIZER, is_optimizer))
+                (SCHED_DEEPSPEED, is_deepspeed_scheduler),
+                (SCHED_CYCLICAL, is_cyclical_scheduler), (OPTIMIZER, is_optimizer))
 
 
 def state_kind(obj: Any) -> str | None:

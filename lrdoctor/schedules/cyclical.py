@@ -1,0 +1,137 @@
+"""Event-indexed cyclical parameter schedulers (a cosine per cycle) as pure functions.
+
+The saved state these model is recognised by its keys alone
+(:func:`lrdoctor.read.scan.shapes.is_cyclical_scheduler`): ``event_index`` (calls since
+the current cycle began; it restarts at 0 each cycle), ``cycle`` (cycles finished),
+``start_value``, ``end_value``, ``cycle_size``, ``cycle_mult``, ``start_value_mult``,
+``end_value_mult``, ``warmup_duration``. PyTorch-Ignite 0.5's ``CosineAnnealingScheduler``
+saves this state; the arithmetic below is its ``CyclicalScheduler.__call__`` and
+``get_param`` step for step: each call sets the value for the cycle position, then
+advances ``event_index``; a cycle of ``cycle_size`` calls anneals ``start_value`` towards
+``end_value`` (never reaching it: the next call restarts the cycle), then
+``warmup_duration`` calls climb linearly back; each new cycle is ``int(size x
+cycle_mult)`` long and its values are multiplied by their ``*_mult``.
+
+ScheduleSpec mapping (family ``"cyclical"``): ``kind`` ``"cosine"``; ``max_lr`` =
+``start_value`` and ``min_lr`` = ``end_value`` of the first cycle; ``horizon`` = the first
+cycle's ``cycle_size`` (where its decay ends); ``params`` = ``cycle_size``,
+``cycle_mult``, ``start_value_mult``, ``end_value_mult``, ``warmup_duration`` of the first
+cycle. Progress = calls made (events the scheduler was attached to), and ``lr_at(t)`` is
+the value in force after ``t`` calls, i.e. the one call ``t - 1`` set (after 0 calls:
+``start_value``), which is the LR an optimizer saved beside the state holds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lrdoctor.core.state import ScheduleSpec
+
+MAX_CYCLES = 1_000_000
+# ``lrdoctor fix`` moves torch/megatron/DeepSpeed counters; a cyclical state would need its
+# event_index, cycle, cycle_size and values rewritten together: not done, so refused.
+REPAIR_REFUSED = ("a cyclical param scheduler's state (event_index, cycle, cycle_size, "
+                  "start_value) is not rewritten by lrdoctor fix; fix the training loop and "
+                  "restart the scheduler from its first cycle")
+
+
+def _cosine(start: float, end: float, event_index: int, size: int) -> float:
+    return start + ((end - start) / 2) * (1 - math.cos(math.pi * (event_index / size)))
+
+
+def value_of_call(p: dict[str, Any], start: float, end: float, k: int) -> float:
+    """The value call ``k`` (0-based, counted over the whole run) sets."""
+    size, warm = int(p["cycle_size"]), int(p.get("warmup_duration", 0) or 0)
+    mult, smult, emult = (float(p.get("cycle_mult", 1.0)), float(p.get("start_value_mult", 1.0)),
+                          float(p.get("end_value_mult", 1.0)))
+    for _ in range(MAX_CYCLES):
+        if size < 1:
+            raise ValueError(f"cycle_size shrank to {size}: the scheduler divides by it")
+        if k < size + warm:
+            if k < size:
+                return _cosine(start, end, k, size)
+            start *= smult  # at event_index == cycle_size the start value moves first
+            if k == size:
+                return _cosine(start, end, k, size)
+            return end + (start - end) * ((k - size) / warm)
+        k -= size + warm
+        start *= smult
+        end *= emult
+        size, warm = int(size * mult), int(warm * mult)
+    raise ValueError(f"more than {MAX_CYCLES} cycles")
+
+
+def lr_at(spec: ScheduleSpec, progress: float) -> float:
+    calls = max(0, int(math.floor(progress)))
+    if calls == 0:
+        return spec.max_lr
+    return value_of_call(spec.params, spec.max_lr, spec.min_lr, calls - 1)
+
+
+def floor_progress(spec: ScheduleSpec) -> float | None:
+    return None  # each cycle restarts before its end value is reached
+
+
+def wraps(spec: ScheduleSpec) -> bool:
+    return True  # the call after a cycle's last restarts it at start_value
+
+
+def problems(spec: ScheduleSpec) -> list[str]:
+    p, out = spec.params, []
+    if int(p.get("cycle_size", 0)) < 2:
+        out.append(f"cycle_size={p.get('cycle_size')} is below 2")
+    if int(p.get("warmup_duration", 0) or 0) < 0:
+        out.append(f"warmup_duration={p.get('warmup_duration')} is negative")
+    return out
+
+
+def total_calls(state: dict[str, Any]) -> tuple[int, dict[str, Any], float, float] | None:
+    """From a saved state: (calls made over the whole run, the first cycle's parameters,
+    its start_value, its end_value), or None when the finished cycles cannot be sized
+    exactly (``cycle_mult`` != 1 with a truncation that more than one first size fits)."""
+    ei, cycle = int(state["event_index"]), int(state.get("cycle", 0) or 0)
+    size, warm = int(state["cycle_size"]), int(state.get("warmup_duration", 0) or 0)
+    mult = float(state.get("cycle_mult", 1.0))
+    smult, emult = float(state.get("start_value_mult", 1.0)), float(state.get("end_value_mult",
+                                                                              1.0))
+    # start_value was multiplied once per finished cycle, plus once when this cycle's
+    # event_index passed cycle_size (the warm-up part)
+    s_times = cycle + (1 if ei > size else 0)
+    start = float(state["start_value"]) / smult ** s_times
+    end = float(state["end_value"]) / emult ** cycle
+    firsts = [(size, warm)] if cycle == 0 or mult == 1.0 else _first_sizes(size, warm, mult,
+                                                                           cycle)
+    if len(firsts) != 1:
+        return None
+    s0, w0 = firsts[0]
+    done, s, w = 0, s0, w0
+    for _ in range(cycle):
+        done += s + w
+        s, w = int(s * mult), int(w * mult)
+    params = {"cycle_size": s0, "cycle_mult": mult, "start_value_mult": smult,
+              "end_value_mult": emult, "warmup_duration": w0}
+    return done + ei, params, start, end
+
+
+def _first_sizes(size: int, warm: int, mult: float, cycles: int) -> list[tuple[int, int]]:
+    """Every first (cycle_size, warmup_duration) that ``cycles`` truncated growths by
+    ``mult`` turn into the saved ones."""
+    if mult <= 0 or cycles > 64:
+        return []
+    out = []
+    for cand_s in _candidates(size, mult, cycles):
+        for cand_w in _candidates(warm, mult, cycles) if warm else [0]:
+            s, w = cand_s, cand_w
+            for _ in range(cycles):
+                s, w = int(s * mult), int(w * mult)
+            if (s, w) == (size, warm):
+                out.append((cand_s, cand_w))
+    return out
+
+
+def _candidates(now: int, mult: float, cycles: int) -> list[int]:
+    guess = now / mult ** cycles
+    lo, hi = max(1, int(guess) - 2), int(guess) + 3 + int(2 / mult ** cycles)
+    return list(range(lo, min(hi, lo + 10_000)))

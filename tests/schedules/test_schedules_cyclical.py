@@ -1,0 +1,81 @@
+"""lrdoctor's cyclical model (lrdoctor.schedules.cyclical) against PyTorch-Ignite 0.5's own
+``CosineAnnealingScheduler``, called by hand over a whole run: at every call the LR the
+optimizer holds equals the model at the progress read back from the scheduler's own
+``state_dict()`` (event_index + finished cycles), to 1e-9 relative."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lrdoctor.core.state import ScheduleSpec, Unit
+from lrdoctor.read.scan.shapes import SCHED_CYCLICAL, state_kind
+from lrdoctor.schedules import lr_at, problems, shape
+from lrdoctor.schedules.cyclical import total_calls
+
+torch = pytest.importorskip("torch")
+param_scheduler = pytest.importorskip("ignite.handlers.param_scheduler")
+
+pytestmark = pytest.mark.frameworks
+
+CASES = [
+    {"start_value": 1e-3, "end_value": 1e-5, "cycle_size": 9},
+    {"start_value": 1e-3, "end_value": 1e-5, "cycle_size": 7, "cycle_mult": 1.5},
+    {"start_value": 2e-3, "end_value": 0.0, "cycle_size": 20, "cycle_mult": 0.8,
+     "start_value_mult": 0.5, "end_value_mult": 0.9},
+    {"start_value": 2e-3, "end_value": 1e-6, "cycle_size": 10, "cycle_mult": 1.25,
+     "start_value_mult": 0.5, "end_value_mult": 0.9},
+    {"start_value": 1e-3, "end_value": 1e-4, "cycle_size": 6, "cycle_mult": 2.0,
+     "warmup_duration": 3, "start_value_mult": 0.7},
+    {"start_value": 5e-4, "end_value": 5e-5, "cycle_size": 5, "warmup_duration": 2},
+]
+
+
+def _spec(state: dict) -> tuple[ScheduleSpec, int]:
+    got = total_calls(state)
+    assert got is not None, state
+    calls, params, start, end = got
+    return ScheduleSpec("cyclical", "cosine", start, Unit.UPDATES, min_lr=end,
+                        horizon=float(params["cycle_size"]), params=params), calls
+
+
+@pytest.mark.parametrize("kwargs", CASES)
+def test_cyclical_model_is_ignite_cosine_annealing_scheduler(kwargs):
+    """PyTorch-Ignite 0.5.5 CosineAnnealingScheduler, every call of a 60-call run."""
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=kwargs["start_value"])
+    sched = param_scheduler.CosineAnnealingScheduler(opt, "lr", **kwargs)
+    first_spec, _ = _spec(sched.state_dict())
+    assert not problems(first_spec)
+    for n in range(1, 61):
+        sched(None)
+        state = sched.state_dict()
+        assert state_kind(state) == SCHED_CYCLICAL
+        want = opt.param_groups[0]["lr"]
+        got = lr_at(first_spec, n)
+        assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-15), (n, got, want)
+        if total_calls(state) is None:  # a shrinking cycle truncated: 10 and 11 both give 8
+            assert kwargs.get("cycle_mult", 1.0) < 1 and state["cycle"] > 0
+            continue
+        spec, calls = _spec(state)  # read back mid-run: the same progress and LR
+        assert calls == n, (n, state)
+        assert math.isclose(lr_at(spec, calls), want, rel_tol=1e-9, abs_tol=1e-15), n
+
+
+def test_cyclical_shape_wraps_at_its_cycle():
+    """PyTorch-Ignite 0.5.5 CosineAnnealingScheduler: the call after cycle_size calls restarts
+    at start_value (the LR climbs back), so the model says it wraps and its decay ends at
+    cycle_size; its end_value is never held."""
+    spec, _ = _spec({"event_index": 0, "cycle": 0, "start_value": 1e-3, "end_value": 1e-5,
+                     "cycle_size": 9, "cycle_mult": 1.0, "warmup_duration": 0})
+    sh = shape(spec)
+    assert sh.wraps and sh.decay_end == 9 and sh.floor_at is None
+    assert lr_at(spec, 10) == 1e-3 and lr_at(spec, 9) < lr_at(spec, 8)
+
+
+def test_cycle_sizes_that_truncation_cannot_tell_apart_give_no_progress():
+    """Ignite truncates int(cycle_size x cycle_mult): with mult 0.5 after 1 cycle a saved
+    cycle_size 3 came from 6 or 7, so the finished cycle's length, hence the progress, is
+    not derivable (None), never guessed."""
+    assert total_calls({"event_index": 2, "cycle": 1, "start_value": 1e-3, "end_value": 0.0,
+                        "cycle_size": 3, "cycle_mult": 0.5, "warmup_duration": 0}) is None
