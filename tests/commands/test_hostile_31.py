@@ -345,3 +345,33 @@ def test_a_deflated_data_pkl_costs_what_its_pickle_costs(tmp_path):
     p, _, _ = _run(["fix", str(bomb), "--out", str(tmp_path / "fixed.pt"), "--policy",
                     "rescale", "--k", "2"], tmp_path)
     _refused(p, bomb, "LRDOCTOR_MAX_DEFLATED_BYTES")
+
+
+def test_a_tar_is_read_member_by_member(tmp_path):
+    """torch.load(weights_only=False) tries a tar before a pickle (the pre-1.0 format:
+    its ``pickle`` member is unpickled), and a tar's header is no pickle opcode stream: a
+    payload in a tar member reached the published copy. Each member that is a pickle is
+    read by the safe reader; a tar of text is copied."""
+    import io
+    import pickle
+    import tarfile
+
+    def tar(members: dict[str, bytes]) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:") as t:
+            for name, body in members.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(body)
+                t.addfile(info, io.BytesIO(body))
+        return buf.getvalue()
+
+    run = tmp_path / "run"
+    shutil.copytree(HF, run)
+    bad = run / "checkpoint-20" / "legacy.tar"
+    bad.write_bytes(tar({"sys_info": b"{}", "pickle": pickle.dumps(_Exploit(), protocol=2)}))
+    out = tmp_path / "fixed"
+    _refused(_fix(run / "checkpoint-20", out), bad, "refused", "system")
+    assert not out.exists()
+    bad.write_bytes(tar({"notes.txt": b"config: a\nlr: 0.1\n"}))
+    p = _fix(run / "checkpoint-20", out)
+    assert p.returncode in (0, 1) and (out / "legacy.tar").exists(), p.stderr[-400:]

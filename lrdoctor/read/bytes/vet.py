@@ -57,7 +57,9 @@ def vet(path: Path) -> str | None:
                 return _zip(path)
             if head[:1] == b"\x80":
                 return _read(lambda: safeload.load(path, unknown_as_opaque=True))
-            return _plain(f, path)
+            f.seek(0)
+            is_tar, why = _tar(f, path)
+            return why if is_tar else _plain(f, path)
     except OSError as exc:
         return exc.strerror or str(exc)
     except UnusableInput as exc:  # a limit of the walk itself
@@ -74,6 +76,42 @@ def _plain(f: BinaryIO, path: Path) -> str | None:
     if not unsafe_globals.resolves_a_global(f, str(path)):
         return None
     return _read(lambda: safeload.load(path, unknown_as_opaque=True))
+
+
+def _tar(f: BinaryIO, path: Path) -> tuple[bool, str | None]:
+    """An uncompressed tar (what ``torch.load`` tries before a pickle: the pre-1.0 format
+    unpickles its members) member by member, as a zip's: (is a tar, why it failed)."""
+    import tarfile
+
+    from lrdoctor.read.bytes import limits, safeload, unsafe_globals
+
+    try:
+        tar = tarfile.open(fileobj=f, mode="r:")
+    except (tarfile.TarError, OSError, ValueError, EOFError):
+        f.seek(0)
+        return False, None
+    try:
+        for count, info in enumerate(tar, 1):
+            if count > limits.get("zip_members"):
+                return True, limits.over("zip_members", str(path), "the tar archive lists over "
+                                         f"{count - 1:,} members").message
+            member = tar.extractfile(info) if info.isfile() else None
+            if member is None:
+                continue
+            where = f"{path}[{info.name}]"
+            if not unsafe_globals.resolves_a_global(member, where):
+                continue
+            limits.check_size("pickle_bytes", info.size, where, "the pickle")
+            member.seek(0)
+            data = member.read(info.size)
+            why = _read(partial(safeload.load_bytes, data, where, unknown_as_opaque=True))
+            if why is not None:
+                return True, f"{info.name}: {why}"
+    except (tarfile.TarError, EOFError) as exc:
+        return True, f"not a readable tar archive ({exc})"
+    finally:
+        tar.close()
+    return True, None
 
 
 def _zip(path: Path) -> str | None:
