@@ -79,6 +79,36 @@ def near_misses(section: Any, known: frozenset[str], prefix: str, schema: str,
     return out
 
 
+def absent_near_misses(data: dict, asked: Any, schema: str,
+                       cutoff: float = 0.9) -> list[dict[str, Any]]:
+    """LRD217 from the keys a translator asks for (its own table of the framework's keys,
+    ``KEYS_READ`` or every :meth:`Reader.get`): a key it asked for is absent (the default
+    applied) while its section holds a key one or two letters from it (``max_step`` where
+    ``max_steps`` is read), a misspelling that left the setting at its default. Only a key
+    near one that was asked for and is missing is named: the translator's table is not the
+    whole schema, so a key near none of them, or near one that is set, is left alone."""
+    import difflib
+
+    keys = list(dict.fromkeys(asked))
+    read = set(keys)
+    out: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        val = _lookup(data, key)
+        if val is not _MISSING and val is not None:
+            continue
+        parent, _, leaf = key.rpartition(".")
+        section = _lookup(data, parent) if parent else data
+        if not isinstance(section, dict):
+            continue
+        for k, v in section.items():
+            full = f"{parent}.{k}" if parent else str(k)
+            if not isinstance(k, str) or k == leaf or full in read or full in out:
+                continue
+            if difflib.SequenceMatcher(None, k, leaf).ratio() >= cutoff:
+                out[full] = {"key": full, "value": v, "nearest": key, "schema": schema}
+    return list(out.values())
+
+
 class Reader:
     """Dotted-key access to one resolved config, recording each key read.
 
@@ -90,6 +120,7 @@ class Reader:
         self.data = resolve(data) if resolve_refs else data
         self.used: dict[str, Any] = {}
         self.unmodelled: list[dict[str, Any]] = []
+        self.asked: list[str] = []  # every key looked up, for LRD217's near misses
 
     def has(self, key: str) -> bool:
         val = _lookup(self.data, key)
@@ -101,6 +132,7 @@ class Reader:
 
     def get(self, key: str, default: Any = _MISSING, kind: type | None = None) -> Any:
         val = _lookup(self.data, key)
+        self.asked.append(key)
         if val is _MISSING or val is None:
             if default is _MISSING:
                 return None
@@ -162,8 +194,10 @@ class Reader:
 
     def done(self, framework: str, config: dict,
              provenance: dict[str, dict[str, Any]] | None = None) -> Translation:
-        return Translation(framework, config, dict(sorted(self.used.items())), self.unmodelled,
-                           dict(provenance or {}))
+        near = absent_near_misses(self.data, self.asked,
+                                  f"{framework}'s config as the replay reads it")
+        return Translation(framework, config, dict(sorted(self.used.items())),
+                           self.unmodelled + near, dict(provenance or {}))
 
 
 def checked_number(value: Any, key: str, kind: type = int) -> Any:

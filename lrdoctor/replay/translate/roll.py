@@ -31,6 +31,7 @@ from lrdoctor.core.errors import UnusableInput
 from lrdoctor.replay.translate.common import (
     Translation,
     Translator,
+    absent_near_misses,
     checked_number,
     near_misses,
 )
@@ -142,7 +143,10 @@ def _get(node: Any, dotted: str, default: Any = _MISSING) -> Any:
 def _required(data: dict, key: str, why: str) -> int:
     val = _get(data, key, None)
     if val is None:
-        raise UnusableInput(f"{key} is missing: {why}")
+        near = absent_near_misses(data, [key], "")  # `max_step: 1024` for max_steps
+        said = "".join(f" ({n['key']} is set: rename it to {key} if that is the key meant)"
+                       for n in near[:1])
+        raise UnusableInput(f"{key} is missing: {why}{said}")
     return checked_number(val, key)
 
 
@@ -469,7 +473,13 @@ def translate(data: dict, base: Path | None = None) -> Translation:
     unmodelled: list[dict[str, Any]] = []
     actor = res["actor_train"]
     _sequence_packing(res, actor, _dp_size(actor)[1], out, unmodelled)
-    return Translation("roll", out, keys_used(data), unmodelled + misspelt(data))
+    typos = misspelt(data)
+    seen = {t["key"] for t in typos}
+    # ROLL's top-level pipeline keys (max_steps, rollout_batch_size, ...): the ones the
+    # replay reads (KEYS_READ), a near miss of one that is absent (LRD217).
+    typos += [t for t in absent_near_misses(res, KEYS_READ, "ROLL's config as the replay reads it")
+              if t["key"] not in seen]
+    return Translation("roll", out, keys_used(data), unmodelled + typos)
 
 
 TRANSLATOR = Translator("roll", "ROLL (pipeline YAML)", "yaml", looks_like_roll, translate,
