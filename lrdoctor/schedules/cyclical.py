@@ -63,11 +63,34 @@ def value_of_call(p: dict[str, Any], start: float, end: float, k: int) -> float:
     raise ValueError(f"more than {MAX_CYCLES} cycles")
 
 
+def piecewise_value(milestones: list[Any], values: list[Any], k: int) -> float:
+    """The value a piecewise-linear scheduler (``milestones``/``values`` pairs, PyTorch-Ignite's
+    ``PiecewiseLinear``) sets at its call ``k``: the first value before the first milestone,
+    the last from the last one on, else the line through the segment holding ``k``."""
+    if milestones[0] > k:
+        return float(values[0])
+    if milestones[-1] <= k:
+        return float(values[-1])
+    i = max(j for j in range(len(milestones) - 1) if milestones[j] <= k)
+    m0, m1, v0, v1 = milestones[i], milestones[i + 1], values[i], values[i + 1]
+    return float(v0 + (v1 - v0) * (k - m0) / (m1 - m0))
+
+
 def lr_at(spec: ScheduleSpec, progress: float) -> float:
+    """The value in force after ``progress`` calls. A cyclical scheduler concatenated after
+    others (``params["offset"]`` calls of them first, a piecewise-linear warm-up in
+    ``params["before"]``) takes over at call ``offset``."""
     calls = max(0, int(math.floor(progress)))
+    p = spec.params
+    offset = int(p.get("offset", 0))
+    if calls <= offset and offset:
+        before = p.get("before")
+        if before is None:
+            raise ValueError(f"the {offset} calls before this scheduler are not modelled")
+        return piecewise_value(before["milestones"], before["values"], max(calls - 1, 0))
     if calls == 0:
         return spec.max_lr
-    return value_of_call(spec.params, spec.max_lr, spec.min_lr, calls - 1)
+    return value_of_call(p, spec.max_lr, spec.min_lr, calls - offset - 1)
 
 
 def floor_progress(spec: ScheduleSpec) -> float | None:
@@ -85,6 +108,31 @@ def problems(spec: ScheduleSpec) -> list[str]:
     if int(p.get("warmup_duration", 0) or 0) < 0:
         out.append(f"warmup_duration={p.get('warmup_duration')} is negative")
     return out
+
+
+def concatenated(parent: Any, state: dict[str, Any]) -> tuple[int, dict[str, Any] | None] | None:
+    """Where ``state`` sits in a concatenation (a dict with ``schedulers``, ``durations``,
+    ``_scheduler_index``: PyTorch-Ignite's ``ConcatScheduler``, which
+    ``create_lr_scheduler_with_warmup`` builds): (the calls the schedulers before it took,
+    the piecewise-linear warm-up before it or None). (0, None) when not concatenated; None
+    when it is not the scheduler now driving (its own calls are then not the run's)."""
+    if not (isinstance(parent, dict) and isinstance(parent.get("schedulers"), list)
+            and isinstance(parent.get("durations"), list) and "_scheduler_index" in parent):
+        return 0, None
+    subs, durations = parent["schedulers"], parent["durations"]
+    j = next((i for i, sd in enumerate(subs) if sd is state), None)
+    if j is None or j != parent["_scheduler_index"] or j > len(durations):
+        return None
+    before = None
+    if j == 1:
+        first = subs[0]
+        if isinstance(first, dict) and isinstance(first.get("schedulers"), list) and len(
+                first["schedulers"]) == 1:  # a param-group wrapper: [(name, state)]
+            pair = first["schedulers"][0]
+            first = pair[1] if isinstance(pair, (list, tuple)) and len(pair) == 2 else None
+        if isinstance(first, dict) and "milestones" in first and "values" in first:
+            before = {"milestones": list(first["milestones"]), "values": list(first["values"])}
+    return int(sum(int(d) for d in durations[:j])), before
 
 
 def total_calls(state: dict[str, Any]) -> tuple[int, dict[str, Any], float, float] | None:

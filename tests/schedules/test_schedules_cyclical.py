@@ -79,3 +79,40 @@ def test_cycle_sizes_that_truncation_cannot_tell_apart_give_no_progress():
     not derivable (None), never guessed."""
     assert total_calls({"event_index": 2, "cycle": 1, "start_value": 1e-3, "end_value": 0.0,
                         "cycle_size": 3, "cycle_mult": 0.5, "warmup_duration": 0}) is None
+
+
+@pytest.mark.parametrize(("warmup", "kwargs"), [
+    (2, {"start_value": 1e-3, "end_value": 1e-5, "cycle_size": 7}),
+    (5, {"start_value": 1e-3, "end_value": 1e-5, "cycle_size": 6, "cycle_mult": 1.5}),
+])
+def test_cyclical_after_a_warmup_is_ignite_create_lr_scheduler_with_warmup(warmup, kwargs):
+    """PyTorch-Ignite 0.5.5 create_lr_scheduler_with_warmup around a CosineAnnealingScheduler:
+    a ConcatScheduler of a PiecewiseLinear warm-up (in a param-group wrapper) and the cosine.
+    Read back from the concatenation's own state_dict() at every call of a 40-call run, the
+    progress (the cosine's calls + the durations before it) is the calls made and the model's
+    LR is the optimizer's, to 1e-9 (warm-up calls included, once the cosine drives)."""
+    from lrdoctor.schedules.cyclical import concatenated
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=kwargs["start_value"])
+    cos = param_scheduler.CosineAnnealingScheduler(opt, "lr", **kwargs)
+    sched = param_scheduler.create_lr_scheduler_with_warmup(
+        cos, warmup_start_value=0.0, warmup_duration=warmup)
+    seen = []
+    for n in range(1, 41):
+        sched(None)
+        seen.append(opt.param_groups[0]["lr"])
+        state = sched.state_dict()
+        sub = state["schedulers"][1]
+        where = concatenated(state, sub)
+        if where is None:  # still warming up: the cosine is not driving yet
+            assert state["_scheduler_index"] == 0
+            continue
+        offset, before = where
+        assert before is not None
+        _, calls = _spec(sub)
+        assert calls + offset == n
+        spec, _ = _spec(sub)
+        spec = ScheduleSpec("cyclical", "cosine", spec.max_lr, Unit.UPDATES, min_lr=spec.min_lr,
+                            params={**spec.params, "offset": offset, "before": before})
+        for t in range(1, n + 1):
+            assert math.isclose(lr_at(spec, t), seen[t - 1], rel_tol=1e-9, abs_tol=1e-15), (n, t)

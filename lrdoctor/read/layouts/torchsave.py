@@ -228,7 +228,7 @@ def build(sc: shapes.Scan, fmt: str = NAME) -> RunState:
     else:
         st.notes.append("no optimizer state found")
     if sched is not None:
-        _read_found_scheduler(st, sched, opt)
+        _read_found_scheduler(st, sched, opt, sc.objects.get(sched.file))
     _read_counters(sc, st)
     if st.planned_end is None and sched is not None and sched.kind == shapes.SCHED_MEGATRON:
         from lrdoctor.read.layouts._megatron_core import weight_decay_end
@@ -308,7 +308,7 @@ def _pick_optimizer(sc: shapes.Scan, sched: shapes.Found | None) -> shapes.Found
 
 
 def _read_found_scheduler(st: RunState, sched: shapes.Found,
-                          opt: _common.OptimizerSummary | None) -> None:
+                          opt: _common.OptimizerSummary | None, root: object = None) -> None:
     src = sched.where
     if sched.kind == shapes.SCHED_MEGATRON:
         from lrdoctor.read.layouts._megatron_core import schedule_from_state, scheduler_refs
@@ -323,7 +323,7 @@ def _read_found_scheduler(st: RunState, sched: shapes.Found,
         if prog is not None and sched.key and prog.source == f"{src}:last_epoch":
             prog.source = _subkey(sched, "last_epoch")  # file:key.last_epoch
     elif sched.kind == shapes.SCHED_CYCLICAL:
-        _read_cyclical(st, sched)
+        _read_cyclical(st, sched, root)
     else:  # DeepSpeed's own schedulers keep only last_batch_iteration (from -1)
         lbi = _common.number(sched.value.get("last_batch_iteration"))
         st.extras["scheduler_class"] = "DeepSpeed scheduler"
@@ -336,31 +336,48 @@ def _read_found_scheduler(st: RunState, sched: shapes.Found,
                         "schedule lives in the DeepSpeed config")
 
 
-def _read_cyclical(st: RunState, sched: shapes.Found) -> None:
+def _read_cyclical(st: RunState, sched: shapes.Found, root: object = None) -> None:
     """An event-indexed cyclical scheduler: progress = the calls it took (its events),
-    from ``event_index`` and the cycles before it; the schedule from its first cycle."""
-    from lrdoctor.schedules.cyclical import total_calls
+    from ``event_index`` and the cycles before it, plus those of the schedulers
+    concatenated before it (a warm-up); the schedule from its first cycle."""
+    from lrdoctor.schedules.cyclical import concatenated, total_calls
 
     v, src = sched.value, sched.where
     st.extras["scheduler_class"] = "cyclical cosine param scheduler (event_index)"
+    parent: object = None
+    if len(sched.path) >= 2 and sched.path[-2] == "schedulers" and root is not None:
+        try:
+            parent = shapes.follow(root, sched.path[:-2])
+        except KeyError:
+            parent = None
     try:
         got = total_calls(v)
+        concat = concatenated(parent, v)
     except (TypeError, ValueError, OverflowError, ZeroDivisionError):
-        got = None
+        got = concat = None
+    if concat is None:
+        st.notes.append(f"{src}: concatenated after other schedulers and not the one now "
+                        "driving the LR: its calls are not the run's, progress unknown")
+        return
     if got is None:
         st.notes.append(f"{src}: the sizes of its {v.get('cycle')} finished cycles cannot be "
                         f"derived from cycle_size {v.get('cycle_size')} and cycle_mult "
                         f"{v.get('cycle_mult')}: its progress is unknown")
         return
     calls, params, start, end = got
+    offset, before = concat
     cycle = int(v.get("cycle", 0) or 0)
     name = "scheduler.event_index" if cycle == 0 else (
         f"scheduler.event_index {v['event_index']} + {cycle} finished cycle(s)")
-    ref = sched.ref.child("event_index") if cycle == 0 else None
-    st.scheduler_progress = Counter(name, calls, Unit.UPDATES, _subkey(sched, "event_index"),
-                                    ref)
+    if offset:
+        name += f" + {offset} warm-up call(s) before it (durations)"
+        params = {**params, "offset": offset, "before": before}
+    ref = sched.ref.child("event_index") if cycle == 0 and not offset else None
+    st.scheduler_progress = Counter(name, calls + offset, Unit.UPDATES,
+                                    _subkey(sched, "event_index"), ref)
     st.schedule = ScheduleSpec("cyclical", "cosine", start, Unit.UPDATES, min_lr=end,
-                               horizon=float(params["cycle_size"]), params=params, source=src)
+                               horizon=float(offset + params["cycle_size"]), params=params,
+                               source=src)
     st.notes.append(f"{src}: its saved keys fit a cosine and a linear cyclical scheduler "
                     "alike; modelled as the cosine, the saved LR witnesses which")
 
