@@ -126,7 +126,7 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
     from lrdoctor.replay.config import load_config, with_key
     from lrdoctor.replay.nominal import schedule_spec
     from lrdoctor.replay.planning import plan_steps
-    from lrdoctor.replay.samples import lengths_origin, lengths_source, load_samples
+    from lrdoctor.replay.samples import lengths_source, load_samples
 
     cfg = load_config(config, opts.sets, opts.config_root)
     try:
@@ -136,7 +136,7 @@ def replay_full(config: str, batch_log: str | None = None, synthetic: str | None
             raise exc.inside(str(config)) from None
         raise
     # Read by the replay rules: a finding resting on lengths no file holds is a warning.
-    cfg._lengths = lengths_origin(cfg, batch_log, synthetic, seed)
+    cfg._lengths = cfg.lengths_origin(batch_log, synthetic, seed)
     from lrdoctor.replay.sources import run_length_from_log
 
     cfg = run_length_from_log(cfg, samples, cfg._lengths["kind"] == "batch_log")

@@ -313,9 +313,39 @@ class RunConfig(_Section):
     # Where a translated config came from: the launch script, its entry point, the base
     # config tree, what it left unresolved (shown in the report's notes).
     _source: dict[str, Any] = PrivateAttr(default_factory=dict)
-    # Where the replay's sample lengths came from (samples.lengths_origin), set by the
+    # Where the replay's sample lengths came from (lengths_origin), set by the
     # replay that read them: the replay rules' severity follows it.
     _lengths: dict[str, Any] | None = PrivateAttr(default=None)
+
+    def lengths_origin(self, batch_log: str | None = None, synthetic: str | None = None,
+                       seed: int | None = None) -> dict[str, Any]:
+        """Where the replay's sample lengths come from, as a record: ``kind``
+        ("batch_log": a file holds them; "synthetic": lrdoctor drew them, no file holds
+        them; "counts": static batching reads the sample counts alone), ``source`` (the
+        file or the spec), ``given_by`` (the flag or config key that chose it) and, for
+        synthetic lengths, the ``seed``.
+
+        Why a record: the replay rules' severity follows it
+        (:func:`lrdoctor.rules.replay_context.provenance`), and the JSON evidence carries it.
+        Why here: a function of the config and the flags alone, which the replay rules ask
+        of the config they are handed without importing ``replay/``. The same precedence as
+        :func:`lrdoctor.replay.samples.load_samples`: the command line, then ``data``."""
+        seed = self.data.seed if seed is None else seed
+        if batch_log:
+            return {"kind": "batch_log", "source": batch_log, "given_by": "--batch-log"}
+        if synthetic:
+            return {"kind": "synthetic", "source": synthetic, "given_by": "--synthetic",
+                    "seed": seed}
+        if self.data.batch_log:
+            return {"kind": "batch_log", "source": self.data.batch_log,
+                    "given_by": "data.batch_log"}
+        if self.data.synthetic:
+            by = ("drawn up to the config's own maximum lengths: no batch log given"
+                  if self._keys_used is not None else "data.synthetic")
+            return {"kind": "synthetic", "source": self.data.synthetic, "given_by": by,
+                    "seed": seed}
+        return {"kind": "counts", "source": "sample counts only",
+                "given_by": "static batching: lengths do not change the accounting"}
 
     def resolve_path(self, p: str) -> str:
         """A path written in the config, relative to the config file (not the cwd)."""

@@ -8,7 +8,7 @@ names it (:func:`lengths_source`); :mod:`.planning` only sees the rows.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -72,37 +72,10 @@ def load_samples(cfg: RunConfig, batch_log: str | None = None, synthetic: str | 
                            "tokens": np.ones(sps, dtype=np.int64)}, cfg.train.steps)
 
 
-def lengths_origin(cfg: RunConfig, batch_log: str | None = None,
-                   synthetic: str | None = None, seed: int | None = None) -> dict[str, Any]:
-    """Where the replay's sample lengths come from, as a record: ``kind`` ("batch_log": a
-    file holds them; "synthetic": lrdoctor drew them, no file holds them; "counts": static
-    batching reads the sample counts alone), ``source`` (the file or the spec), ``given_by``
-    (the flag or config key that chose it) and, for synthetic lengths, the ``seed``.
-
-    Why a record: the replay rules' severity follows it
-    (:func:`lrdoctor.rules.replay_context.provenance`), and the JSON evidence carries it.
-    The same precedence as :func:`load_samples`: the command line, then ``data``."""
-    seed = cfg.data.seed if seed is None else seed
-    if batch_log:
-        return {"kind": "batch_log", "source": batch_log, "given_by": "--batch-log"}
-    if synthetic:
-        return {"kind": "synthetic", "source": synthetic, "given_by": "--synthetic",
-                "seed": seed}
-    if cfg.data.batch_log:
-        return {"kind": "batch_log", "source": cfg.data.batch_log, "given_by": "data.batch_log"}
-    if cfg.data.synthetic:
-        by = ("drawn up to the config's own maximum lengths: no batch log given"
-              if cfg._keys_used is not None else "data.synthetic")
-        return {"kind": "synthetic", "source": cfg.data.synthetic, "given_by": by,
-                "seed": seed}
-    return {"kind": "counts", "source": "sample counts only",
-            "given_by": "static batching: lengths do not change the accounting"}
-
-
 def lengths_source(cfg: RunConfig, batch_log: str | None = None,
                    synthetic: str | None = None) -> str:
     """Where the replay's sample lengths come from, in words (the output says it)."""
-    o = lengths_origin(cfg, batch_log, synthetic)
+    o = cfg.lengths_origin(batch_log, synthetic)
     if o["kind"] == "batch_log":
         return f"batch log {o['source']}" + \
             (f" ({o['given_by']})" if o["given_by"] != "--batch-log" else "")

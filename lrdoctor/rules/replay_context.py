@@ -352,11 +352,7 @@ class WithProvenance(Evidence):
 def lengths_of(cfg: RunConfig) -> dict[str, Any]:
     """Where the replay's lengths came from (set by :func:`lrdoctor.replay.replay_full`;
     a replay built another way is judged by its config's ``data`` section)."""
-    if cfg._lengths is not None:
-        return cfg._lengths
-    from lrdoctor.replay.samples import lengths_origin
-
-    return lengths_origin(cfg)
+    return cfg._lengths if cfg._lengths is not None else cfg.lengths_origin()
 
 
 def rests_on_lengths(cfg: RunConfig, lengths: str, progress_fixed: bool = False) -> bool:
