@@ -132,8 +132,10 @@ def _same(a: float, b: float) -> bool:
     return not _differ(a, b)
 
 
-def _counter_ev(c: Counter, a: float, b: float) -> dict[str, Any]:
-    return {"counter": c.name, "from": a, "to": b, "delta": b - a, "unit": c.unit.value}
+def _counter_ev(c: Counter, a: float, b: float, unit: str | None = None) -> dict[str, Any]:
+    """A counter's change; ``unit``: what it counts (:meth:`RunState.unit_of`)."""
+    return {"counter": c.name, "from": a, "to": b, "delta": b - a,
+            "unit": unit or c.unit.value}
 
 
 # ---------------------------------------------------------------- the rules
@@ -204,10 +206,10 @@ def _continuity(a: Point, b: Point, resumes: list[Point], rate: float,
     sa, sb = a_s.value, b_s.value
     ds = sb - sa
     expected = rate * du
-    unit = b_s.unit.value
+    unit = b.state.unit_of(b_s)  # what the scheduler's counter counts (calls)
     ev: dict[str, Any] = {"from_checkpoint": a.path, "to_checkpoint": b.path,
-          "scheduler": _counter_ev(b_s, sa, sb),
-          "updates": _counter_ev(b_u, a_u.value, b_u.value),
+          "scheduler": _counter_ev(b_s, sa, sb, unit),
+          "updates": _counter_ev(b_u, a_u.value, b_u.value, b.state.unit_of(b_u)),
           "expected_scheduler_delta": expected, "run_rate": round(rate, 6)}
     lr_b = b.lr_at_scheduler
     lr_txt = ""

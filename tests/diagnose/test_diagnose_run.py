@@ -98,6 +98,11 @@ def test_hf_scheduler_restarted_on_resume(hf_restart):
     assert (ev["updates"]["from"], ev["updates"]["to"], ev["updates"]["delta"]) == (4, 12, 8)
     assert (ev["scheduler"]["from"], ev["scheduler"]["to"], ev["scheduler"]["delta"]) == (4, 4, 0)
     assert "checkpoint-4 -> checkpoint-12" in f.message and "since checkpoint-8" in f.message
+    # each counter by what it counts (issue 29 item 4): HF's scheduler.last_epoch counts
+    # scheduler calls, global_step optimizer updates, in the message and the evidence
+    assert (ev["scheduler"]["unit"], ev["updates"]["unit"]) == ("scheduler calls",
+                                                              "optimizer updates")
+    assert "4 -> 4 (+0) scheduler calls" in f.message, f.message
     m = the(r, "LRD115")
     assert m.evidence["checkpoint"].endswith("checkpoint-8")
     assert m.evidence["peak_lr"] == 1e-3 and m.evidence["optimizer_lrs"][0] < 1e-3
