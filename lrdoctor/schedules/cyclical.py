@@ -12,7 +12,8 @@ advances ``event_index``; a cycle of ``cycle_size`` calls anneals ``start_value`
 ``warmup_duration`` calls climb linearly back; each new cycle is ``int(size x
 cycle_mult)`` long and its values are multiplied by their ``*_mult``.
 
-ScheduleSpec mapping (family ``"cyclical"``): ``kind`` ``"cosine"``; ``max_lr`` =
+ScheduleSpec mapping (family ``"cyclical"``): ``kind`` ``"cosine"`` (``CosineAnnealingScheduler``),
+``"linear"`` or ``"linear-monotonic"`` (``LinearCyclicalScheduler``; same saved keys); ``max_lr`` =
 ``start_value`` and ``min_lr`` = ``end_value`` of the first cycle; ``horizon`` = the first
 cycle's ``cycle_size`` (where its decay ends); ``params`` = ``cycle_size``,
 ``cycle_mult``, ``start_value_mult``, ``end_value_mult``, ``warmup_duration`` of the first
@@ -41,8 +42,24 @@ def _cosine(start: float, end: float, event_index: int, size: int) -> float:
     return start + ((end - start) / 2) * (1 - math.cos(math.pi * (event_index / size)))
 
 
-def value_of_call(p: dict[str, Any], start: float, end: float, k: int) -> float:
+def _linear(start: float, end: float, event_index: int, size: int) -> float:
+    """Down to ``end`` at mid-cycle and back (PyTorch-Ignite's LinearCyclicalScheduler)."""
+    return end + (start - end) * abs(event_index / size - 0.5) * 2
+
+
+def _linear_monotonic(start: float, end: float, event_index: int, size: int) -> float:
+    return start + (end - start) * (event_index / size)
+
+
+#: The shapes one cycle can take; the saved state does not say which (the same keys), so
+#: the reader asks the saved LR (:func:`lrdoctor.read.layouts.torchsave` ``_read_cyclical``).
+SHAPES = {"cosine": _cosine, "linear": _linear, "linear-monotonic": _linear_monotonic}
+
+
+def value_of_call(p: dict[str, Any], start: float, end: float, k: int,
+                  kind: str = "cosine") -> float:
     """The value call ``k`` (0-based, counted over the whole run) sets."""
+    one = SHAPES[kind]
     size, warm = int(p["cycle_size"]), int(p.get("warmup_duration", 0) or 0)
     mult, smult, emult = (float(p.get("cycle_mult", 1.0)), float(p.get("start_value_mult", 1.0)),
                           float(p.get("end_value_mult", 1.0)))
@@ -51,10 +68,10 @@ def value_of_call(p: dict[str, Any], start: float, end: float, k: int) -> float:
             raise ValueError(f"cycle_size shrank to {size}: the scheduler divides by it")
         if k < size + warm:
             if k < size:
-                return _cosine(start, end, k, size)
+                return one(start, end, k, size)
             start *= smult  # at event_index == cycle_size the start value moves first
             if k == size:
-                return _cosine(start, end, k, size)
+                return one(start, end, k, size)
             return end + (start - end) * ((k - size) / warm)
         k -= size + warm
         start *= smult
@@ -90,7 +107,7 @@ def lr_at(spec: ScheduleSpec, progress: float) -> float:
         return piecewise_value(before["milestones"], before["values"], max(calls - 1, 0))
     if calls == 0:
         return spec.max_lr
-    return value_of_call(p, spec.max_lr, spec.min_lr, calls - offset - 1)
+    return value_of_call(p, spec.max_lr, spec.min_lr, calls - offset - 1, spec.kind)
 
 
 def floor_progress(spec: ScheduleSpec) -> float | None:
@@ -103,6 +120,8 @@ def wraps(spec: ScheduleSpec) -> bool:
 
 def problems(spec: ScheduleSpec) -> list[str]:
     p, out = spec.params, []
+    if spec.kind not in SHAPES:
+        out.append(f"cyclical kind {spec.kind!r} is not one of {', '.join(SHAPES)}")
     if int(p.get("cycle_size", 0)) < 2:
         out.append(f"cycle_size={p.get('cycle_size')} is below 2")
     if int(p.get("warmup_duration", 0) or 0) < 0:

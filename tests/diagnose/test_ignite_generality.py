@@ -178,3 +178,26 @@ def test_ignite_lr_set_by_hand_is_still_a_mismatch(tmp_path):
     torch.save(obj, tmp_path / "checkpoint_3.pt")
     f = the(_one(tmp_path / "checkpoint_3.pt"), "LRD105")
     assert f.severity is Severity.WARNING and "0.0005" in f.message
+
+
+def test_ignite_linear_cyclical_scheduler_is_told_from_the_cosine_by_its_lr(tmp_path):
+    """PyTorch-Ignite 0.5.5 LinearCyclicalScheduler saves the keys the cosine one saves: the
+    saved optimizer lr decides the model (a linear cycle here), so a healthy run gets no
+    LRD105 mismatch and no sync-lr fix; its calls 9 = the optimizer's step 9."""
+    import torch
+    from ignite.handlers.param_scheduler import LinearCyclicalScheduler
+
+    m = torch.nn.Linear(2, 1)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    s = LinearCyclicalScheduler(opt, "lr", 1e-3, 1e-5, cycle_size=12)
+    for _ in range(9):
+        opt.zero_grad()
+        m(torch.ones(1, 2)).sum().backward()
+        opt.step()
+        s(None)
+    torch.save({"trainer": {"epoch_length": 12, "iteration": 9, "max_epochs": 1},
+                "model": m.state_dict(), "optimizer": opt.state_dict(),
+                "lr_scheduler": s.state_dict()}, tmp_path / "checkpoint_1.pt")
+    r = _one(tmp_path)
+    silent(r)
+    assert any("modelled as a linear cycle" in n for n in r.state["notes"])

@@ -32,11 +32,11 @@ CASES = [
 ]
 
 
-def _spec(state: dict) -> tuple[ScheduleSpec, int]:
+def _spec(state: dict, kind: str = "cosine") -> tuple[ScheduleSpec, int]:
     got = total_calls(state)
     assert got is not None, state
     calls, params, start, end = got
-    return ScheduleSpec("cyclical", "cosine", start, Unit.UPDATES, min_lr=end,
+    return ScheduleSpec("cyclical", kind, start, Unit.UPDATES, min_lr=end,
                         horizon=float(params["cycle_size"]), params=params), calls
 
 
@@ -60,6 +60,26 @@ def test_cyclical_model_is_ignite_cosine_annealing_scheduler(kwargs):
         spec, calls = _spec(state)  # read back mid-run: the same progress and LR
         assert calls == n, (n, state)
         assert math.isclose(lr_at(spec, calls), want, rel_tol=1e-9, abs_tol=1e-15), n
+
+
+@pytest.mark.parametrize(("monotonic", "kwargs"), [
+    (False, {"start_value": 1e-3, "end_value": 1e-5, "cycle_size": 8, "cycle_mult": 1.5}),
+    (True, {"start_value": 1e-3, "end_value": 1e-5, "cycle_size": 6, "warmup_duration": 3,
+            "end_value_mult": 0.5}),
+])
+def test_cyclical_linear_model_is_ignite_linear_cyclical_scheduler(monotonic, kwargs):
+    """PyTorch-Ignite 0.5.5 LinearCyclicalScheduler (the same saved keys as the cosine one):
+    the "linear" / "linear-monotonic" models equal it at every call of a 50-call run."""
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=kwargs["start_value"])
+    sched = param_scheduler.LinearCyclicalScheduler(opt, "lr", monotonic=monotonic, **kwargs)
+    spec, _ = _spec(sched.state_dict(), "linear-monotonic" if monotonic else "linear")
+    assert not problems(spec)
+    for n in range(1, 51):
+        sched(None)
+        want = opt.param_groups[0]["lr"]
+        assert math.isclose(lr_at(spec, n), want, rel_tol=1e-9, abs_tol=1e-15), n
+        spec_now, calls = _spec(sched.state_dict(), spec.kind)
+        assert calls == n and math.isclose(lr_at(spec_now, calls), want, rel_tol=1e-9), n
 
 
 def test_cyclical_shape_wraps_at_its_cycle():

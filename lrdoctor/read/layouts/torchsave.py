@@ -323,7 +323,7 @@ def _read_found_scheduler(st: RunState, sched: shapes.Found,
         if prog is not None and sched.key and prog.source == f"{src}:last_epoch":
             prog.source = _subkey(sched, "last_epoch")  # file:key.last_epoch
     elif sched.kind == shapes.SCHED_CYCLICAL:
-        _read_cyclical(st, sched, root)
+        _read_cyclical(st, sched, root, opt)
     else:  # DeepSpeed's own schedulers keep only last_batch_iteration (from -1)
         lbi = _common.number(sched.value.get("last_batch_iteration"))
         st.extras["scheduler_class"] = "DeepSpeed scheduler"
@@ -336,11 +336,13 @@ def _read_found_scheduler(st: RunState, sched: shapes.Found,
                         "schedule lives in the DeepSpeed config")
 
 
-def _read_cyclical(st: RunState, sched: shapes.Found, root: object = None) -> None:
+def _read_cyclical(st: RunState, sched: shapes.Found, root: object = None,
+                   opt: _common.OptimizerSummary | None = None) -> None:
     """An event-indexed cyclical scheduler: progress = the calls it took (its events),
     from ``event_index`` and the cycles before it, plus those of the schedulers
     concatenated before it (a warm-up); the schedule from its first cycle."""
-    from lrdoctor.schedules.cyclical import concatenated, total_calls
+    from lrdoctor.schedules import lr_or_none
+    from lrdoctor.schedules.cyclical import SHAPES, concatenated, total_calls
 
     v, src = sched.value, sched.where
     st.extras["scheduler_class"] = "cyclical cosine param scheduler (event_index)"
@@ -375,11 +377,24 @@ def _read_cyclical(st: RunState, sched: shapes.Found, root: object = None) -> No
     ref = sched.ref.child("event_index") if cycle == 0 and not offset else None
     st.scheduler_progress = Counter(name, calls + offset, Unit.UPDATES,
                                     _subkey(sched, "event_index"), ref)
-    st.schedule = ScheduleSpec("cyclical", "cosine", start, Unit.UPDATES, min_lr=end,
-                               horizon=float(offset + params["cycle_size"]), params=params,
-                               source=src)
-    st.notes.append(f"{src}: its saved keys fit a cosine and a linear cyclical scheduler "
-                    "alike; modelled as the cosine, the saved LR witnesses which")
+    specs = {kind: ScheduleSpec("cyclical", kind, start, Unit.UPDATES, min_lr=end,
+                                horizon=float(offset + params["cycle_size"]), params=params,
+                                source=src) for kind in SHAPES}
+    # The saved keys are the same for a cosine and a linear cycle: the saved LR says which.
+    lrs = opt["lrs"] if opt is not None else []
+    fits = [k for k, sp in specs.items() if lrs and all(
+        (m := lr_or_none(sp, calls + offset)) is not None
+        and abs(m - lr) <= 1e-9 * max(abs(lr), 1e-12) for lr in lrs)]
+    st.schedule = specs[fits[0] if fits else "cosine"]
+    if fits:
+        also = (f"; the {' and '.join(fits[1:])} model(s) give the same value there"
+                if fits[1:] else "")
+        st.notes.append(f"{src}: modelled as a {fits[0]} cycle: the saved lr {lrs[0]:g} is its "
+                        f"value after {calls + offset:g} calls (the saved keys fit cosine and "
+                        f"linear cycles alike){also}")
+    else:
+        st.notes.append(f"{src}: the saved keys fit cosine and linear cycles alike and the "
+                        "saved lr fits neither; modelled as the cosine")
 
 
 def _subkey(f: shapes.Found, key: str) -> str:
