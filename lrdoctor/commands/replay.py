@@ -156,7 +156,7 @@ def replay_cmd(
     if trace is not None:
         guarded(lambda: _write_trace(result.replay, trace))
     if plot is not None:
-        from lrdoctor.render.plots import plot_replay
+        from lrdoctor.render.replay_plots import plot_replay
 
         runs = result.sweep if result.sweep else [(None, result.replay)]
         guarded(lambda: plot_replay(runs, plot, result.sweep_key))

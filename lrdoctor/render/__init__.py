@@ -9,7 +9,8 @@ which picks the output by two registries:
 - :data:`lrdoctor.render.text.TEXT`: per command, how its reports read on a terminal.
 
 The HTML report page is :mod:`lrdoctor.render.html`, the figures
-:mod:`lrdoctor.render.plots`, progress bars :mod:`lrdoctor.render.progress`.
+:mod:`lrdoctor.render.plots` (inspect's) and :mod:`lrdoctor.render.replay_plots`
+(replay's), progress bars :mod:`lrdoctor.render.progress`.
 Nothing here decides a finding or an exit code beyond "the worst finding against
 ``fail_on``": that stays with diagnosis and the commands.
 

@@ -94,7 +94,7 @@ def _figures_replay(rep: Report, out: Path, stem: str,
     result = replay
     if result is None:
         return []
-    from lrdoctor.render.plots import plot_replay, updates_per_step_plot
+    from lrdoctor.render.replay_plots import plot_replay, updates_per_step_plot
 
     figs = []
     lr_png = out / f"{stem}-lr.png"

@@ -16,7 +16,7 @@ from itertools import combinations
 import pytest
 
 from lrdoctor.inspect_api import inspect_path
-from lrdoctor.render import html, plots
+from lrdoctor.render import html, plots, replay_plots
 from lrdoctor.replay import ReplayOptions, replay_full
 from tests.helpers.paths import REPO
 
@@ -107,7 +107,7 @@ def test_the_overlap_check_sees_an_overlap():
 @pytest.mark.parametrize("size", [(10, 10), (7, 8.5)])
 def test_replay_figure_shows_both_bugs_without_overlaps(tmp_path, size):
     rep = replay_full(str(short_onevision(tmp_path)), options=FAST).replay
-    fig = plots.replay_figure([(None, rep)], size=size)
+    fig = replay_plots.replay_figure([(None, rep)], size=size)
     try:
         ax_lr, ax_mb, ax_w = fig.axes
         assert_axes_named(fig)
@@ -135,7 +135,7 @@ def test_replay_figure_shows_both_bugs_without_overlaps(tmp_path, size):
 def test_sweep_figure_labels_do_not_overlap(tmp_path, size):
     res = replay_full(str(short_onevision(tmp_path)), options=ReplayOptions(
         engine="fast", knob_check=False, sweep="accumulation.rule=correct,off_by_one"))
-    fig = plots.replay_figure(res.sweep, key=res.sweep_key, size=size)
+    fig = replay_plots.replay_figure(res.sweep, key=res.sweep_key, size=size)
     try:
         assert_axes_named(fig)
         assert_no_overlap(fig)
@@ -150,14 +150,14 @@ def test_step_axis_is_named_per_framework():
         framework = None
         _format = "roll-yaml"
 
-    assert plots.step_axis(Cfg()) == "pipeline step (ROLL max_steps)"
+    assert replay_plots.step_axis(Cfg()) == "pipeline step (ROLL max_steps)"
     Cfg.framework, Cfg._format = "verl==0.9.1", "run-config"
-    assert plots.step_axis(Cfg()).startswith("train step (verl")
+    assert replay_plots.step_axis(Cfg()).startswith("train step (verl")
     Cfg.framework = None
-    assert plots.step_axis(Cfg()) == "train step (one data-loader batch)"
+    assert replay_plots.step_axis(Cfg()) == "train step (one data-loader batch)"
     rep = replay_full(str(REPO / "examples/roll-sokoban-dynamic.yaml"),
                       str(REPO / "examples/batchlogs/roll-sokoban.csv"), options=FAST).replay
-    assert plots.step_axis(rep.cfg) == "pipeline step (ROLL max_steps)"
+    assert replay_plots.step_axis(rep.cfg) == "pipeline step (ROLL max_steps)"
 
 
 @pytest.mark.parametrize("sample", ["roll-overshoot", "hf-healthy"])
@@ -183,7 +183,7 @@ def test_run_plot_draws_the_schedule_between_checkpoints(figs, tmp_path, sample)
 def test_inspect_and_updates_figures_name_their_axes(figs, tmp_path):
     plots.plot_inspect(inspect_path(str(SAMPLES / "megatron-healthy")), tmp_path / "a.png")
     rep = replay_full(str(short_onevision(tmp_path)), options=FAST).replay
-    plots.updates_per_step_plot(rep, tmp_path / "u.png")
+    replay_plots.updates_per_step_plot(rep, tmp_path / "u.png")
     for fig in figs:
         assert_axes_named(fig)
         assert_no_overlap(fig)
@@ -263,7 +263,7 @@ def test_elastic_replay_figure_marks_dp_changes_failed_updates_whole_window_pane
     t = rep.trace
     failed = sorted({int(s) for s in t["train_step"][t["is_update"] & t["failed"]]})
     assert changes and failed  # the example is elastic and has failed updates
-    fig = plots.replay_figure([(None, rep)])
+    fig = replay_plots.replay_figure([(None, rep)])
     try:
         ax_lr, _, ax_w = fig.axes
         dp_lines = [ln for ln in ax_lr.get_lines() if ln.get_color() == "#9467bd"]
@@ -311,7 +311,7 @@ def test_floor_labels_at_their_line_and_the_budget_note_covers_no_line(figs, tmp
 
     rep = replay_full(str(EX / "roll-sokoban-dynamic.yaml"),
                       str(EX / "batchlogs" / "roll-sokoban.csv"), options=FAST).replay
-    fig = plots.replay_figure([(None, rep)])
+    fig = replay_plots.replay_figure([(None, rep)])
     try:
         ax_lr = fig.axes[0]
         (floor,) = [a for a in ax_lr.texts if a.get_text().startswith("floor at step")]
@@ -321,7 +321,7 @@ def test_floor_labels_at_their_line_and_the_budget_note_covers_no_line(figs, tmp
         import matplotlib.pyplot as plt
 
         plt.close(fig)
-    plots.updates_per_step_plot(rep, tmp_path / "u.png")
+    replay_plots.updates_per_step_plot(rep, tmp_path / "u.png")
     ax_c = figs[-1].axes[1]
     fig = figs[-1]
     fig.canvas.draw()

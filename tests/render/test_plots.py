@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lrdoctor.inspect_api import inspect_path
-from lrdoctor.render import plots
+from lrdoctor.render import plots, replay_plots
 from lrdoctor.replay import ReplayOptions, replay_full
 from tests.helpers.paths import REPO
 
@@ -57,7 +57,7 @@ def test_healthy_markers_sit_off_the_x_axis_and_equal_lines_both_show(figs, tmp_
                                           ("skyrl-stepwise", 3, 4)])
 def test_strategy_windows_get_a_static_reference_not_k_1(name, lo, hi):
     rep = replay_full(str(EX / f"{name}.yaml"), options=ReplayOptions(engine="fast", knob_check=False)).replay
-    ref, label = plots.nominal_windows(rep)
+    ref, label = replay_plots.nominal_windows(rep)
     assert "static equivalent" in label
     assert lo <= min(ref) and max(ref) <= hi and min(ref) > 1
     sizes = rep.trace["window_size"][rep.trace["is_update"]]
@@ -68,7 +68,7 @@ def test_strategy_windows_get_a_static_reference_not_k_1(name, lo, hi):
 
 def test_equal_sweep_curves_stay_distinguishable(figs, tmp_path):
     res = replay_full(str(EX / "rlinf-elastic.yaml"), options=ReplayOptions(engine="fast", sweep="batching.max_tokens_per_microbatch=4096,8192,16384"))
-    plots.plot_replay(res.sweep, tmp_path / "sweep.png", key=res.sweep_key)
+    replay_plots.plot_replay(res.sweep, tmp_path / "sweep.png", key=res.sweep_key)
     ax_lr = figs[0].axes[0]
     curves = [ln for ln in ax_lr.get_lines() if ln.get_label().startswith("max_tokens")]
     assert len(curves) == 3
