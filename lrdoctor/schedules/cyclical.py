@@ -12,6 +12,10 @@ advances ``event_index``; a cycle of ``cycle_size`` calls anneals ``start_value`
 ``warmup_duration`` calls climb linearly back; each new cycle is ``int(size x
 cycle_mult)`` long and its values are multiplied by their ``*_mult``.
 
+A piecewise-linear scheduler (``event_index``, ``milestones``, ``values``: PyTorch-Ignite's
+``PiecewiseLinear``) is kind ``"piecewise"`` here: ``params`` = ``milestones``, ``values``;
+it holds its last value past its last milestone (no wrap).
+
 ScheduleSpec mapping (family ``"cyclical"``): ``kind`` ``"cosine"`` (``CosineAnnealingScheduler``),
 ``"linear"`` or ``"linear-monotonic"`` (``LinearCyclicalScheduler``; same saved keys); ``max_lr`` =
 ``start_value`` and ``min_lr`` = ``end_value`` of the first cycle; ``horizon`` = the first
@@ -33,7 +37,7 @@ if TYPE_CHECKING:
 MAX_CYCLES = 1_000_000
 # ``lrdoctor fix`` moves torch/megatron/DeepSpeed counters; a cyclical state would need its
 # event_index, cycle, cycle_size and values rewritten together: not done, so refused.
-REPAIR_REFUSED = ("a cyclical param scheduler's state (event_index, cycle, cycle_size, "
+REPAIR_REFUSED = ("an event-indexed param scheduler's state (event_index, cycle, milestones, "
                   "start_value) is not rewritten by lrdoctor fix; fix the training loop and "
                   "restart the scheduler from its first cycle")
 
@@ -99,6 +103,8 @@ def lr_at(spec: ScheduleSpec, progress: float) -> float:
     ``params["before"]``) takes over at call ``offset``."""
     calls = max(0, int(math.floor(progress)))
     p = spec.params
+    if spec.kind == "piecewise":
+        return piecewise_value(p["milestones"], p["values"], max(calls - 1, 0))
     offset = int(p.get("offset", 0))
     if calls <= offset and offset:
         before = p.get("before")
@@ -111,15 +117,21 @@ def lr_at(spec: ScheduleSpec, progress: float) -> float:
 
 
 def floor_progress(spec: ScheduleSpec) -> float | None:
+    if spec.kind == "piecewise":  # the last value holds from the call at the last milestone
+        return float(spec.params["milestones"][-1]) + 1
     return None  # each cycle restarts before its end value is reached
 
 
 def wraps(spec: ScheduleSpec) -> bool:
-    return True  # the call after a cycle's last restarts it at start_value
+    return spec.kind != "piecewise"  # a cycle restarts at start_value; a piecewise holds
 
 
 def problems(spec: ScheduleSpec) -> list[str]:
     p, out = spec.params, []
+    if spec.kind == "piecewise":
+        m = spec.params.get("milestones") or []
+        return [] if m and all(a <= b for a, b in zip(m, m[1:], strict=False)) else [
+            f"piecewise milestones {m} are not increasing"]
     if spec.kind not in SHAPES:
         out.append(f"cyclical kind {spec.kind!r} is not one of {', '.join(SHAPES)}")
     if int(p.get("cycle_size", 0)) < 2:

@@ -107,7 +107,7 @@ def test_ignite_native_param_scheduler_is_modelled_and_judged():
         "bug-micro-native/checkpoint_3.pt:lr_scheduler.event_index")
     # the cosine restarted 3 times: past its cycle it climbs back (derived, an error)
     assert the(bug, "LRD101").severity is Severity.ERROR
-    assert "cannot apply" in f.fix  # fix refuses a cyclical state: never recommended
+    assert "cannot apply" in f.fix  # fix refuses an event-indexed state: never recommended
 
 
 def test_ignite_horizon_in_iterations_is_an_error_from_the_saved_numbers():
@@ -201,3 +201,34 @@ def test_ignite_linear_cyclical_scheduler_is_told_from_the_cosine_by_its_lr(tmp_
     r = _one(tmp_path)
     silent(r)
     assert any("modelled as a linear cycle" in n for n in r.state["notes"])
+
+
+@pytest.mark.parametrize("per_micro_batch", [False, True])
+def test_ignite_piecewise_linear_is_modelled_and_judged(tmp_path, per_micro_batch):
+    """PyTorch-Ignite 0.5.5 PiecewiseLinear (warm-up to 1e-3 over 3 calls, down to 1e-5 at
+    call 9), saved by its own state_dict beside an AdamW under accumulation 4: fired once
+    per update (event_index 9 = optimizer step 9) it is silent; fired on every micro-batch
+    (event_index 36 vs step 9, both read from the file) it is an LRD103 error."""
+    import torch
+    from ignite.handlers.param_scheduler import PiecewiseLinear
+
+    m = torch.nn.Linear(2, 1)
+    opt = torch.optim.AdamW(m.parameters(), lr=0.0)
+    s = PiecewiseLinear(opt, "lr", milestones_values=[(0, 0.0), (3, 1e-3), (9, 1e-5)])
+    for i in range(36):
+        m(torch.ones(1, 2)).sum().backward()
+        if per_micro_batch or i % 4 == 0:
+            s(None)
+        if i % 4 == 3:
+            opt.step()
+            opt.zero_grad()
+    torch.save({"trainer": {"epoch_length": 12, "iteration": 36, "max_epochs": 3},
+                "model": m.state_dict(), "optimizer": opt.state_dict(),
+                "lr_scheduler": s.state_dict()}, tmp_path / "checkpoint_3.pt")
+    r = _one(tmp_path)
+    if not per_micro_batch:
+        silent(r)
+        return
+    f = the(r, "LRD103")
+    assert f.severity is Severity.ERROR
+    assert "scheduler.event_index = 36" in f.message and "= 9" in f.message and "4x" in f.message

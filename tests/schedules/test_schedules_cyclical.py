@@ -136,3 +136,30 @@ def test_cyclical_after_a_warmup_is_ignite_create_lr_scheduler_with_warmup(warmu
                             params={**spec.params, "offset": offset, "before": before})
         for t in range(1, n + 1):
             assert math.isclose(lr_at(spec, t), seen[t - 1], rel_tol=1e-9, abs_tol=1e-15), (n, t)
+
+
+@pytest.mark.parametrize("pairs", [
+    [(0, 0.0), (4, 1e-3), (20, 1e-5)],
+    [(3, 5e-4), (10, 1e-3), (11, 2e-4), (30, 0.0)],
+])
+def test_piecewise_model_is_ignite_piecewise_linear(pairs):
+    """PyTorch-Ignite 0.5.5 PiecewiseLinear, every call of a 40-call run (past its last
+    milestone it holds the last value: no wrap, the floor from the last milestone's call)."""
+    from lrdoctor.read.scan.shapes import SCHED_PIECEWISE
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    sched = param_scheduler.PiecewiseLinear(opt, "lr", milestones_values=pairs)
+    st = sched.state_dict()
+    assert state_kind(st) == SCHED_PIECEWISE
+    vals = [float(v) for v in st["values"]]
+    spec = ScheduleSpec("cyclical", "piecewise", max(vals), Unit.UPDATES, min_lr=min(vals),
+                        horizon=float(st["milestones"][-1]) + 1,
+                        params={"milestones": list(st["milestones"]), "values": vals})
+    assert not problems(spec)
+    for n in range(1, 41):
+        sched(None)
+        assert sched.state_dict()["event_index"] == n
+        want = opt.param_groups[0]["lr"]
+        assert math.isclose(lr_at(spec, n), want, rel_tol=1e-9, abs_tol=1e-15), n
+    sh = shape(spec)
+    assert not sh.wraps and sh.floor_at == pairs[-1][0] + 1

@@ -324,6 +324,8 @@ def _read_found_scheduler(st: RunState, sched: shapes.Found,
             prog.source = _subkey(sched, "last_epoch")  # file:key.last_epoch
     elif sched.kind == shapes.SCHED_CYCLICAL:
         _read_cyclical(st, sched, root, opt)
+    elif sched.kind == shapes.SCHED_PIECEWISE:
+        _read_piecewise(st, sched)
     else:  # DeepSpeed's own schedulers keep only last_batch_iteration (from -1)
         lbi = _common.number(sched.value.get("last_batch_iteration"))
         st.extras["scheduler_class"] = "DeepSpeed scheduler"
@@ -395,6 +397,27 @@ def _read_cyclical(st: RunState, sched: shapes.Found, root: object = None,
     else:
         st.notes.append(f"{src}: the saved keys fit cosine and linear cycles alike and the "
                         "saved lr fits neither; modelled as the cosine")
+
+
+def _read_piecewise(st: RunState, sched: shapes.Found) -> None:
+    """An event-indexed piecewise-linear scheduler: progress = its ``event_index`` (calls),
+    unless it is one part of a concatenation, whose other parts' calls it does not count."""
+    v, src = sched.value, sched.where
+    st.extras["scheduler_class"] = "piecewise-linear param scheduler (event_index)"
+    if "schedulers" in sched.path:
+        st.notes.append(f"{src}: a piecewise-linear scheduler inside a concatenation of "
+                        "schedulers: its event_index counts only its own calls, progress unknown")
+        return
+    ei = _common.number(v.get("event_index"))
+    if ei is None:
+        return
+    st.scheduler_progress = Counter("scheduler.event_index", ei, Unit.UPDATES,
+                                    _subkey(sched, "event_index"),
+                                    sched.ref.child("event_index"))
+    ms, vals = list(v["milestones"]), [float(x) for x in v["values"]]
+    st.schedule = ScheduleSpec("cyclical", "piecewise", max(vals), Unit.UPDATES,
+                               min_lr=min(vals), horizon=float(ms[-1]) + 1,
+                               params={"milestones": ms, "values": vals}, source=src)
 
 
 def _subkey(f: shapes.Found, key: str) -> str:

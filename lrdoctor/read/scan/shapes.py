@@ -32,11 +32,13 @@ SCHED_TORCH = "torch_scheduler"
 SCHED_MEGATRON = "megatron_scheduler"
 SCHED_DEEPSPEED = "deepspeed_scheduler"
 SCHED_CYCLICAL = "cyclical_scheduler"
+SCHED_PIECEWISE = "piecewise_scheduler"
 OPTIMIZER = "optimizer"
 COUNTER = "counter"
 SETTING = "setting"  # a number inside a config/args object: a budget or a knob, not progress
 CONFIG = "config"
-SCHEDULER_KINDS = (SCHED_MEGATRON, SCHED_TORCH, SCHED_DEEPSPEED, SCHED_CYCLICAL)
+SCHEDULER_KINDS = (SCHED_MEGATRON, SCHED_TORCH, SCHED_DEEPSPEED, SCHED_CYCLICAL,
+                   SCHED_PIECEWISE)
 
 # Trainer counters by key (last path component), what they count.
 COUNTER_NAMES = {
@@ -186,6 +188,14 @@ def is_cyclical_scheduler(obj: Any) -> bool:
             and obj.get("param_name", "lr") == "lr")
 
 
+def is_piecewise_scheduler(obj: Any) -> bool:
+    """An event-indexed piecewise-linear scheduler: (milestone, value) pairs and its calls."""
+    return (isinstance(obj, dict) and "event_index" in obj
+            and isinstance(obj.get("milestones"), list) and isinstance(obj.get("values"), list)
+            and 0 < len(obj["milestones"]) == len(obj["values"])
+            and obj.get("param_name", "lr") == "lr")
+
+
 def is_optimizer(obj: Any) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("param_groups"), list)
 
@@ -193,7 +203,8 @@ def is_optimizer(obj: Any) -> bool:
 # A state recognised by its keys: the first test that holds names its kind.
 STATE_SHAPES = ((SCHED_MEGATRON, is_megatron_scheduler), (SCHED_TORCH, is_torch_scheduler),
                 (SCHED_DEEPSPEED, is_deepspeed_scheduler),
-                (SCHED_CYCLICAL, is_cyclical_scheduler), (OPTIMIZER, is_optimizer))
+                (SCHED_CYCLICAL, is_cyclical_scheduler),
+                (SCHED_PIECEWISE, is_piecewise_scheduler), (OPTIMIZER, is_optimizer))
 
 
 def state_kind(obj: Any) -> str | None:
