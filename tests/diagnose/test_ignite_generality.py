@@ -232,3 +232,37 @@ def test_ignite_piecewise_linear_is_modelled_and_judged(tmp_path, per_micro_batc
     f = the(r, "LRD103")
     assert f.severity is Severity.ERROR
     assert "scheduler.event_index = 36" in f.message and "= 9" in f.message and "4x" in f.message
+
+
+@pytest.mark.parametrize("per_micro_batch", [False, True])
+def test_ignite_native_cosine_after_warmup_counts_the_warmup_calls(tmp_path, per_micro_batch):
+    """PyTorch-Ignite 0.5.5 create_lr_scheduler_with_warmup(CosineAnnealingScheduler): a
+    ConcatScheduler whose cosine's event_index misses the warm-up calls; progress adds the
+    durations before it. Fired once per update: 9 calls = optimizer step 9, silent; on every
+    micro-batch: 36 calls vs 9, an LRD103 error."""
+    import torch
+    from ignite.handlers.param_scheduler import (CosineAnnealingScheduler,
+                                                 create_lr_scheduler_with_warmup)
+
+    m = torch.nn.Linear(2, 1)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    cos = CosineAnnealingScheduler(opt, "lr", 1e-3, 1e-5, cycle_size=8)
+    s = create_lr_scheduler_with_warmup(cos, warmup_start_value=0.0, warmup_duration=2)
+    for i in range(36):
+        m(torch.ones(1, 2)).sum().backward()
+        if per_micro_batch or i % 4 == 0:
+            s(None)
+        if i % 4 == 3:
+            opt.step()
+            opt.zero_grad()
+    torch.save({"trainer": {"epoch_length": 12, "iteration": 36, "max_epochs": 3},
+                "model": m.state_dict(), "optimizer": opt.state_dict(),
+                "lr_scheduler": s.state_dict()}, tmp_path / "checkpoint_3.pt")
+    r = _one(tmp_path)
+    assert r.state["scheduler_progress"]["value"] == (36 if per_micro_batch else 9)
+    if not per_micro_batch:
+        silent(r)
+        return
+    f = the(r, "LRD103")
+    assert f.severity is Severity.ERROR and "warm-up call(s) before it" in f.message
+    assert "= 36" in f.message and "= 9" in f.message
