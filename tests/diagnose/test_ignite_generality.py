@@ -241,8 +241,10 @@ def test_ignite_native_cosine_after_warmup_counts_the_warmup_calls(tmp_path, per
     durations before it. Fired once per update: 9 calls = optimizer step 9, silent; on every
     micro-batch: 36 calls vs 9, an LRD103 error."""
     import torch
-    from ignite.handlers.param_scheduler import (CosineAnnealingScheduler,
-                                                 create_lr_scheduler_with_warmup)
+    from ignite.handlers.param_scheduler import (
+        CosineAnnealingScheduler,
+        create_lr_scheduler_with_warmup,
+    )
 
     m = torch.nn.Linear(2, 1)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
