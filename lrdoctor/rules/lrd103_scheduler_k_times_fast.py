@@ -75,7 +75,7 @@ def _k_causes(state: RunState, k: int) -> str:
         return ("the scheduler is stepped by hand (e.g. in training_step) on top of "
                 "Lightning's own step")
     from lrdoctor.core.state import Unit
-    from lrdoctor.rules.hypotheses import updates_per_rollout
+    from lrdoctor.rules.horizon_hypotheses import updates_per_rollout
 
     nominal = state.nominal_progress
     u = updates_per_rollout(state) if nominal is not None \

@@ -53,7 +53,8 @@ from typing import TYPE_CHECKING, Any
 
 from lrdoctor.core.findings import Evidence, Finding, Rule, Severity, optional
 from lrdoctor.core.numbers import number
-from lrdoctor.rules.hypotheses import REL_TOL, counter_horizon, horizon_tests
+from lrdoctor.rules.horizon_hypotheses import counter_horizon, horizon_tests
+from lrdoctor.rules.hypotheses import REL_TOL
 
 if TYPE_CHECKING:
     from lrdoctor.core.state import RunState

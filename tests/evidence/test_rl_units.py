@@ -17,7 +17,7 @@ import pytest
 
 from lrdoctor.core.findings import Severity
 from lrdoctor.inspect_api import inspect_path, read_state
-from lrdoctor.rules.hypotheses import updates_per_rollout
+from lrdoctor.rules.horizon_hypotheses import updates_per_rollout
 from tests.helpers.verdicts import silent, the, tiny_adamw, train
 
 pytestmark = pytest.mark.frameworks
