@@ -110,7 +110,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=15)
     args = ap.parse_args()
     from lrdoctor.inspect_api import inspect_path
-    from lrdoctor.schedules import torch_builtin
+    from lrdoctor.schedules import torch_steps
 
     clock = Clock()
     instrument(clock)
@@ -123,7 +123,7 @@ def main() -> int:
             inspect_path(target)  # warm: imports, first reads
             totals, inside, calls = [], [], 0
             for _ in range(args.repeat):
-                for cache in (torch_builtin._replay, torch_builtin._chain_replay):
+                for cache in (torch_steps._replay, torch_steps._chain_replay):
                     cache.cache_clear()  # each inspect as a fresh process would run it
                 clock.total, clock.calls = 0.0, 0
                 t = time.perf_counter()

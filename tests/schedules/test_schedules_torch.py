@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 from lrdoctor.core.state import ScheduleSpec, Unit
-from lrdoctor.schedules import floor_progress, lr_at, problems, torch_builtin
+from lrdoctor.schedules import floor_progress, lr_at, problems, torch_steps
 
 torch = pytest.importorskip("torch")
 S = torch.optim.lr_scheduler
@@ -112,8 +112,8 @@ def test_exact_replay_matches_torch(name):
 
 @pytest.mark.parametrize("name", list(BUILDERS))
 def test_telescoped_form_matches_torch(name, monkeypatch):
-    monkeypatch.setattr(torch_builtin, "EXACT_STEPS", 0)
-    monkeypatch.setattr(torch_builtin, "EXACT_POW_STEPS", 0)
+    monkeypatch.setattr(torch_steps, "EXACT_STEPS", 0)
+    monkeypatch.setattr(torch_steps, "EXACT_POW_STEPS", 0)
     _, seen = run_case(name, lr=0.7)
     bad = [(n, got, want) for n, got, want in seen if not close(got, want)]
     assert not bad[:3], bad[:3]
