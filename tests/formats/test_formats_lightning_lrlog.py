@@ -192,9 +192,11 @@ def test_no_budget_saved_the_horizon_is_fitted_too(runs):
     assert codes(r) == ["LRD107"] and "horizon is fitted too" in r.findings[0].message
 
 
-def test_without_the_log_the_lambda_stays_unknown(runs, tmp_path):
-    """The same checkpoint away from its metrics.csv: progress only (what the log adds
-    above is the schedule, and with it LRD101)."""
+def test_without_the_log_the_lambda_is_recognised_from_the_saved_lr(runs, tmp_path):
+    """The same checkpoint away from its metrics.csv: the layout alone knows progress
+    only, and the saved LR at the saved position, with the warmup and the training steps
+    the hyper-parameters hold, is transformers' linear helper and no other
+    (schedules.recognise, issue 27): the schedule, and with it LRD101, come back."""
     f = tmp_path / "a" / "b" / "c" / "x.ckpt"
     f.parent.mkdir(parents=True)
     shutil.copy(the_ckpt(runs, "per_batch"), f)
@@ -202,7 +204,9 @@ def test_without_the_log_the_lambda_stays_unknown(runs, tmp_path):
     assert st.schedule is None and st.facts.lr_log is None
     assert any("no LearningRateMonitor metrics.csv" in n for n in st.notes)
     (r,) = inspect_path(f)
-    assert codes(r) == ["LRD107", "LRD103"]
+    assert codes(r) == ["LRD103", "LRD101"]
+    (note,) = [n for n in r.state["notes"] if n.startswith("schedule recognised from the saved LR")]
+    assert "hyper_parameters.warmup" in note and "hyper_parameters.max_steps" in note
 
 
 def test_a_log_above_the_search_bound_is_not_used(runs, tmp_path):
@@ -258,8 +262,9 @@ def test_a_malformed_metrics_csv_is_reported_not_skipped(runs, tmp_path, case):
     assert unused["file"] == str(csv) and why in unused["reason"]
     assert str(csv) not in unused["reason"]  # the file is named once, in the finding
     (r,) = inspect_path(ckpt)
-    assert codes(r) == ["LRD107", "LRD111"]
-    f = r.findings[1]
+    # (the LambdaLR itself is recognised from the saved LR, so no LRD107 beside it)
+    assert codes(r) == ["LRD111"]
+    f = r.findings[0]
     assert str(csv) in f.message and why in f.message and str(f.severity) == "warning"
     assert r.exit_code("warning") == 1  # a CI gate at warning sees it
 
